@@ -4,8 +4,11 @@
 //! `GatherElements` and `GatherND`, and proves each rewrite by running the models.
 
 pub mod dtype;
-pub mod gather;
-pub mod tensor;
+pub mod error;
+pub mod io;
+pub mod ir;
+pub mod proto;
+pub mod text;
 
 pub use dtype::DataType;
-pub use tensor::Tensor;
+pub use error::{Error, Result};

@@ -1,1 +1,22 @@
-fn main() {}
+//! The `multigather` command line: parses arguments, runs one subcommand, maps errors to exit codes.
+//!
+//! Exit codes: 0 success; 1 a check failed (verify mismatch, test failure); 2 an error (bad input,
+//! unsupported construct, I/O). Errors are printed on one line with their cause chain.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Args::parse();
+    match cli::run(args) {
+        Ok(cli::Outcome::Success) => ExitCode::SUCCESS,
+        Ok(cli::Outcome::CheckFailed) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! The library's error type.
+//!
+//! Every fallible public function returns [`Result`]. Messages are one line and name what is
+//! wrong: the file, the tensor, the node (by name and op type), the attribute. The binary adds the
+//! file being processed and prints the whole chain.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while loading, rewriting, running or saving a model.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file could not be read, written, renamed or mapped.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not a protobuf `ModelProto`.
+    #[error("not a valid ONNX model: {0}")]
+    Decode(String),
+    /// The model decodes but breaks a structural rule of ONNX.
+    #[error("invalid model: {0}")]
+    InvalidModel(String),
+    /// A tensor's declared type, dims or payload are inconsistent.
+    #[error("tensor '{tensor}': {reason}")]
+    InvalidTensor { tensor: String, reason: String },
+    /// A tensor's external data reference is unsafe or inconsistent.
+    #[error("tensor '{tensor}': external data: {reason}")]
+    ExternalData { tensor: String, reason: String },
+    /// A node is malformed: wrong arity, missing or mistyped attribute, bad attribute value.
+    #[error("node '{node}' ({op}): {reason}")]
+    InvalidNode {
+        node: String,
+        op: String,
+        reason: String,
+    },
+    /// The graph breaks an invariant checked by [`crate::ir::Graph::validate`].
+    #[error("graph '{graph}': {reason}")]
+    InvalidGraph { graph: String, reason: String },
+    /// A construct this version does not handle; the message says what and where.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A configured limit (file size, tensor size, node count, nesting depth) was exceeded.
+    #[error("limit exceeded: {0}")]
+    Limit(String),
+    /// A pass failed; the pass's name is part of the message.
+    #[error("pass {pass}: {source}")]
+    Pass {
+        pass: &'static str,
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidNode`].
+    pub fn node(node: &str, op: &str, reason: impl Into<String>) -> Error {
+        Error::InvalidNode {
+            node: node.to_owned(),
+            op: op.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidTensor`].
+    pub fn tensor(tensor: &str, reason: impl Into<String>) -> Error {
+        Error::InvalidTensor {
+            tensor: tensor.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Io`].
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! Reading and writing model files: memory mapping, external data, atomic saves.
+//!
+//! Loading maps the file and decodes it in place, so raw weights stay in the page cache until
+//! something reads them. External data files are opened once each, checked (see
+//! [`LoadOptions`]), mapped, and each tensor gets a slice of its file. Saving writes a temporary
+//! file in the destination directory, syncs it and renames it over the target, so a failure never
+//! leaves a partial output and never touches the input.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::ir::{AttrValue, ExternalData, Graph, Model, Payload, StoredTensor};
+use crate::proto::{self, DecodeLimits};
+
+/// Limits and checks applied while loading.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    /// Largest model file accepted, in bytes.
+    pub max_file_bytes: u64,
+    /// Largest single tensor accepted, in bytes.
+    pub max_tensor_bytes: u64,
+    /// Most nodes in the whole model.
+    pub max_nodes: usize,
+    /// Deepest subgraph nesting.
+    pub max_depth: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions {
+            max_file_bytes: 1 << 40,
+            max_tensor_bytes: 1 << 40,
+            max_nodes: 10_000_000,
+            max_depth: 64,
+        }
+    }
+}
+
+/// Loads a model from a file with default options.
+///
+/// # Example
+/// ```no_run
+/// let model = multigather::io::load("model.onnx").unwrap();
+/// println!("{} nodes", model.graph.node_count());
+/// ```
+pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+    load_with(path.as_ref(), &LoadOptions::default())
+}
+
+/// Loads a model from a file. External data resolves against the file's directory.
+pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Model> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len > options.max_file_bytes {
+        return Err(Error::Limit(format!(
+            "{}: {len} bytes is larger than the limit of {} bytes",
+            path.display(),
+            options.max_file_bytes
+        )));
+    }
+    let bytes = map_file(&file, path)?;
+    let base = path
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                p.to_path_buf()
+            }
+        })
+        .unwrap_or_else(|| PathBuf::from("."));
+    decode_with(bytes, Some(base), options)
+}
+
+/// Loads a model from bytes. A model with external data needs [`load`] instead, which knows the
+/// directory the data lives in.
+///
+/// # Example
+/// ```
+/// use multigather::ir::{Graph, Model};
+/// let bytes = multigather::io::to_bytes(&Model::new(Graph::new("g"), 13)).unwrap();
+/// let model = multigather::io::load_bytes(&bytes).unwrap();
+/// assert_eq!(model.opset(""), Some(13));
+/// ```
+pub fn load_bytes(bytes: &[u8]) -> Result<Model> {
+    decode_with(
+        Bytes::copy_from_slice(bytes),
+        None,
+        &LoadOptions::default(),
+    )
+}
+
+fn decode_with(bytes: Bytes, base: Option<PathBuf>, options: &LoadOptions) -> Result<Model> {
+    let limits = DecodeLimits {
+        max_depth: options.max_depth,
+        max_nodes: options.max_nodes,
+    };
+    let mut model = proto::decode(bytes, limits)?;
+    let mut resolver = ExternalResolver {
+        base: base.clone(),
+        files: HashMap::new(),
+    };
+    let max = options.max_tensor_bytes;
+    for_each_tensor(&mut model, &mut |t| {
+        if let Payload::External(e) = &mut t.payload {
+            let name = t.name.clone().unwrap_or_default();
+            resolver.resolve(&name, e)?;
+        }
+        if t.stored_len() as u64 > max {
+            return Err(Error::Limit(format!(
+                "tensor '{}' holds {} bytes, more than the limit of {max}",
+                t.display_name(),
+                t.stored_len()
+            )));
+        }
+        t.check_size()
+    })?;
+    model.base_dir = base;
+    Ok(model)
+}
+
+/// Calls `f` on every stored tensor of the model: initializers and tensor attributes of every
+/// graph, subgraph and function.
+pub fn for_each_tensor(
+    model: &mut Model,
+    f: &mut dyn FnMut(&mut StoredTensor) -> Result<()>,
+) -> Result<()> {
+    fn graph(g: &mut Graph, f: &mut dyn FnMut(&mut StoredTensor) -> Result<()>) -> Result<()> {
+        for t in &mut g.initializers {
+            f(t)?;
+        }
+        for id in g.node_ids() {
+            let needs = g.node(id).attributes.iter().any(|a| {
+                matches!(
+                    a.value,
+                    AttrValue::Tensor(_)
+                        | AttrValue::Tensors(_)
+                        | AttrValue::Graph(_)
+                        | AttrValue::Graphs(_)
+                )
+            });
+            if !needs {
+                continue;
+            }
+            let mut node = g.node_mut(id);
+            for a in &mut node.attributes {
+                match &mut a.value {
+                    AttrValue::Tensor(t) => f(t)?,
+                    AttrValue::Tensors(ts) => ts.iter_mut().try_for_each(&mut *f)?,
+                    AttrValue::Graph(sub) => graph(sub, f)?,
+                    AttrValue::Graphs(subs) => {
+                        subs.iter_mut().try_for_each(|s| graph(s, f))?
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+    graph(&mut model.graph, f)?;
+    for func in &mut model.functions {
+        graph(&mut func.body, f)?;
+    }
+    for a in model.functions.iter_mut().flat_map(|f| &mut f.attribute_defaults) {
+        if let AttrValue::Tensor(t) = &mut a.value {
+            f(t)?;
+        }
+    }
+    Ok(())
+}
+
+fn map_file(file: &File, path: &Path) -> Result<Bytes> {
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: the map is read-only. Like every tool that maps its inputs, we rely on nobody
+    // truncating the file while it is mapped; saves replace files by rename, never in place.
+    let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| Error::io(path, e))?;
+    Ok(Bytes::from_owner(map))
+}
+
+struct ExternalResolver {
+    base: Option<PathBuf>,
+    files: HashMap<String, Bytes>,
+}
+
+impl ExternalResolver {
+    fn resolve(&mut self, tensor: &str, e: &mut ExternalData) -> Result<()> {
+        let bad = |reason: String| Error::ExternalData {
+            tensor: tensor.to_owned(),
+            reason,
+        };
+        let (mut location, mut offset, mut length) = (None, None, None);
+        for (key, value) in &e.entries {
+            let parse = |v: &str| {
+                v.parse::<u64>()
+                    .map_err(|_| bad(format!("{key} '{v}' is not a non-negative integer")))
+            };
+            match key.as_str() {
+                "location" => location = Some(value.clone()),
+                "offset" => offset = Some(parse(value)?),
+                "length" => length = Some(parse(value)?),
+                "checksum" => {}
+                other => return Err(bad(format!("unknown key '{other}'"))),
+            }
+        }
+        let location = location.ok_or_else(|| bad("no 'location' key".into()))?;
+        check_location(&location).map_err(bad)?;
+        let Some(base) = &self.base else {
+            return Err(bad(
+                "the model was loaded from bytes, so external files cannot be located".into(),
+            ));
+        };
+        if !self.files.contains_key(&location) {
+            let bytes = open_inside(base, &location).map_err(bad)?;
+            self.files.insert(location.clone(), bytes);
+        }
+        let file = &self.files[&location];
+        let offset = offset.unwrap_or(0);
+        let available = (file.len() as u64)
+            .checked_sub(offset)
+            .ok_or_else(|| bad(format!("offset {offset} is past the end of '{location}' ({} bytes)", file.len())))?;
+        let length = length.unwrap_or(available);
+        if length > available {
+            return Err(bad(format!(
+                "offset {offset} + length {length} is past the end of '{location}' ({} bytes)",
+                file.len()
+            )));
+        }
+        let (start, end) = (offset as usize, (offset + length) as usize);
+        e.location = location;
+        e.offset = offset;
+        e.bytes = file.slice(start..end);
+        Ok(())
+    }
+}
+
+/// Checks that an external data location is a plain relative path that stays inside the model's
+/// directory.
+pub fn check_location(location: &str) -> std::result::Result<(), String> {
+    if location.is_empty() {
+        return Err("location is empty".into());
+    }
+    if location.contains('\0') {
+        return Err("location contains a NUL byte".into());
+    }
+    if location.contains('\\') {
+        return Err(format!("location '{location}' contains a backslash"));
+    }
+    let bytes = location.as_bytes();
+    if bytes.len() >= 2 && bytes[1] == b':' && bytes[0].is_ascii_alphabetic() {
+        return Err(format!("location '{location}' starts with a drive letter"));
+    }
+    for c in Path::new(location).components() {
+        match c {
+            Component::Normal(_) | Component::CurDir => {}
+            Component::ParentDir => {
+                return Err(format!("location '{location}' contains a '..' component"))
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!("location '{location}' is an absolute path"))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Opens `base/location`, refusing symlinks anywhere below `base` and hard-linked files, and maps it.
+/// What is checked is the file that was opened: its identity is compared with the checked path.
+fn open_inside(base: &Path, location: &str) -> std::result::Result<Bytes, String> {
+    let mut path = base.to_path_buf();
+    for c in Path::new(location).components() {
+        if let Component::Normal(part) = c {
+            path.push(part);
+            let meta = std::fs::symlink_metadata(&path)
+                .map_err(|e| format!("'{location}': {e}"))?;
+            if meta.file_type().is_symlink() {
+                return Err(format!(
+                    "'{location}': '{}' is a symbolic link",
+                    path.display()
+                ));
+            }
+        }
+    }
+    let file = File::open(&path).map_err(|e| format!("'{location}': {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("'{location}': {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("'{location}' is not a regular file"));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let linked = std::fs::symlink_metadata(&path).map_err(|e| format!("'{location}': {e}"))?;
+        if linked.dev() != meta.dev() || linked.ino() != meta.ino() {
+            return Err(format!("'{location}' changed while it was being opened"));
+        }
+        if meta.nlink() > 1 {
+            return Err(format!("'{location}' is a hard link ({} links)", meta.nlink()));
+        }
+    }
+    map_file(&file, &path).map_err(|e| e.to_string())
+}
+
+/// How to store tensor payloads when saving.
+#[derive(Clone, Debug, Default)]
+pub enum ExternalPolicy {
+    /// Keep external references as they are when the output goes to the directory the model was
+    /// loaded from; otherwise store those tensors inline.
+    #[default]
+    Keep,
+    /// Store every tensor inline.
+    Inline,
+    /// Store tensors of at least `threshold` bytes in `file`, a name relative to the output's
+    /// directory; everything else inline.
+    File { file: String, threshold: usize },
+}
+
+/// Options for [`save_with`].
+#[derive(Clone, Debug, Default)]
+pub struct SaveOptions {
+    pub external: ExternalPolicy,
+}
+
+/// Protobuf messages cannot exceed 2 GiB.
+const PROTOBUF_LIMIT: usize = (1 << 31) - 1;
+
+/// Serializes a model with every payload inline.
+pub fn to_bytes(model: &Model) -> Result<Vec<u8>> {
+    let mut m = model.clone();
+    for_each_tensor(&mut m, &mut |t| {
+        inline(t);
+        Ok(())
+    })?;
+    let bytes = proto::encode(&m)?;
+    check_size(bytes.len())?;
+    Ok(bytes)
+}
+
+fn inline(t: &mut StoredTensor) {
+    if let Payload::External(e) = &t.payload {
+        t.payload = Payload::Raw(e.bytes.clone());
+    }
+}
+
+fn check_size(len: usize) -> Result<()> {
+    if len > PROTOBUF_LIMIT {
+        return Err(Error::Unsupported(format!(
+            "the serialized model would be {len} bytes, over protobuf's 2 GiB limit; \
+             store weights in an external file (--external-data FILE)"
+        )));
+    }
+    Ok(())
+}
+
+/// Saves a model with default options (see [`ExternalPolicy::Keep`]).
+pub fn save(model: &Model, path: impl AsRef<Path>) -> Result<()> {
+    save_with(model, path.as_ref(), &SaveOptions::default())
+}
+
+/// Saves a model atomically: temporary files in the destination directory, synced, then renamed.
+pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut m = model.clone();
+    let mut data_file = None;
+    match &options.external {
+        ExternalPolicy::Inline => for_each_tensor(&mut m, &mut |t| {
+            inline(t);
+            Ok(())
+        })?,
+        ExternalPolicy::Keep => {
+            let same_dir = match (&model.base_dir, dir.canonicalize()) {
+                (Some(base), Ok(out)) => base.canonicalize().is_ok_and(|b| b == out),
+                _ => false,
+            };
+            if !same_dir {
+                for_each_tensor(&mut m, &mut |t| {
+                    inline(t);
+                    Ok(())
+                })?;
+            }
+        }
+        ExternalPolicy::File { file, threshold } => {
+            check_location(file).map_err(|reason| Error::ExternalData {
+                tensor: "*".into(),
+                reason,
+            })?;
+            let mut tmp = temp_in(&dir)?;
+            let data_path = dir.join(file);
+            let mut offset = 0u64;
+            for_each_tensor(&mut m, &mut |t| {
+                if t.elem == crate::DataType::String || t.stored_len() < *threshold {
+                    inline(t);
+                    return Ok(());
+                }
+                // Align each tensor to 4 KiB so the file can be mapped tensor by tensor.
+                let aligned = offset.div_ceil(4096) * 4096;
+                let pad = vec![0u8; (aligned - offset) as usize];
+                let len = {
+                    let bytes = t.le_bytes()?;
+                    let out = tmp.as_file_mut();
+                    out.write_all(&pad)
+                        .and_then(|_| out.write_all(&bytes))
+                        .map_err(|e| Error::io(&data_path, e))?;
+                    bytes.len()
+                };
+                offset = aligned + len as u64;
+                t.payload = Payload::External(ExternalData {
+                    entries: vec![
+                        ("location".to_owned(), file.clone()),
+                        ("offset".to_owned(), aligned.to_string()),
+                        ("length".to_owned(), len.to_string()),
+                    ],
+                    location: file.clone(),
+                    offset: aligned,
+                    // The saved copy needs only the reference; the data is in the file.
+                    bytes: Bytes::new(),
+                });
+                Ok(())
+            })?;
+            data_file = Some((tmp, data_path));
+        }
+    }
+    let bytes = proto::encode(&m)?;
+    check_size(bytes.len())?;
+    let mut tmp = temp_in(&dir)?;
+    tmp.as_file_mut()
+        .write_all(&bytes)
+        .map_err(|e| Error::io(path, e))?;
+    if let Some((data, data_path)) = data_file {
+        persist(data, &data_path)?;
+    }
+    persist(tmp, path)
+}
+
+fn temp_in(dir: &Path) -> Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(".multigather-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(dir, e))
+}
+
+fn persist(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
+    tmp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
+}
+
+/// Writes bytes to `path` atomically (temporary file, sync, rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp = temp_in(&dir)?;
+    tmp.as_file_mut()
+        .write_all(bytes)
+        .map_err(|e| Error::io(path, e))?;
+    persist(tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_must_stay_inside() {
+        for ok in ["w.bin", "./w.bin", "sub/w.bin"] {
+            assert_eq!(check_location(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("../w.bin", "'..'"),
+            ("a/../../w.bin", "'..'"),
+            ("/etc/passwd", "absolute"),
+            ("C:/w.bin", "drive letter"),
+            ("a\\..\\w.bin", "backslash"),
+            ("w\0.bin", "NUL"),
+            ("", "empty"),
+        ] {
+            let err = check_location(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+}

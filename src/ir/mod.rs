@@ -1,0 +1,231 @@
+//! The in-memory model: what every module except [`crate::proto`] works on.
+//!
+//! A [`Model`] holds the main [`Graph`], model-local [`Function`]s and the model's metadata. Graphs
+//! hold [`Node`]s on a petgraph `StableGraph`; subgraphs of `If`/`Loop`/`Scan` are graphs held by
+//! node attributes; function bodies are graphs too. Everything the file contained is kept, so a
+//! model saved without changes decodes to the same protobuf message it was read from.
+
+mod attr;
+mod graph;
+mod stored;
+mod types;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+
+use bytes::Bytes;
+
+pub use attr::{AttrValue, Attribute};
+pub use graph::{Graph, Node, NodeId, NodeMut, QuantAnnotation, SparseInitializer};
+pub use stored::{element_count, ExternalData, Payload, StoredTensor};
+pub use types::{Dim, Shape, TensorType, Type, TypeKind, ValueInfo};
+
+use crate::error::{Error, Result};
+
+/// An operator set import (`OperatorSetIdProto`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpsetImport {
+    /// `None` when the file leaves the domain unset (the default domain).
+    pub domain: Option<String>,
+    pub version: i64,
+}
+
+impl OpsetImport {
+    /// The domain, with unset meaning the default domain `""`.
+    pub fn domain(&self) -> &str {
+        self.domain.as_deref().unwrap_or("")
+    }
+}
+
+/// The opset version imported for `domain` (`""` and `ai.onnx` are the same domain).
+pub fn opset_version(imports: &[OpsetImport], domain: &str) -> Option<i64> {
+    let canonical = |d: &str| if d == "ai.onnx" { "" } else { d }.to_owned();
+    imports
+        .iter()
+        .find(|o| canonical(o.domain()) == canonical(domain))
+        .map(|o| o.version)
+}
+
+/// A model-local function (`FunctionProto`). Its body is a [`Graph`] whose inputs and outputs are
+/// untyped declarations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Function {
+    pub name: String,
+    pub domain: String,
+    pub overload: Option<String>,
+    /// Names of the attributes the function takes without defaults.
+    pub attributes: Vec<String>,
+    /// Attributes the function takes with default values.
+    pub attribute_defaults: Vec<Attribute>,
+    pub opset_imports: Vec<OpsetImport>,
+    pub body: Graph,
+    pub doc_string: Option<String>,
+    pub metadata_props: Vec<(String, String)>,
+}
+
+/// A whole model (`ModelProto`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Model {
+    pub ir_version: Option<i64>,
+    pub opset_imports: Vec<OpsetImport>,
+    pub producer_name: Option<String>,
+    pub producer_version: Option<String>,
+    pub domain: Option<String>,
+    pub model_version: Option<i64>,
+    pub doc_string: Option<String>,
+    pub metadata_props: Vec<(String, String)>,
+    pub graph: Graph,
+    pub functions: Vec<Function>,
+    /// `training_info`, kept encoded: passes do not look inside training graphs.
+    pub training_info: Vec<Bytes>,
+    /// `configuration` (device configurations), kept encoded.
+    pub configuration: Vec<Bytes>,
+    /// Directory the model was loaded from, against which external data locations resolve.
+    pub base_dir: Option<PathBuf>,
+}
+
+impl Model {
+    /// A model around `graph` importing the given default-domain opset, IR version 8.
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::ir::{Graph, Model};
+    /// let m = Model::new(Graph::new("main"), 13);
+    /// assert_eq!(m.opset("") , Some(13));
+    /// ```
+    pub fn new(graph: Graph, opset: i64) -> Model {
+        Model {
+            ir_version: Some(8),
+            opset_imports: vec![OpsetImport {
+                domain: Some(String::new()),
+                version: opset,
+            }],
+            producer_name: None,
+            producer_version: None,
+            domain: None,
+            model_version: None,
+            doc_string: None,
+            metadata_props: Vec::new(),
+            graph,
+            functions: Vec::new(),
+            training_info: Vec::new(),
+            configuration: Vec::new(),
+            base_dir: None,
+        }
+    }
+
+    /// The opset version the model imports for `domain`.
+    pub fn opset(&self, domain: &str) -> Option<i64> {
+        opset_version(&self.opset_imports, domain)
+    }
+
+    /// Imports `domain` at `version` unless the model already imports the domain.
+    pub fn ensure_opset(&mut self, domain: &str, version: i64) {
+        if self.opset(domain).is_none() {
+            self.opset_imports.push(OpsetImport {
+                domain: Some(domain.to_owned()),
+                version,
+            });
+        }
+    }
+
+    /// Checks the model's invariants: every graph and function body valid, every node's domain
+    /// imported, function names unique.
+    pub fn validate(&self) -> Result<()> {
+        check_domains(&self.graph, &self.opset_imports, &self.functions)?;
+        self.graph.validate(&HashSet::new())?;
+        let mut seen = HashSet::new();
+        for f in &self.functions {
+            let key = (&f.domain, &f.name, &f.overload);
+            if !seen.insert(key) {
+                return Err(Error::InvalidModel(format!(
+                    "function '{}' (domain '{}') is defined twice",
+                    f.name, f.domain
+                )));
+            }
+            check_domains(&f.body, &f.opset_imports, &self.functions)?;
+            let inputs: HashSet<String> = f.body.inputs.iter().map(|v| v.name.clone()).collect();
+            f.body.validate(&inputs)?;
+        }
+        Ok(())
+    }
+
+    /// Number of nodes per qualified op type in the main graph, its subgraphs and the functions.
+    pub fn op_histogram(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        self.graph.op_histogram(&mut counts);
+        for f in &self.functions {
+            f.body.op_histogram(&mut counts);
+        }
+        counts
+    }
+
+    /// Every value and node name in the model, for generating fresh ones.
+    pub fn names(&self) -> HashSet<String> {
+        let mut names = HashSet::new();
+        self.graph.collect_names(&mut names);
+        for f in &self.functions {
+            f.body.collect_names(&mut names);
+        }
+        names
+    }
+}
+
+/// Every node's domain must be imported by the graph's model or function, or name a local function.
+fn check_domains(graph: &Graph, imports: &[OpsetImport], functions: &[Function]) -> Result<()> {
+    for (_, node) in graph.nodes() {
+        let is_function = functions
+            .iter()
+            .any(|f| f.domain == node.domain && f.name == node.op_type);
+        if !is_function && opset_version(imports, &node.domain).is_none() {
+            return Err(Error::node(
+                &node.name,
+                &node.qualified_op(),
+                format!("domain '{}' is not imported by any opset_import", node.domain),
+            ));
+        }
+        for g in node.subgraphs() {
+            check_domains(g, imports, functions)?;
+        }
+    }
+    Ok(())
+}
+
+/// Generates names that clash with nothing in a model.
+///
+/// # Example
+/// ```
+/// use multigather::ir::UniqueNames;
+/// let mut names = UniqueNames::new(["x".to_string(), "x_1".to_string()]);
+/// assert_eq!(names.fresh("x"), "x_2");
+/// assert_eq!(names.fresh("y"), "y");
+/// assert_eq!(names.fresh("y"), "y_1");
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct UniqueNames {
+    used: HashSet<String>,
+    /// Next suffix to try per base, so generating many names from one base stays linear.
+    next: std::collections::HashMap<String, usize>,
+}
+
+impl UniqueNames {
+    /// A generator that avoids `used`.
+    pub fn new(used: impl IntoIterator<Item = String>) -> UniqueNames {
+        UniqueNames {
+            used: used.into_iter().collect(),
+            next: Default::default(),
+        }
+    }
+
+    /// `base` if unused, else `base_N` for the smallest free N; the name is then taken.
+    pub fn fresh(&mut self, base: &str) -> String {
+        let mut name = base.to_owned();
+        let n = self.next.entry(base.to_owned()).or_insert(1);
+        while self.used.contains(&name) || name.is_empty() {
+            name = format!("{base}_{n}");
+            *n += 1;
+        }
+        self.used.insert(name.clone());
+        name
+    }
+}

@@ -1,0 +1,800 @@
+//! The protobuf boundary: the only module that sees the prost-generated ONNX types.
+//!
+//! [`decode`] turns the bytes of a `ModelProto` into an [`ir::Model`]; [`encode`] does the reverse.
+//! Conversion is field for field, so a model decoded and encoded again yields an equal message.
+//! Parts no pass looks into (training info, device configurations, sparse tensors) are carried as
+//! their encoded bytes.
+//!
+//! Design note: proto2 fields are optional; the IR keeps `Option` where a user could tell "unset"
+//! from "empty" (doc strings, producer fields, versions) and uses plain values where ONNX itself
+//! treats the two alike (node and value names, domains of nodes).
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::error::{Error, Result};
+use crate::ir::{
+    self, AttrValue, Attribute, Dim, ExternalData, Function, Graph, Node, OpsetImport, Payload,
+    QuantAnnotation, Shape, SparseInitializer, StoredTensor, TensorType, Type, TypeKind, ValueInfo,
+};
+use crate::DataType;
+
+#[allow(clippy::all, missing_docs)]
+mod pb {
+    include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
+}
+
+use pb::attribute_proto::AttributeType as AT;
+
+/// Limits applied while converting a decoded message.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeLimits {
+    /// Deepest nesting of subgraphs allowed.
+    pub max_depth: usize,
+    /// Most nodes allowed in the whole model.
+    pub max_nodes: usize,
+}
+
+impl Default for DecodeLimits {
+    fn default() -> DecodeLimits {
+        DecodeLimits {
+            max_depth: 64,
+            max_nodes: 10_000_000,
+        }
+    }
+}
+
+/// Decodes a serialized `ModelProto`. Raw tensor payloads stay slices of `bytes`.
+pub fn decode(bytes: Bytes, limits: DecodeLimits) -> Result<ir::Model> {
+    let m = pb::ModelProto::decode(bytes).map_err(|e| Error::Decode(e.to_string()))?;
+    let mut cx = Decoder {
+        limits,
+        nodes: 0,
+        depth: 0,
+    };
+    let graph = match m.graph {
+        Some(g) => cx.graph(g)?,
+        None => return Err(Error::InvalidModel("the model has no graph".into())),
+    };
+    let functions = m
+        .functions
+        .into_iter()
+        .map(|f| cx.function(f))
+        .collect::<Result<_>>()?;
+    Ok(ir::Model {
+        ir_version: m.ir_version,
+        opset_imports: m.opset_import.into_iter().map(opset).collect(),
+        producer_name: m.producer_name,
+        producer_version: m.producer_version,
+        domain: m.domain,
+        model_version: m.model_version,
+        doc_string: m.doc_string,
+        metadata_props: props(m.metadata_props),
+        graph,
+        functions,
+        training_info: m.training_info.iter().map(encoded).collect(),
+        configuration: m.configuration.iter().map(encoded).collect(),
+        base_dir: None,
+    })
+}
+
+/// Encodes a model as a `ModelProto`. External payloads are written as references; the caller
+/// decides beforehand which tensors are external (see [`crate::io`]).
+pub fn encode(model: &ir::Model) -> Result<Vec<u8>> {
+    let m = pb::ModelProto {
+        ir_version: model.ir_version,
+        opset_import: model.opset_imports.iter().map(opset_back).collect(),
+        producer_name: model.producer_name.clone(),
+        producer_version: model.producer_version.clone(),
+        domain: model.domain.clone(),
+        model_version: model.model_version,
+        doc_string: model.doc_string.clone(),
+        graph: Some(graph_back(&model.graph)),
+        metadata_props: props_back(&model.metadata_props),
+        training_info: decoded_all(&model.training_info)?,
+        functions: model.functions.iter().map(function_back).collect(),
+        configuration: decoded_all(&model.configuration)?,
+    };
+    Ok(m.encode_to_vec())
+}
+
+/// Encodes a standalone tensor as a `TensorProto` (for `.pb` test data).
+pub fn encode_tensor(t: &StoredTensor) -> Vec<u8> {
+    tensor_back(t).encode_to_vec()
+}
+
+/// Decodes a standalone `TensorProto` (for `.pb` test data).
+pub fn decode_tensor(bytes: Bytes) -> Result<StoredTensor> {
+    let t = pb::TensorProto::decode(bytes).map_err(|e| Error::Decode(e.to_string()))?;
+    let t = tensor(t)?;
+    t.check_size()?;
+    Ok(t)
+}
+
+struct Decoder {
+    limits: DecodeLimits,
+    nodes: usize,
+    depth: usize,
+}
+
+impl Decoder {
+    fn graph(&mut self, g: pb::GraphProto) -> Result<Graph> {
+        let name = g.name.unwrap_or_default();
+        if self.depth >= self.limits.max_depth {
+            return Err(Error::Limit(format!(
+                "graph '{name}' is nested more than {} levels deep",
+                self.limits.max_depth
+            )));
+        }
+        self.depth += 1;
+        let mut out = Graph::new(name);
+        out.doc_string = g.doc_string;
+        out.inputs = g.input.into_iter().map(value_info).collect::<Result<_>>()?;
+        out.outputs = g.output.into_iter().map(value_info).collect::<Result<_>>()?;
+        out.value_info = g
+            .value_info
+            .into_iter()
+            .map(value_info)
+            .collect::<Result<_>>()?;
+        out.initializers = g.initializer.into_iter().map(tensor).collect::<Result<_>>()?;
+        out.sparse_initializers = g
+            .sparse_initializer
+            .iter()
+            .map(|s| SparseInitializer {
+                name: s
+                    .values
+                    .as_ref()
+                    .and_then(|v| v.name.clone())
+                    .unwrap_or_default(),
+                dims: s.dims.clone(),
+                encoded: encoded(s),
+            })
+            .collect();
+        out.quantization_annotations = g
+            .quantization_annotation
+            .into_iter()
+            .map(|a| QuantAnnotation {
+                tensor_name: a.tensor_name.unwrap_or_default(),
+                params: props(a.quant_parameter_tensor_names),
+            })
+            .collect();
+        out.metadata_props = props(g.metadata_props);
+        self.nodes += g.node.len();
+        if self.nodes > self.limits.max_nodes {
+            return Err(Error::Limit(format!(
+                "the model has more than {} nodes",
+                self.limits.max_nodes
+            )));
+        }
+        for n in g.node {
+            let node = self.node(n)?;
+            out.add_node(node);
+        }
+        self.depth -= 1;
+        Ok(out)
+    }
+
+    fn node(&mut self, n: pb::NodeProto) -> Result<Node> {
+        let name = n.name.clone().unwrap_or_default();
+        let op_type = n.op_type.unwrap_or_default();
+        let mut attributes = Vec::with_capacity(n.attribute.len());
+        for a in n.attribute {
+            let attr = self
+                .attribute(a)
+                .map_err(|e| Error::node(&name, &op_type, e.to_string()))?;
+            attributes.push(attr);
+        }
+        let explicit_empty = u8::from(name.is_empty() && n.name.is_some())
+            | (u8::from(n.domain.as_deref() == Some("")) << 1);
+        Ok(Node {
+            explicit_empty,
+            name,
+            op_type,
+            domain: n.domain.unwrap_or_default(),
+            overload: n.overload,
+            inputs: n.input,
+            outputs: n.output,
+            attributes,
+            doc_string: n.doc_string,
+            metadata_props: props(n.metadata_props),
+            device_configurations: n.device_configurations.iter().map(encoded).collect(),
+        })
+    }
+
+    fn attribute(&mut self, a: pb::AttributeProto) -> Result<Attribute> {
+        let name = a.name.clone().unwrap_or_default();
+        let bad = |reason: String| Error::InvalidModel(format!("attribute '{name}': {reason}"));
+        let kind = a.r#type.map(AT::try_from).transpose().map_err(|_| {
+            bad(format!(
+                "unknown attribute type {}",
+                a.r#type.unwrap_or_default()
+            ))
+        })?;
+        let value = if let Some(r) = a.ref_attr_name {
+            AttrValue::Ref {
+                name: r,
+                kind: a.r#type.unwrap_or_default(),
+            }
+        } else {
+            // IR versions before 3 may omit the type; infer it from the field that is set.
+            let kind = match kind {
+                Some(k) if k != AT::Undefined => k,
+                _ => infer_attr_type(&a).ok_or_else(|| bad("has no value".into()))?,
+            };
+            match kind {
+                AT::Float => AttrValue::Float(a.f.unwrap_or_default()),
+                AT::Int => AttrValue::Int(a.i.unwrap_or_default()),
+                AT::String => AttrValue::String(a.s.unwrap_or_default()),
+                AT::Tensor => match a.t {
+                    Some(t) => AttrValue::Tensor(Box::new(tensor(t)?)),
+                    None => return Err(bad("tensor attribute without a tensor".into())),
+                },
+                AT::Graph => match a.g {
+                    Some(g) => AttrValue::Graph(Box::new(self.graph(g)?)),
+                    None => return Err(bad("graph attribute without a graph".into())),
+                },
+                AT::SparseTensor => match &a.sparse_tensor {
+                    Some(s) => AttrValue::SparseTensor(encoded(s)),
+                    None => return Err(bad("sparse tensor attribute without a value".into())),
+                },
+                AT::TypeProto => match a.tp {
+                    Some(t) => AttrValue::Type(Box::new(ty(t)?)),
+                    None => return Err(bad("type attribute without a type".into())),
+                },
+                AT::Floats => AttrValue::Floats(a.floats),
+                AT::Ints => AttrValue::Ints(a.ints),
+                AT::Strings => AttrValue::Strings(a.strings),
+                AT::Tensors => AttrValue::Tensors(
+                    a.tensors.into_iter().map(tensor).collect::<Result<_>>()?,
+                ),
+                AT::Graphs => AttrValue::Graphs(
+                    a.graphs
+                        .into_iter()
+                        .map(|g| self.graph(g))
+                        .collect::<Result<_>>()?,
+                ),
+                AT::SparseTensors => {
+                    AttrValue::SparseTensors(a.sparse_tensors.iter().map(encoded).collect())
+                }
+                AT::TypeProtos => {
+                    AttrValue::Types(a.type_protos.into_iter().map(ty).collect::<Result<_>>()?)
+                }
+                AT::Undefined => return Err(bad("has no value".into())),
+            }
+        };
+        Ok(Attribute {
+            name,
+            value,
+            doc_string: a.doc_string,
+        })
+    }
+
+    fn function(&mut self, f: pb::FunctionProto) -> Result<Function> {
+        let name = f.name.unwrap_or_default();
+        let mut body = Graph::new(name.clone());
+        body.inputs = f.input.into_iter().map(ValueInfo::untyped).collect();
+        body.outputs = f.output.into_iter().map(ValueInfo::untyped).collect();
+        body.value_info = f
+            .value_info
+            .into_iter()
+            .map(value_info)
+            .collect::<Result<_>>()?;
+        for n in f.node {
+            let node = self.node(n)?;
+            body.add_node(node);
+        }
+        let attribute_defaults = f
+            .attribute_proto
+            .into_iter()
+            .map(|a| self.attribute(a))
+            .collect::<Result<_>>()
+            .map_err(|e| Error::InvalidModel(format!("function '{name}': {e}")))?;
+        Ok(Function {
+            name,
+            domain: f.domain.unwrap_or_default(),
+            overload: f.overload,
+            attributes: f.attribute,
+            attribute_defaults,
+            opset_imports: f.opset_import.into_iter().map(opset).collect(),
+            body,
+            doc_string: f.doc_string,
+            metadata_props: props(f.metadata_props),
+        })
+    }
+}
+
+fn infer_attr_type(a: &pb::AttributeProto) -> Option<AT> {
+    Some(if a.f.is_some() {
+        AT::Float
+    } else if a.i.is_some() {
+        AT::Int
+    } else if a.s.is_some() {
+        AT::String
+    } else if a.t.is_some() {
+        AT::Tensor
+    } else if a.g.is_some() {
+        AT::Graph
+    } else if a.sparse_tensor.is_some() {
+        AT::SparseTensor
+    } else if a.tp.is_some() {
+        AT::TypeProto
+    } else if !a.floats.is_empty() {
+        AT::Floats
+    } else if !a.ints.is_empty() {
+        AT::Ints
+    } else if !a.strings.is_empty() {
+        AT::Strings
+    } else if !a.tensors.is_empty() {
+        AT::Tensors
+    } else if !a.graphs.is_empty() {
+        AT::Graphs
+    } else if !a.sparse_tensors.is_empty() {
+        AT::SparseTensors
+    } else if !a.type_protos.is_empty() {
+        AT::TypeProtos
+    } else {
+        return None;
+    })
+}
+
+fn encoded<M: Message>(m: &M) -> Bytes {
+    Bytes::from(m.encode_to_vec())
+}
+
+fn decoded_all<M: Message + Default>(all: &[Bytes]) -> Result<Vec<M>> {
+    all.iter()
+        .map(|b| M::decode(b.clone()).map_err(|e| Error::Decode(e.to_string())))
+        .collect()
+}
+
+fn opset(o: pb::OperatorSetIdProto) -> OpsetImport {
+    OpsetImport {
+        domain: o.domain,
+        version: o.version.unwrap_or_default(),
+    }
+}
+
+fn opset_back(o: &OpsetImport) -> pb::OperatorSetIdProto {
+    pb::OperatorSetIdProto {
+        domain: o.domain.clone(),
+        version: Some(o.version),
+    }
+}
+
+fn props(p: Vec<pb::StringStringEntryProto>) -> Vec<(String, String)> {
+    p.into_iter()
+        .map(|e| (e.key.unwrap_or_default(), e.value.unwrap_or_default()))
+        .collect()
+}
+
+fn props_back(p: &[(String, String)]) -> Vec<pb::StringStringEntryProto> {
+    p.iter()
+        .map(|(k, v)| pb::StringStringEntryProto {
+            key: Some(k.clone()),
+            value: Some(v.clone()),
+        })
+        .collect()
+}
+
+fn value_info(v: pb::ValueInfoProto) -> Result<ValueInfo> {
+    let name = v.name.unwrap_or_default();
+    let ty = v
+        .r#type
+        .map(ty)
+        .transpose()
+        .map_err(|e| Error::InvalidModel(format!("value '{name}': {e}")))?;
+    Ok(ValueInfo {
+        name,
+        ty,
+        doc_string: v.doc_string,
+        metadata_props: props(v.metadata_props),
+    })
+}
+
+fn elem_type(code: Option<i32>) -> Result<Option<DataType>> {
+    match code {
+        None | Some(0) => Ok(None),
+        Some(c) => DataType::from_onnx(c)
+            .map(Some)
+            .ok_or_else(|| Error::InvalidModel(format!("unknown element type {c}"))),
+    }
+}
+
+fn tensor_type(elem: Option<i32>, shape: Option<pb::TensorShapeProto>) -> Result<TensorType> {
+    use pb::tensor_shape_proto::dimension::Value;
+    let shape = shape.map(|s| {
+        let denotations: Vec<Option<String>> = s.dim.iter().map(|d| d.denotation.clone()).collect();
+        let dims = s
+            .dim
+            .into_iter()
+            .map(|d| match d.value {
+                Some(Value::DimValue(v)) => Dim::Known(v),
+                Some(Value::DimParam(p)) => Dim::Symbolic(p),
+                None => Dim::Unknown,
+            })
+            .collect();
+        Shape {
+            dims,
+            denotations: if denotations.iter().any(Option::is_some) {
+                denotations
+            } else {
+                Vec::new()
+            },
+        }
+    });
+    Ok(TensorType {
+        elem: elem_type(elem)?,
+        shape,
+    })
+}
+
+fn ty(t: pb::TypeProto) -> Result<Type> {
+    use pb::type_proto::Value as V;
+    let boxed = |t: Option<pb::TypeProto>| t.map(ty).transpose().map(|t| t.map(Box::new));
+    let kind = match t.value {
+        None => TypeKind::Unset,
+        Some(V::TensorType(x)) => TypeKind::Tensor(tensor_type(x.elem_type, x.shape)?),
+        Some(V::SparseTensorType(x)) => TypeKind::SparseTensor(tensor_type(x.elem_type, x.shape)?),
+        Some(V::SequenceType(s)) => TypeKind::Sequence(boxed(s.elem_type.map(|b| *b))?),
+        Some(V::MapType(m)) => TypeKind::Map {
+            key: m.key_type,
+            value: boxed(m.value_type.map(|b| *b))?,
+        },
+        Some(V::OptionalType(o)) => TypeKind::Optional(boxed(o.elem_type.map(|b| *b))?),
+        Some(V::OpaqueType(o)) => TypeKind::Opaque {
+            domain: o.domain.unwrap_or_default(),
+            name: o.name.unwrap_or_default(),
+        },
+    };
+    Ok(Type {
+        kind,
+        denotation: t.denotation,
+    })
+}
+
+fn tensor(t: pb::TensorProto) -> Result<StoredTensor> {
+    let name = t.name.clone().unwrap_or_else(|| "<unnamed>".into());
+    let bad = |reason: String| Error::tensor(&name, reason);
+    let elem = match t.data_type {
+        None | Some(0) => return Err(bad("element type is UNDEFINED".into())),
+        Some(c) => DataType::from_onnx(c).ok_or_else(|| bad(format!("unknown element type {c}")))?,
+    };
+    if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
+        return Err(bad(format!("negative dimension {d} in dims {:?}", t.dims)));
+    }
+    let external = t.data_location == Some(pb::tensor_proto::DataLocation::External as i32);
+    let mut fields = Vec::new();
+    if t.raw_data.is_some() {
+        fields.push("raw_data");
+    }
+    for (present, field) in [
+        (!t.float_data.is_empty(), "float_data"),
+        (!t.int32_data.is_empty(), "int32_data"),
+        (!t.string_data.is_empty(), "string_data"),
+        (!t.int64_data.is_empty(), "int64_data"),
+        (!t.double_data.is_empty(), "double_data"),
+        (!t.uint64_data.is_empty(), "uint64_data"),
+    ] {
+        if present {
+            fields.push(field);
+        }
+    }
+    if external && !fields.is_empty() {
+        return Err(bad(format!(
+            "external data and {} are both set",
+            fields.join(", ")
+        )));
+    }
+    if fields.len() > 1 {
+        return Err(bad(format!("more than one data field set: {}", fields.join(", "))));
+    }
+    if let Some(loc) = t.data_location {
+        if loc != 0 && loc != 1 {
+            return Err(bad(format!("unknown data_location {loc}")));
+        }
+    }
+    let payload = if external {
+        let entries = props(t.external_data);
+        Payload::External(ExternalData {
+            entries,
+            location: String::new(),
+            offset: 0,
+            bytes: Bytes::new(),
+        })
+    } else if let Some(raw) = t.raw_data {
+        Payload::Raw(raw)
+    } else if !t.float_data.is_empty() {
+        Payload::Float(t.float_data)
+    } else if !t.int32_data.is_empty() {
+        Payload::Int32(t.int32_data)
+    } else if !t.string_data.is_empty() {
+        Payload::String(t.string_data)
+    } else if !t.int64_data.is_empty() {
+        Payload::Int64(t.int64_data)
+    } else if !t.double_data.is_empty() {
+        Payload::Double(t.double_data)
+    } else if !t.uint64_data.is_empty() {
+        Payload::Uint64(t.uint64_data)
+    } else {
+        empty_payload(elem)
+    };
+    Ok(StoredTensor {
+        name: t.name,
+        elem,
+        dims: t.dims,
+        payload,
+        doc_string: t.doc_string,
+        metadata_props: props(t.metadata_props),
+        segment: t.segment.map(|s| (s.begin, s.end)),
+    })
+}
+
+/// The typed field a tensor with no data field set would use; it encodes to nothing.
+fn empty_payload(elem: DataType) -> Payload {
+    use DataType::*;
+    match elem {
+        Float | Complex64 => Payload::Float(Vec::new()),
+        Double | Complex128 => Payload::Double(Vec::new()),
+        Int64 => Payload::Int64(Vec::new()),
+        Uint32 | Uint64 => Payload::Uint64(Vec::new()),
+        String => Payload::String(Vec::new()),
+        _ => Payload::Int32(Vec::new()),
+    }
+}
+
+fn tensor_back(t: &StoredTensor) -> pb::TensorProto {
+    let mut out = pb::TensorProto {
+        dims: t.dims.clone(),
+        data_type: Some(t.elem.onnx()),
+        segment: t.segment.map(|(begin, end)| pb::tensor_proto::Segment { begin, end }),
+        name: t.name.clone(),
+        doc_string: t.doc_string.clone(),
+        metadata_props: props_back(&t.metadata_props),
+        ..Default::default()
+    };
+    match &t.payload {
+        Payload::Raw(b) => out.raw_data = Some(b.clone()),
+        Payload::Float(v) => out.float_data = v.clone(),
+        Payload::Int32(v) => out.int32_data = v.clone(),
+        Payload::Int64(v) => out.int64_data = v.clone(),
+        Payload::Double(v) => out.double_data = v.clone(),
+        Payload::Uint64(v) => out.uint64_data = v.clone(),
+        Payload::String(v) => out.string_data = v.clone(),
+        Payload::External(e) => {
+            out.data_location = Some(pb::tensor_proto::DataLocation::External as i32);
+            out.external_data = props_back(&e.entries);
+        }
+    }
+    out
+}
+
+fn type_back(t: &Type) -> pb::TypeProto {
+    use pb::type_proto as tp;
+    let boxed = |t: &Option<Box<Type>>| t.as_ref().map(|t| Box::new(type_back(t)));
+    let value = match &t.kind {
+        TypeKind::Unset => None,
+        TypeKind::Tensor(x) => {
+            let (elem_type, shape) = tensor_type_back(x);
+            Some(tp::Value::TensorType(tp::Tensor { elem_type, shape }))
+        }
+        TypeKind::SparseTensor(x) => {
+            let (elem_type, shape) = tensor_type_back(x);
+            Some(tp::Value::SparseTensorType(tp::SparseTensor { elem_type, shape }))
+        }
+        TypeKind::Sequence(e) => Some(tp::Value::SequenceType(Box::new(tp::Sequence {
+            elem_type: boxed(e),
+        }))),
+        TypeKind::Map { key, value } => Some(tp::Value::MapType(Box::new(tp::Map {
+            key_type: *key,
+            value_type: boxed(value),
+        }))),
+        TypeKind::Optional(e) => Some(tp::Value::OptionalType(Box::new(tp::Optional {
+            elem_type: boxed(e),
+        }))),
+        TypeKind::Opaque { domain, name } => Some(tp::Value::OpaqueType(tp::Opaque {
+            domain: Some(domain.clone()),
+            name: Some(name.clone()),
+        })),
+    };
+    pb::TypeProto {
+        denotation: t.denotation.clone(),
+        value,
+    }
+}
+
+fn tensor_type_back(t: &TensorType) -> (Option<i32>, Option<pb::TensorShapeProto>) {
+    use pb::tensor_shape_proto::{dimension::Value, Dimension};
+    let shape = t.shape.as_ref().map(|s| pb::TensorShapeProto {
+        dim: s
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Dimension {
+                denotation: s.denotations.get(i).cloned().flatten(),
+                value: match d {
+                    Dim::Known(v) => Some(Value::DimValue(*v)),
+                    Dim::Symbolic(p) => Some(Value::DimParam(p.clone())),
+                    Dim::Unknown => None,
+                },
+            })
+            .collect(),
+    });
+    (t.elem.map(DataType::onnx), shape)
+}
+
+fn value_info_back(v: &ValueInfo) -> pb::ValueInfoProto {
+    pb::ValueInfoProto {
+        name: Some(v.name.clone()),
+        r#type: v.ty.as_ref().map(type_back),
+        doc_string: v.doc_string.clone(),
+        metadata_props: props_back(&v.metadata_props),
+    }
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+fn set_or_empty(s: &str, explicit: bool) -> Option<String> {
+    (explicit || !s.is_empty()).then(|| s.to_owned())
+}
+
+fn node_back(n: &Node) -> pb::NodeProto {
+    pb::NodeProto {
+        input: n.inputs.clone(),
+        output: n.outputs.clone(),
+        name: set_or_empty(&n.name, n.explicit_empty & 1 != 0),
+        op_type: Some(n.op_type.clone()),
+        domain: set_or_empty(&n.domain, n.explicit_empty & 2 != 0),
+        overload: n.overload.clone(),
+        attribute: n.attributes.iter().map(attribute_back).collect(),
+        doc_string: n.doc_string.clone(),
+        metadata_props: props_back(&n.metadata_props),
+        device_configurations: n
+            .device_configurations
+            .iter()
+            .filter_map(|b| pb::NodeDeviceConfigurationProto::decode(b.clone()).ok())
+            .collect(),
+    }
+}
+
+fn attribute_back(a: &Attribute) -> pb::AttributeProto {
+    let mut out = pb::AttributeProto {
+        name: Some(a.name.clone()),
+        doc_string: a.doc_string.clone(),
+        ..Default::default()
+    };
+    let kind = match &a.value {
+        AttrValue::Float(v) => {
+            out.f = Some(*v);
+            AT::Float
+        }
+        AttrValue::Int(v) => {
+            out.i = Some(*v);
+            AT::Int
+        }
+        AttrValue::String(v) => {
+            out.s = Some(v.clone());
+            AT::String
+        }
+        AttrValue::Tensor(t) => {
+            out.t = Some(tensor_back(t));
+            AT::Tensor
+        }
+        AttrValue::Graph(g) => {
+            out.g = Some(graph_back(g));
+            AT::Graph
+        }
+        AttrValue::SparseTensor(b) => {
+            out.sparse_tensor = pb::SparseTensorProto::decode(b.clone()).ok();
+            AT::SparseTensor
+        }
+        AttrValue::Type(t) => {
+            out.tp = Some(type_back(t));
+            AT::TypeProto
+        }
+        AttrValue::Floats(v) => {
+            out.floats = v.clone();
+            AT::Floats
+        }
+        AttrValue::Ints(v) => {
+            out.ints = v.clone();
+            AT::Ints
+        }
+        AttrValue::Strings(v) => {
+            out.strings = v.clone();
+            AT::Strings
+        }
+        AttrValue::Tensors(v) => {
+            out.tensors = v.iter().map(tensor_back).collect();
+            AT::Tensors
+        }
+        AttrValue::Graphs(v) => {
+            out.graphs = v.iter().map(graph_back).collect();
+            AT::Graphs
+        }
+        AttrValue::SparseTensors(v) => {
+            out.sparse_tensors = v
+                .iter()
+                .filter_map(|b| pb::SparseTensorProto::decode(b.clone()).ok())
+                .collect();
+            AT::SparseTensors
+        }
+        AttrValue::Types(v) => {
+            out.type_protos = v.iter().map(type_back).collect();
+            AT::TypeProtos
+        }
+        AttrValue::Ref { name, kind } => {
+            out.ref_attr_name = Some(name.clone());
+            out.r#type = Some(*kind);
+            return out;
+        }
+    };
+    out.r#type = Some(kind as i32);
+    out
+}
+
+fn graph_back(g: &Graph) -> pb::GraphProto {
+    pb::GraphProto {
+        node: g.nodes().map(|(_, n)| node_back(n)).collect(),
+        name: Some(g.name.clone()),
+        initializer: g.initializers.iter().map(tensor_back).collect(),
+        sparse_initializer: g
+            .sparse_initializers
+            .iter()
+            .filter_map(|s| pb::SparseTensorProto::decode(s.encoded.clone()).ok())
+            .collect(),
+        doc_string: g.doc_string.clone(),
+        input: g.inputs.iter().map(value_info_back).collect(),
+        output: g.outputs.iter().map(value_info_back).collect(),
+        value_info: g.value_info.iter().map(value_info_back).collect(),
+        quantization_annotation: g
+            .quantization_annotations
+            .iter()
+            .map(|a| pb::TensorAnnotation {
+                tensor_name: Some(a.tensor_name.clone()),
+                quant_parameter_tensor_names: props_back(&a.params),
+            })
+            .collect(),
+        metadata_props: props_back(&g.metadata_props),
+    }
+}
+
+fn function_back(f: &Function) -> pb::FunctionProto {
+    pb::FunctionProto {
+        name: Some(f.name.clone()),
+        input: f.body.inputs.iter().map(|v| v.name.clone()).collect(),
+        output: f.body.outputs.iter().map(|v| v.name.clone()).collect(),
+        attribute: f.attributes.clone(),
+        attribute_proto: f.attribute_defaults.iter().map(attribute_back).collect(),
+        node: f.body.nodes().map(|(_, n)| node_back(n)).collect(),
+        doc_string: f.doc_string.clone(),
+        opset_import: f.opset_imports.iter().map(opset_back).collect(),
+        domain: non_empty(&f.domain),
+        overload: f.overload.clone(),
+        value_info: f.body.value_info.iter().map(value_info_back).collect(),
+        metadata_props: props_back(&f.metadata_props),
+    }
+}
+
+/// Decodes two serialized models and reports whether the messages are equal, for round-trip
+/// tests. Not part of the stable API.
+#[doc(hidden)]
+pub fn same_model_message(a: &[u8], b: &[u8]) -> Result<bool> {
+    let a = pb::ModelProto::decode(a).map_err(|e| Error::Decode(e.to_string()))?;
+    let b = pb::ModelProto::decode(b).map_err(|e| Error::Decode(e.to_string()))?;
+    Ok(a == b)
+}
+
+/// Describes the first difference between two serialized models, for round-trip test messages.
+#[doc(hidden)]
+pub fn first_difference(a: &[u8], b: &[u8]) -> Option<String> {
+    let a = pb::ModelProto::decode(a).ok()?;
+    let b = pb::ModelProto::decode(b).ok()?;
+    let (da, db) = (format!("{a:#?}"), format!("{b:#?}"));
+    da.lines()
+        .zip(db.lines())
+        .enumerate()
+        .find(|(_, (x, y))| x != y)
+        .map(|(i, (x, y))| format!("line {i}: {x:?} != {y:?}"))
+}
