@@ -202,12 +202,17 @@ impl Printer {
                 INDENT.repeat(depth + 1)
             );
         }
-        self.out.push('\n');
+        if depth == 0 {
+            self.out.push('\n');
+        } else {
+            self.out.push(' ');
+        }
         self.body(g, depth);
     }
 
+    /// The node list. At depth 0 the caller has put the brace on a line of its own; in subgraphs
+    /// it ends the header line.
     fn body(&mut self, g: &Graph, depth: usize) {
-        self.indent(depth);
         self.out.push_str("{\n");
         for (_, node) in g.nodes() {
             self.node(node, depth + 1);
