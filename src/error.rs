@@ -47,6 +47,12 @@ pub enum Error {
     /// A configured limit (file size, tensor size, node count, nesting depth) was exceeded.
     #[error("limit exceeded: {0}")]
     Limit(String),
+    /// The GatherMultiaxis operator or a gather mapping rejected its operands.
+    #[error(transparent)]
+    Gather(#[from] crate::gather::GatherError),
+    /// A runtime tensor operation failed.
+    #[error(transparent)]
+    Tensor(#[from] crate::tensor::TensorError),
     /// A pass failed; the pass's name is part of the message.
     #[error("pass {pass}: {source}")]
     Pass {

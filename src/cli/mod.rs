@@ -2,6 +2,7 @@
 //! [`Outcome`]; errors carry context naming the file they concern.
 
 mod inspect;
+mod rewrite;
 
 use std::path::PathBuf;
 
@@ -149,7 +150,24 @@ pub fn run(args: Args) -> Result<Outcome> {
             json,
             max_elements,
         } => inspect::run(&model, json, max_elements),
-        Command::Rewrite { .. } => unavailable("rewrite"),
+        Command::Rewrite {
+            model,
+            output,
+            in_place,
+            json,
+            ops,
+            skip,
+            external_data,
+            external_threshold,
+        } => rewrite::run(rewrite::RewriteArgs {
+            model: &model,
+            output: &output,
+            in_place,
+            json,
+            ops: &ops,
+            skip: &skip,
+            save: rewrite::save_options(external_data.as_ref(), external_threshold),
+        }),
         Command::Lower { .. } => unavailable("lower"),
         Command::Run { .. } => unavailable("run"),
         Command::Verify { .. } => unavailable("verify"),

@@ -1,0 +1,81 @@
+//! `multigather rewrite`: the GatherToMultiaxis pass from file to file.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use multigather::io::{ExternalPolicy, SaveOptions};
+use multigather::pass::{GatherKind, GatherToMultiaxis, RewriteConfig};
+
+use super::Outcome;
+
+/// Validated options of `multigather rewrite`.
+pub struct RewriteArgs<'a> {
+    pub model: &'a Path,
+    pub output: &'a Path,
+    pub in_place: bool,
+    pub json: bool,
+    pub ops: &'a [String],
+    pub skip: &'a [String],
+    pub save: SaveOptions,
+}
+
+/// Parses `--ops` values into op kinds.
+pub fn kinds(ops: &[String]) -> Result<Vec<GatherKind>> {
+    if ops.is_empty() {
+        return Ok(GatherKind::ALL.to_vec());
+    }
+    ops.iter()
+        .map(|o| {
+            GatherKind::from_name(o).with_context(|| {
+                format!("unknown op kind '{o}' in --ops (expected Gather, GatherElements or GatherND)")
+            })
+        })
+        .collect()
+}
+
+/// Save options from `--external-data` / `--external-threshold`.
+pub fn save_options(external: Option<&String>, threshold: usize) -> SaveOptions {
+    SaveOptions {
+        external: match external {
+            Some(file) => ExternalPolicy::File {
+                file: file.clone(),
+                threshold,
+            },
+            None => ExternalPolicy::Keep,
+        },
+    }
+}
+
+/// Refuses to overwrite the input unless asked to.
+pub fn check_output(input: &Path, output: &Path, in_place: bool) -> Result<()> {
+    let same = match (input.canonicalize(), output.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same && !in_place {
+        bail!(
+            "output {} is the input file; pass --in-place to overwrite it",
+            output.display()
+        );
+    }
+    Ok(())
+}
+
+pub fn run(args: RewriteArgs) -> Result<Outcome> {
+    check_output(args.model, args.output, args.in_place)?;
+    let config = RewriteConfig {
+        kinds: kinds(args.ops)?,
+        skip: args.skip.to_vec(),
+    };
+    let mut model = multigather::io::load(args.model)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let report = GatherToMultiaxis::rewrite(&mut model, config)
+        .with_context(|| format!("rewriting {}", args.model.display()))?;
+    multigather::io::save_with(&model, args.output, &args.save)
+        .with_context(|| format!("saving {}", args.output.display()))?;
+    eprintln!("{}", report.summary());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(Outcome::Success)
+}

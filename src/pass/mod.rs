@@ -1,0 +1,106 @@
+//! Passes over a model and the manager that runs them.
+//!
+//! A [`Pass`] has a name and edits a [`Model`] in memory, reporting whether it changed anything.
+//! The [`PassManager`] runs passes in order, validates the model after each one (an invalid result
+//! is the pass's bug, reported with its name), and can dump the model around each pass or stop
+//! after the N-th for bisecting. Passes do no file I/O.
+
+mod gather_to_multiaxis;
+
+pub use gather_to_multiaxis::{
+    GatherKind, GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
+};
+
+use crate::error::{Error, Result};
+use crate::ir::Model;
+
+/// A transformation of a model.
+///
+/// # Example
+/// A custom pass that renames the graph, run through the manager:
+/// ```
+/// use multigather::ir::{Graph, Model};
+/// use multigather::pass::{Pass, PassManager};
+///
+/// struct Rename;
+/// impl Pass for Rename {
+///     fn name(&self) -> &'static str { "Rename" }
+///     fn run(&mut self, model: &mut Model) -> multigather::Result<bool> {
+///         let changed = model.graph.name != "renamed";
+///         model.graph.name = "renamed".into();
+///         Ok(changed)
+///     }
+/// }
+///
+/// let mut model = Model::new(Graph::new("g"), 13);
+/// let mut pm = PassManager::new();
+/// assert_eq!(pm.run(&mut model, &mut [&mut Rename])?, vec![("Rename", true)]);
+/// assert_eq!(pm.run(&mut model, &mut [&mut Rename])?, vec![("Rename", false)]);
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub trait Pass {
+    /// A short name used in errors and dumps.
+    fn name(&self) -> &'static str;
+    /// Runs the pass; returns whether the model changed.
+    fn run(&mut self, model: &mut Model) -> Result<bool>;
+}
+
+/// Called with the pass name, `"before"` or `"after"`, and the model.
+pub type DumpHook = Box<dyn FnMut(&str, &str, &Model)>;
+
+/// Runs passes in order and validates the model after each. The caller keeps the passes, so it
+/// can read what they report afterwards.
+#[derive(Default)]
+pub struct PassManager {
+    stop_after: Option<usize>,
+    dump: Option<DumpHook>,
+}
+
+impl PassManager {
+    /// An empty pipeline.
+    pub fn new() -> PassManager {
+        PassManager::default()
+    }
+
+    /// Runs only the first `n` passes.
+    pub fn stop_after(&mut self, n: usize) -> &mut PassManager {
+        self.stop_after = Some(n);
+        self
+    }
+
+    /// Calls `hook` before and after each pass (e.g. to print the text form).
+    pub fn on_dump(&mut self, hook: impl FnMut(&str, &str, &Model) + 'static) -> &mut PassManager {
+        self.dump = Some(Box::new(hook));
+        self
+    }
+
+    /// Runs `passes` in order; returns each pass's name and whether it changed the model.
+    pub fn run(
+        &mut self,
+        model: &mut Model,
+        passes: &mut [&mut dyn Pass],
+    ) -> Result<Vec<(&'static str, bool)>> {
+        let limit = self.stop_after.unwrap_or(usize::MAX);
+        let mut results = Vec::new();
+        for pass in passes.iter_mut().take(limit) {
+            let name = pass.name();
+            if let Some(hook) = &mut self.dump {
+                hook(name, "before", model);
+            }
+            let wrap = |e: Error| Error::Pass {
+                pass: name,
+                source: Box::new(e),
+            };
+            let changed = pass.run(model).map_err(wrap)?;
+            model.validate().map_err(|e| Error::Pass {
+                pass: name,
+                source: Box::new(Error::InvalidModel(format!("the pass left an invalid model: {e}"))),
+            })?;
+            if let Some(hook) = &mut self.dump {
+                hook(name, "after", model);
+            }
+            results.push((name, changed));
+        }
+        Ok(results)
+    }
+}
