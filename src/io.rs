@@ -327,9 +327,6 @@ pub struct SaveOptions {
     pub external: ExternalPolicy,
 }
 
-/// Protobuf messages cannot exceed 2 GiB.
-const PROTOBUF_LIMIT: usize = (1 << 31) - 1;
-
 /// Serializes a model with every payload inline.
 pub fn to_bytes(model: &Model) -> Result<Vec<u8>> {
     let mut m = model.clone();
@@ -337,25 +334,13 @@ pub fn to_bytes(model: &Model) -> Result<Vec<u8>> {
         inline(t);
         Ok(())
     })?;
-    let bytes = proto::encode(&m)?;
-    check_size(bytes.len())?;
-    Ok(bytes)
+    proto::encode(&m)
 }
 
 fn inline(t: &mut StoredTensor) {
     if let Payload::External(e) = &t.payload {
         t.payload = Payload::Raw(e.bytes.clone());
     }
-}
-
-fn check_size(len: usize) -> Result<()> {
-    if len > PROTOBUF_LIMIT {
-        return Err(Error::Unsupported(format!(
-            "the serialized model would be {len} bytes, over protobuf's 2 GiB limit; \
-             store weights in an external file (--external-data FILE)"
-        )));
-    }
-    Ok(())
 }
 
 /// Saves a model with default options (see [`ExternalPolicy::Keep`]).
@@ -430,7 +415,6 @@ pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()
         }
     }
     let bytes = proto::encode(&m)?;
-    check_size(bytes.len())?;
     let mut tmp = temp_in(&dir)?;
     tmp.as_file_mut()
         .write_all(&bytes)

@@ -79,7 +79,8 @@ pub fn decode(bytes: Bytes, limits: DecodeLimits) -> Result<ir::Model> {
 }
 
 /// Encodes a model as a `ModelProto`. External payloads are written as references; the caller
-/// decides beforehand which tensors are external (see [`crate::io`]).
+/// decides beforehand which tensors are external (see [`crate::io`]). Fails without allocating
+/// when the message would exceed protobuf's 2 GiB limit.
 pub fn encode(model: &ir::Model) -> Result<Vec<u8>> {
     let m = pb::ModelProto {
         ir_version: model.ir_version,
@@ -95,8 +96,18 @@ pub fn encode(model: &ir::Model) -> Result<Vec<u8>> {
         functions: model.functions.iter().map(function_back).collect(),
         configuration: decoded_all(&model.configuration)?,
     };
+    let len = m.encoded_len();
+    if len > PROTOBUF_LIMIT {
+        return Err(Error::Unsupported(format!(
+            "the serialized model would be {len} bytes, over protobuf's 2 GiB limit; \
+             store weights in an external file (--external-data FILE)"
+        )));
+    }
     Ok(m.encode_to_vec())
 }
+
+/// Protobuf messages cannot exceed 2 GiB.
+const PROTOBUF_LIMIT: usize = (1 << 31) - 1;
 
 /// Encodes a standalone tensor as a `TensorProto` (for `.pb` test data).
 pub fn encode_tensor(t: &StoredTensor) -> Vec<u8> {

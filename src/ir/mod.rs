@@ -63,8 +63,9 @@ pub struct Function {
     pub metadata_props: Vec<(String, String)>,
 }
 
-/// A whole model (`ModelProto`).
-#[derive(Clone, Debug, PartialEq)]
+/// A whole model (`ModelProto`). Two models are equal when their contents are, wherever they were
+/// loaded from.
+#[derive(Clone, Debug)]
 pub struct Model {
     pub ir_version: Option<i64>,
     pub opset_imports: Vec<OpsetImport>,
@@ -82,6 +83,38 @@ pub struct Model {
     pub configuration: Vec<Bytes>,
     /// Directory the model was loaded from, against which external data locations resolve.
     pub base_dir: Option<PathBuf>,
+}
+
+impl PartialEq for Model {
+    fn eq(&self, other: &Model) -> bool {
+        let Model {
+            ir_version,
+            opset_imports,
+            producer_name,
+            producer_version,
+            domain,
+            model_version,
+            doc_string,
+            metadata_props,
+            graph,
+            functions,
+            training_info,
+            configuration,
+            base_dir: _,
+        } = self;
+        *ir_version == other.ir_version
+            && *opset_imports == other.opset_imports
+            && *producer_name == other.producer_name
+            && *producer_version == other.producer_version
+            && *domain == other.domain
+            && *model_version == other.model_version
+            && *doc_string == other.doc_string
+            && *metadata_props == other.metadata_props
+            && *graph == other.graph
+            && *functions == other.functions
+            && *training_info == other.training_info
+            && *configuration == other.configuration
+    }
 }
 
 impl Model {
