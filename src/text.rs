@@ -264,7 +264,7 @@ impl Printer {
         }
         let _ = write!(s, "{}: {} = ", id(name), value.type_name());
         match value {
-            AttrValue::Float(v) => s.push_str(&float(*v as f64)),
+            AttrValue::Float(v) => s.push_str(&float32(*v)),
             AttrValue::Int(v) => {
                 let _ = write!(s, "{v}");
             }
@@ -273,7 +273,7 @@ impl Printer {
             AttrValue::Graph(g) => s.push_str(&self.subgraph(g, depth)),
             AttrValue::SparseTensor(_) => s.push_str("{...}"),
             AttrValue::Type(t) => s.push_str(&type_to_text(t)),
-            AttrValue::Floats(v) => list(s, v.iter().map(|x| float(*x as f64))),
+            AttrValue::Floats(v) => list(s, v.iter().map(|x| float32(*x))),
             AttrValue::Ints(v) => list(s, v.iter().map(|x| x.to_string())),
             AttrValue::Strings(v) => {
                 list(s, v.iter().map(|x| quote(&String::from_utf8_lossy(x))))
@@ -311,9 +311,11 @@ impl Printer {
         )
     }
 
+    /// A tensor attribute value. Its name is shown only when it is a plain identifier: the onnx
+    /// parser does not accept a quoted name in this position.
     fn tensor_constant(&self, t: &StoredTensor) -> String {
         match &t.name {
-            Some(name) if !name.is_empty() => format!(
+            Some(name) if !name.is_empty() && id(name) == *name => format!(
                 "{} {} {}",
                 tensor_type(t.elem, &t.dims),
                 id(name),
@@ -374,7 +376,7 @@ fn element_strings(t: &StoredTensor) -> Option<Vec<String>> {
         };
     }
     Some(match t.elem {
-        DataType::Float => each!(4, |c| float(f32::from_le_bytes(c) as f64)),
+        DataType::Float => each!(4, |c| float32(f32::from_le_bytes(c))),
         DataType::Double => each!(8, |c| float(f64::from_le_bytes(c))),
         DataType::Float16 => each!(2, |c| float(half::f16::from_le_bytes(c).to_f64())),
         DataType::Bfloat16 => each!(2, |c| float(half::bf16::from_le_bytes(c).to_f64())),
@@ -389,6 +391,15 @@ fn element_strings(t: &StoredTensor) -> Option<Vec<String>> {
         DataType::Bool => each!(1, |c: [u8; 1]| (c[0] != 0).to_string()),
         _ => return None,
     })
+}
+
+/// Shortest text that reads back as the same `f32`.
+fn float32(v: f32) -> String {
+    if v.is_finite() {
+        format!("{v}")
+    } else {
+        float(v as f64)
+    }
 }
 
 /// Shortest text that reads back as the same value, in the syntax's float form.
@@ -426,12 +437,16 @@ fn str_map(entries: &[(String, String)]) -> String {
 
 fn value_info(v: &ValueInfo) -> String {
     match &v.ty {
-        Some(ty) => format!("{} {}", type_to_text(ty), id(&v.name)),
-        None => id(&v.name),
+        Some(ty) if ty.kind != TypeKind::Unset => format!("{} {}", type_to_text(ty), id(&v.name)),
+        _ => id(&v.name),
     }
 }
 
+/// A tensor constant's type: `float[2,3]`, or `int64` for a scalar, as the syntax writes them.
 fn tensor_type(elem: DataType, dims: &[i64]) -> String {
+    if dims.is_empty() {
+        return elem.name().to_owned();
+    }
     let dims: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
     format!("{elem}[{}]", dims.join(","))
 }

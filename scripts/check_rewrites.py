@@ -1,0 +1,136 @@
+"""Cross-checks rewrites against the onnx package and onnxruntime.
+
+usage: python scripts/check_rewrites.py DIR...     (needs onnx, onnxruntime, numpy; MULTIGATHER = the binary)
+
+For every .onnx model under DIR:
+  1. `multigather rewrite` it; the result must pass onnx.checker.check_model(full_check=True) and
+     contain no Gather / GatherElements / GatherND anywhere;
+  2. run the ORIGINAL in onnxruntime and the REWRITTEN model in `multigather run` on the same
+     inputs (the model's test_data_set_0 when it has one, else random inputs drawn from the
+     declared types, symbolic dims = 1, integer inputs in [0, 2)); outputs must be bit-identical
+     for integer / gather-only graphs and equal within 1e-5 relative otherwise (the interpreter and
+     onnxruntime may round float arithmetic differently; the rewrite itself is checked bit for bit
+     by `multigather verify`).
+Prints one line per model and exits 1 on any failure.
+"""
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+BIN = os.environ.get("MULTIGATHER", "target/release/multigather")
+GATHERS = {"Gather", "GatherElements", "GatherND"}
+
+
+def all_nodes(graph):
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            for g in list(a.graphs) + ([a.g] if a.HasField("g") else []):
+                yield from all_nodes(g)
+
+
+def gathers_left(model):
+    nodes = list(all_nodes(model.graph))
+    for f in model.functions:
+        nodes += list(f.node)
+    return sum(1 for n in nodes if n.op_type in GATHERS and n.domain in ("", "ai.onnx"))
+
+
+def random_inputs(model, rng):
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dtype, np.integer):
+            feeds[vi.name] = rng.integers(0, 2, size=shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[vi.name] = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def stored_inputs(model_path, model):
+    d = os.path.join(os.path.dirname(model_path), "test_data_set_0")
+    if not os.path.isdir(d):
+        return None
+    feeds = {}
+    for k, vi in enumerate(model.graph.input):
+        p = os.path.join(d, f"input_{k}.pb")
+        if os.path.exists(p):
+            t = onnx.TensorProto()
+            t.ParseFromString(open(p, "rb").read())
+            feeds[vi.name] = numpy_helper.to_array(t)
+    return feeds
+
+
+def check(path, work):
+    original = onnx.load(path)
+    rewritten_path = os.path.join(work, "rewritten.onnx")
+    subprocess.run([BIN, "rewrite", path, "-o", rewritten_path], check=True, capture_output=True)
+    rewritten = onnx.load(rewritten_path, load_external_data=False)
+    onnx.checker.check_model(rewritten, full_check=True)
+    left = gathers_left(rewritten)
+    if left:
+        return f"{left} gather node(s) left after the rewrite"
+
+    feeds = stored_inputs(path, original) or random_inputs(original, np.random.default_rng(0))
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    expected = sess.run(None, feeds)
+    inputs = os.path.join(work, "inputs")
+    os.makedirs(inputs, exist_ok=True)
+    for k, (name, value) in enumerate(feeds.items()):
+        with open(os.path.join(inputs, f"input_{k}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(np.asarray(value), name).SerializeToString())
+    outdir = os.path.join(work, "outputs")
+    subprocess.run([BIN, "run", rewritten_path, "--inputs", inputs, "--output-dir", outdir],
+                   check=True, capture_output=True)
+    for k, want in enumerate(expected):
+        t = onnx.TensorProto()
+        t.ParseFromString(open(os.path.join(outdir, f"output_{k}.pb"), "rb").read())
+        got = numpy_helper.to_array(t)
+        if got.shape != want.shape:
+            return f"output {k}: shape {got.shape} != onnxruntime's {want.shape}"
+        if np.issubdtype(want.dtype, np.floating):
+            if not np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
+                return f"output {k}: max |diff| {np.max(np.abs(got - want))} vs onnxruntime"
+        elif not np.array_equal(got, want):
+            return f"output {k}: differs from onnxruntime"
+    return None
+
+
+def main():
+    models = []
+    for root in sys.argv[1:]:
+        models += sorted(glob.glob(os.path.join(root, "**", "*.onnx"), recursive=True))
+    failed = 0
+    for path in models:
+        with tempfile.TemporaryDirectory() as work:
+            try:
+                problem = check(path, work)
+            except subprocess.CalledProcessError as e:
+                problem = (e.stderr or b"").decode(errors="replace").strip() or str(e)
+            except Exception as e:  # onnx and onnxruntime raise their own error types
+                problem = f"{type(e).__name__}: {str(e)[:300]}"
+        if problem:
+            failed += 1
+            print(f"FAIL {path}: {problem}")
+        else:
+            print(f"ok   {path}")
+    print(f"rewrites: {len(models) - failed} of {len(models)} models check out")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
