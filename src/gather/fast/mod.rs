@@ -1,0 +1,491 @@
+//! The fast `GatherMultiaxis` kernel, bit-identical to [`super::reference`] on every input.
+//!
+//! The work is split in three steps:
+//!
+//! 1. **Canonicalise** ([`canon`]): drop unit dimensions, classify the rest as index or block
+//!    dimensions (broadcasting is a zero stride), merge neighbours that are contiguous in both
+//!    operands. A gather ends up as a few loops: outer × index tuples × inner block.
+//! 2. **Index pre-pass** ([`offsets`]): validate every index tuple, count negatives from the end,
+//!    apply the mode, fold in the input offset of non-axis index dimensions, and produce one
+//!    element offset per tuple. The first bad index (lowest position in the indices) is reported.
+//!    Nothing is read from the input before its offsets are validated, and every offset is
+//!    checked against the input size before use, so no index value can cause an out-of-bounds
+//!    read.
+//! 3. **Copy** ([`rows`]): walk the output front to back, one row of the innermost dimension at a
+//!    time: block copies for contiguous rows, element gathers (hardware gathers, [`simd`]) for
+//!    index rows. The output is allocated uninitialised and written exactly once.
+//!
+//! When every index dimension is outside every block dimension (embedding lookups,
+//! GatherElements, GatherND) each offset is used once, in order, so steps 2 and 3 run
+//! interleaved on small tiles that stay in L1 ("streamed"); otherwise the offset table, which is
+//! then smaller than the output, is built first.
+//!
+//! Parallelism: the output is cut into chunks of at least [`FastOptions::grain_bytes`], processed
+//! on the current rayon pool (`pool.install(|| gather_multiaxis(..))` bounds the threads); below
+//! two grains it runs serially on the calling thread.
+
+mod canon;
+mod offsets;
+mod rows;
+mod simd;
+
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+use self::canon::Layout;
+use self::offsets::{BadIndex, Indices, Offset};
+use self::rows::{drive, ByteSink, Inner, PackedSink, RowSink, StringSink, Word};
+use super::{check_operands, unravel, GatherError, GatherSpec, OutOfRange};
+use crate::tensor::{element_count, Tensor, TensorError};
+use crate::DataType;
+
+pub use self::simd::SimdLevel;
+
+/// Tuning knobs of the fast kernel. The defaults are what [`gather_multiaxis`] uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FastOptions {
+    /// Split large outputs over the current rayon pool (default `true`).
+    pub parallel: bool,
+    /// Minimum output bytes per parallel task; outputs under two grains run serially
+    /// (default 64 KiB).
+    pub grain_bytes: usize,
+    /// Highest SIMD level to use for element gathers; `None` (default) means
+    /// [`SimdLevel::detected`]. A level above what the CPU has is lowered to it.
+    pub simd: Option<SimdLevel>,
+}
+
+impl Default for FastOptions {
+    fn default() -> FastOptions {
+        FastOptions {
+            parallel: true,
+            grain_bytes: 64 * 1024,
+            simd: None,
+        }
+    }
+}
+
+impl FastOptions {
+    /// Serial execution on the calling thread.
+    pub fn serial() -> FastOptions {
+        FastOptions {
+            parallel: false,
+            ..FastOptions::default()
+        }
+    }
+
+    /// The same options limited to one SIMD level.
+    pub fn with_simd(mut self, level: SimdLevel) -> FastOptions {
+        self.simd = Some(level);
+        self
+    }
+
+    fn simd_level(&self) -> SimdLevel {
+        self.simd
+            .unwrap_or_else(SimdLevel::detected)
+            .min(SimdLevel::detected())
+    }
+}
+
+/// `GatherMultiaxis(input, indices, axes, mode)` with the fast kernel on the current rayon pool.
+///
+/// `indices` must be `int32` or `int64`; the output has the input's element type. Errors name
+/// the problem: shapes and axes (see [`super::output_shape`]) or the first out-of-range index.
+///
+/// # Example
+/// ```
+/// use multigather::gather::{gather_multiaxis, GatherSpec, OutOfRange};
+/// use multigather::{DataType, Tensor};
+/// // 2-D point lookups: coordinates (y, x) folded into the last dimension of the indices.
+/// let image = Tensor::from_vec(DataType::Float, &[2, 3], vec![0.0f32, 1.0, 2.0, 10.0, 11.0, 12.0])?;
+/// let points = Tensor::from_vec(DataType::Int64, &[3, 2], vec![1i64, 2, 0, -1, 7, 0])?;
+/// let spec = GatherSpec::new(vec![0, 1]).with_mode(OutOfRange::Zero);
+/// // Logical indices shape [3, 1]: axis 0 takes 3, axis 1 takes 1.
+/// let out = gather_multiaxis(&image, &points.into_shape(&[3, 2])?, &spec)?;
+/// assert_eq!(out.shape(), &[3, 1]);
+/// assert_eq!(out.as_slice::<f32>()?, &[12.0, 2.0, 0.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn gather_multiaxis(
+    input: &Tensor,
+    indices: &Tensor,
+    spec: &GatherSpec,
+) -> Result<Tensor, GatherError> {
+    gather_multiaxis_with(input, indices, spec, &FastOptions::default())
+}
+
+/// [`gather_multiaxis`] with explicit options.
+pub fn gather_multiaxis_with(
+    input: &Tensor,
+    indices: &Tensor,
+    spec: &GatherSpec,
+    options: &FastOptions,
+) -> Result<Tensor, GatherError> {
+    gather_shaped(
+        input,
+        input.shape(),
+        indices,
+        indices.shape(),
+        spec,
+        options,
+    )
+}
+
+/// The kernel on tensors viewed with other shapes of the same element counts (what a plan's
+/// shape operations produce), without copying them.
+pub(crate) fn gather_shaped(
+    input: &Tensor,
+    input_shape: &[usize],
+    indices: &Tensor,
+    indices_shape: &[usize],
+    spec: &GatherSpec,
+    options: &FastOptions,
+) -> Result<Tensor, GatherError> {
+    for (t, shape) in [(input, input_shape), (indices, indices_shape)] {
+        if element_count(shape) != Some(t.len()) {
+            return Err(TensorError::Reshape {
+                from: t.shape().to_vec(),
+                from_len: t.len(),
+                to: shape.to_vec(),
+                to_len: element_count(shape).unwrap_or(usize::MAX),
+            }
+            .into());
+        }
+    }
+    let output_shape = check_operands(input_shape, indices, indices_shape, spec)?;
+    if element_count(&output_shape) == Some(0) {
+        return Ok(Tensor::zeros(input.dtype(), &output_shape)?);
+    }
+    let layout = Layout::new(input_shape, indices_shape, spec, &output_shape)?;
+    let values = match indices.dtype() {
+        DataType::Int32 => Indices::I32(indices.as_slice()?),
+        _ => Indices::I64(indices.as_slice()?),
+    };
+    let call = Call {
+        layout,
+        indices: values,
+        input_shape,
+        indices_shape,
+        spec,
+        options,
+        output_shape: &output_shape,
+    };
+    if call.layout.n_in < u32::MAX as usize {
+        call.run::<u32>(input)
+    } else {
+        call.run::<u64>(input)
+    }
+}
+
+/// Offset-table entries per tile when the table is streamed.
+const TILE: usize = 1024;
+/// Tables with fewer entries are built up front even when they could be streamed: they are
+/// cheap, and streaming would tie all the work to few table entries.
+const STREAM_MIN: usize = 4 * TILE;
+
+/// Everything one call needs, shared by the chunks.
+struct Call<'a> {
+    layout: Layout,
+    indices: Indices<'a>,
+    input_shape: &'a [usize],
+    indices_shape: &'a [usize],
+    spec: &'a GatherSpec,
+    options: &'a FastOptions,
+    output_shape: &'a [usize],
+}
+
+/// The offset table: built up front, or streamed tile by tile.
+enum Table<O> {
+    Built { t: Vec<O>, simd: bool },
+    Streamed,
+}
+
+/// Why a chunk stopped.
+enum Stop {
+    Bad(BadIndex),
+    Bound,
+}
+
+impl Call<'_> {
+    fn run<O: Offset>(&self, input: &Tensor) -> Result<Tensor, GatherError> {
+        let table = if self.layout.streamed && self.layout.t.count >= STREAM_MIN {
+            Table::Streamed
+        } else {
+            self.build_table()?
+        };
+        let inner = Inner::of(self.layout.dims.last().unwrap_or(&canon::Dim {
+            size: 1,
+            in_stride: 1,
+            t_stride: 0,
+        }));
+        let dtype = input.dtype();
+        let zero = self.spec.mode == OutOfRange::Zero;
+        let bits = dtype.bits();
+        if dtype == DataType::String {
+            let source = input.as_strings()?;
+            let mut out = vec![Vec::new(); self.layout.n_out];
+            self.execute(
+                &table,
+                &mut out,
+                8,
+                32,
+                |chunk| StringSink::new(source, chunk, inner),
+                |_| {},
+            )?;
+            return Ok(Tensor::from_strings(self.output_shape, out)?);
+        }
+        let mut out = Tensor::uninit(dtype, self.output_shape)?;
+        let payload = input.as_bytes()?;
+        let padded = input.padded_bytes().unwrap_or(payload);
+        match bits {
+            8 => self.run_words::<u8, O>(&table, payload, padded, out.bytes_mut(), inner, zero)?,
+            16 => {
+                self.run_words::<u16, O>(&table, payload, padded, out.bytes_mut(), inner, zero)?
+            }
+            32 => {
+                self.run_words::<u32, O>(&table, payload, padded, out.bytes_mut(), inner, zero)?
+            }
+            64 => {
+                self.run_words::<u64, O>(&table, payload, padded, out.bytes_mut(), inner, zero)?
+            }
+            128 => self.run_words::<[u64; 2], O>(
+                &table,
+                payload,
+                padded,
+                out.bytes_mut(),
+                inner,
+                zero,
+            )?,
+            _ => self.execute(
+                &table,
+                out.bytes_mut(),
+                bits,
+                1,
+                |chunk| PackedSink::new(payload, bits, chunk, inner),
+                |sink| sink.finish(),
+            )?,
+        }
+        // SAFETY: `execute` returned `Ok`, so every chunk ran to its end: the sinks wrote every
+        // output element, front to back, and the packed sinks flushed their last byte with zero
+        // padding bits.
+        Ok(unsafe { out.assume_init() })
+    }
+
+    fn run_words<W: Word, O: Offset>(
+        &self,
+        table: &Table<O>,
+        payload: &[u8],
+        padded: &[u8],
+        out: &mut [MaybeUninit<u8>],
+        inner: Inner,
+        zero: bool,
+    ) -> Result<(), GatherError> {
+        let input: &[W] =
+            bytemuck::try_cast_slice(payload).map_err(|_| internal("misaligned input"))?;
+        let out = cast_uninit::<W>(out).ok_or_else(|| internal("misaligned output"))?;
+        let simd = W::simd_gather(self.options.simd_level());
+        let bits = 8 * size_of::<W>();
+        self.execute(
+            table,
+            out,
+            8,
+            bits / 8,
+            |chunk| ByteSink::new(input, padded, chunk, inner, zero, simd),
+            |_| {},
+        )
+    }
+
+    /// Builds the whole offset table (in parallel when it is large).
+    fn build_table<O: Offset>(&self) -> Result<Table<O>, GatherError> {
+        let count = self.layout.t.count;
+        let mut t = vec![O::default(); count];
+        let chunk = self.chunk_len(count, 1, 8);
+        let fill = |(i, part): (usize, &mut [O])| {
+            self.layout
+                .t
+                .fill(self.indices, i * chunk, part)
+                .map_err(Stop::Bad)
+        };
+        let results: Vec<Result<Option<usize>, Stop>> = if chunk >= count {
+            vec![fill((0, &mut t))]
+        } else {
+            t.par_chunks_mut(chunk).enumerate().map(fill).collect()
+        };
+        let mut max = None;
+        let mut first_error = None;
+        for r in results {
+            match r {
+                Ok(m) => max = max.max(m),
+                Err(stop) => first_error = first_error.or(Some(stop)),
+            }
+        }
+        if let Some(stop) = first_error {
+            return Err(self.error(stop));
+        }
+        let simd = self.check_bound(max).map_err(|s| self.error(s))?;
+        Ok(Table::Built { t, simd })
+    }
+
+    /// Whether the largest offset keeps every read inside the input (else `Stop::Bound`), and
+    /// whether offsets fit 32-bit hardware gathers.
+    fn check_bound(&self, max: Option<usize>) -> Result<bool, Stop> {
+        match max {
+            None => Ok(true),
+            Some(m) => match m.checked_add(self.layout.max_base) {
+                Some(top) if top < self.layout.n_in => Ok(m <= i32::MAX as usize),
+                _ => Err(Stop::Bound),
+            },
+        }
+    }
+
+    /// Output elements per chunk: a multiple of `align`, at least a grain, at most all of them.
+    fn chunk_len(&self, n: usize, align: usize, element_bytes: usize) -> usize {
+        let threads = rayon::current_num_threads();
+        let grain = self.options.grain_bytes.max(1);
+        let total = n.saturating_mul(element_bytes);
+        if !self.options.parallel || threads <= 1 || total < 2 * grain {
+            return n.max(1);
+        }
+        let per_task = n
+            .div_ceil(threads * 4)
+            .max(grain / element_bytes.max(1))
+            .max(1);
+        per_task
+            .div_ceil(align)
+            .saturating_mul(align)
+            .min(n.div_ceil(align) * align)
+    }
+
+    /// Runs the output loop over chunks of `out`, where `items_per_8` items of `out` hold 8
+    /// output elements (8 for one item per element, `bits` for packed bytes).
+    fn execute<'o, O: Offset, U: Send, S: RowSink<O>>(
+        &self,
+        table: &Table<O>,
+        out: &'o mut [U],
+        items_per_8: usize,
+        element_bytes: usize,
+        make: impl Fn(&'o mut [U]) -> S + Sync,
+        finish: impl Fn(S) + Sync,
+    ) -> Result<(), GatherError> {
+        let n = self.layout.n_out;
+        let mut align = 8;
+        if let Table::Streamed = table {
+            align = lcm(8, self.layout.block);
+        }
+        let chunk = self.chunk_len(n, align, element_bytes.max(1));
+        let process = |(i, items): (usize, &'o mut [U])| -> Result<(), Stop> {
+            let e0 = i * chunk;
+            let e1 = (e0 + chunk).min(n);
+            let mut sink = make(items);
+            let mut coord = Vec::new();
+            match table {
+                Table::Built { t, simd } => {
+                    sink.allow_simd(*simd);
+                    drive(&self.layout.dims, e0, e1, t, 0, &mut coord, &mut sink);
+                }
+                Table::Streamed => self.stream(e0, e1, &mut coord, &mut sink)?,
+            }
+            finish(sink);
+            Ok(())
+        };
+        let items = chunk.div_ceil(8).saturating_mul(items_per_8);
+        let result = if chunk >= n {
+            process((0, out))
+        } else {
+            out.par_chunks_mut(items).enumerate().map(process).reduce(
+                || Ok(()),
+                |a, b| match (a, b) {
+                    (Err(Stop::Bad(x)), Err(Stop::Bad(y))) => {
+                        Err(Stop::Bad(if x.flat <= y.flat { x } else { y }))
+                    }
+                    (Err(x), _) | (Ok(()), Err(x)) => Err(x),
+                    (Ok(()), Ok(())) => Ok(()),
+                },
+            )
+        };
+        result.map_err(|stop| self.error(stop))
+    }
+
+    /// Output elements `e0..e1` with the offset table built tile by tile (`e0` is a multiple of
+    /// the block).
+    fn stream<O: Offset, S: RowSink<O>>(
+        &self,
+        e0: usize,
+        e1: usize,
+        coord: &mut Vec<usize>,
+        sink: &mut S,
+    ) -> Result<(), Stop> {
+        let block = self.layout.block;
+        let mut tile = [O::default(); TILE];
+        let mut p = e0 / block;
+        let end = e1.div_ceil(block);
+        while p < end {
+            let n = TILE.min(end - p);
+            let part = &mut tile[..n];
+            let max = self
+                .layout
+                .t
+                .fill(self.indices, p, part)
+                .map_err(Stop::Bad)?;
+            sink.allow_simd(self.check_bound(max)?);
+            drive(
+                &self.layout.dims,
+                (p * block).max(e0),
+                ((p + n) * block).min(e1),
+                part,
+                p,
+                coord,
+                sink,
+            );
+            p += n;
+        }
+        Ok(())
+    }
+
+    fn error(&self, stop: Stop) -> GatherError {
+        match stop {
+            Stop::Bound => internal("an offset escaped the input"),
+            Stop::Bad(bad) => {
+                let axis = self.spec.axes.get(bad.component).copied().unwrap_or(0);
+                GatherError::IndexOutOfRange {
+                    position: unravel(bad.flat, self.indices_shape),
+                    axis,
+                    value: bad.value,
+                    dim: self.input_shape.get(axis).copied().unwrap_or(0),
+                }
+            }
+        }
+    }
+}
+
+fn internal(reason: &'static str) -> GatherError {
+    GatherError::Internal { reason }
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    a / gcd(a, b) * b
+}
+
+/// The byte buffer as elements of `W`, if its address and length fit.
+fn cast_uninit<W: Word>(bytes: &mut [MaybeUninit<u8>]) -> Option<&mut [MaybeUninit<W>]> {
+    let size = size_of::<W>();
+    let aligned = (bytes.as_ptr() as usize) % align_of::<W>() == 0;
+    if !aligned || bytes.len() % size != 0 {
+        return None;
+    }
+    // SAFETY: the pointer is aligned for `W`, the length is a whole number of `W`, the lifetime
+    // and exclusivity carry over, and `MaybeUninit` has no validity requirement.
+    Some(unsafe {
+        std::slice::from_raw_parts_mut(
+            bytes.as_mut_ptr().cast::<MaybeUninit<W>>(),
+            bytes.len() / size,
+        )
+    })
+}

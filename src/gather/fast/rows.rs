@@ -1,0 +1,360 @@
+//! The output loop and the row kernels that write the output.
+//!
+//! [`drive`] walks a range of output elements as rows of the innermost canonical dimension,
+//! keeping the input base offset and the offset-table position up to date with an odometer over
+//! the outer dimensions. Each row goes to a [`RowSink`], which knows how to write elements of its
+//! representation, always front to back:
+//!
+//! - [`ByteSink`] for whole-byte elements (1, 2, 4, 8, 16 bytes): block copies when the row is
+//!   contiguous in the input (inlined fixed-width copies for rows of 4 to 64 bytes, `memcpy`
+//!   otherwise), element gathers when the row is an index dimension (hardware gathers from
+//!   [`super::simd`] where enabled, an unrolled scalar loop otherwise), strided copies otherwise;
+//! - [`PackedSink`] for 2-, 4- and 6-bit elements, bit by bit through a
+//!   [`crate::tensor::packed::BitWriter`];
+//! - [`StringSink`] for strings, which are cloned.
+//!
+//! Soundness of the unchecked input reads: the caller verifies, for every offset-table slice it
+//! hands to [`drive`], that `max(T) + Layout::max_base < n_in` (see `super::check_bound`). Every
+//! read is at `base + T[..] + j * stride` with `base + j * stride <= max_base`, so every read is
+//! inside the input.
+
+use std::mem::MaybeUninit;
+
+use super::canon::Dim;
+use super::offsets::Offset;
+use super::simd::GatherFn;
+use crate::tensor::packed::{self, BitWriter};
+
+/// What the innermost canonical dimension is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Inner {
+    /// An index dimension: one offset-table entry per element.
+    Gather,
+    /// A block dimension contiguous in the input.
+    Block,
+    /// A block dimension with this input stride (> 1).
+    Strided(usize),
+}
+
+impl Inner {
+    pub fn of(dim: &Dim) -> Inner {
+        match (dim.t_stride, dim.in_stride) {
+            (0, 1) => Inner::Block,
+            (0, s) => Inner::Strided(s),
+            _ => Inner::Gather,
+        }
+    }
+}
+
+/// Writes rows of output elements, front to back.
+pub(crate) trait RowSink<O: Offset> {
+    /// Writes elements `j0..j1` of a row whose block dimensions put it at input offset `base`
+    /// and whose offset-table entries start at `t[tb]`.
+    fn row(&mut self, t: &[O], base: usize, tb: usize, j0: usize, j1: usize);
+    /// Whether the offset-table slice about to be used allows 32-bit hardware gathers.
+    fn allow_simd(&mut self, allow: bool);
+}
+
+/// Walks output elements `e0..e1`, feeding rows to `sink`; `t[0]` is table entry `t_origin`.
+/// `coord` is scratch space.
+pub(crate) fn drive<O: Offset, S: RowSink<O>>(
+    dims: &[Dim],
+    e0: usize,
+    e1: usize,
+    t: &[O],
+    t_origin: usize,
+    coord: &mut Vec<usize>,
+    sink: &mut S,
+) {
+    let Some((inner, outer)) = dims.split_last() else {
+        return;
+    };
+    let n = inner.size;
+    coord.clear();
+    coord.resize(outer.len(), 0);
+    let mut rest = e0 / n;
+    let (mut base, mut tb) = (0usize, 0usize);
+    for d in (0..outer.len()).rev() {
+        coord[d] = rest % outer[d].size;
+        rest /= outer[d].size;
+        base += coord[d] * outer[d].in_stride;
+        tb += coord[d] * outer[d].t_stride;
+    }
+    let mut j0 = e0 % n;
+    let mut e = e0;
+    while e < e1 {
+        let j1 = n.min(j0 + (e1 - e));
+        sink.row(t, base, tb.wrapping_sub(t_origin), j0, j1);
+        e += j1 - j0;
+        j0 = 0;
+        for d in (0..outer.len()).rev() {
+            coord[d] += 1;
+            base += outer[d].in_stride;
+            tb += outer[d].t_stride;
+            if coord[d] < outer[d].size {
+                break;
+            }
+            coord[d] = 0;
+            base -= outer[d].in_stride * outer[d].size;
+            tb -= outer[d].t_stride * outer[d].size;
+        }
+    }
+}
+
+/// A whole-byte element type moved as one value.
+pub(crate) trait Word: bytemuck::Pod + Default + Send + Sync {
+    /// The hardware gather for this width at the enabled SIMD level, if any.
+    fn simd_gather(level: super::SimdLevel) -> Option<GatherFn<Self>>;
+}
+
+/// Output for whole-byte element types.
+pub(crate) struct ByteSink<'a, W: Word> {
+    input: &'a [W],
+    /// The input payload plus its zeroed slack, for hardware gathers of 1- and 2-byte elements
+    /// (which load 4 bytes per element).
+    padded: &'a [u8],
+    out: &'a mut [MaybeUninit<W>],
+    at: usize,
+    inner: Inner,
+    zero: bool,
+    simd: Option<GatherFn<W>>,
+    simd_allowed: bool,
+}
+
+impl<'a, W: Word> ByteSink<'a, W> {
+    pub fn new(
+        input: &'a [W],
+        padded: &'a [u8],
+        out: &'a mut [MaybeUninit<W>],
+        inner: Inner,
+        zero: bool,
+        simd: Option<GatherFn<W>>,
+    ) -> Self {
+        ByteSink {
+            input,
+            padded,
+            out,
+            at: 0,
+            inner,
+            zero,
+            simd,
+            simd_allowed: false,
+        }
+    }
+
+    /// Copies `n` elements starting at input element `src` to output element `dst`.
+    #[inline(always)]
+    fn copy_block(&mut self, src: usize, dst: usize, n: usize) {
+        let bytes = n * std::mem::size_of::<W>();
+        // SAFETY: `src + n <= input.len()` by the bound check (see the module docs);
+        // `dst + n <= out.len()` because `row` took `dst..dst + n` from `out` checked; the two
+        // buffers are distinct allocations.
+        unsafe {
+            let s = self.input.as_ptr().add(src).cast::<u8>();
+            let d = self.out.as_mut_ptr().add(dst).cast::<u8>();
+            match bytes {
+                4 => copy_fixed::<4>(s, d),
+                8 => copy_fixed::<8>(s, d),
+                12 => copy_fixed::<12>(s, d),
+                16 => copy_fixed::<16>(s, d),
+                24 => copy_fixed::<24>(s, d),
+                32 => copy_fixed::<32>(s, d),
+                48 => copy_fixed::<48>(s, d),
+                64 => copy_fixed::<64>(s, d),
+                _ => std::ptr::copy_nonoverlapping(s, d, bytes),
+            }
+        }
+    }
+}
+
+/// Copies `N` bytes with inlined unaligned loads and stores.
+///
+/// # Safety
+/// `src` must be readable and `dst` writable for `N` bytes, without overlap.
+#[inline(always)]
+unsafe fn copy_fixed<const N: usize>(src: *const u8, dst: *mut u8) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        dst.cast::<[u8; N]>()
+            .write_unaligned(src.cast::<[u8; N]>().read_unaligned())
+    }
+}
+
+impl<W: Word, O: Offset> RowSink<O> for ByteSink<'_, W> {
+    #[inline]
+    fn row(&mut self, t: &[O], base: usize, tb: usize, j0: usize, j1: usize) {
+        let n = j1 - j0;
+        let dst = self.at;
+        self.at += n;
+        let input = self.input;
+        match self.inner {
+            Inner::Gather => {
+                let ts = &t[tb + j0..tb + j1];
+                let out = &mut self.out[dst..dst + n];
+                if self.zero {
+                    for (o, &x) in out.iter_mut().zip(ts) {
+                        o.write(if x == O::NONE {
+                            W::default()
+                        } else {
+                            // SAFETY: bound check (module docs).
+                            unsafe { *input.get_unchecked(base + x.to_usize()) }
+                        });
+                    }
+                    return;
+                }
+                if let (Some(gather), true, Some(t32)) =
+                    (self.simd, self.simd_allowed, O::as_u32(ts))
+                {
+                    // SAFETY: the bound check covers every `base + t32[i]`; `simd_allowed` says
+                    // every `t32[i] <= i32::MAX`; `padded` extends at least 8 bytes past the last
+                    // element, enough for 4-byte loads of 1- and 2-byte elements; `out` holds
+                    // `t32.len()` elements.
+                    unsafe {
+                        let start = self.padded.as_ptr().add(base * std::mem::size_of::<W>());
+                        gather(start, t32, out.as_mut_ptr().cast::<W>());
+                    }
+                    return;
+                }
+                gather_scalar(input, base, ts, out);
+            }
+            Inner::Block => {
+                let x = t[tb];
+                if self.zero && x == O::NONE {
+                    self.out[dst..dst + n].fill(MaybeUninit::new(W::default()));
+                } else {
+                    // Checked here so the unsafe copy below only relies on the bound check.
+                    let _ = &self.out[dst..dst + n];
+                    self.copy_block(base + x.to_usize() + j0, dst, n);
+                }
+            }
+            Inner::Strided(stride) => {
+                let x = t[tb];
+                let out = &mut self.out[dst..dst + n];
+                if self.zero && x == O::NONE {
+                    out.fill(MaybeUninit::new(W::default()));
+                } else {
+                    let start = base + x.to_usize() + j0 * stride;
+                    for (i, o) in out.iter_mut().enumerate() {
+                        // SAFETY: bound check (module docs).
+                        o.write(unsafe { *input.get_unchecked(start + i * stride) });
+                    }
+                }
+            }
+        }
+    }
+
+    fn allow_simd(&mut self, allow: bool) {
+        self.simd_allowed = allow;
+    }
+}
+
+/// The scalar element gather, unrolled four ways so the loads overlap.
+#[inline(always)]
+fn gather_scalar<W: Word, O: Offset>(
+    input: &[W],
+    base: usize,
+    ts: &[O],
+    out: &mut [MaybeUninit<W>],
+) {
+    // SAFETY (all reads): bound check (module docs).
+    let read = |x: O| unsafe { *input.get_unchecked(base + x.to_usize()) };
+    let mut outs = out.chunks_exact_mut(4);
+    let mut xs = ts.chunks_exact(4);
+    for (o, x) in outs.by_ref().zip(xs.by_ref()) {
+        let (a, b, c, d) = (read(x[0]), read(x[1]), read(x[2]), read(x[3]));
+        o[0].write(a);
+        o[1].write(b);
+        o[2].write(c);
+        o[3].write(d);
+    }
+    for (o, &x) in outs.into_remainder().iter_mut().zip(xs.remainder()) {
+        o.write(read(x));
+    }
+}
+
+/// Output for packed 2-, 4- and 6-bit elements.
+pub(crate) struct PackedSink<'a> {
+    input: &'a [u8],
+    bits: usize,
+    writer: BitWriter<'a>,
+    inner: Inner,
+}
+
+impl<'a> PackedSink<'a> {
+    pub fn new(input: &'a [u8], bits: usize, out: &'a mut [MaybeUninit<u8>], inner: Inner) -> Self {
+        PackedSink {
+            input,
+            bits,
+            writer: BitWriter::new(out, bits),
+            inner,
+        }
+    }
+
+    /// Flushes a partial last byte.
+    pub fn finish(self) {
+        self.writer.finish();
+    }
+
+    #[inline]
+    fn element(&self, at: Option<usize>) -> u8 {
+        at.and_then(|i| packed::read(self.input, self.bits, i))
+            .unwrap_or(0)
+    }
+}
+
+impl<O: Offset> RowSink<O> for PackedSink<'_> {
+    fn row(&mut self, t: &[O], base: usize, tb: usize, j0: usize, j1: usize) {
+        let at = |x: O| (x != O::NONE).then(|| base + x.to_usize());
+        for j in j0..j1 {
+            let source = match self.inner {
+                Inner::Gather => at(t[tb + j]),
+                Inner::Block => at(t[tb]).map(|s| s + j),
+                Inner::Strided(stride) => at(t[tb]).map(|s| s + j * stride),
+            };
+            let v = self.element(source);
+            self.writer.push(v);
+        }
+    }
+
+    fn allow_simd(&mut self, _: bool) {}
+}
+
+/// Output for strings, which are cloned.
+pub(crate) struct StringSink<'a> {
+    input: &'a [Vec<u8>],
+    out: &'a mut [Vec<u8>],
+    at: usize,
+    inner: Inner,
+}
+
+impl<'a> StringSink<'a> {
+    pub fn new(input: &'a [Vec<u8>], out: &'a mut [Vec<u8>], inner: Inner) -> Self {
+        StringSink {
+            input,
+            out,
+            at: 0,
+            inner,
+        }
+    }
+}
+
+impl<O: Offset> RowSink<O> for StringSink<'_> {
+    fn row(&mut self, t: &[O], base: usize, tb: usize, j0: usize, j1: usize) {
+        let at = |x: O| (x != O::NONE).then(|| base + x.to_usize());
+        for j in j0..j1 {
+            let source = match self.inner {
+                Inner::Gather => at(t[tb + j]),
+                Inner::Block => at(t[tb]).map(|s| s + j),
+                Inner::Strided(stride) => at(t[tb]).map(|s| s + j * stride),
+            };
+            let slot = &mut self.out[self.at];
+            match source.and_then(|s| self.input.get(s)) {
+                Some(s) => slot.clone_from(s),
+                None => slot.clear(),
+            }
+            self.at += 1;
+        }
+    }
+
+    fn allow_simd(&mut self, _: bool) {}
+}

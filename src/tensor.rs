@@ -1,0 +1,812 @@
+//! The runtime tensor: an element type, a shape and the elements, held in memory.
+//!
+//! [`Tensor`] is what kernels read and write and what the interpreter passes between nodes. It
+//! has two representations:
+//!
+//! - every fixed-width and packed element type lives in one **byte buffer** backed by `u64`
+//!   words, so the buffer is 8-byte aligned and typed views ([`Tensor::as_slice`]) are free casts;
+//! - `string` tensors hold one byte string per element (ONNX strings are bytes, not UTF-8).
+//!
+//! Invariants of the byte buffer (relied on by the kernels in `gather::fast`):
+//!
+//! - it holds exactly `dtype.storage_bytes(len)` bytes of elements, followed by at least 8 bytes
+//!   of zeroed slack inside the same allocation, so a vector load that starts at the last element
+//!   never leaves the allocation;
+//! - the padding bits of a packed type's last byte are zero whenever the tensor was built by this
+//!   module or a kernel (equality masks them anyway, since `as_bytes_mut` can set them).
+//!
+//! Equality is **bitwise**: two float tensors holding the same NaN bit pattern are equal, and
+//! `0.0 != -0.0`. Rewrites are verified bit for bit, so this is the equality we want.
+//!
+//! Kernels that write every output element allocate with [`Tensor::uninit`], which skips the
+//! zero-fill; the one `unsafe` step, [`UninitTensor::assume_init`], is the kernel's promise that
+//! it wrote every byte.
+
+pub mod packed;
+
+use std::fmt;
+use std::mem::{ManuallyDrop, MaybeUninit};
+
+use bytemuck::Pod;
+use thiserror::Error;
+
+use crate::DataType;
+
+/// What went wrong building, viewing or reshaping a [`Tensor`].
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum TensorError {
+    /// The element count or byte size of a shape overflows `usize`.
+    #[error("shape {shape:?} of {dtype} is too large to address")]
+    TooLarge { dtype: DataType, shape: Vec<usize> },
+    /// The number of elements given does not match the shape.
+    #[error("shape {shape:?} holds {expected} elements but {actual} were given")]
+    ElementCount {
+        shape: Vec<usize>,
+        expected: usize,
+        actual: usize,
+    },
+    /// The number of bytes given does not match the shape and element type.
+    #[error("{expected} bytes of {dtype} needed for shape {shape:?} but {actual} were given")]
+    ByteLength {
+        dtype: DataType,
+        shape: Vec<usize>,
+        expected: usize,
+        actual: usize,
+    },
+    /// A typed view or constructor used a Rust type of the wrong width for the element type.
+    #[error("{dtype} elements cannot be viewed as {width}-byte values")]
+    ElementWidth { dtype: DataType, width: usize },
+    /// A byte operation on a string tensor, or a string operation on a byte tensor.
+    #[error("operation needs a {wanted} tensor, this one is {dtype}")]
+    Representation {
+        dtype: DataType,
+        wanted: &'static str,
+    },
+    /// A reshape to a shape with a different element count.
+    #[error("cannot reshape {from:?} ({from_len} elements) to {to:?} ({to_len} elements)")]
+    Reshape {
+        from: Vec<usize>,
+        from_len: usize,
+        to: Vec<usize>,
+        to_len: usize,
+    },
+    /// A typed view whose Rust type needs more than the buffer's 8-byte alignment.
+    #[error("{dtype} buffer cannot be viewed as a type aligned to {align} bytes")]
+    Alignment { dtype: DataType, align: usize },
+    /// An element index past the end of the tensor.
+    #[error("element {index} is out of bounds for a tensor of {len} elements")]
+    OutOfBounds { index: usize, len: usize },
+    /// A crop to a shape of another rank or with a larger dimension.
+    #[error("cannot crop shape {from:?} to {to:?}")]
+    Crop { from: Vec<usize>, to: Vec<usize> },
+    /// An index read from a tensor whose type is not `int32` or `int64`.
+    #[error("indices must be int32 or int64, not {dtype}")]
+    NotIndex { dtype: DataType },
+}
+
+/// A tensor held in memory: element type, shape and elements in row-major order.
+///
+/// # Example
+/// ```
+/// use multigather::{DataType, Tensor};
+/// let t = Tensor::from_vec(DataType::Float, &[2, 2], vec![1.0f32, 2.0, 3.0, f32::NAN])?;
+/// assert_eq!(t.shape(), &[2, 2]);
+/// assert_eq!(t.as_slice::<f32>()?[1], 2.0);
+/// // Equality is bitwise, so a NaN tensor equals its copy.
+/// assert_eq!(t, t.clone());
+/// let t = t.into_shape(&[4])?;
+/// assert_eq!(t.len(), 4);
+/// # Ok::<(), multigather::tensor::TensorError>(())
+/// ```
+#[derive(Clone)]
+pub struct Tensor {
+    dtype: DataType,
+    shape: Vec<usize>,
+    len: usize,
+    data: Data,
+}
+
+#[derive(Clone)]
+enum Data {
+    Bytes(ByteBuf),
+    Strings(Vec<Vec<u8>>),
+}
+
+/// An 8-byte aligned byte buffer: `len` bytes of payload followed by zeroed slack words.
+#[derive(Clone)]
+struct ByteBuf {
+    words: Vec<u64>,
+    len: usize,
+}
+
+/// Number of `u64` words backing `len` payload bytes: the payload rounded up, plus one slack
+/// word, so at least 8 readable bytes follow the payload.
+fn words_for(len: usize) -> usize {
+    len / 8 + 2
+}
+
+impl ByteBuf {
+    fn zeroed(len: usize) -> ByteBuf {
+        ByteBuf {
+            words: vec![0; words_for(len)],
+            len,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+
+    fn padded(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.words)
+    }
+}
+
+/// Element count of `shape`, or `None` on overflow.
+pub fn element_count(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
+fn checked_storage(dtype: DataType, shape: &[usize]) -> Result<(usize, usize), TensorError> {
+    let too_large = || TensorError::TooLarge {
+        dtype,
+        shape: shape.to_vec(),
+    };
+    let len = element_count(shape).ok_or_else(too_large)?;
+    if dtype == DataType::String {
+        return Ok((len, 0));
+    }
+    let bytes = dtype.storage_bytes(len).ok_or_else(too_large)?;
+    // Keep byte offsets (and the slack words) representable as `isize`.
+    if bytes > isize::MAX as usize / 2 {
+        return Err(too_large());
+    }
+    Ok((len, bytes))
+}
+
+impl Tensor {
+    /// A tensor of `shape` holding `values` in row-major order.
+    ///
+    /// `T` must be as wide as one element of `dtype` (e.g. `f32`, `u32` or `i32` for `float`,
+    /// `half::f16` or `u16` for `float16`, `[f32; 2]` for `complex64`); packed sub-byte types
+    /// and strings have their own constructors ([`Tensor::from_bytes`], [`Tensor::from_strings`]).
+    pub fn from_vec<T: Pod>(
+        dtype: DataType,
+        shape: &[usize],
+        values: Vec<T>,
+    ) -> Result<Tensor, TensorError> {
+        check_width::<T>(dtype)?;
+        let (len, _) = checked_storage(dtype, shape)?;
+        if values.len() != len {
+            return Err(TensorError::ElementCount {
+                shape: shape.to_vec(),
+                expected: len,
+                actual: values.len(),
+            });
+        }
+        Tensor::from_bytes(dtype, shape, bytemuck::cast_slice(&values))
+    }
+
+    /// A tensor of `shape` whose elements are the raw little-endian `bytes` (packed for sub-byte
+    /// types), which must be exactly `dtype.storage_bytes(len)` long.
+    ///
+    /// Padding bits of a packed type's last byte are cleared.
+    pub fn from_bytes(
+        dtype: DataType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<Tensor, TensorError> {
+        if dtype == DataType::String {
+            return Err(TensorError::Representation {
+                dtype,
+                wanted: "fixed-width",
+            });
+        }
+        let (len, nbytes) = checked_storage(dtype, shape)?;
+        if bytes.len() != nbytes {
+            return Err(TensorError::ByteLength {
+                dtype,
+                shape: shape.to_vec(),
+                expected: nbytes,
+                actual: bytes.len(),
+            });
+        }
+        let mut buf = ByteBuf::zeroed(nbytes);
+        buf.bytes_mut().copy_from_slice(bytes);
+        if let Some(last) = buf.bytes_mut().last_mut() {
+            *last &= !packed::padding_mask(dtype.bits(), len);
+        }
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            len,
+            data: Data::Bytes(buf),
+        })
+    }
+
+    /// A `string` tensor of `shape` holding `values` (byte strings) in row-major order.
+    pub fn from_strings(shape: &[usize], values: Vec<Vec<u8>>) -> Result<Tensor, TensorError> {
+        let (len, _) = checked_storage(DataType::String, shape)?;
+        if values.len() != len {
+            return Err(TensorError::ElementCount {
+                shape: shape.to_vec(),
+                expected: len,
+                actual: values.len(),
+            });
+        }
+        Ok(Tensor {
+            dtype: DataType::String,
+            shape: shape.to_vec(),
+            len,
+            data: Data::Strings(values),
+        })
+    }
+
+    /// A tensor of `shape` with every element zero (all bits clear; empty strings).
+    pub fn zeros(dtype: DataType, shape: &[usize]) -> Result<Tensor, TensorError> {
+        let (len, nbytes) = checked_storage(dtype, shape)?;
+        let data = if dtype == DataType::String {
+            Data::Strings(vec![Vec::new(); len])
+        } else {
+            Data::Bytes(ByteBuf::zeroed(nbytes))
+        };
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            len,
+            data,
+        })
+    }
+
+    /// A rank-0 tensor holding `value`.
+    pub fn scalar<T: Pod>(dtype: DataType, value: T) -> Result<Tensor, TensorError> {
+        Tensor::from_vec(dtype, &[], vec![value])
+    }
+
+    /// An output buffer of `shape` that is not zero-filled; see [`UninitTensor`].
+    ///
+    /// Fails for `string`, whose elements cannot be left uninitialised.
+    pub fn uninit(dtype: DataType, shape: &[usize]) -> Result<UninitTensor, TensorError> {
+        if dtype == DataType::String {
+            return Err(TensorError::Representation {
+                dtype,
+                wanted: "fixed-width",
+            });
+        }
+        let (len, nbytes) = checked_storage(dtype, shape)?;
+        let n = words_for(nbytes);
+        let mut words: Vec<MaybeUninit<u64>> = Vec::with_capacity(n);
+        // The words the payload does not fully cover (the partial last word and the slack word)
+        // are zeroed now, so once the kernel has written the `nbytes` payload bytes every word is
+        // initialised.
+        // SAFETY: `MaybeUninit<u64>` needs no initialisation and `nbytes / 8 < n <= capacity`.
+        unsafe { words.set_len(nbytes / 8) };
+        words.resize(n, MaybeUninit::new(0));
+        Ok(UninitTensor {
+            dtype,
+            shape: shape.to_vec(),
+            len,
+            nbytes,
+            words,
+        })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// The dimensions, outermost first; empty for a scalar.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The number of elements (the product of the shape, checked when the tensor was built).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The elements as raw little-endian bytes (packed for sub-byte types).
+    pub fn as_bytes(&self) -> Result<&[u8], TensorError> {
+        match &self.data {
+            Data::Bytes(b) => Ok(b.bytes()),
+            Data::Strings(_) => Err(self.not("fixed-width")),
+        }
+    }
+
+    /// The elements as mutable raw bytes.
+    pub fn as_bytes_mut(&mut self) -> Result<&mut [u8], TensorError> {
+        let err = self.not("fixed-width");
+        match &mut self.data {
+            Data::Bytes(b) => Ok(b.bytes_mut()),
+            Data::Strings(_) => Err(err),
+        }
+    }
+
+    /// The payload bytes followed by the zeroed slack (at least 8 bytes), for vector loads that
+    /// may run past the last element.
+    pub(crate) fn padded_bytes(&self) -> Option<&[u8]> {
+        match &self.data {
+            Data::Bytes(b) => Some(b.padded()),
+            Data::Strings(_) => None,
+        }
+    }
+
+    /// The elements as a typed slice; `T` must be as wide as one element.
+    pub fn as_slice<T: Pod>(&self) -> Result<&[T], TensorError> {
+        check_width::<T>(self.dtype)?;
+        bytemuck::try_cast_slice(self.as_bytes()?).map_err(|_| TensorError::Alignment {
+            dtype: self.dtype,
+            align: std::mem::align_of::<T>(),
+        })
+    }
+
+    /// The elements as a mutable typed slice; `T` must be as wide as one element.
+    pub fn as_slice_mut<T: Pod>(&mut self) -> Result<&mut [T], TensorError> {
+        check_width::<T>(self.dtype)?;
+        let dtype = self.dtype;
+        bytemuck::try_cast_slice_mut(self.as_bytes_mut()?).map_err(|_| TensorError::Alignment {
+            dtype,
+            align: std::mem::align_of::<T>(),
+        })
+    }
+
+    /// A copy of the elements as a typed vector.
+    pub fn to_vec<T: Pod>(&self) -> Result<Vec<T>, TensorError> {
+        check_width::<T>(self.dtype)?;
+        let bytes = self.as_bytes()?;
+        Ok(bytes
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(bytemuck::pod_read_unaligned)
+            .collect())
+    }
+
+    /// The elements of a `string` tensor.
+    pub fn as_strings(&self) -> Result<&[Vec<u8>], TensorError> {
+        match &self.data {
+            Data::Strings(s) => Ok(s),
+            Data::Bytes(_) => Err(self.not("string")),
+        }
+    }
+
+    /// The elements of a `string` tensor, mutably.
+    pub fn as_strings_mut(&mut self) -> Result<&mut [Vec<u8>], TensorError> {
+        let err = self.not("string");
+        match &mut self.data {
+            Data::Strings(s) => Ok(s),
+            Data::Bytes(_) => Err(err),
+        }
+    }
+
+    /// Element `i` (row-major) of an `int32` or `int64` tensor, widened to `i64`.
+    pub fn index_at(&self, i: usize) -> Result<i64, TensorError> {
+        let out_of_bounds = TensorError::OutOfBounds {
+            index: i,
+            len: self.len,
+        };
+        match self.dtype {
+            DataType::Int32 => {
+                let b = self.as_bytes()?;
+                let s = i
+                    .checked_mul(4)
+                    .and_then(|at| b.get(at..at + 4))
+                    .ok_or(out_of_bounds)?;
+                Ok(i64::from(i32::from_le_bytes([s[0], s[1], s[2], s[3]])))
+            }
+            DataType::Int64 => {
+                let b = self.as_bytes()?;
+                let s = i
+                    .checked_mul(8)
+                    .and_then(|at| b.get(at..at + 8))
+                    .ok_or(out_of_bounds)?;
+                let mut a = [0u8; 8];
+                a.copy_from_slice(s);
+                Ok(i64::from_le_bytes(a))
+            }
+            dtype => Err(TensorError::NotIndex { dtype }),
+        }
+    }
+
+    /// Copies element `src_index` of `src` over element `dst_index` of `self`.
+    ///
+    /// Both tensors must have the same element type. Works for every type: strings are cloned,
+    /// packed elements are moved bit by bit.
+    pub fn copy_element_from(
+        &mut self,
+        dst_index: usize,
+        src: &Tensor,
+        src_index: usize,
+    ) -> Result<(), TensorError> {
+        if self.dtype != src.dtype {
+            return Err(TensorError::Representation {
+                dtype: src.dtype,
+                wanted: self.dtype.name(),
+            });
+        }
+        let (dst_len, src_len) = (self.len, src.len);
+        let oob = |index, len| TensorError::OutOfBounds { index, len };
+        if dst_index >= dst_len {
+            return Err(oob(dst_index, dst_len));
+        }
+        if src_index >= src_len {
+            return Err(oob(src_index, src_len));
+        }
+        let bits = self.dtype.bits();
+        match (&mut self.data, &src.data) {
+            (Data::Strings(d), Data::Strings(s)) => {
+                d[dst_index].clone_from(&s[src_index]);
+            }
+            (Data::Bytes(d), Data::Bytes(s)) if bits % 8 == 0 => {
+                let w = bits / 8;
+                d.bytes_mut()[dst_index * w..(dst_index + 1) * w]
+                    .copy_from_slice(&s.bytes()[src_index * w..(src_index + 1) * w]);
+            }
+            (Data::Bytes(d), Data::Bytes(s)) => {
+                let v = packed::read(s.bytes(), bits, src_index).ok_or(oob(src_index, src_len))?;
+                packed::write(d.bytes_mut(), bits, dst_index, v).ok_or(oob(dst_index, dst_len))?;
+            }
+            _ => return Err(self_not_matching(self.dtype)),
+        }
+        Ok(())
+    }
+
+    /// Changes the shape without touching the elements; the element count must not change.
+    pub fn reshape(&mut self, shape: &[usize]) -> Result<(), TensorError> {
+        let to_len = element_count(shape);
+        if to_len != Some(self.len) {
+            return Err(TensorError::Reshape {
+                from: self.shape.clone(),
+                from_len: self.len,
+                to: shape.to_vec(),
+                to_len: to_len.unwrap_or(usize::MAX),
+            });
+        }
+        self.shape = shape.to_vec();
+        Ok(())
+    }
+
+    /// The same elements under another shape with the same element count.
+    pub fn into_shape(mut self, shape: &[usize]) -> Result<Tensor, TensorError> {
+        self.reshape(shape)?;
+        Ok(self)
+    }
+
+    /// A copy of the leading corner `[0, shape[d])` of every dimension `d`; `shape` must have
+    /// this tensor's rank and no larger dimension.
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::{DataType, Tensor};
+    /// let t = Tensor::from_vec(DataType::Int32, &[2, 3], vec![1i32, 2, 3, 4, 5, 6])?;
+    /// assert_eq!(t.crop(&[2, 2])?.as_slice::<i32>()?, &[1, 2, 4, 5]);
+    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// ```
+    pub fn crop(&self, shape: &[usize]) -> Result<Tensor, TensorError> {
+        let fits =
+            shape.len() == self.shape.len() && shape.iter().zip(&self.shape).all(|(a, b)| a <= b);
+        if !fits {
+            return Err(TensorError::Crop {
+                from: self.shape.clone(),
+                to: shape.to_vec(),
+            });
+        }
+        let mut out = Tensor::zeros(self.dtype, shape)?;
+        // Walk the cropped coordinates in row-major order, tracking the source position.
+        let rank = shape.len();
+        let mut src_strides = vec![1usize; rank];
+        for d in (0..rank.saturating_sub(1)).rev() {
+            src_strides[d] = src_strides[d + 1] * self.shape[d + 1];
+        }
+        let mut coord = vec![0usize; rank];
+        for dst in 0..out.len {
+            let src = coord.iter().zip(&src_strides).map(|(c, s)| c * s).sum();
+            out.copy_element_from(dst, self, src)?;
+            for d in (0..rank).rev() {
+                coord[d] += 1;
+                if coord[d] < shape[d] {
+                    break;
+                }
+                coord[d] = 0;
+            }
+        }
+        Ok(out)
+    }
+
+    fn not(&self, wanted: &'static str) -> TensorError {
+        TensorError::Representation {
+            dtype: self.dtype,
+            wanted,
+        }
+    }
+
+    /// The payload bytes with the padding bits of a packed last byte masked, for comparisons.
+    fn canonical_last_byte(&self) -> Option<u8> {
+        let bytes = self.as_bytes().ok()?;
+        let last = *bytes.last()?;
+        Some(last & !packed::padding_mask(self.dtype.bits(), self.len))
+    }
+}
+
+fn self_not_matching(dtype: DataType) -> TensorError {
+    TensorError::Representation {
+        dtype,
+        wanted: "matching representation",
+    }
+}
+
+fn check_width<T>(dtype: DataType) -> Result<(), TensorError> {
+    let width = std::mem::size_of::<T>();
+    if dtype.byte_size() == Some(width) {
+        Ok(())
+    } else {
+        Err(TensorError::ElementWidth { dtype, width })
+    }
+}
+
+impl PartialEq for Tensor {
+    /// Bitwise equality of element type, shape and elements (padding bits of a packed last byte
+    /// ignored).
+    fn eq(&self, other: &Tensor) -> bool {
+        if self.dtype != other.dtype || self.shape != other.shape {
+            return false;
+        }
+        match (&self.data, &other.data) {
+            (Data::Strings(a), Data::Strings(b)) => a == b,
+            (Data::Bytes(a), Data::Bytes(b)) => {
+                let (a, b) = (a.bytes(), b.bytes());
+                let n = a.len();
+                n == b.len()
+                    && (n == 0
+                        || (a[..n - 1] == b[..n - 1]
+                            && self.canonical_last_byte() == other.canonical_last_byte()))
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Tensor {}
+
+impl fmt::Debug for Tensor {
+    /// `float[2, 3] [1, 2, 3, 4, 5, 6]`, showing at most 64 elements.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{:?} [", self.dtype, self.shape)?;
+        const MAX: usize = 64;
+        for i in 0..self.len.min(MAX) {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            self.fmt_element(f, i)?;
+        }
+        if self.len > MAX {
+            write!(f, ", ... {} more", self.len - MAX)?;
+        }
+        f.write_str("]")
+    }
+}
+
+impl Tensor {
+    fn fmt_element(&self, f: &mut fmt::Formatter<'_>, i: usize) -> fmt::Result {
+        use DataType as D;
+        let bytes = match &self.data {
+            Data::Strings(s) => return write!(f, "{:?}", String::from_utf8_lossy(&s[i])),
+            Data::Bytes(b) => b.bytes(),
+        };
+        let bits = self.dtype.bits();
+        if bits % 8 != 0 {
+            return match packed::read(bytes, bits, i) {
+                Some(v) => write!(f, "{v:#x}"),
+                None => f.write_str("?"),
+            };
+        }
+        let w = bits / 8;
+        let e = &bytes[i * w..(i + 1) * w];
+        let le = |n: usize| {
+            let mut a = [0u8; 8];
+            a[..n].copy_from_slice(&e[..n]);
+            u64::from_le_bytes(a)
+        };
+        match self.dtype {
+            D::Float => write!(f, "{}", f32::from_bits(le(4) as u32)),
+            D::Double => write!(f, "{}", f64::from_bits(le(8))),
+            D::Float16 => write!(f, "{}", half::f16::from_bits(le(2) as u16)),
+            D::Bfloat16 => write!(f, "{}", half::bf16::from_bits(le(2) as u16)),
+            D::Int8 => write!(f, "{}", le(1) as u8 as i8),
+            D::Int16 => write!(f, "{}", le(2) as u16 as i16),
+            D::Int32 => write!(f, "{}", le(4) as u32 as i32),
+            D::Int64 => write!(f, "{}", le(8) as i64),
+            D::Uint8 | D::Uint16 | D::Uint32 | D::Uint64 | D::Bool => write!(f, "{}", le(w)),
+            _ => {
+                f.write_str("0x")?;
+                e.iter().rev().try_for_each(|b| write!(f, "{b:02x}"))
+            }
+        }
+    }
+}
+
+/// A tensor whose byte buffer has been allocated but not filled; see [`Tensor::uninit`].
+///
+/// A kernel writes every payload byte through [`UninitTensor::bytes_mut`] and then calls
+/// [`UninitTensor::assume_init`]. Dropping it unfinished is fine: nothing is read.
+pub struct UninitTensor {
+    dtype: DataType,
+    shape: Vec<usize>,
+    len: usize,
+    nbytes: usize,
+    words: Vec<MaybeUninit<u64>>,
+}
+
+impl UninitTensor {
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// The dimensions.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The payload bytes (`dtype.storage_bytes(len)` of them), uninitialised.
+    pub fn bytes_mut(&mut self) -> &mut [MaybeUninit<u8>] {
+        // SAFETY: the words are `MaybeUninit<u64>`, which has no validity requirement, and
+        // `nbytes <= 8 * words.len()` (see `words_for`), so the byte view stays inside the
+        // allocation and aliases nothing else.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.words.as_mut_ptr().cast::<MaybeUninit<u8>>(),
+                self.nbytes,
+            )
+        }
+    }
+
+    /// The finished tensor.
+    ///
+    /// # Safety
+    /// Every byte of [`UninitTensor::bytes_mut`] must have been written, and for packed sub-byte
+    /// types the padding bits of the last byte must be zero.
+    pub unsafe fn assume_init(self) -> Tensor {
+        let mut words = ManuallyDrop::new(self.words);
+        let (ptr, len, cap) = (words.as_mut_ptr(), words.len(), words.capacity());
+        // SAFETY: `MaybeUninit<u64>` and `u64` have the same size and alignment, so the
+        // allocation can be re-owned as `Vec<u64>`. The words past the payload were zeroed in
+        // `Tensor::uninit` and the caller promises the payload bytes are written, so every word is
+        // initialised.
+        let words = unsafe { Vec::from_raw_parts(ptr.cast::<u64>(), len, cap) };
+        Tensor {
+            dtype: self.dtype,
+            shape: self.shape,
+            len: self.len,
+            data: Data::Bytes(ByteBuf {
+                words,
+                len: self.nbytes,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equality_is_bitwise() {
+        let nan = |bits: u32| Tensor::from_vec(DataType::Float, &[1], vec![f32::from_bits(bits)]);
+        assert_eq!(nan(0x7fc0_0000).unwrap(), nan(0x7fc0_0000).unwrap());
+        assert_ne!(nan(0x7fc0_0000).unwrap(), nan(0x7fc0_0001).unwrap());
+        assert_ne!(nan(0).unwrap(), nan(0x8000_0000).unwrap());
+        let a = Tensor::from_vec(DataType::Float, &[2], vec![1.0f32, 2.0]).unwrap();
+        assert_ne!(a, a.clone().into_shape(&[2, 1]).unwrap());
+        let u = Tensor::from_vec(DataType::Int32, &[2], vec![1i32, 2]).unwrap();
+        let f = Tensor::from_vec(DataType::Float, &[2], vec![1i32, 2]).unwrap();
+        assert_ne!(u, f);
+    }
+
+    #[test]
+    fn constructors_check_sizes() {
+        let e = Tensor::from_vec(DataType::Float, &[2, 2], vec![1.0f32; 3]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "shape [2, 2] holds 4 elements but 3 were given"
+        );
+        let e = Tensor::from_vec(DataType::Double, &[1], vec![1.0f32]).unwrap_err();
+        assert!(matches!(e, TensorError::ElementWidth { width: 4, .. }));
+        let e = Tensor::from_bytes(DataType::Int4, &[3], &[0; 1]).unwrap_err();
+        assert!(matches!(e, TensorError::ByteLength { expected: 2, .. }));
+        let e = Tensor::zeros(DataType::Float, &[usize::MAX, 2]).unwrap_err();
+        assert!(matches!(e, TensorError::TooLarge { .. }));
+        let e = Tensor::zeros(DataType::Float, &[usize::MAX / 2]).unwrap_err();
+        assert!(matches!(e, TensorError::TooLarge { .. }));
+    }
+
+    #[test]
+    fn packed_padding_is_cleared_and_ignored() {
+        let t = Tensor::from_bytes(DataType::Int4, &[3], &[0x21, 0xf3]).unwrap();
+        assert_eq!(t.as_bytes().unwrap(), &[0x21, 0x03]);
+        let mut u = t.clone();
+        u.as_bytes_mut().unwrap()[1] |= 0xf0;
+        assert_eq!(t, u);
+    }
+
+    #[test]
+    fn typed_views_check_width() {
+        let t = Tensor::from_vec(DataType::Float16, &[2], vec![half::f16::ONE; 2]).unwrap();
+        assert_eq!(t.as_slice::<u16>().unwrap(), &[0x3c00, 0x3c00]);
+        assert!(t.as_slice::<u32>().is_err());
+        let c = Tensor::zeros(DataType::Complex128, &[1]).unwrap();
+        assert!(matches!(
+            c.as_slice::<u128>(),
+            Ok(_) | Err(TensorError::Alignment { .. })
+        ));
+        assert_eq!(c.as_slice::<[u64; 2]>().unwrap(), &[[0, 0]]);
+        let s = Tensor::from_strings(&[1], vec![b"x".to_vec()]).unwrap();
+        assert!(s.as_bytes().is_err());
+        assert_eq!(s.as_strings().unwrap(), &[b"x".to_vec()]);
+    }
+
+    #[test]
+    fn uninit_buffers_become_tensors() {
+        let mut u = Tensor::uninit(DataType::Uint8, &[3]).unwrap();
+        for (i, b) in u.bytes_mut().iter_mut().enumerate() {
+            b.write(i as u8 + 1);
+        }
+        // SAFETY: all three bytes were written.
+        let t = unsafe { u.assume_init() };
+        assert_eq!(
+            t,
+            Tensor::from_vec(DataType::Uint8, &[3], vec![1u8, 2, 3]).unwrap()
+        );
+        assert!(t.padded_bytes().unwrap().len() >= 3 + 8);
+        assert!(Tensor::uninit(DataType::String, &[1]).is_err());
+    }
+
+    #[test]
+    fn elements_copy_across_representations() {
+        let src = Tensor::from_bytes(DataType::Uint2, &[4], &[0b1110_0100]).unwrap();
+        let mut dst = Tensor::zeros(DataType::Uint2, &[4]).unwrap();
+        for i in 0..4 {
+            dst.copy_element_from(3 - i, &src, i).unwrap();
+        }
+        assert_eq!(dst.as_bytes().unwrap(), &[0b0001_1011]);
+        let e = dst.copy_element_from(4, &src, 0).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "element 4 is out of bounds for a tensor of 4 elements"
+        );
+        let idx = Tensor::from_vec(DataType::Int32, &[2], vec![-3i32, 7]).unwrap();
+        assert_eq!(idx.index_at(0).unwrap(), -3);
+        assert!(idx.index_at(2).is_err());
+    }
+
+    #[test]
+    fn debug_shows_values() {
+        let t = Tensor::from_vec(DataType::Int64, &[2], vec![-1i64, 5]).unwrap();
+        assert_eq!(format!("{t:?}"), "int64[2] [-1, 5]");
+        let s = Tensor::from_strings(&[1], vec![b"ab".to_vec()]).unwrap();
+        assert_eq!(format!("{s:?}"), "string[1] [\"ab\"]");
+    }
+}
