@@ -5,10 +5,15 @@
 
 pub mod dtype;
 pub mod error;
+pub mod gather;
+pub mod infer;
 pub mod io;
 pub mod ir;
+pub mod pass;
 pub mod proto;
+pub mod tensor;
 pub mod text;
 
 pub use dtype::DataType;
 pub use error::{Error, Result};
+pub use tensor::Tensor;

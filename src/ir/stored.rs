@@ -317,7 +317,7 @@ mod tests {
         let t = tensor(DataType::Int64, &[2], Payload::Float(vec![1.0, 2.0]));
         assert_eq!(
             t.check_size().unwrap_err().to_string(),
-            "tensor 't': int64 stored in float_data"
+            "tensor 't': int64 tensor stored in float_data"
         );
         let t = tensor(DataType::Float, &[-1], Payload::Float(vec![]));
         assert!(t.check_size().unwrap_err().to_string().contains("overflows"));
