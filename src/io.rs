@@ -329,17 +329,14 @@ pub struct SaveOptions {
 
 /// Serializes a model with every payload inline.
 pub fn to_bytes(model: &Model) -> Result<Vec<u8>> {
-    let mut m = model.clone();
-    for_each_tensor(&mut m, &mut |t| {
-        inline(t);
-        Ok(())
-    })?;
-    proto::encode(&m)
+    proto::encode_with(model, &inline)
 }
 
-fn inline(t: &mut StoredTensor) {
-    if let Payload::External(e) = &t.payload {
-        t.payload = Payload::Raw(e.bytes.clone());
+/// External payloads as raw data; everything else as stored.
+fn inline(t: &StoredTensor) -> Option<Payload> {
+    match &t.payload {
+        Payload::External(e) => Some(Payload::Raw(e.bytes.clone())),
+        _ => None,
     }
 }
 
@@ -349,72 +346,41 @@ pub fn save(model: &Model, path: impl AsRef<Path>) -> Result<()> {
 }
 
 /// Saves a model atomically: temporary files in the destination directory, synced, then renamed.
+/// The model itself is not modified or copied; payloads are redirected while encoding.
 pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let mut m = model.clone();
-    let mut data_file = None;
-    match &options.external {
-        ExternalPolicy::Inline => for_each_tensor(&mut m, &mut |t| {
-            inline(t);
-            Ok(())
-        })?,
+    let (bytes, data_file) = match &options.external {
+        ExternalPolicy::Inline => (proto::encode_with(model, &inline)?, None),
         ExternalPolicy::Keep => {
             let same_dir = match (&model.base_dir, dir.canonicalize()) {
                 (Some(base), Ok(out)) => base.canonicalize().is_ok_and(|b| b == out),
                 _ => false,
             };
-            if !same_dir {
-                for_each_tensor(&mut m, &mut |t| {
-                    inline(t);
-                    Ok(())
-                })?;
-            }
+            let bytes = if same_dir {
+                proto::encode(model)?
+            } else {
+                proto::encode_with(model, &inline)?
+            };
+            (bytes, None)
         }
         ExternalPolicy::File { file, threshold } => {
             check_location(file).map_err(|reason| Error::ExternalData {
                 tensor: "*".into(),
                 reason,
             })?;
-            let mut tmp = temp_in(&dir)?;
-            let data_path = dir.join(file);
-            let mut offset = 0u64;
-            for_each_tensor(&mut m, &mut |t| {
-                if t.elem == crate::DataType::String || t.stored_len() < *threshold {
-                    inline(t);
-                    return Ok(());
-                }
-                // Align each tensor to 4 KiB so the file can be mapped tensor by tensor.
-                let aligned = offset.div_ceil(4096) * 4096;
-                let pad = vec![0u8; (aligned - offset) as usize];
-                let len = {
-                    let bytes = t.le_bytes()?;
-                    let out = tmp.as_file_mut();
-                    out.write_all(&pad)
-                        .and_then(|_| out.write_all(&bytes))
-                        .map_err(|e| Error::io(&data_path, e))?;
-                    bytes.len()
-                };
-                offset = aligned + len as u64;
-                t.payload = Payload::External(ExternalData {
-                    entries: vec![
-                        ("location".to_owned(), file.clone()),
-                        ("offset".to_owned(), aligned.to_string()),
-                        ("length".to_owned(), len.to_string()),
-                    ],
-                    location: file.clone(),
-                    offset: aligned,
-                    // The saved copy needs only the reference; the data is in the file.
-                    bytes: Bytes::new(),
-                });
-                Ok(())
+            let (tmp, moved) = write_external(model, &dir, file, *threshold)?;
+            let bytes = proto::encode_with(model, &|t| {
+                moved
+                    .get(&(t as *const StoredTensor as usize))
+                    .cloned()
+                    .or_else(|| inline(t))
             })?;
-            data_file = Some((tmp, data_path));
+            (bytes, Some((tmp, dir.join(file))))
         }
-    }
-    let bytes = proto::encode(&m)?;
+    };
     let mut tmp = temp_in(&dir)?;
     tmp.as_file_mut()
         .write_all(&bytes)
@@ -423,6 +389,79 @@ pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()
         persist(data, &data_path)?;
     }
     persist(tmp, path)
+}
+
+/// Writes every non-string tensor of at least `threshold` bytes into a temporary file for
+/// `dir/file`, each aligned to 4 KiB, and returns the file with the payload each tensor (keyed by
+/// address; the model is borrowed throughout) is to be saved with.
+fn write_external(
+    model: &Model,
+    dir: &Path,
+    file: &str,
+    threshold: usize,
+) -> Result<(tempfile::NamedTempFile, HashMap<usize, Payload>)> {
+    let mut tmp = temp_in(dir)?;
+    let data_path = dir.join(file);
+    let mut moved = HashMap::new();
+    let mut offset = 0u64;
+    visit_tensors(model, &mut |t| {
+        if t.elem == crate::DataType::String || t.stored_len() < threshold {
+            return Ok(());
+        }
+        let aligned = offset.div_ceil(4096) * 4096;
+        let pad = vec![0u8; (aligned - offset) as usize];
+        let bytes = t.le_bytes()?;
+        let out = tmp.as_file_mut();
+        out.write_all(&pad)
+            .and_then(|_| out.write_all(&bytes))
+            .map_err(|e| Error::io(&data_path, e))?;
+        offset = aligned + bytes.len() as u64;
+        let payload = Payload::External(ExternalData {
+            entries: vec![
+                ("location".to_owned(), file.to_owned()),
+                ("offset".to_owned(), aligned.to_string()),
+                ("length".to_owned(), bytes.len().to_string()),
+            ],
+            location: file.to_owned(),
+            offset: aligned,
+            bytes: Bytes::new(),
+        });
+        moved.insert(t as *const StoredTensor as usize, payload);
+        Ok(())
+    })?;
+    Ok((tmp, moved))
+}
+
+/// Calls `f` on every stored tensor of the model, read-only (see [`for_each_tensor`]).
+pub fn visit_tensors(
+    model: &Model,
+    f: &mut dyn FnMut(&StoredTensor) -> Result<()>,
+) -> Result<()> {
+    fn graph(g: &Graph, f: &mut dyn FnMut(&StoredTensor) -> Result<()>) -> Result<()> {
+        g.initializers.iter().try_for_each(&mut *f)?;
+        for node in g.nodes_unordered() {
+            for a in &node.attributes {
+                match &a.value {
+                    AttrValue::Tensor(t) => f(t)?,
+                    AttrValue::Tensors(ts) => ts.iter().try_for_each(&mut *f)?,
+                    AttrValue::Graph(sub) => graph(sub, f)?,
+                    AttrValue::Graphs(subs) => subs.iter().try_for_each(|s| graph(s, f))?,
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+    graph(&model.graph, f)?;
+    for func in &model.functions {
+        graph(&func.body, f)?;
+        for a in &func.attribute_defaults {
+            if let AttrValue::Tensor(t) = &a.value {
+                f(t)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn temp_in(dir: &Path) -> Result<tempfile::NamedTempFile> {

@@ -78,10 +78,18 @@ pub fn decode(bytes: Bytes, limits: DecodeLimits) -> Result<ir::Model> {
     })
 }
 
-/// Encodes a model as a `ModelProto`. External payloads are written as references; the caller
-/// decides beforehand which tensors are external (see [`crate::io`]). Fails without allocating
-/// when the message would exceed protobuf's 2 GiB limit.
+/// Chooses, per tensor, a payload to write instead of the stored one (`None`: write it as stored).
+/// This is how saving moves tensors inline or to an external file without copying the model.
+pub type Substitute<'a> = &'a dyn Fn(&StoredTensor) -> Option<Payload>;
+
+/// Encodes a model as a `ModelProto`, every payload as stored (external payloads as references).
+/// Fails without allocating when the message would exceed protobuf's 2 GiB limit.
 pub fn encode(model: &ir::Model) -> Result<Vec<u8>> {
+    encode_with(model, &|_| None)
+}
+
+/// Encodes a model as a `ModelProto`, with payloads chosen by `sub`.
+pub fn encode_with(model: &ir::Model, sub: Substitute) -> Result<Vec<u8>> {
     let m = pb::ModelProto {
         ir_version: model.ir_version,
         opset_import: model.opset_imports.iter().map(opset_back).collect(),
@@ -90,10 +98,10 @@ pub fn encode(model: &ir::Model) -> Result<Vec<u8>> {
         domain: model.domain.clone(),
         model_version: model.model_version,
         doc_string: model.doc_string.clone(),
-        graph: Some(graph_back(&model.graph)),
+        graph: Some(graph_back(&model.graph, sub)),
         metadata_props: props_back(&model.metadata_props),
         training_info: decoded_all(&model.training_info)?,
-        functions: model.functions.iter().map(function_back).collect(),
+        functions: model.functions.iter().map(|f| function_back(f, sub)).collect(),
         configuration: decoded_all(&model.configuration)?,
     };
     let len = m.encoded_len();
@@ -111,7 +119,7 @@ const PROTOBUF_LIMIT: usize = (1 << 31) - 1;
 
 /// Encodes a standalone tensor as a `TensorProto` (for `.pb` test data).
 pub fn encode_tensor(t: &StoredTensor) -> Vec<u8> {
-    tensor_back(t).encode_to_vec()
+    tensor_back(t, &|_| None).encode_to_vec()
 }
 
 /// Decodes a standalone `TensorProto` (for `.pb` test data).
@@ -553,7 +561,7 @@ fn empty_payload(elem: DataType) -> Payload {
     }
 }
 
-fn tensor_back(t: &StoredTensor) -> pb::TensorProto {
+fn tensor_back(t: &StoredTensor, sub: Substitute) -> pb::TensorProto {
     let mut out = pb::TensorProto {
         dims: t.dims.clone(),
         data_type: Some(t.elem.onnx()),
@@ -563,7 +571,8 @@ fn tensor_back(t: &StoredTensor) -> pb::TensorProto {
         metadata_props: props_back(&t.metadata_props),
         ..Default::default()
     };
-    match &t.payload {
+    let substituted = sub(t);
+    match substituted.as_ref().unwrap_or(&t.payload) {
         Payload::Raw(b) => out.raw_data = Some(b.clone()),
         Payload::Float(v) => out.float_data = v.clone(),
         Payload::Int32(v) => out.int32_data = v.clone(),
@@ -650,7 +659,7 @@ fn set_or_empty(s: &str, explicit: bool) -> Option<String> {
     (explicit || !s.is_empty()).then(|| s.to_owned())
 }
 
-fn node_back(n: &Node) -> pb::NodeProto {
+fn node_back(n: &Node, sub: Substitute) -> pb::NodeProto {
     pb::NodeProto {
         input: n.inputs.clone(),
         output: n.outputs.clone(),
@@ -658,7 +667,7 @@ fn node_back(n: &Node) -> pb::NodeProto {
         op_type: Some(n.op_type.clone()),
         domain: set_or_empty(&n.domain, n.explicit_empty & 2 != 0),
         overload: n.overload.clone(),
-        attribute: n.attributes.iter().map(attribute_back).collect(),
+        attribute: n.attributes.iter().map(|a| attribute_back(a, sub)).collect(),
         doc_string: n.doc_string.clone(),
         metadata_props: props_back(&n.metadata_props),
         device_configurations: n
@@ -669,7 +678,7 @@ fn node_back(n: &Node) -> pb::NodeProto {
     }
 }
 
-fn attribute_back(a: &Attribute) -> pb::AttributeProto {
+fn attribute_back(a: &Attribute, sub: Substitute) -> pb::AttributeProto {
     let mut out = pb::AttributeProto {
         name: Some(a.name.clone()),
         doc_string: a.doc_string.clone(),
@@ -689,11 +698,11 @@ fn attribute_back(a: &Attribute) -> pb::AttributeProto {
             AT::String
         }
         AttrValue::Tensor(t) => {
-            out.t = Some(tensor_back(t));
+            out.t = Some(tensor_back(t, sub));
             AT::Tensor
         }
         AttrValue::Graph(g) => {
-            out.g = Some(graph_back(g));
+            out.g = Some(graph_back(g, sub));
             AT::Graph
         }
         AttrValue::SparseTensor(b) => {
@@ -717,11 +726,11 @@ fn attribute_back(a: &Attribute) -> pb::AttributeProto {
             AT::Strings
         }
         AttrValue::Tensors(v) => {
-            out.tensors = v.iter().map(tensor_back).collect();
+            out.tensors = v.iter().map(|t| tensor_back(t, sub)).collect();
             AT::Tensors
         }
         AttrValue::Graphs(v) => {
-            out.graphs = v.iter().map(graph_back).collect();
+            out.graphs = v.iter().map(|g| graph_back(g, sub)).collect();
             AT::Graphs
         }
         AttrValue::SparseTensors(v) => {
@@ -745,11 +754,11 @@ fn attribute_back(a: &Attribute) -> pb::AttributeProto {
     out
 }
 
-fn graph_back(g: &Graph) -> pb::GraphProto {
+fn graph_back(g: &Graph, sub: Substitute) -> pb::GraphProto {
     pb::GraphProto {
-        node: g.nodes().map(|(_, n)| node_back(n)).collect(),
+        node: g.nodes().map(|(_, n)| node_back(n, sub)).collect(),
         name: Some(g.name.clone()),
-        initializer: g.initializers.iter().map(tensor_back).collect(),
+        initializer: g.initializers.iter().map(|t| tensor_back(t, sub)).collect(),
         sparse_initializer: g
             .sparse_initializers
             .iter()
@@ -771,14 +780,14 @@ fn graph_back(g: &Graph) -> pb::GraphProto {
     }
 }
 
-fn function_back(f: &Function) -> pb::FunctionProto {
+fn function_back(f: &Function, sub: Substitute) -> pb::FunctionProto {
     pb::FunctionProto {
         name: Some(f.name.clone()),
         input: f.body.inputs.iter().map(|v| v.name.clone()).collect(),
         output: f.body.outputs.iter().map(|v| v.name.clone()).collect(),
         attribute: f.attributes.clone(),
-        attribute_proto: f.attribute_defaults.iter().map(attribute_back).collect(),
-        node: f.body.nodes().map(|(_, n)| node_back(n)).collect(),
+        attribute_proto: f.attribute_defaults.iter().map(|a| attribute_back(a, sub)).collect(),
+        node: f.body.nodes().map(|(_, n)| node_back(n, sub)).collect(),
         doc_string: f.doc_string.clone(),
         opset_import: f.opset_imports.iter().map(opset_back).collect(),
         domain: non_empty(&f.domain),

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 
 use bytes::Bytes;
 use petgraph::stable_graph::{NodeIndex, StableGraph};
-use petgraph::visit::EdgeRef;
+use petgraph::visit::{EdgeRef, NodeIndexable};
 use petgraph::Direction;
 
 use super::{AttrValue, Attribute, StoredTensor, ValueInfo};
@@ -237,41 +237,44 @@ impl Graph {
     /// Kahn's algorithm, choosing the ready node with the smallest position first. Returns the
     /// order and whether every node was placed (false on a cycle).
     fn order(&self) -> (Vec<NodeId>, bool) {
-        let mut pending: HashMap<NodeId, usize> = HashMap::with_capacity(self.dag.node_count());
+        // Pending counts are per incoming edge (parallel edges included): each is released once
+        // when its source is placed, so no per-node sets are needed.
+        let bound = self.dag.node_bound();
+        let mut pending = vec![0usize; bound];
         let mut ready = BinaryHeap::new();
         for id in self.dag.node_indices() {
-            let preds: HashSet<NodeId> = self
+            let count = self
                 .dag
                 .edges_directed(id, Direction::Incoming)
-                .map(|e| e.source())
-                .filter(|&s| s != id)
-                .collect();
-            if preds.is_empty() {
+                .filter(|e| e.source() != id)
+                .count();
+            pending[id.index()] = count;
+            if count == 0 {
                 ready.push(std::cmp::Reverse((self.dag[id].position, id)));
-            } else {
-                pending.insert(id, preds.len());
             }
         }
         let mut out = Vec::with_capacity(self.dag.node_count());
         while let Some(std::cmp::Reverse((_, id))) = ready.pop() {
             out.push(id);
-            let succs: BTreeSet<NodeId> = self
-                .dag
-                .edges_directed(id, Direction::Outgoing)
-                .map(|e| e.target())
-                .collect();
-            for s in succs {
-                if let Some(count) = pending.get_mut(&s) {
-                    *count -= 1;
-                    if *count == 0 {
-                        pending.remove(&s);
-                        ready.push(std::cmp::Reverse((self.dag[s].position, s)));
-                    }
+            for e in self.dag.edges_directed(id, Direction::Outgoing) {
+                let s = e.target();
+                if s == id {
+                    continue;
+                }
+                let count = &mut pending[s.index()];
+                *count -= 1;
+                if *count == 0 {
+                    ready.push(std::cmp::Reverse((self.dag[s].position, s)));
                 }
             }
         }
         let complete = out.len() == self.dag.node_count();
         (out, complete)
+    }
+
+    /// The nodes in index order, for walks where order does not matter.
+    pub fn nodes_unordered(&self) -> impl Iterator<Item = &Node> + '_ {
+        self.dag.node_weights().map(|s| &s.node)
     }
 
     /// Appends a node at the end of the graph.

@@ -206,7 +206,7 @@ impl Model {
 
 /// Every node's domain must be imported by the graph's model or function, or name a local function.
 fn check_domains(graph: &Graph, imports: &[OpsetImport], functions: &[Function]) -> Result<()> {
-    for (_, node) in graph.nodes() {
+    for node in graph.nodes_unordered() {
         let is_function = functions
             .iter()
             .any(|f| f.domain == node.domain && f.name == node.op_type);

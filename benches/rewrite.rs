@@ -1,0 +1,116 @@
+//! Rewrite cost: a generated model with N gather nodes, timed through load, rewrite and save, for
+//! N = 10k, 30k and 100k (time should grow linearly with N).
+//!
+//! Then a model with 1 GiB of external weights: loading, rewriting and saving it next to the
+//! weights must not read them, so its times stay those of a small model.
+//!
+//! Run with `cargo bench --bench rewrite`. Prints one line per case with the median of a few runs.
+
+use std::time::{Duration, Instant};
+
+use multigather::ir::{Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
+use multigather::pass::{GatherToMultiaxis, RewriteConfig};
+use multigather::DataType;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// A chain of `n` gathers, cycling through the three kinds, over a [4, 3] float tensor.
+fn chain(n: usize) -> Model {
+    let mut g = Graph::new("chain");
+    let dims = vec![Dim::Known(4), Dim::Known(3)];
+    g.inputs.push(ValueInfo::new("x0", Type::tensor(DataType::Float, dims.clone())));
+    g.initializers.push(StoredTensor::from_i64s(Some("rows"), &[4], &[3, 1, 0, 2]));
+    g.initializers.push(StoredTensor::from_i64s(
+        Some("elements"),
+        &[4, 3],
+        &[0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 0, 0],
+    ));
+    g.initializers.push(StoredTensor::from_i64s(Some("points"), &[4, 1], &[1, 0, 3, 2]));
+    for i in 0..n {
+        let (op, idx) = match i % 3 {
+            0 => ("Gather", "rows"),
+            1 => ("GatherElements", "elements"),
+            _ => ("GatherND", "points"),
+        };
+        let (x, y) = (format!("x{i}"), format!("x{}", i + 1));
+        g.value_info.push(ValueInfo::new(&y, Type::tensor(DataType::Float, dims.clone())));
+        g.add_node(Node::new(op, &format!("node{i}"), [x.as_str(), idx], [y.as_str()]));
+    }
+    g.outputs.push(ValueInfo::new(format!("x{n}"), Type::tensor(DataType::Float, dims)));
+    Model::new(g, 13)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    println!("{:>8} {:>10} {:>10} {:>10} {:>12}", "nodes", "load", "rewrite", "save", "rewrite/node");
+    for n in [10_000, 30_000, 100_000] {
+        let bytes = multigather::io::to_bytes(&chain(n)).expect("encode");
+        let (mut load, mut rewrite, mut save) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let t = Instant::now();
+            let mut model = multigather::io::load_bytes(&bytes).expect("load");
+            load.push(t.elapsed());
+            let t = Instant::now();
+            let report = GatherToMultiaxis::rewrite(&mut model, RewriteConfig::default()).expect("rewrite");
+            rewrite.push(t.elapsed());
+            assert_eq!(report.rewritten, n);
+            let t = Instant::now();
+            let out = multigather::io::to_bytes(&model).expect("save");
+            save.push(t.elapsed());
+            assert!(!out.is_empty());
+        }
+        let r = median(rewrite.clone());
+        println!(
+            "{n:>8} {:>10.1?} {:>10.1?} {:>10.1?} {:>10.2}us",
+            median(load),
+            r,
+            median(save),
+            r.as_secs_f64() * 1e6 / n as f64
+        );
+    }
+    external_weights();
+}
+
+/// An embedding table of 1 GiB in an external file, looked up by one Gather.
+fn external_weights() {
+    use bytes::Bytes;
+    use multigather::io::{ExternalPolicy, SaveOptions};
+
+    const ROWS: i64 = 1 << 18; // x 1024 floats = 1 GiB
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut g = Graph::new("embed");
+    g.inputs.push(ValueInfo::new("ids", Type::tensor(DataType::Int64, vec![Dim::Known(8)])));
+    g.outputs.push(ValueInfo::untyped("rows"));
+    let table = Bytes::from(vec![0u8; (ROWS * 1024 * 4) as usize]);
+    g.initializers.push(StoredTensor::raw(Some("table"), DataType::Float, &[ROWS, 1024], table));
+    g.add_node(Node::new("Gather", "lookup", ["table", "ids"], ["rows"]));
+    let path = dir.path().join("model.onnx");
+    let options = SaveOptions {
+        external: ExternalPolicy::File { file: "weights.bin".into(), threshold: 1024 },
+    };
+    multigather::io::save_with(&Model::new(g, 13), &path, &options).expect("save");
+
+    let (mut load, mut rewrite, mut save) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut model = multigather::io::load(&path).expect("load");
+        load.push(t.elapsed());
+        let t = Instant::now();
+        GatherToMultiaxis::rewrite(&mut model, RewriteConfig::default()).expect("rewrite");
+        rewrite.push(t.elapsed());
+        let t = Instant::now();
+        multigather::io::save(&model, dir.path().join("rewritten.onnx")).expect("save");
+        save.push(t.elapsed());
+    }
+    println!(
+        "1 GiB external weights: load {:.1?}, rewrite {:.1?}, save {:.1?}",
+        median(load),
+        median(rewrite),
+        median(save)
+    );
+}
