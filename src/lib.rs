@@ -1,7 +1,22 @@
-//! multigather
+//! multigather rewrites ONNX models so that one operator, `GatherMultiaxis`, does the work of ONNX
+//! `Gather`, `GatherElements` and `GatherND`, and proves each rewrite by running the models.
 //!
-//! Rewrites ONNX models so that one operator, `GatherMultiaxis`, does the work of ONNX `Gather`,
-//! `GatherElements` and `GatherND`, and proves each rewrite by running the models.
+//! Load a model, run the rewrite pass, save it:
+//!
+//! ```no_run
+//! use multigather::pass::{GatherToMultiaxis, RewriteConfig};
+//!
+//! let mut model = multigather::io::load("model.onnx")?;
+//! let report = GatherToMultiaxis::rewrite(&mut model, RewriteConfig::default())?;
+//! eprintln!("{}", report.summary());
+//! multigather::io::save(&model, "model.rewritten.onnx")?;
+//! # Ok::<(), multigather::Error>(())
+//! ```
+//!
+//! The modules, from the file to the kernel: [`io`] reads and writes files, [`proto`] is the
+//! protobuf boundary, [`ir`] the in-memory model, [`text`] its text form, [`infer`] static types,
+//! [`pass`] the passes, [`gather`] the operator with its kernels and mappings, [`tensor`] runtime
+//! tensors.
 
 pub mod dtype;
 pub mod error;
