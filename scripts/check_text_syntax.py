@@ -23,6 +23,9 @@ def main():
             text = subprocess.run([BIN, "inspect", path, "--max-elements", "1000000"],
                                   check=True, capture_output=True, text=True).stdout
             original = onnx.load(path)
+            if original.graph.sparse_initializer or original.training_info:
+                print(f"skip {path}: sparse initializers and training info have no textual syntax")
+                continue
             try:
                 parsed = onnx.parser.parse_model(text)
                 functions_ok = [onnx.printer.to_text(f) for f in parsed.functions] == \
