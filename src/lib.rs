@@ -28,6 +28,7 @@ pub mod pass;
 pub mod proto;
 pub mod tensor;
 pub mod text;
+pub mod verify;
 
 pub use dtype::DataType;
 pub use error::{Error, Result};
