@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use multigather::ir::{Model, ValueInfo};
 use multigather::text::{self, TextOptions};
 use serde::Serialize;
@@ -41,7 +41,7 @@ fn io(values: &[ValueInfo], model: &Model) -> Vec<Io> {
 }
 
 pub fn run(path: &Path, json: bool, max_elements: usize) -> Result<Outcome> {
-    let model = multigather::io::load(path).with_context(|| format!("loading {}", path.display()))?;
+    let model = super::load(path)?;
     if json {
         let ops = model.op_histogram();
         let summary = Summary {

@@ -2,6 +2,7 @@
 //! [`Outcome`]; errors carry context naming the file they concern.
 
 mod inspect;
+mod progress;
 mod rewrite;
 
 use std::path::PathBuf;
@@ -173,6 +174,25 @@ pub fn run(args: Args) -> Result<Outcome> {
         Command::Verify { .. } => unavailable("verify"),
         Command::Test { .. } => unavailable("test"),
     }
+}
+
+/// Loads a model, with a spinner on a terminal for large files; errors name the file.
+pub fn load(path: &std::path::Path) -> Result<multigather::ir::Model> {
+    use anyhow::Context;
+    progress::spin("loading", path, 0, || multigather::io::load(path))
+        .with_context(|| format!("loading {}", path.display()))
+}
+
+/// Saves a model atomically, with a spinner on a terminal for large models; errors name the file.
+pub fn save(
+    model: &multigather::ir::Model,
+    path: &std::path::Path,
+    options: &multigather::io::SaveOptions,
+) -> Result<()> {
+    use anyhow::Context;
+    let hint = model.graph.initializers.iter().map(|t| t.stored_len() as u64).sum();
+    progress::spin("saving", path, hint, || multigather::io::save_with(model, path, options))
+        .with_context(|| format!("saving {}", path.display()))
 }
 
 fn unavailable(command: &str) -> Result<Outcome> {

@@ -67,12 +67,10 @@ pub fn run(args: RewriteArgs) -> Result<Outcome> {
         kinds: kinds(args.ops)?,
         skip: args.skip.to_vec(),
     };
-    let mut model = multigather::io::load(args.model)
-        .with_context(|| format!("loading {}", args.model.display()))?;
+    let mut model = super::load(args.model)?;
     let report = GatherToMultiaxis::rewrite(&mut model, config)
         .with_context(|| format!("rewriting {}", args.model.display()))?;
-    multigather::io::save_with(&model, args.output, &args.save)
-        .with_context(|| format!("saving {}", args.output.display()))?;
+    super::save(&model, args.output, &args.save)?;
     eprintln!("{}", report.summary());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
