@@ -416,8 +416,14 @@ impl Graph {
     /// unused in turn. Only the seeds and their producers are considered, so nodes the model
     /// already had that are unused stay. Returns the number removed.
     pub fn remove_dead(&mut self, seeds: impl IntoIterator<Item = NodeId>) -> usize {
+        self.remove_dead_nodes(seeds).len()
+    }
+
+    /// [`Graph::remove_dead`], returning the removed nodes (so their values' declarations can
+    /// go too).
+    pub fn remove_dead_nodes(&mut self, seeds: impl IntoIterator<Item = NodeId>) -> Vec<Node> {
         let mut work: Vec<NodeId> = seeds.into_iter().collect();
-        let mut removed = 0;
+        let mut removed = Vec::new();
         while let Some(id) = work.pop() {
             let Some(node) = self.get(id) else { continue };
             let has_output = node.outputs.iter().any(|o| !o.is_empty());
@@ -429,8 +435,7 @@ impl Graph {
                 .edges_directed(id, Direction::Incoming)
                 .map(|e| e.source())
                 .collect();
-            self.remove_node(id);
-            removed += 1;
+            removed.push(self.remove_node(id));
             work.extend(preds);
         }
         removed

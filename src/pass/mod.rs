@@ -5,7 +5,9 @@
 //! is the pass's bug, reported with its name), and can dump the model around each pass or stop
 //! after the N-th for bisecting. Passes do no file I/O.
 
+mod emit;
 mod gather_to_multiaxis;
+mod walk;
 
 pub use gather_to_multiaxis::{
     GatherKind, GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
