@@ -241,7 +241,9 @@ fn infer_node(node: &Node, _opset: i64, inputs: &[Option<TensorType>]) -> Vec<Te
                 return vec![TensorType { elem: data.elem, shape: None }];
             };
             let rank = d.rank();
-            let axes = node.attr_ints("axes").ok().flatten().unwrap_or_default();
+            let Ok(Some(axes)) = node.attr_ints("axes") else {
+                return vec![TensorType { elem: data.elem, shape: None }];
+            };
             let spec = crate::gather::GatherSpec::from_attributes(axes, "error", rank);
             match spec {
                 Ok(spec) if i.rank() == rank => {

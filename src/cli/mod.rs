@@ -2,6 +2,7 @@
 //! [`Outcome`]; errors carry context naming the file they concern.
 
 mod inspect;
+mod lower;
 mod rewrite;
 
 use std::path::PathBuf;
@@ -168,7 +169,15 @@ pub fn run(args: Args) -> Result<Outcome> {
             skip: &skip,
             save: rewrite::save_options(external_data.as_ref(), external_threshold),
         }),
-        Command::Lower { .. } => unavailable("lower"),
+        Command::Lower {
+            model,
+            output,
+            in_place,
+        } => lower::run(lower::LowerArgs {
+            model: &model,
+            output: &output,
+            in_place,
+        }),
         Command::Run { .. } => unavailable("run"),
         Command::Verify { .. } => unavailable("verify"),
         Command::Test { .. } => unavailable("test"),

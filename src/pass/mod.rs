@@ -7,8 +7,10 @@
 
 mod emit;
 mod gather_to_multiaxis;
+mod lower;
 mod walk;
 
+pub use lower::{LowerMultiaxis, LowerReport, Pattern};
 pub use gather_to_multiaxis::{
     GatherKind, GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
 };

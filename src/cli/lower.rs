@@ -1,0 +1,29 @@
+//! `multigather lower`: the LowerMultiaxis pass from file to file.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use multigather::io::SaveOptions;
+use multigather::pass::LowerMultiaxis;
+
+use super::rewrite::check_output;
+use super::Outcome;
+
+/// Validated options of `multigather lower`.
+pub struct LowerArgs<'a> {
+    pub model: &'a Path,
+    pub output: &'a Path,
+    pub in_place: bool,
+}
+
+pub fn run(args: LowerArgs) -> Result<Outcome> {
+    check_output(args.model, args.output, args.in_place)?;
+    let mut model = multigather::io::load(args.model)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let report = LowerMultiaxis::lower(&mut model)
+        .with_context(|| format!("lowering {}", args.model.display()))?;
+    multigather::io::save_with(&model, args.output, &SaveOptions::default())
+        .with_context(|| format!("saving {}", args.output.display()))?;
+    eprintln!("{}", report.summary());
+    Ok(Outcome::Success)
+}
