@@ -376,6 +376,12 @@ fn lower_node(
     check_support(pattern, &roles, &spec, x.elem, site.opset)?;
 
     let out_dims = gather_multiaxis_dims(&x.dims, &i.dims, &spec.axes);
+    let pad_zero = spec.mode == OutOfRange::Zero
+        && pattern != Pattern::Broadcast
+        && matches!(
+            x.elem,
+            DataType::Float | DataType::Float16 | DataType::Double | DataType::Bfloat16
+        );
     // The rewrite names its node `<gather>/GatherMultiaxis`; the lowering's names derive from
     // `<gather>` again.
     let base = label.strip_suffix("/GatherMultiaxis").unwrap_or(label);
@@ -385,15 +391,18 @@ fn lower_node(
         env: site.env,
         shapes: HashMap::new(),
         spec: &spec,
+        x: x.clone(),
+        pad_zero,
         roles: &roles,
         logical: &logical,
         out_dims: &out_dims,
     };
+    let data = if pad_zero { l.pad_axes(&x) } else { x.clone() };
     let result = match pattern {
-        Pattern::Broadcast => l.broadcast(&x, &i),
-        Pattern::Blocks => l.blocks(&x, &i),
-        Pattern::Elements => l.elements(&x, &i),
-        Pattern::Nd => l.nd(&x, &i),
+        Pattern::Broadcast => l.broadcast(&data, &i),
+        Pattern::Blocks => l.blocks(&data, &i),
+        Pattern::Elements => l.elements(&data, &i),
+        Pattern::Nd => l.nd(&data, &i),
     };
     let elem = x.elem;
     l.e.rename_result(&result.name, output);
@@ -455,7 +464,6 @@ fn check_support(
         Pattern::Nd if roles.contains(&Role::Batch) => need(12, "GatherND with batch dimensions")?,
         Pattern::Nd => need(11, "GatherND")?,
     }
-    let zero = spec.mode == OutOfRange::Zero;
     if spec.mode != OutOfRange::Error && pattern != Pattern::Broadcast {
         need(9, &format!("mode '{}' (Where, Less)", spec.mode.name()))?;
     }
@@ -463,7 +471,6 @@ fn check_support(
     match elem {
         Float | Uint8 | Int8 | Uint16 | Int16 | Int32 | Int64 | String | Bool | Float16
         | Double | Uint32 | Uint64 | Complex64 | Complex128 => Ok(()),
-        Bfloat16 if zero && pattern != Pattern::Broadcast => need(16, "bfloat16 in mode 'zero' (Where)"),
         Bfloat16 => need(13, "bfloat16 data"),
         other => Err(format!(
             "no standard ONNX gather accepts element type {other}"
@@ -479,6 +486,10 @@ struct Lowerer<'a, 'e> {
     /// `Shape` values already emitted, by the value they measure.
     shapes: HashMap<String, String>,
     spec: &'a GatherSpec,
+    /// The node's input (before any padding).
+    x: Val,
+    /// Mode `zero` on floating-point data: gather from the input padded with a zero slot.
+    pad_zero: bool,
     roles: &'a [Role],
     logical: &'a [Dim],
     out_dims: &'a [Dim],
@@ -516,7 +527,7 @@ impl Lowerer<'_, '_> {
     /// the indices without their input and unit dimensions.
     fn blocks(&mut self, x: &Val, i: &Val) -> Val {
         let axis = self.spec.axes[0];
-        let (i, mask) = self.single_axis_modes(x, i);
+        let (i, mask) = self.single_axis_modes(i);
         let drop_i = self.dims_with(&[Role::Input, Role::Unit]);
         let drop_x = self.dims_with(&[Role::Index]);
         let i_tags: Vec<usize> = (0..self.rank()).filter(|d| !drop_i.contains(d)).collect();
@@ -548,7 +559,7 @@ impl Lowerer<'_, '_> {
     /// other's batch sizes.
     fn elements(&mut self, x: &Val, i: &Val) -> Val {
         let axis = self.spec.axes[0];
-        let (i, mask) = self.single_axis_modes(x, i);
+        let (i, mask) = self.single_axis_modes(i);
         let batch: Vec<Option<usize>> = (0..self.rank())
             .map(|d| (self.roles[d] == Role::Batch).then_some(d))
             .collect();
@@ -589,7 +600,7 @@ impl Lowerer<'_, '_> {
         let mut t = self.cast_to_i64(i);
         let mut mask = None;
         if k == 1 {
-            (t, mask) = self.modes(x, t);
+            (t, mask) = self.modes(t);
         }
         let fold_free = self.roles[rank - 1] == Role::Input || self.roles[rank - 1] == Role::Unit;
         let mut t_tags: Vec<Tag> = (0..rank).map(Tag::Dim).collect();
@@ -602,7 +613,7 @@ impl Lowerer<'_, '_> {
         }
         let split = t.clone();
         if k > 1 {
-            let (adjusted, ok) = self.modes(x, t);
+            let (adjusted, ok) = self.modes(t);
             t = adjusted;
             mask = ok.map(|ok| self.all_coordinates(ok, fold_free));
         }
@@ -708,18 +719,20 @@ impl Lowerer<'_, '_> {
     /// Mode adjustments of single-axis indices (every element is a coordinate): returns the
     /// indices to gather with and, in mode `zero`, the in-range mask (the logical indices'
     /// shape).
-    fn single_axis_modes(&mut self, x: &Val, i: &Val) -> (Val, Option<Val>) {
+    fn single_axis_modes(&mut self, i: &Val) -> (Val, Option<Val>) {
         if self.spec.mode == OutOfRange::Error {
             return (i.clone(), None);
         }
         let t = self.cast_to_i64(i);
-        self.modes(x, t)
+        self.modes(t)
     }
 
     /// Mode adjustments of int64 indices whose last dimension holds the coordinates, or whose
     /// every element is a coordinate of the one axis: `clamp` clamps into `[-d, d-1]`,
     /// `zero` replaces what is out of range by 0 and returns the per-element in-range mask.
-    fn modes(&mut self, x: &Val, t: Val) -> (Val, Option<Val>) {
+    fn modes(&mut self, t: Val) -> (Val, Option<Val>) {
+        let x = self.x.clone();
+        let x = &x;
         let mode = self.spec.mode;
         if mode == OutOfRange::Error {
             return (t, None);
@@ -768,6 +781,16 @@ impl Lowerer<'_, '_> {
                 let under = bool_op(self, "Less", &[&t.name, &d], "under");
                 let ok = bool_op(self, "And", &[&not_below, &under], "in_range");
                 let zero = self.e.constant_tensor("index_zero", StoredTensor::from_i64s(None, &[], &[0]));
+                if self.pad_zero {
+                    // Out of range reads the zero slot at coordinate d of the padded input;
+                    // negative indices must count from the end explicitly, the padded axis being
+                    // one longer.
+                    let safe = self.e.op("Where", &[&ok, &t.name, &d], vec![], "padded_index", DataType::Int64, &dims);
+                    let negative = bool_op(self, "Less", &[&safe, &zero], "negative");
+                    let wrapped = self.e.op("Add", &[&safe, &d], vec![], "wrapped", DataType::Int64, &dims);
+                    let name = self.e.op("Where", &[&negative, &wrapped, &safe], vec![], "safe", DataType::Int64, &dims);
+                    return (self.val(name, DataType::Int64, dims), None);
+                }
                 let name = self.e.op("Where", &[&ok, &t.name, &zero], vec![], "safe", DataType::Int64, &dims);
                 let ok = self.val(ok, DataType::Bool, dims.clone());
                 (self.val(name, DataType::Int64, dims), Some(ok))
@@ -818,13 +841,45 @@ impl Lowerer<'_, '_> {
         self.val(name, DataType::Bool, dims)
     }
 
-    /// Mode `zero`: the output where the indices were in range, zero elsewhere.
+    /// The input with a zero slot appended to every axis (`Pad`), read by out-of-range indices
+    /// in mode `zero`.
+    ///
+    /// Design note: floating-point data takes this road rather than masking the output with
+    /// `Where`, because onnxruntime's `Where` does not keep the sign of a zero (it returns `+0`
+    /// for a selected `-0`), and the lowering must keep every bit.
+    fn pad_axes(&mut self, x: &Val) -> Val {
+        let rank = self.rank();
+        let mut pads = vec![0i64; 2 * rank];
+        let mut dims = x.dims.clone();
+        for &a in &self.spec.axes {
+            pads[rank + a] = 1;
+            dims[a] = match dims[a] {
+                Dim::Known(n) => Dim::Known(n + 1),
+                _ => Dim::Unknown,
+            };
+        }
+        let name = if self.e.opset >= 11 {
+            let pads = self.e.constant("pads", &pads);
+            self.e.op("Pad", &[&x.name, &pads], vec![], "padded", x.elem, &dims)
+        } else {
+            let attrs = vec![("pads", AttrValue::Ints(pads))];
+            self.e.op("Pad", &[&x.name], attrs, "padded", x.elem, &dims)
+        };
+        self.val(name, x.elem, dims)
+    }
+
+    /// Mode `zero`: the output where the indices were in range, zero elsewhere (`And` for
+    /// booleans).
     fn mask_output(&mut self, out: Val, mask: Option<Val>) -> Val {
         let Some(mask) = mask else {
             return out;
         };
-        let zero = self.e.constant_tensor("zero", zero_scalar(out.elem));
-        let name = self.e.op("Where", &[&mask.name, &out.name, &zero], vec![], "masked", out.elem, &out.dims);
+        let name = if out.elem == DataType::Bool {
+            self.e.op("And", &[&mask.name, &out.name], vec![], "masked", out.elem, &out.dims)
+        } else {
+            let zero = self.e.constant_tensor("zero", zero_scalar(out.elem));
+            self.e.op("Where", &[&mask.name, &out.name, &zero], vec![], "masked", out.elem, &out.dims)
+        };
         self.val(name, out.elem, out.dims)
     }
 
