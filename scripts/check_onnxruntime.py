@@ -141,7 +141,7 @@ def run_cli(*args):
 def session(path_or_model):
     data = path_or_model if isinstance(path_or_model, str) else path_or_model.SerializeToString()
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
 

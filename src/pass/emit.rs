@@ -161,6 +161,32 @@ impl<'a> Emitter<'a> {
         self.nodes.push(Node::new("Identity", &name, [value], [output]));
     }
 
+    /// Drops the nodes built so far whose outputs nothing reads (no other node built here, and
+    /// not one of `keep`), with their declarations; returns how many went.
+    pub(crate) fn prune(&mut self, keep: &[&str]) -> usize {
+        let before = self.nodes.len();
+        loop {
+            let read: std::collections::HashSet<&str> = self
+                .nodes
+                .iter()
+                .flat_map(|n| n.inputs.iter().map(String::as_str))
+                .chain(keep.iter().copied())
+                .collect();
+            let dead: Vec<String> = self
+                .nodes
+                .iter()
+                .filter(|n| !n.outputs.iter().any(|o| read.contains(o.as_str())))
+                .flat_map(|n| n.outputs.clone())
+                .collect();
+            if dead.is_empty() {
+                break;
+            }
+            self.nodes.retain(|n| !n.outputs.iter().any(|o| dead.contains(o)));
+            self.value_info.retain(|v| !dead.contains(&v.name));
+        }
+        before - self.nodes.len()
+    }
+
     /// Applies shape operations, collapsing them into one `Reshape` to a constant shape when all
     /// sizes are known. The last result is named `last` if given.
     pub(crate) fn shape_ops(

@@ -59,7 +59,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use serde::Serialize;
 
-use super::emit::{all_known, Emitter, Replacement};
+use super::emit::{all_known, Constants, Emitter, Replacement};
 use super::gather_to_multiaxis::uses_domain;
 use super::walk::{label, walk, Change, Rule, Site};
 use super::{NodeOutcome, NodeReport, Pass};
@@ -390,6 +390,8 @@ fn lower_node(
         graph: site.graph,
         env: site.env,
         shapes: HashMap::new(),
+        reshapes: HashMap::new(),
+        one: None,
         spec: &spec,
         x: x.clone(),
         pad_zero,
@@ -406,6 +408,8 @@ fn lower_node(
     };
     let elem = x.elem;
     l.e.rename_result(&result.name, output);
+    // What a later step made redundant (a reshape read through, a size not needed).
+    l.e.prune(&[output]);
     Ok(Lowered {
         pattern,
         replacement: l.e.finish(),
@@ -485,6 +489,10 @@ struct Lowerer<'a, 'e> {
     env: &'a TypeEnv,
     /// `Shape` values already emitted, by the value they measure.
     shapes: HashMap<String, String>,
+    /// Values built here that only reshape another value, by name.
+    reshapes: HashMap<String, Val>,
+    /// The constant `[1]`, once built.
+    one: Option<String>,
     spec: &'a GatherSpec,
     /// The node's input (before any padding).
     x: Val,
@@ -752,7 +760,7 @@ impl Lowerer<'_, '_> {
             }
             None => {
                 let d = self.dims_vector(x, &axes, "axis_sizes");
-                let one = self.e.constant("one", &[1]);
+                let one = self.one();
                 let hi = self.e.op("Sub", &[&d, &one], vec![], "axis_max", DataType::Int64, &[k.clone()]);
                 let lo = self.e.op("Neg", &[&d], vec![], "axis_min", DataType::Int64, &[k]);
                 (d, hi, lo)
@@ -931,7 +939,13 @@ impl Lowerer<'_, '_> {
         let name = self.e.node_name("Reshape_tuples");
         self.e
             .nodes
-            .push(Node::new("Reshape", &name, [input, shape], [out.clone()]));
+            .push(Node::new("Reshape", &name, [input.clone(), shape], [out.clone()]));
+        let source = if input == t.name {
+            t.clone()
+        } else {
+            self.reshape_source(t).unwrap_or_else(|| t.clone())
+        };
+        self.reshapes.insert(out.clone(), source);
         self.val(out, DataType::Int64, dims)
     }
 
@@ -968,7 +982,7 @@ impl Lowerer<'_, '_> {
         let rank = source.dims.len();
         let mut shape = self.shape_of(source);
         if pick.contains(&None) {
-            let one = self.e.constant("one", &[1]);
+            let one = self.one();
             shape = self.e.op(
                 "Concat",
                 &[&shape, &one],
@@ -988,6 +1002,16 @@ impl Lowerer<'_, '_> {
             DataType::Int64,
             &[Dim::Known(pick.len() as i64)],
         )
+    }
+
+    /// The constant `[1]`, emitted once.
+    fn one(&mut self) -> String {
+        if let Some(one) = &self.one {
+            return one.clone();
+        }
+        let one = self.e.constant("one", &[1]);
+        self.one = Some(one.clone());
+        one
     }
 
     /// `Shape(v)`, emitted once per value.
@@ -1048,16 +1072,29 @@ impl Lowerer<'_, '_> {
             }
         }
         let out = self.e.value(what, v.elem, &dims);
-        match (source, all_known(&dims)) {
-            (Some(y), Some(sizes)) => self.e.reshape(&y.name, &sizes, &out, what),
-            _ => self.e.axes_op(op, &v.name, axes, &out, what),
-        }
+        // A constant shape needs somewhere to live (not an old-opset function body).
+        let can_reshape = self.e.constants != Constants::Unavailable || self.e.opset < 5;
+        let read = match (source.filter(|_| can_reshape), all_known(&dims)) {
+            (Some(y), Some(sizes)) => {
+                self.e.reshape(&y.name, &sizes, &out, what);
+                y
+            }
+            _ => {
+                self.e.axes_op(op, &v.name, axes, &out, what);
+                v.clone()
+            }
+        };
+        self.reshapes.insert(out.clone(), read);
         self.val(out, v.elem, dims)
     }
 
-    /// The input of the graph node producing `v`, if that node only reshapes (so `v` holds the
-    /// input's elements in the same order) and the input's dims are known.
+    /// What `v` reshapes, if it was built here by a reshape, or if the graph node producing it
+    /// only reshapes (so `v` holds the input's elements in the same order) and the input's dims
+    /// are known.
     fn reshape_source(&self, v: &Val) -> Option<Val> {
+        if let Some(source) = self.reshapes.get(&v.name) {
+            return Some(source.clone());
+        }
         let node = self.graph.node(self.graph.producer(&v.name)?);
         let reshapes = matches!(node.domain.as_str(), "" | "ai.onnx")
             && matches!(
