@@ -7,7 +7,6 @@
 //! That the lowered models compute what the originals compute is proven by running them in
 //! onnxruntime: `scripts/check_onnxruntime.py`.
 
-
 use multigather::ir::{AttrValue, Dim, Function, Graph, Model, Node, OpsetImport, Type, ValueInfo};
 use multigather::pass::{
     GatherToMultiaxis, LowerMultiaxis, LowerReport, NodeOutcome, RewriteConfig,
@@ -46,8 +45,17 @@ fn lower_checked(model: &Model) -> (Model, LowerReport) {
     if let Some(left) = multigather_left(&lowered) {
         panic!("{left} left after lowering:\n{}", model_to_text(&lowered));
     }
-    assert_eq!(model.graph.inputs, lowered.graph.inputs, "graph inputs changed");
-    let names = |m: &Model| m.graph.outputs.iter().map(|o| o.name.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        model.graph.inputs, lowered.graph.inputs,
+        "graph inputs changed"
+    );
+    let names = |m: &Model| {
+        m.graph
+            .outputs
+            .iter()
+            .map(|o| o.name.clone())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(names(model), names(&lowered), "graph outputs changed");
 
     let mut again = lowered.clone();
@@ -154,8 +162,14 @@ impl Case {
 
     fn model(&self) -> Model {
         let mut g = Graph::new(self.name);
-        g.inputs.push(ValueInfo::new("x", Type::tensor(self.elem, Case::dims(self.x))));
-        g.inputs.push(ValueInfo::new("i", Type::tensor(self.index_elem, Case::dims(self.i))));
+        g.inputs.push(ValueInfo::new(
+            "x",
+            Type::tensor(self.elem, Case::dims(self.x)),
+        ));
+        g.inputs.push(ValueInfo::new(
+            "i",
+            Type::tensor(self.index_elem, Case::dims(self.i)),
+        ));
         g.outputs.push(ValueInfo::untyped("y"));
         g.add_node(self.node("gma", "y"));
         let mut model = Model::new(g, self.opset);
@@ -166,28 +180,75 @@ impl Case {
 
 const CASES: &[Case] = &[
     // Axes out of order and not contiguous; every role of the other dimensions.
-    case("axes_2_0_points", &["4", "3", "5"], &["6", "1", "14"], &[2, 0]),
+    case(
+        "axes_2_0_points",
+        &["4", "3", "5"],
+        &["6", "1", "14"],
+        &[2, 0],
+    ),
     case("axes_1_0_reversed", &["5", "6"], &["4", "2"], &[1, 0]),
-    case("axes_0_2_batch_middle", &["4", "3", "5"], &["6", "3", "14"], &[0, 2]),
-    case("axes_3_1_mixed_roles", &["2", "4", "1", "5", "3"], &["2", "6", "7", "1", "2"], &[3, 1]),
-    case("axes_1_2_fold_free", &["3", "4", "5", "2"], &["3", "6", "1", "2"], &[1, 2]),
+    case(
+        "axes_0_2_batch_middle",
+        &["4", "3", "5"],
+        &["6", "3", "14"],
+        &[0, 2],
+    ),
+    case(
+        "axes_3_1_mixed_roles",
+        &["2", "4", "1", "5", "3"],
+        &["2", "6", "7", "1", "2"],
+        &[3, 1],
+    ),
+    case(
+        "axes_1_2_fold_free",
+        &["3", "4", "5", "2"],
+        &["3", "6", "1", "2"],
+        &[1, 2],
+    ),
     // One axis.
-    case("blocks_input_broadcasts", &["1", "5", "1"], &["3", "4", "2"], &[1]),
-    case("blocks_indices_broadcast", &["3", "5", "2"], &["1", "4", "1"], &[1]),
+    case(
+        "blocks_input_broadcasts",
+        &["1", "5", "1"],
+        &["3", "4", "2"],
+        &[1],
+    ),
+    case(
+        "blocks_indices_broadcast",
+        &["3", "5", "2"],
+        &["1", "4", "1"],
+        &[1],
+    ),
     case("blocks_transpose", &["1", "2", "5"], &["3", "1", "4"], &[2]),
-    case("elements_same_shapes", &["3", "5", "2"], &["3", "4", "2"], &[1]),
-    case("nd_batch_index_input", &["3", "5", "1", "2"], &["3", "4", "6", "1"], &[1]),
+    case(
+        "elements_same_shapes",
+        &["3", "5", "2"],
+        &["3", "4", "2"],
+        &[1],
+    ),
+    case(
+        "nd_batch_index_input",
+        &["3", "5", "1", "2"],
+        &["3", "4", "6", "1"],
+        &[1],
+    ),
     // No axes.
     case("empty_axes_expand", &["3", "1"], &["1", "4"], &[]),
     case("empty_axes_identity", &["2", "3"], &["2", "1"], &[]),
     case("empty_axes_rank0", &[], &[], &[]),
     // Modes.
     case("zero_blocks_float_pads", &["4", "3"], &["6", "1"], &[0]).mode("zero"),
-    case("zero_nd_int32_masks", &["4", "3", "5"], &["6", "1", "14"], &[2, 0])
+    case(
+        "zero_nd_int32_masks",
+        &["4", "3", "5"],
+        &["6", "1", "14"],
+        &[2, 0],
+    )
+    .mode("zero")
+    .elem(DataType::Int32)
+    .index_elem(DataType::Int32),
+    case("zero_bool_and", &["2", "4"], &["2", "5"], &[1])
         .mode("zero")
-        .elem(DataType::Int32)
-        .index_elem(DataType::Int32),
-    case("zero_bool_and", &["2", "4"], &["2", "5"], &[1]).mode("zero").elem(DataType::Bool),
+        .elem(DataType::Bool),
     case("zero_string_opset18", &["a", "b"], &["a", "c"], &[1, 0])
         .mode("zero")
         .elem(DataType::String)
@@ -195,12 +256,34 @@ const CASES: &[Case] = &[
     case("clamp_elements_int32", &["3", "5"], &["3", "4"], &[1])
         .mode("clamp")
         .index_elem(DataType::Int32),
-    case("clamp_opset11_where", &["r", "c"], &["6", "1"], &[0]).mode("clamp").opset(11),
+    case("clamp_opset11_where", &["r", "c"], &["6", "1"], &[0])
+        .mode("clamp")
+        .opset(11),
     // Symbolic and unknown dimensions.
-    case("symbolic_elements_expand_both", &["n", "5"], &["m", "2"], &[1]),
-    case("symbolic_nd_split", &["a", "b", "c"], &["p", "1", "q"], &[2, 0]),
-    case("symbolic_nd_batch_expand", &["n", "4", "5"], &["m", "2", "2"], &[1, 2]),
-    case("unknown_indices_rank_from_input", &["4", "3"], &["?", "1"], &[0]),
+    case(
+        "symbolic_elements_expand_both",
+        &["n", "5"],
+        &["m", "2"],
+        &[1],
+    ),
+    case(
+        "symbolic_nd_split",
+        &["a", "b", "c"],
+        &["p", "1", "q"],
+        &[2, 0],
+    ),
+    case(
+        "symbolic_nd_batch_expand",
+        &["n", "4", "5"],
+        &["m", "2", "2"],
+        &[1, 2],
+    ),
+    case(
+        "unknown_indices_rank_from_input",
+        &["4", "3"],
+        &["?", "1"],
+        &[0],
+    ),
     // Old opsets.
     case("blocks_opset7", &["5", "2"], &["3", "1"], &[0]).opset(7),
     case("nd_opset11_no_batch", &["4", "5"], &["3", "2"], &[0, 1]).opset(11),
@@ -231,11 +314,19 @@ fn unsupported_nodes_are_reported_and_kept() {
             "no standard ONNX gather accepts element type float8e4m3fn",
         ),
         (
-            case("bfloat16_opset12", &["4"], &["2"], &[0]).elem(DataType::Bfloat16).opset(12),
+            case("bfloat16_opset12", &["4"], &["2"], &[0])
+                .elem(DataType::Bfloat16)
+                .opset(12),
             "bfloat16 data needs opset 13; the graph imports opset 12",
         ),
         (
-            case("nd_batch_opset11", &["3", "4", "5"], &["3", "2", "2"], &[1, 2]).opset(11),
+            case(
+                "nd_batch_opset11",
+                &["3", "4", "5"],
+                &["3", "2", "2"],
+                &[1, 2],
+            )
+            .opset(11),
             "GatherND with batch dimensions needs opset 12; the graph imports opset 11",
         ),
         (
@@ -243,7 +334,9 @@ fn unsupported_nodes_are_reported_and_kept() {
             "GatherElements needs opset 11; the graph imports opset 10",
         ),
         (
-            case("zero_opset8", &["4", "3"], &["6", "1"], &[0]).mode("zero").opset(8),
+            case("zero_opset8", &["4", "3"], &["6", "1"], &[0])
+                .mode("zero")
+                .opset(8),
             "mode 'zero' (Where, Less) needs opset 9; the graph imports opset 8",
         ),
         (
@@ -296,7 +389,11 @@ fn unknown_ranks_are_reported_not_guessed() {
     );
     let mut model = case("opaque", &[], &[], &[0]).model();
     for v in &mut model.graph.inputs {
-        if let Some(Type { kind: multigather::ir::TypeKind::Tensor(t), .. }) = &mut v.ty {
+        if let Some(Type {
+            kind: multigather::ir::TypeKind::Tensor(t),
+            ..
+        }) = &mut v.ty
+        {
             t.shape = None;
         }
     }
@@ -307,7 +404,9 @@ fn unknown_ranks_are_reported_not_guessed() {
             reason: "the ranks of 'x' and 'i' are unknown".into()
         }
     );
-    assert!(report.summary().contains("the multigather opset import stays"));
+    assert!(report
+        .summary()
+        .contains("the multigather opset import stays"));
     assert_eq!(model.opset(DOMAIN), Some(1));
 }
 
@@ -323,8 +422,14 @@ fn function_model(calls: &[(&[&str], &[&str])]) -> Model {
     let mut g = Graph::new("main");
     for (n, (x, i)) in calls.iter().enumerate() {
         let (xn, i_n, yn) = (format!("x{n}"), format!("i{n}"), format!("y{n}"));
-        g.inputs.push(ValueInfo::new(&xn, Type::tensor(DataType::Float, Case::dims(x))));
-        g.inputs.push(ValueInfo::new(&i_n, Type::tensor(DataType::Int64, Case::dims(i))));
+        g.inputs.push(ValueInfo::new(
+            &xn,
+            Type::tensor(DataType::Float, Case::dims(x)),
+        ));
+        g.inputs.push(ValueInfo::new(
+            &i_n,
+            Type::tensor(DataType::Int64, Case::dims(i)),
+        ));
         g.outputs.push(ValueInfo::untyped(&yn));
         g.add_node(Node::new("Pick", &format!("call{n}"), [xn, i_n], [yn]).with_domain("local"));
     }
@@ -337,8 +442,14 @@ fn function_model(calls: &[(&[&str], &[&str])]) -> Model {
         attributes: Vec::new(),
         attribute_defaults: Vec::new(),
         opset_imports: vec![
-            OpsetImport { domain: Some(String::new()), version: 13 },
-            OpsetImport { domain: Some(DOMAIN.into()), version: 1 },
+            OpsetImport {
+                domain: Some(String::new()),
+                version: 13,
+            },
+            OpsetImport {
+                domain: Some(DOMAIN.into()),
+                version: 1,
+            },
         ],
         body,
         doc_string: None,
@@ -356,7 +467,11 @@ fn functions_are_typed_from_their_call_sites() {
     let (lowered, report) = lower_checked(&model);
     assert_eq!(report.lowered, 1);
     let ops = lowered.op_histogram();
-    assert_eq!(ops.get("GatherND").or(ops.get("GatherElements")), Some(&1), "{ops:?}");
+    assert_eq!(
+        ops.get("GatherND").or(ops.get("GatherElements")),
+        Some(&1),
+        "{ops:?}"
+    );
 
     // Calls of different ranks: the body is left alone, with the reason.
     let mut model = function_model(&[(&["3", "5"], &["3", "4"]), (&["5"], &["4"])]);

@@ -1,4 +1,6 @@
-//! `multigather lower`: the LowerMultiaxis pass from file to file.
+//! `multigather lower`: the LowerMultiaxis pass from file to file. Exits 1 when some
+//! `GatherMultiaxis` could not be lowered (the report on stderr says why); the output is written
+//! anyway.
 
 use std::path::Path;
 
@@ -25,5 +27,10 @@ pub fn run(args: LowerArgs) -> Result<Outcome> {
     multigather::io::save_with(&model, args.output, &SaveOptions::default())
         .with_context(|| format!("saving {}", args.output.display()))?;
     eprintln!("{}", report.summary());
-    Ok(Outcome::Success)
+    // The output is written either way, but it is standard ONNX only when nothing was skipped.
+    Ok(if report.skipped == 0 {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
 }

@@ -78,7 +78,7 @@ pub enum Command {
         #[arg(long, default_value_t = 1024)]
         external_threshold: usize,
     },
-    /// Replace every GatherMultiaxis by standard ONNX operators.
+    /// Replace every GatherMultiaxis by standard ONNX operators (exit 1 if some cannot be).
     Lower {
         /// The model file.
         model: PathBuf,

@@ -158,7 +158,8 @@ impl<'a> Emitter<'a> {
             return;
         }
         let name = self.node_name("Identity");
-        self.nodes.push(Node::new("Identity", &name, [value], [output]));
+        self.nodes
+            .push(Node::new("Identity", &name, [value], [output]));
     }
 
     /// Drops the nodes built so far whose outputs nothing reads (no other node built here, and
@@ -181,7 +182,8 @@ impl<'a> Emitter<'a> {
             if dead.is_empty() {
                 break;
             }
-            self.nodes.retain(|n| !n.outputs.iter().any(|o| dead.contains(o)));
+            self.nodes
+                .retain(|n| !n.outputs.iter().any(|o| dead.contains(o)));
             self.value_info.retain(|v| !dead.contains(&v.name));
         }
         before - self.nodes.len()
@@ -225,7 +227,13 @@ impl<'a> Emitter<'a> {
         (value, dims)
     }
 
-    fn output_name(&mut self, last: Option<&str>, what: &str, elem: DataType, dims: &[Dim]) -> String {
+    fn output_name(
+        &mut self,
+        last: Option<&str>,
+        what: &str,
+        elem: DataType,
+        dims: &[Dim],
+    ) -> String {
         match last {
             Some(name) => name.to_owned(),
             None => self.value(what, elem, dims),
@@ -328,7 +336,10 @@ mod tests {
         );
         assert_eq!(apply_dims(&ShapeOp::Squeeze(vec![1]), &dims), vec![n()]);
         assert_eq!(
-            apply_dims(&ShapeOp::Reshape(vec![0, -1]), &[n(), Dim::Known(2), Dim::Known(3)]),
+            apply_dims(
+                &ShapeOp::Reshape(vec![0, -1]),
+                &[n(), Dim::Known(2), Dim::Known(3)]
+            ),
             vec![n(), Dim::Unknown]
         );
         assert_eq!(
@@ -344,12 +355,22 @@ mod tests {
     fn a_result_is_renamed_or_forwarded() {
         let mut names = UniqueNames::default();
         let mut e = Emitter::new("n", &mut names, 13, Constants::Nodes);
-        let v = e.op("Neg", &["x"], vec![], "neg", DataType::Float, &[Dim::Known(2)]);
+        let v = e.op(
+            "Neg",
+            &["x"],
+            vec![],
+            "neg",
+            DataType::Float,
+            &[Dim::Known(2)],
+        );
         e.rename_result(&v, "y");
         assert_eq!(e.nodes[0].outputs, ["y"]);
         assert!(e.value_info.is_empty());
         e.rename_result("x", "z");
         assert_eq!(e.nodes[1].op_type, "Identity");
-        assert_eq!((e.nodes[1].inputs.clone(), e.nodes[1].outputs.clone()), (vec!["x".to_string()], vec!["z".to_string()]));
+        assert_eq!(
+            (e.nodes[1].inputs.clone(), e.nodes[1].outputs.clone()),
+            (vec!["x".to_string()], vec!["z".to_string()])
+        );
     }
 }

@@ -67,8 +67,7 @@ use crate::error::Result;
 use crate::gather::{GatherSpec, OutOfRange, DOMAIN, OP_TYPE};
 use crate::infer::{broadcast_dim, gather_multiaxis_dims, logical_indices_dims, same_dim, TypeEnv};
 use crate::ir::{
-    AttrValue, Dim, Graph, Model, Node, Payload, StoredTensor, TensorType,
-    UniqueNames,
+    AttrValue, Dim, Graph, Model, Node, Payload, StoredTensor, TensorType, UniqueNames,
 };
 use crate::DataType;
 
@@ -121,7 +120,10 @@ impl LowerReport {
         }
         for n in &self.nodes {
             if let NodeOutcome::Skipped { reason } = &n.outcome {
-                s.push_str(&format!("\n  skipped '{}' in {}: {reason}", n.node, n.scope));
+                s.push_str(&format!(
+                    "\n  skipped '{}' in {}: {reason}",
+                    n.node, n.scope
+                ));
             }
         }
         if self.skipped > 0 {
@@ -190,10 +192,14 @@ impl Pass for LowerMultiaxis {
 
     fn run(&mut self, model: &mut Model) -> Result<bool> {
         self.report = LowerReport::default();
-        let total = walk(model, &mut Lowering {
-            report: &mut self.report,
-        });
-        let left = uses_domain(&model.graph) || model.functions.iter().any(|f| uses_domain(&f.body));
+        let total = walk(
+            model,
+            &mut Lowering {
+                report: &mut self.report,
+            },
+        );
+        let left =
+            uses_domain(&model.graph) || model.functions.iter().any(|f| uses_domain(&f.body));
         if !left {
             // A model-local definition of the operator has no callers any more.
             model
@@ -225,7 +231,12 @@ impl Rule for Lowering<'_> {
             Ok(lowered) => {
                 self.report.lowered += 1;
                 *self.report.by_pattern.entry(lowered.pattern).or_default() += 1;
-                let into = lowered.replacement.nodes.iter().map(Node::qualified_op).collect();
+                let into = lowered
+                    .replacement
+                    .nodes
+                    .iter()
+                    .map(Node::qualified_op)
+                    .collect();
                 let change = Change {
                     replacement: lowered.replacement,
                     output_types: vec![lowered.output],
@@ -278,13 +289,15 @@ fn roles(x: &[Dim], logical: &[Dim], axes: &[usize]) -> Vec<Role> {
     x.iter()
         .zip(logical)
         .enumerate()
-        .map(|(d, (xd, ld))| match (axes.contains(&d), one(xd), one(ld)) {
-            (true, _, _) => Role::Axis,
-            (false, true, true) => Role::Unit,
-            (false, false, true) => Role::Input,
-            (false, true, false) => Role::Index,
-            (false, false, false) => Role::Batch,
-        })
+        .map(
+            |(d, (xd, ld))| match (axes.contains(&d), one(xd), one(ld)) {
+                (true, _, _) => Role::Axis,
+                (false, true, true) => Role::Unit,
+                (false, false, true) => Role::Input,
+                (false, true, false) => Role::Index,
+                (false, false, false) => Role::Batch,
+            },
+        )
         .collect()
 }
 
@@ -357,7 +370,10 @@ fn lower_node(
     let (x, i) = operands(site.env, x, i)?;
     let spec = GatherSpec::from_attributes(axes, mode, x.dims.len()).map_err(|e| e.to_string())?;
     if !i.elem.is_index() {
-        return Err(format!("indices '{}' are {}, not int32 or int64", i.name, i.elem));
+        return Err(format!(
+            "indices '{}' are {}, not int32 or int64",
+            i.name, i.elem
+        ));
     }
     let k = spec.axes.len();
     if let (Some(Dim::Known(last)), true) = (i.dims.last(), k > 1) {
@@ -371,7 +387,10 @@ fn lower_node(
     let roles = roles(&x.dims, &logical, &spec.axes);
     let pattern = choose(&roles, k);
     if pattern == Pattern::Broadcast && grows(&x.dims, &logical) && site.opset < 8 {
-        return Err(format!("Expand needs opset 8; the graph imports opset {}", site.opset));
+        return Err(format!(
+            "Expand needs opset 8; the graph imports opset {}",
+            site.opset
+        ));
     }
     check_support(pattern, &roles, &spec, x.elem, site.opset)?;
 
@@ -459,7 +478,9 @@ fn check_support(
         if opset >= min {
             Ok(())
         } else {
-            Err(format!("{what} needs opset {min}; the graph imports opset {opset}"))
+            Err(format!(
+                "{what} needs opset {min}; the graph imports opset {opset}"
+            ))
         }
     };
     match pattern {
@@ -527,7 +548,14 @@ impl Lowerer<'_, '_> {
             return x.clone();
         }
         let shape = self.shape_of(i);
-        let name = self.e.op("Expand", &[&x.name, &shape], vec![], "expanded", x.elem, self.out_dims);
+        let name = self.e.op(
+            "Expand",
+            &[&x.name, &shape],
+            vec![],
+            "expanded",
+            x.elem,
+            self.out_dims,
+        );
         self.val(name, x.elem, self.out_dims.to_vec())
     }
 
@@ -559,7 +587,7 @@ impl Lowerer<'_, '_> {
             &dims,
         );
         let gathered = self.val(name, x.elem, dims);
-        let out = self.to_output_order(gathered, &tags);
+        let out = self.in_output_order(gathered, &tags);
         self.mask_output(out, mask)
     }
 
@@ -633,7 +661,12 @@ impl Lowerer<'_, '_> {
         let mut xd = self.squeeze(x, &drop_x, "input");
         let mut sorted_axes = self.spec.axes.clone();
         sorted_axes.sort_unstable();
-        let natural: Vec<usize> = batch.iter().chain(&sorted_axes).chain(&input).copied().collect();
+        let natural: Vec<usize> = batch
+            .iter()
+            .chain(&sorted_axes)
+            .chain(&input)
+            .copied()
+            .collect();
         let data_axes = if natural == x_tags {
             sorted_axes
         } else {
@@ -647,7 +680,12 @@ impl Lowerer<'_, '_> {
                 .collect();
             xd = self.expand(&xd, &split, &pick, "input");
         }
-        let target: Vec<usize> = batch.iter().chain(&data_axes).chain(&input).copied().collect();
+        let target: Vec<usize> = batch
+            .iter()
+            .chain(&data_axes)
+            .chain(&input)
+            .copied()
+            .collect();
         let perm: Vec<usize> = target
             .iter()
             .map(|d| x_tags.iter().position(|t| t == d).unwrap_or_default())
@@ -658,7 +696,13 @@ impl Lowerer<'_, '_> {
         if data_axes != self.spec.axes {
             let order: Vec<i64> = data_axes
                 .iter()
-                .map(|a| self.spec.axes.iter().position(|b| b == a).unwrap_or_default() as i64)
+                .map(|a| {
+                    self.spec
+                        .axes
+                        .iter()
+                        .position(|b| b == a)
+                        .unwrap_or_default() as i64
+                })
                 .collect();
             let order = self.e.constant("coordinate_order", &order);
             let last = t.dims.len() as i64 - 1;
@@ -718,9 +762,16 @@ impl Lowerer<'_, '_> {
         if !batch.is_empty() {
             attrs.push(("batch_dims", AttrValue::Int(batch.len() as i64)));
         }
-        let name = self.e.op("GatherND", &[&xd.name, &t.name], attrs, "gathered", x.elem, &dims);
+        let name = self.e.op(
+            "GatherND",
+            &[&xd.name, &t.name],
+            attrs,
+            "gathered",
+            x.elem,
+            &dims,
+        );
         let gathered = self.val(name, x.elem, dims);
-        let out = self.to_output_order(gathered, &tags);
+        let out = self.in_output_order(gathered, &tags);
         self.mask_output(out, mask)
     }
 
@@ -761,8 +812,17 @@ impl Lowerer<'_, '_> {
             None => {
                 let d = self.dims_vector(x, &axes, "axis_sizes");
                 let one = self.one();
-                let hi = self.e.op("Sub", &[&d, &one], vec![], "axis_max", DataType::Int64, &[k.clone()]);
-                let lo = self.e.op("Neg", &[&d], vec![], "axis_min", DataType::Int64, &[k]);
+                let hi = self.e.op(
+                    "Sub",
+                    &[&d, &one],
+                    vec![],
+                    "axis_max",
+                    DataType::Int64,
+                    std::slice::from_ref(&k),
+                );
+                let lo = self
+                    .e
+                    .op("Neg", &[&d], vec![], "axis_min", DataType::Int64, &[k]);
                 (d, hi, lo)
             }
         };
@@ -773,13 +833,41 @@ impl Lowerer<'_, '_> {
         match mode {
             OutOfRange::Clamp => {
                 let name = if self.e.opset >= 12 {
-                    let upper = self.e.op("Min", &[&t.name, &hi], vec![], "clamped_above", DataType::Int64, &dims);
-                    self.e.op("Max", &[&upper, &lo], vec![], "clamped", DataType::Int64, &dims)
+                    let upper = self.e.op(
+                        "Min",
+                        &[&t.name, &hi],
+                        vec![],
+                        "clamped_above",
+                        DataType::Int64,
+                        &dims,
+                    );
+                    self.e.op(
+                        "Max",
+                        &[&upper, &lo],
+                        vec![],
+                        "clamped",
+                        DataType::Int64,
+                        &dims,
+                    )
                 } else {
                     let above = bool_op(self, "Less", &[&hi, &t.name], "above");
-                    let upper = self.e.op("Where", &[&above, &hi, &t.name], vec![], "clamped_above", DataType::Int64, &dims);
+                    let upper = self.e.op(
+                        "Where",
+                        &[&above, &hi, &t.name],
+                        vec![],
+                        "clamped_above",
+                        DataType::Int64,
+                        &dims,
+                    );
                     let below = bool_op(self, "Less", &[&upper, &lo], "below");
-                    self.e.op("Where", &[&below, &lo, &upper], vec![], "clamped", DataType::Int64, &dims)
+                    self.e.op(
+                        "Where",
+                        &[&below, &lo, &upper],
+                        vec![],
+                        "clamped",
+                        DataType::Int64,
+                        &dims,
+                    )
                 };
                 (self.val(name, DataType::Int64, dims), None)
             }
@@ -788,18 +876,48 @@ impl Lowerer<'_, '_> {
                 let not_below = bool_op(self, "Not", &[&below], "not_below");
                 let under = bool_op(self, "Less", &[&t.name, &d], "under");
                 let ok = bool_op(self, "And", &[&not_below, &under], "in_range");
-                let zero = self.e.constant_tensor("index_zero", StoredTensor::from_i64s(None, &[], &[0]));
+                let zero = self
+                    .e
+                    .constant_tensor("index_zero", StoredTensor::from_i64s(None, &[], &[0]));
                 if self.pad_zero {
                     // Out of range reads the zero slot at coordinate d of the padded input;
                     // negative indices must count from the end explicitly, the padded axis being
                     // one longer.
-                    let safe = self.e.op("Where", &[&ok, &t.name, &d], vec![], "padded_index", DataType::Int64, &dims);
+                    let safe = self.e.op(
+                        "Where",
+                        &[&ok, &t.name, &d],
+                        vec![],
+                        "padded_index",
+                        DataType::Int64,
+                        &dims,
+                    );
                     let negative = bool_op(self, "Less", &[&safe, &zero], "negative");
-                    let wrapped = self.e.op("Add", &[&safe, &d], vec![], "wrapped", DataType::Int64, &dims);
-                    let name = self.e.op("Where", &[&negative, &wrapped, &safe], vec![], "safe", DataType::Int64, &dims);
+                    let wrapped = self.e.op(
+                        "Add",
+                        &[&safe, &d],
+                        vec![],
+                        "wrapped",
+                        DataType::Int64,
+                        &dims,
+                    );
+                    let name = self.e.op(
+                        "Where",
+                        &[&negative, &wrapped, &safe],
+                        vec![],
+                        "safe",
+                        DataType::Int64,
+                        &dims,
+                    );
                     return (self.val(name, DataType::Int64, dims), None);
                 }
-                let name = self.e.op("Where", &[&ok, &t.name, &zero], vec![], "safe", DataType::Int64, &dims);
+                let name = self.e.op(
+                    "Where",
+                    &[&ok, &t.name, &zero],
+                    vec![],
+                    "safe",
+                    DataType::Int64,
+                    &dims,
+                );
                 let ok = self.val(ok, DataType::Bool, dims.clone());
                 (self.val(name, DataType::Int64, dims), Some(ok))
             }
@@ -827,12 +945,22 @@ impl Lowerer<'_, '_> {
         let keepdims = AttrValue::Int(i64::from(keep));
         let reduced = if self.e.opset >= 18 {
             let axes = self.e.constant("coordinate_axis", &[last as i64]);
-            self.e.op("ReduceMin", &[&as_int, &axes], vec![("keepdims", keepdims)], "tuple_in_range_int", DataType::Int64, &dims)
+            self.e.op(
+                "ReduceMin",
+                &[&as_int, &axes],
+                vec![("keepdims", keepdims)],
+                "tuple_in_range_int",
+                DataType::Int64,
+                &dims,
+            )
         } else {
             self.e.op(
                 "ReduceMin",
                 &[&as_int],
-                vec![("axes", AttrValue::Ints(vec![last as i64])), ("keepdims", keepdims)],
+                vec![
+                    ("axes", AttrValue::Ints(vec![last as i64])),
+                    ("keepdims", keepdims),
+                ],
                 "tuple_in_range_int",
                 DataType::Int64,
                 &dims,
@@ -868,7 +996,8 @@ impl Lowerer<'_, '_> {
         }
         let name = if self.e.opset >= 11 {
             let pads = self.e.constant("pads", &pads);
-            self.e.op("Pad", &[&x.name, &pads], vec![], "padded", x.elem, &dims)
+            self.e
+                .op("Pad", &[&x.name, &pads], vec![], "padded", x.elem, &dims)
         } else {
             let attrs = vec![("pads", AttrValue::Ints(pads))];
             self.e.op("Pad", &[&x.name], attrs, "padded", x.elem, &dims)
@@ -883,10 +1012,24 @@ impl Lowerer<'_, '_> {
             return out;
         };
         let name = if out.elem == DataType::Bool {
-            self.e.op("And", &[&mask.name, &out.name], vec![], "masked", out.elem, &out.dims)
+            self.e.op(
+                "And",
+                &[&mask.name, &out.name],
+                vec![],
+                "masked",
+                out.elem,
+                &out.dims,
+            )
         } else {
             let zero = self.e.constant_tensor("zero", zero_scalar(out.elem));
-            self.e.op("Where", &[&mask.name, &out.name, &zero], vec![], "masked", out.elem, &out.dims)
+            self.e.op(
+                "Where",
+                &[&mask.name, &out.name, &zero],
+                vec![],
+                "masked",
+                out.elem,
+                &out.dims,
+            )
         };
         self.val(name, out.elem, out.dims)
     }
@@ -902,7 +1045,10 @@ impl Lowerer<'_, '_> {
         let out = self.e.value("tuples", DataType::Int64, &dims);
         let known = |d: &Dim| d.known();
         let mut input = t.name.clone();
-        let shape = match (dims.iter().map(known).collect::<Option<Vec<i64>>>(), t.dims[rank - 1].known()) {
+        let shape = match (
+            dims.iter().map(known).collect::<Option<Vec<i64>>>(),
+            t.dims[rank - 1].known(),
+        ) {
             (Some(sizes), _) => {
                 // A reshape of a reshape reads the first one's input.
                 if let Some(y) = self.reshape_source(t) {
@@ -924,7 +1070,14 @@ impl Lowerer<'_, '_> {
                 divisor[rank - 1] = k as i64;
                 let divisor = self.e.constant("tuple_divisor", &divisor);
                 let r = Dim::Known(rank as i64);
-                let outer = self.e.op("Div", &[&shape, &divisor], vec![], "tuple_counts", DataType::Int64, &[r]);
+                let outer = self.e.op(
+                    "Div",
+                    &[&shape, &divisor],
+                    vec![],
+                    "tuple_counts",
+                    DataType::Int64,
+                    &[r],
+                );
                 let coord = self.e.constant("coordinate_size", &[k as i64]);
                 self.e.op(
                     "Concat",
@@ -937,9 +1090,12 @@ impl Lowerer<'_, '_> {
             }
         };
         let name = self.e.node_name("Reshape_tuples");
-        self.e
-            .nodes
-            .push(Node::new("Reshape", &name, [input.clone(), shape], [out.clone()]));
+        self.e.nodes.push(Node::new(
+            "Reshape",
+            &name,
+            [input.clone(), shape],
+            [out.clone()],
+        ));
         let source = if input == t.name {
             t.clone()
         } else {
@@ -962,7 +1118,14 @@ impl Lowerer<'_, '_> {
                 None => d.clone(),
             })
             .collect();
-        let name = self.e.op("Expand", &[&v.name, &shape], vec![], &format!("{what}_expanded"), v.elem, &dims);
+        let name = self.e.op(
+            "Expand",
+            &[&v.name, &shape],
+            vec![],
+            &format!("{what}_expanded"),
+            v.elem,
+            &dims,
+        );
         self.val(name, v.elem, dims)
     }
 
@@ -1020,7 +1183,9 @@ impl Lowerer<'_, '_> {
             return s.clone();
         }
         let dims = [Dim::Known(v.dims.len() as i64)];
-        let s = self.e.op("Shape", &[&v.name], vec![], "shape", DataType::Int64, &dims);
+        let s = self
+            .e
+            .op("Shape", &[&v.name], vec![], "shape", DataType::Int64, &dims);
         self.shapes.insert(v.name.clone(), s.clone());
         s
     }
@@ -1031,7 +1196,14 @@ impl Lowerer<'_, '_> {
             return v.clone();
         }
         let to = AttrValue::Int(DataType::Int64.onnx() as i64);
-        let name = self.e.op("Cast", &[&v.name], vec![("to", to)], "indices_int64", DataType::Int64, &v.dims);
+        let name = self.e.op(
+            "Cast",
+            &[&v.name],
+            vec![("to", to)],
+            "indices_int64",
+            DataType::Int64,
+            &v.dims,
+        );
         self.val(name, DataType::Int64, v.dims.clone())
     }
 
@@ -1129,9 +1301,13 @@ impl Lowerer<'_, '_> {
     }
 
     /// A gather result whose dimensions stand for `tags`, transposed to the output's order.
-    fn to_output_order(&mut self, v: Val, tags: &[Tag]) -> Val {
+    fn in_output_order(&mut self, v: Val, tags: &[Tag]) -> Val {
         let perm: Vec<usize> = (0..self.rank())
-            .map(|d| tags.iter().position(|t| *t == Tag::Dim(d)).unwrap_or_default())
+            .map(|d| {
+                tags.iter()
+                    .position(|t| *t == Tag::Dim(d))
+                    .unwrap_or_default()
+            })
             .collect();
         self.transpose(v, &perm, "output")
     }
@@ -1176,11 +1352,19 @@ mod tests {
         assert_eq!(r, [Axis, Index, Input]);
         assert_eq!(choose(&r, 1), Pattern::Blocks);
         // GatherElements with symbolic batch.
-        let r = roles(&[n.clone(), Dim::Known(5)], &[n.clone(), Dim::Known(2)], &[1]);
+        let r = roles(
+            &[n.clone(), Dim::Known(5)],
+            &[n.clone(), Dim::Known(2)],
+            &[1],
+        );
         assert_eq!(r, [Batch, Axis]);
         assert_eq!(choose(&r, 1), Pattern::Elements);
         // GatherND with a batch dim and a trailing block.
-        let r = roles(&[n.clone(), Dim::Known(10), Dim::Known(4)], &[n, Dim::Unknown, Dim::Known(1)], &[1]);
+        let r = roles(
+            &[n.clone(), Dim::Known(10), Dim::Known(4)],
+            &[n, Dim::Unknown, Dim::Known(1)],
+            &[1],
+        );
         assert_eq!(r, [Batch, Axis, Input]);
         assert_eq!(choose(&r, 1), Pattern::Nd);
         // Both known 1.
@@ -1190,8 +1374,14 @@ mod tests {
 
     #[test]
     fn zero_scalars_have_one_element() {
-        assert_eq!(zero_scalar(DataType::Float16).le_bytes().unwrap().as_ref(), &[0, 0]);
-        assert_eq!(zero_scalar(DataType::String).payload, Payload::String(vec![Vec::new()]));
+        assert_eq!(
+            zero_scalar(DataType::Float16).le_bytes().unwrap().as_ref(),
+            &[0, 0]
+        );
+        assert_eq!(
+            zero_scalar(DataType::String).payload,
+            Payload::String(vec![Vec::new()])
+        );
         assert_eq!(zero_scalar(DataType::Bool).element_count().unwrap(), 1);
     }
 }

@@ -78,7 +78,13 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
     };
     let scope = model.graph.name.clone();
     let imports = model.opset_imports.clone();
-    let mut total = walker.graph(&mut model.graph, &scope, &imports, &TypeEnv::default(), false);
+    let mut total = walker.graph(
+        &mut model.graph,
+        &scope,
+        &imports,
+        &TypeEnv::default(),
+        false,
+    );
     for f in &mut model.functions {
         let scope = format!("function {}.{}", f.domain, f.name);
         let mut env = TypeEnv::default();
