@@ -67,11 +67,8 @@ impl TypeEnv {
         }
         for (_, node) in graph.nodes() {
             let opset = opset_version(imports, &node.domain).unwrap_or(0);
-            let inputs: Vec<Option<TensorType>> = node
-                .inputs
-                .iter()
-                .map(|i| env.get(i).cloned())
-                .collect();
+            let inputs: Vec<Option<TensorType>> =
+                node.inputs.iter().map(|i| env.get(i).cloned()).collect();
             for (name, ty) in node.outputs.iter().zip(infer_node(node, opset, &inputs)) {
                 env.insert(name, ty);
             }
@@ -196,7 +193,9 @@ fn infer_node(node: &Node, _opset: i64, inputs: &[Option<TensorType>]) -> Vec<Te
             let rank = input(0).and_then(|t| t.rank());
             vec![TensorType {
                 elem: Some(crate::DataType::Int64),
-                shape: Some(Shape::new(vec![rank.map_or(Dim::Unknown, |r| Dim::Known(r as i64))])),
+                shape: Some(Shape::new(vec![
+                    rank.map_or(Dim::Unknown, |r| Dim::Known(r as i64))
+                ])),
             }]
         }
         ("", "Cast") => {
@@ -214,7 +213,10 @@ fn infer_node(node: &Node, _opset: i64, inputs: &[Option<TensorType>]) -> Vec<Te
                 return Vec::new();
             };
             let (Some(d), Some(i)) = (&data.shape, &idx.shape) else {
-                return vec![TensorType { elem: data.elem, shape: None }];
+                return vec![TensorType {
+                    elem: data.elem,
+                    shape: None,
+                }];
             };
             let Ok(axis) = node.attr_int("axis", 0) else {
                 return Vec::new();
@@ -231,26 +233,41 @@ fn infer_node(node: &Node, _opset: i64, inputs: &[Option<TensorType>]) -> Vec<Te
                 .chain(&d.dims[a + 1..])
                 .cloned()
                 .collect();
-            vec![TensorType { elem: data.elem, shape: Some(Shape::new(dims)) }]
+            vec![TensorType {
+                elem: data.elem,
+                shape: Some(Shape::new(dims)),
+            }]
         }
         (crate::gather::DOMAIN, crate::gather::OP_TYPE) => {
             let (Some(data), Some(idx)) = (input(0), input(1)) else {
                 return Vec::new();
             };
             let (Some(d), Some(i)) = (&data.shape, &idx.shape) else {
-                return vec![TensorType { elem: data.elem, shape: None }];
+                return vec![TensorType {
+                    elem: data.elem,
+                    shape: None,
+                }];
             };
             let rank = d.rank();
             let Ok(Some(axes)) = node.attr_ints("axes") else {
-                return vec![TensorType { elem: data.elem, shape: None }];
+                return vec![TensorType {
+                    elem: data.elem,
+                    shape: None,
+                }];
             };
             let spec = crate::gather::GatherSpec::from_attributes(axes, "error", rank);
             match spec {
                 Ok(spec) if i.rank() == rank => {
                     let dims = gather_multiaxis_dims(&d.dims, &i.dims, &spec.axes);
-                    vec![TensorType { elem: data.elem, shape: Some(Shape::new(dims)) }]
+                    vec![TensorType {
+                        elem: data.elem,
+                        shape: Some(Shape::new(dims)),
+                    }]
                 }
-                _ => vec![TensorType { elem: data.elem, shape: None }],
+                _ => vec![TensorType {
+                    elem: data.elem,
+                    shape: None,
+                }],
             }
         }
         ("", "GatherElements") => vec![TensorType {

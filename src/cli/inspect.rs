@@ -41,7 +41,8 @@ fn io(values: &[ValueInfo], model: &Model) -> Vec<Io> {
 }
 
 pub fn run(path: &Path, json: bool, max_elements: usize) -> Result<Outcome> {
-    let model = multigather::io::load(path).with_context(|| format!("loading {}", path.display()))?;
+    let model =
+        multigather::io::load(path).with_context(|| format!("loading {}", path.display()))?;
     if json {
         let ops = model.op_histogram();
         let summary = Summary {

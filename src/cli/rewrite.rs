@@ -27,7 +27,9 @@ pub fn kinds(ops: &[String]) -> Result<Vec<GatherKind>> {
     ops.iter()
         .map(|o| {
             GatherKind::from_name(o).with_context(|| {
-                format!("unknown op kind '{o}' in --ops (expected Gather, GatherElements or GatherND)")
+                format!(
+                    "unknown op kind '{o}' in --ops (expected Gather, GatherElements or GatherND)"
+                )
             })
         })
         .collect()

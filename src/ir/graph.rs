@@ -100,13 +100,11 @@ impl Node {
 
     /// Mutable access to the node's subgraphs.
     pub fn subgraphs_mut(&mut self) -> impl Iterator<Item = &mut Graph> {
-        self.attributes
-            .iter_mut()
-            .flat_map(|a| match &mut a.value {
-                AttrValue::Graph(g) => std::slice::from_mut(g.as_mut()),
-                AttrValue::Graphs(gs) => gs.as_mut_slice(),
-                _ => &mut [],
-            })
+        self.attributes.iter_mut().flat_map(|a| match &mut a.value {
+            AttrValue::Graph(g) => std::slice::from_mut(g.as_mut()),
+            AttrValue::Graphs(gs) => gs.as_mut_slice(),
+            _ => &mut [],
+        })
     }
 
     /// Names the node reads: its inputs and the outer-scope values its subgraphs use.
@@ -189,7 +187,10 @@ impl PartialEq for Graph {
             && self.sparse_initializers == other.sparse_initializers
             && self.quantization_annotations == other.quantization_annotations
             && self.metadata_props == other.metadata_props
-            && self.nodes().map(|(_, n)| n).eq(other.nodes().map(|(_, n)| n))
+            && self
+                .nodes()
+                .map(|(_, n)| n)
+                .eq(other.nodes().map(|(_, n)| n))
     }
 }
 
@@ -392,7 +393,10 @@ impl Graph {
     fn defines_locally(&self, name: &str) -> bool {
         self.producer.contains_key(name)
             || self.inputs.iter().any(|v| v.name == name)
-            || self.initializers.iter().any(|t| t.name.as_deref() == Some(name))
+            || self
+                .initializers
+                .iter()
+                .any(|t| t.name.as_deref() == Some(name))
             || self.sparse_initializers.iter().any(|t| t.name == name)
     }
 

@@ -274,7 +274,15 @@ impl Rule for Rewriter<'_> {
         {
             Err(format!("its name matches the skip pattern '{p}'"))
         } else {
-            rewrite_node(node, kind, &label, site.env, site.opset, site.constants, names)
+            rewrite_node(
+                node,
+                kind,
+                &label,
+                site.env,
+                site.opset,
+                site.constants,
+                names,
+            )
         };
         let (outcome, change) = match outcome {
             Ok(replacement) => {
@@ -322,7 +330,9 @@ fn rewrite_node(
     names: &mut UniqueNames,
 ) -> std::result::Result<Replacement, String> {
     if constants == Constants::Unavailable {
-        return Err(format!("opset {opset} has no int64 Constant and functions have no initializers"));
+        return Err(format!(
+            "opset {opset} has no int64 Constant and functions have no initializers"
+        ));
     }
     let (data, indices) = match node.inputs.as_slice() {
         [d, i] if !d.is_empty() && !i.is_empty() => (d.as_str(), i.as_str()),
@@ -346,7 +356,9 @@ fn rewrite_node(
     let (elem, data_dims) = known(data)?;
     let (index_elem, index_dims) = known(indices)?;
     if !index_elem.is_index() {
-        return Err(format!("indices '{indices}' are {index_elem}, not int32 or int64"));
+        return Err(format!(
+            "indices '{indices}' are {index_elem}, not int32 or int64"
+        ));
     }
     let attr = |name: &str, default: i64| node.attr_int(name, default).map_err(|e| e.to_string());
     let (r, q) = (data_dims.len(), index_dims.len());
@@ -371,13 +383,25 @@ fn rewrite_node(
     plan.ranks(r, q).map_err(|e| e.to_string())?;
 
     let mut e = Emitter::new(label, names, opset, constants);
-    emit(&mut e, &plan, (data, elem, data_dims), (indices, index_elem, index_dims), output)?;
+    emit(
+        &mut e,
+        &plan,
+        (data, elem, data_dims),
+        (indices, index_elem, index_dims),
+        output,
+    )?;
     Ok(e.finish())
 }
 
 type Operand<'a> = (&'a str, DataType, Vec<Dim>);
 
-fn emit(e: &mut Emitter, plan: &GatherPlan, data: Operand, indices: Operand, output: &str) -> std::result::Result<(), String> {
+fn emit(
+    e: &mut Emitter,
+    plan: &GatherPlan,
+    data: Operand,
+    indices: Operand,
+    output: &str,
+) -> std::result::Result<(), String> {
     let (data, elem, mut data_dims) = data;
     let (indices, index_elem, index_dims) = indices;
     let mut x = data.to_owned();
@@ -387,24 +411,46 @@ fn emit(e: &mut Emitter, plan: &GatherPlan, data: Operand, indices: Operand, out
         }
     }
     let (x, x_dims) = e.shape_ops(&plan.input, x, elem, data_dims, "input", None);
-    let (i, i_dims) = e.shape_ops(&plan.indices, indices.to_owned(), index_elem, index_dims, "indices", None);
+    let (i, i_dims) = e.shape_ops(
+        &plan.indices,
+        indices.to_owned(),
+        index_elem,
+        index_dims,
+        "indices",
+        None,
+    );
     let gathered_dims = gather_multiaxis_dims(&x_dims, &i_dims, &plan.spec.axes);
     let gathered = if plan.output.is_empty() {
         output.to_owned()
     } else {
         e.value("gathered", elem, &gathered_dims)
     };
-    let mut node = Node::new("GatherMultiaxis", &e.node_name("GatherMultiaxis"), [x, i], [gathered.clone()])
-        .with_domain(DOMAIN)
-        .with_attr(
-            "axes",
-            AttrValue::Ints(plan.spec.axes.iter().map(|&a| a as i64).collect()),
-        );
+    let mut node = Node::new(
+        "GatherMultiaxis",
+        &e.node_name("GatherMultiaxis"),
+        [x, i],
+        [gathered.clone()],
+    )
+    .with_domain(DOMAIN)
+    .with_attr(
+        "axes",
+        AttrValue::Ints(plan.spec.axes.iter().map(|&a| a as i64).collect()),
+    );
     if plan.spec.mode != OutOfRange::Error {
-        node = node.with_attr("mode", AttrValue::String(plan.spec.mode.name().as_bytes().to_vec()));
+        node = node.with_attr(
+            "mode",
+            AttrValue::String(plan.spec.mode.name().as_bytes().to_vec()),
+        );
     }
     e.nodes.push(node);
-    e.shape_ops(&plan.output, gathered, elem, gathered_dims, "output", Some(output));
+    e.shape_ops(
+        &plan.output,
+        gathered,
+        elem,
+        gathered_dims,
+        "output",
+        Some(output),
+    );
     Ok(())
 }
 
@@ -421,34 +467,62 @@ impl Emitter<'_> {
     /// `GatherElements` data cropped to the indices' sizes on every axis but `axis`:
     /// `Slice(data, 0, ends)` with constant ends when the sizes are known, else
     /// `ends = Where(mask, Shape(indices), INT64_MAX)`.
-    fn crop(&mut self, data: &str, elem: DataType, data_dims: &[Dim], indices: &str, index_dims: &[Dim], axis: usize) -> (String, Vec<Dim>) {
+    fn crop(
+        &mut self,
+        data: &str,
+        elem: DataType,
+        data_dims: &[Dim],
+        indices: &str,
+        index_dims: &[Dim],
+        axis: usize,
+    ) -> (String, Vec<Dim>) {
         let rank = data_dims.len();
         let dims: Vec<Dim> = (0..rank)
-            .map(|j| if j == axis { data_dims[j].clone() } else { index_dims[j].clone() })
+            .map(|j| {
+                if j == axis {
+                    data_dims[j].clone()
+                } else {
+                    index_dims[j].clone()
+                }
+            })
             .collect();
         let starts = self.constant("crop_starts", &vec![0; rank]);
         let ends = match all_known(index_dims) {
             Some(sizes) => {
-                let ends: Vec<i64> = (0..rank).map(|j| if j == axis { i64::MAX } else { sizes[j] }).collect();
+                let ends: Vec<i64> = (0..rank)
+                    .map(|j| if j == axis { i64::MAX } else { sizes[j] })
+                    .collect();
                 self.constant("crop_ends", &ends)
             }
             None => {
-                let shape = self.value("indices_shape", DataType::Int64, &[Dim::Known(rank as i64)]);
+                let shape =
+                    self.value("indices_shape", DataType::Int64, &[Dim::Known(rank as i64)]);
                 let shape_node = self.node_name("Shape_indices");
-                self.nodes.push(Node::new("Shape", &shape_node, [indices], [shape.clone()]));
+                self.nodes
+                    .push(Node::new("Shape", &shape_node, [indices], [shape.clone()]));
                 let mask: Vec<u8> = (0..rank).map(|j| u8::from(j != axis)).collect();
                 let tensor = StoredTensor::raw(None, DataType::Bool, &[rank as i64], mask.into());
                 let mask_name = self.constant_tensor("crop_mask", tensor);
                 let max = self.constant("crop_unbounded", &[i64::MAX]);
                 let ends = self.value("crop_ends", DataType::Int64, &[Dim::Known(rank as i64)]);
                 let where_node = self.node_name("Where_crop_ends");
-                self.nodes.push(Node::new("Where", &where_node, [mask_name, shape, max], [ends.clone()]));
+                self.nodes.push(Node::new(
+                    "Where",
+                    &where_node,
+                    [mask_name, shape, max],
+                    [ends.clone()],
+                ));
                 ends
             }
         };
         let out = self.value("cropped", elem, &dims);
         let slice = self.node_name("Slice_crop");
-        self.nodes.push(Node::new("Slice", &slice, [data.to_owned(), starts, ends], [out.clone()]));
+        self.nodes.push(Node::new(
+            "Slice",
+            &slice,
+            [data.to_owned(), starts, ends],
+            [out.clone()],
+        ));
         (out, dims)
     }
 }
@@ -460,8 +534,20 @@ mod tests {
     #[test]
     fn crop_is_needed_only_when_sizes_may_differ() {
         let s = |x: &str| Dim::Symbolic(x.into());
-        assert!(!needs_crop(&[s("B"), Dim::Known(5)], &[s("B"), Dim::Known(2)], 1));
-        assert!(needs_crop(&[s("B"), Dim::Known(5)], &[s("K"), Dim::Known(2)], 1));
-        assert!(needs_crop(&[Dim::Unknown, Dim::Known(5)], &[Dim::Unknown, Dim::Known(2)], 1));
+        assert!(!needs_crop(
+            &[s("B"), Dim::Known(5)],
+            &[s("B"), Dim::Known(2)],
+            1
+        ));
+        assert!(needs_crop(
+            &[s("B"), Dim::Known(5)],
+            &[s("K"), Dim::Known(2)],
+            1
+        ));
+        assert!(needs_crop(
+            &[Dim::Unknown, Dim::Known(5)],
+            &[Dim::Unknown, Dim::Known(2)],
+            1
+        ));
     }
 }

@@ -10,10 +10,10 @@ mod gather_to_multiaxis;
 mod lower;
 mod walk;
 
-pub use lower::{LowerMultiaxis, LowerReport, Pattern};
 pub use gather_to_multiaxis::{
     GatherKind, GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
 };
+pub use lower::{LowerMultiaxis, LowerReport, Pattern};
 
 use crate::error::{Error, Result};
 use crate::ir::Model;
@@ -98,7 +98,9 @@ impl PassManager {
             let changed = pass.run(model).map_err(wrap)?;
             model.validate().map_err(|e| Error::Pass {
                 pass: name,
-                source: Box::new(Error::InvalidModel(format!("the pass left an invalid model: {e}"))),
+                source: Box::new(Error::InvalidModel(format!(
+                    "the pass left an invalid model: {e}"
+                ))),
             })?;
             if let Some(hook) = &mut self.dump {
                 hook(name, "after", model);
