@@ -93,7 +93,7 @@ def gather_multiaxis(x, indices, axes, mode="error"):
 
 def output_shape(x_shape, i_shape, axes):
     """The operator's shape function (sizes only)."""
-    return list(gather_multiaxis(np.zeros(x_shape, np.int8), np.zeros(i_shape, np.int64), axes).shape)
+    return list(gather_multiaxis(np.zeros(x_shape, np.int8), np.zeros(i_shape, np.int64), axes, "zero").shape)
 
 
 # --- model helpers --------------------------------------------------------------------------------
@@ -347,6 +347,7 @@ def cases():
         Case("zero_elements", [3, 5], [3, 4], [1], mode="zero", low=-8, high=8),
         Case("zero_nd_pairs", [4, 3, 5], [6, 1, 14], [2, 0], mode="zero", low=-6, high=6),
         Case("zero_nd_fold_free", [3, 4, 5, 2], [3, 6, 1, 2], [1, 2], mode="zero", low=-6, high=6),
+        Case("zero_empty_axis_float", [0, 3], [2, 1], [0], mode="zero", low=-2, high=2),
         Case("zero_strings", [5], [7], [0], mode="zero", elem=T.STRING, low=-8, high=8),
         Case("zero_bool_int32", [2, 4], [2, 5], [1], mode="zero", elem=T.BOOL, index_elem=T.INT32, low=-6, high=6),
         Case("zero_fp16_opset18", [4, 3, 5], [6, 1, 14], [2, 0], mode="zero", elem=T.FLOAT16, opset=18, low=-6, high=6),

@@ -348,6 +348,10 @@ fn unsupported_nodes_are_reported_and_kept() {
             "the last indices dimension 3 is not a multiple of the coordinate size 2",
         ),
         (
+            case("not_broadcastable", &["3", "5"], &["4", "2"], &[1]),
+            "dimension 0 does not broadcast: input has 3, logical indices have 4",
+        ),
+        (
             case("bad_axis", &["4", "5"], &["3", "1"], &[2]),
             "axis 2 is out of range for rank 2",
         ),

@@ -39,14 +39,22 @@
 //! `Gather` again.
 //!
 //! Indices in `[-d, d-1]` need nothing: `Gather`, `GatherElements` and `GatherND` count negative
-//! indices from the end, which is mode `error`. The other modes adjust the indices first, with
-//! `D = Gather(Shape(X), A)` (a constant when the sizes are known), cast to int64:
+//! indices from the end, which is mode `error`. The other modes adjust the indices first (cast to
+//! int64), with `D = Gather(Shape(X), A)` the axis sizes (a constant when they are known) and
+//! `ok = And(Not(Less(I, -D)), Less(I, D))` (each coordinate in range):
 //!
 //! ```text
-//! clamp   I ==> Max(Min(I, D-1), -D)                         (opset >= 12; Where / Less before)
-//! zero    I ==> Where(ok, I, 0), ok = And(Not(Less(I, -D)), Less(I, D)),
-//!         output ==> Where(all(ok over each tuple), output, zero of the element type)
+//! clamp            I ==> Max(Min(I, D-1), -D)                   (opset >= 12; Where(Less) before)
+//! zero, float data X ==> Pad(X, one zero slot after each axis)
+//!                  I ==> J + D·(J < 0), J = Where(ok, I, D)     (out of range reads the zero slot)
+//! zero, other data I ==> Where(ok, I, 0)
+//!                  output ==> Where(ok for the whole tuple, output, zero)   (And for bool)
 //! ```
+//!
+//! Design note: floating-point data is padded rather than masked because onnxruntime's `Where`
+//! does not keep the sign of a selected `-0.0`; `Pad` copies bits. Padding also serves empty axes
+//! (`D = 0`), which masking cannot: there index 0 is out of range too, and the runtime refuses it
+//! where the operator gives zeros.
 //!
 //! Nodes whose operands have unknown ranks, whose element type no standard gather accepts (float8,
 //! the packed 2/4/6-bit types; bfloat16 before opset 13), or whose rule needs a newer opset
@@ -385,6 +393,15 @@ fn lower_node(
     }
     let logical = logical_indices_dims(&i.dims, k);
     let roles = roles(&x.dims, &logical, &spec.axes);
+    for (d, role) in roles.iter().enumerate() {
+        if let (Role::Batch, Dim::Known(a), Dim::Known(b)) = (role, &x.dims[d], &logical[d]) {
+            if a != b {
+                return Err(format!(
+                    "dimension {d} does not broadcast: input has {a}, logical indices have {b}"
+                ));
+            }
+        }
+    }
     let pattern = choose(&roles, k);
     if pattern == Pattern::Broadcast && grows(&x.dims, &logical) && site.opset < 8 {
         return Err(format!(
@@ -978,11 +995,7 @@ impl Lowerer<'_, '_> {
     }
 
     /// The input with a zero slot appended to every axis (`Pad`), read by out-of-range indices
-    /// in mode `zero`.
-    ///
-    /// Design note: floating-point data takes this road rather than masking the output with
-    /// `Where`, because onnxruntime's `Where` does not keep the sign of a zero (it returns `+0`
-    /// for a selected `-0`), and the lowering must keep every bit.
+    /// in mode `zero` (see the module's design note).
     fn pad_axes(&mut self, x: &Val) -> Val {
         let rank = self.rank();
         let mut pads = vec![0i64; 2 * rank];
