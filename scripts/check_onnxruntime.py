@@ -18,6 +18,9 @@ usage: python scripts/check_onnxruntime.py [DIR ...]
    several opsets): lowered, run in onnxruntime, compared bit for bit with a numpy transcription of
    the operator's definition (`gather_multiaxis` below); cases whose indices are out of range in
    mode error must make onnxruntime fail.
+3. The same models through `multigather rewrite --with-function-body`: the GatherMultiaxis nodes
+   stay, each with a model-local function holding its lowering; the result must pass the checker
+   and run AS IT IS in onnxruntime (which inlines the functions) with the same outputs.
 
 Prints one line per model, then a summary; exits 1 on any failure.
 """
@@ -193,6 +196,20 @@ def data_sets(test_dir, model):
         yield os.path.basename(d), feeds
 
 
+def with_function_body(src, work):
+    """`multigather rewrite --with-function-body` src; checks the result; returns its path."""
+    out = os.path.join(work, "with_functions.onnx")
+    run_cli("rewrite", src, "-o", out, "--with-function-body")
+    model = onnx.load(out)
+    onnx.checker.check_model(model, full_check=True)
+    defined = {f.overload for f in model.functions if f.domain == DOMAIN and f.name == "GatherMultiaxis"}
+    calls = count_ops(model, lambda n: n.domain == DOMAIN)
+    bare = count_ops(model, lambda n: n.domain == DOMAIN and n.overload not in defined)
+    if bare:
+        raise AssertionError(f"{bare} of {calls} GatherMultiaxis node(s) without a function body")
+    return out
+
+
 def check_test_dir(test_dir, work):
     path = os.path.join(test_dir, "model.onnx")
     original = onnx.load(path)
@@ -205,19 +222,22 @@ def check_test_dir(test_dir, work):
         return f"{gathers} ONNX gather(s) left after the rewrite", None
     multi = count_ops(rewritten, lambda n: n.domain == DOMAIN)
     lowered_path, lowered = lower_file(rewritten_path, work)
-    want_sess, got_sess = session(path), session(lowered_path)
+    functions_path = with_function_body(path, work)
+    want_sess = session(path)
+    got_sessions = {"lowered": session(lowered_path), "with function bodies": session(functions_path)}
     sets = 0
     for name, feeds in data_sets(test_dir, original):
         want = want_sess.run(None, feeds)
-        got = got_sess.run(None, feeds)
-        for k, (g, w) in enumerate(zip(got, want)):
-            problem = same(g, w)
-            if problem:
-                return f"{name} output {k}: {problem}", None
+        for what, sess in got_sessions.items():
+            got = sess.run(None, feeds)
+            for k, (g, w) in enumerate(zip(got, want)):
+                problem = same(g, w)
+                if problem:
+                    return f"{name} output {k} ({what}): {problem}", None
         sets += 1
     if not sets:
         return "no test_data_set_N directory", None
-    return None, f"{multi} GatherMultiaxis -> {op_summary(lowered)}, {sets} data set(s)"
+    return None, f"{multi} GatherMultiaxis -> {op_summary(lowered)}, {sets} data set(s), also with function bodies"
 
 
 def test_dirs(roots):
@@ -396,25 +416,24 @@ def check_case(case, work, rng):
         want = None
     if (want is None) != case.fails:
         return "the numpy definition disagrees with the case's expectation", None
-    sess = session(lowered_path)
-    try:
-        got = sess.run(None, feeds)[0]
-    except Exception as e:  # onnxruntime raises its own error types
+    for what, path in (("lowered", lowered_path), ("with function bodies", with_function_body(src, work))):
+        sess = session(path)
+        try:
+            got = sess.run(None, feeds)[0]
+        except Exception as e:  # onnxruntime raises its own error types
+            if case.fails:
+                continue
+            return f"{what}: onnxruntime: {str(e).splitlines()[0][:200]}", None
         if case.fails:
-            return None, f"{op_summary(lowered)}, fails as it must"
-        return f"onnxruntime: {str(e).splitlines()[0][:200]}", None
-    if case.fails:
-        return "onnxruntime accepted an out-of-range index", None
-    if case.wrap == "if":
-        feeds["cond"] = np.array(False)
-        got_else = sess.run(None, feeds)[0]
-        problem = same(got_else, want)
+            return f"{what}: onnxruntime accepted an out-of-range index", None
+        problem = same(got, want)
+        if case.wrap == "if" and not problem:
+            got_else = sess.run(None, {**feeds, "cond": np.array(False)})[0]
+            problem = same(got_else, want) and f"else branch: {same(got_else, want)}"
         if problem:
-            return f"else branch: {problem}", None
-    problem = same(got, want)
-    if problem:
-        return problem, None
-    return None, f"{op_summary(lowered)}, output {list(want.shape)}"
+            return f"{what}: {problem}", None
+    result = "fails as it must" if case.fails else f"output {list(want.shape)}"
+    return None, f"{op_summary(lowered)}, {result}, also with function bodies"
 
 
 # --- driver --------------------------------------------------------------------------------------

@@ -257,11 +257,14 @@ impl Printer {
         }
         let outputs: Vec<String> = n.outputs.iter().map(|o| id(o)).collect();
         let inputs: Vec<String> = n.inputs.iter().map(|i| id(i)).collect();
-        let op = if n.domain.is_empty() {
+        let mut op = if n.domain.is_empty() {
             id(&n.op_type)
         } else {
             format!("{}.{}", n.domain, id(&n.op_type))
         };
+        if let Some(overload) = &n.overload {
+            op = format!("{op}:{}", id(overload));
+        }
         let _ = write!(self.out, "{} = {op}", outputs.join(", "));
         let has_graph = n.subgraphs().next().is_some();
         let mut attrs = String::new();

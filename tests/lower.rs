@@ -7,6 +7,8 @@
 //! That the lowered models compute what the originals compute is proven by running them in
 //! onnxruntime: `scripts/check_onnxruntime.py`.
 
+use std::path::Path;
+
 use multigather::ir::{AttrValue, Dim, Function, Graph, Model, Node, OpsetImport, Type, ValueInfo};
 use multigather::pass::{
     GatherToMultiaxis, LowerMultiaxis, LowerReport, NodeOutcome, RewriteConfig,
@@ -487,4 +489,66 @@ fn functions_are_typed_from_their_call_sites() {
         }
     );
     assert_eq!(model.functions[0].opset_imports.len(), 2);
+}
+
+#[test]
+fn function_bodies_one_overload_per_distinct_lowering() {
+    use multigather::pass::DefineMultiaxisFunctions;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gather_chain/model.onnx");
+    let mut model = multigather::io::load(&path).unwrap();
+    GatherToMultiaxis::rewrite(&mut model, RewriteConfig::default()).unwrap();
+    let rewritten = model.clone();
+    let report = DefineMultiaxisFunctions::define(&mut model).unwrap();
+    assert_eq!((report.defined, report.functions, report.skipped), (3, 3, 0));
+    assert_eq!(model.ir_version, Some(10));
+    let overloads: Vec<Option<String>> =
+        model.functions.iter().map(|f| f.overload.clone()).collect();
+    assert_eq!(
+        overloads,
+        [Some("blocks".into()), Some("elements".into()), Some("nd".into())]
+    );
+    // Every node names its overload; the nodes themselves are otherwise unchanged.
+    for (_, node) in model.graph.nodes() {
+        if node.domain == DOMAIN {
+            assert!(node.overload.is_some(), "{}", node.name);
+        }
+    }
+
+    // A second run has nothing to do.
+    let mut again = model.clone();
+    let second = DefineMultiaxisFunctions::define(&mut again).unwrap();
+    assert_eq!((second.defined, second.functions), (0, 0));
+    assert_eq!(again, model);
+
+    // Lowering the result drops the definitions with the nodes.
+    let (lowered, _) = lower_checked(&model);
+    let (plain, _) = lower_checked(&rewritten);
+    assert!(lowered.functions.is_empty());
+    assert_eq!(lowered.graph, plain.graph);
+
+    insta::assert_snapshot!(model_to_text(&model));
+}
+
+#[test]
+fn function_bodies_a_single_lowering_is_defined_without_overload() {
+    use multigather::pass::DefineMultiaxisFunctions;
+    // Two nodes with the same lowering, one in the main graph and one in a function body
+    // (where onnxruntime cannot resolve overloads).
+    let mut model = function_model(&[(&["3", "5"], &["2", "5"])]);
+    model.graph.add_node(
+        Node::new("GatherMultiaxis", "main_gma", ["x0", "i0"], ["y_main"])
+            .with_domain(DOMAIN)
+            .with_attr("axes", AttrValue::Ints(vec![0])),
+    );
+    model.graph.outputs.push(ValueInfo::untyped("y_main"));
+    let report = DefineMultiaxisFunctions::define(&mut model).unwrap();
+    assert_eq!((report.defined, report.functions), (2, 1), "{}", report.summary());
+    let f = model.functions.iter().find(|f| f.domain == DOMAIN).unwrap();
+    assert_eq!(f.overload, None);
+    assert!(model.op_histogram().contains_key("multigather.GatherMultiaxis"));
+    // Idempotent too: the nodes without overload are served already.
+    let mut again = model.clone();
+    let second = DefineMultiaxisFunctions::define(&mut again).unwrap();
+    assert_eq!((second.defined, second.skipped), (0, 0));
+    assert_eq!(again, model);
 }

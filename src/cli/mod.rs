@@ -23,6 +23,7 @@ Examples:
   multigather inspect fixtures/gather/gather_axis1.onnx
   multigather inspect model.onnx --json
   multigather rewrite model.onnx -o model.mg.onnx
+  multigather rewrite model.onnx -o model.mg.onnx --with-function-body
   multigather verify model.onnx --random --seed 1 --dim batch=2
   multigather lower model.mg.onnx -o model.lowered.onnx
   multigather run model.onnx --inputs test_data_set_0 --output-dir out
@@ -77,6 +78,11 @@ pub enum Command {
         /// Size threshold for --external-data, in bytes.
         #[arg(long, default_value_t = 1024)]
         external_threshold: usize,
+        /// Also define each GatherMultiaxis as a model-local function whose body is its lowering
+        /// (one overload per distinct lowering, IR version 10), so runtimes that inline local
+        /// functions run the rewritten model as it is.
+        #[arg(long)]
+        with_function_body: bool,
     },
     /// Replace every GatherMultiaxis by standard ONNX operators (exit 1 if some cannot be).
     Lower {
@@ -160,6 +166,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             skip,
             external_data,
             external_threshold,
+            with_function_body,
         } => rewrite::run(rewrite::RewriteArgs {
             model: &model,
             output: &output,
@@ -168,6 +175,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             ops: &ops,
             skip: &skip,
             save: rewrite::save_options(external_data.as_ref(), external_threshold),
+            with_function_body,
         }),
         Command::Lower {
             model,

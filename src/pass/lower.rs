@@ -344,16 +344,18 @@ enum Tag {
     Coord,
 }
 
-struct Lowered {
-    pattern: Pattern,
-    replacement: Replacement,
-    output: (String, TensorType),
+/// One node's lowering.
+pub(super) struct Lowered {
+    pub pattern: Pattern,
+    pub replacement: Replacement,
+    /// The node's output and its type.
+    pub output: (String, TensorType),
 }
 
 type Reason = std::result::Result<(), String>;
 
 /// Builds the replacement of one `GatherMultiaxis` node, or says why it cannot.
-fn lower_node(
+pub(super) fn lower_node(
     node: &Node,
     label: &str,
     site: &Site,

@@ -6,6 +6,7 @@
 //! after the N-th for bisecting. Passes do no file I/O.
 
 mod emit;
+mod function_body;
 mod gather_to_multiaxis;
 mod lower;
 mod walk;
@@ -13,6 +14,7 @@ mod walk;
 pub use gather_to_multiaxis::{
     GatherKind, GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
 };
+pub use function_body::{DefineMultiaxisFunctions, FunctionReport};
 pub use lower::{LowerMultiaxis, LowerReport, Pattern};
 
 use crate::error::{Error, Result};

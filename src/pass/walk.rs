@@ -5,7 +5,8 @@
 //! graphs before the node that holds them, with the enclosing scope's types visible) and the
 //! model-local functions. A function body is typed from its call sites: when every call passes
 //! inputs of the same ranks, what the calls agree on is known inside the body; when they
-//! disagree, no node of the body is touched and the [`Rule`] hears why.
+//! disagree, no node of the body is touched and the [`Rule`] hears why. Model-local definitions
+//! of `multigather.GatherMultiaxis` itself are not visited.
 //!
 //! The [`Rule`] decides node by node; the walker applies its [`Change`]s: the replacement takes
 //! the node's place, its declarations and initializers join the graph, the types it establishes
@@ -86,6 +87,11 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
         false,
     );
     for f in &mut model.functions {
+        if f.domain == crate::gather::DOMAIN && f.name == crate::gather::OP_TYPE {
+            // A model-local definition of the operator itself (its lowering) is not the model's
+            // computation: rewriting its gathers would make it call itself.
+            continue;
+        }
         let scope = format!("function {}.{}", f.domain, f.name);
         let mut env = TypeEnv::default();
         match walker.calls.get(&(f.domain.clone(), f.name.clone())) {
