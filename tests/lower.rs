@@ -499,13 +499,20 @@ fn function_bodies_one_overload_per_distinct_lowering() {
     GatherToMultiaxis::rewrite(&mut model, RewriteConfig::default()).unwrap();
     let rewritten = model.clone();
     let report = DefineMultiaxisFunctions::define(&mut model).unwrap();
-    assert_eq!((report.defined, report.functions, report.skipped), (3, 3, 0));
+    assert_eq!(
+        (report.defined, report.functions, report.skipped),
+        (3, 3, 0)
+    );
     assert_eq!(model.ir_version, Some(10));
     let overloads: Vec<Option<String>> =
         model.functions.iter().map(|f| f.overload.clone()).collect();
     assert_eq!(
         overloads,
-        [Some("blocks".into()), Some("elements".into()), Some("nd".into())]
+        [
+            Some("blocks".into()),
+            Some("elements".into()),
+            Some("nd".into())
+        ]
     );
     // Every node names its overload; the nodes themselves are otherwise unchanged.
     for (_, node) in model.graph.nodes() {
@@ -542,10 +549,17 @@ fn function_bodies_a_single_lowering_is_defined_without_overload() {
     );
     model.graph.outputs.push(ValueInfo::untyped("y_main"));
     let report = DefineMultiaxisFunctions::define(&mut model).unwrap();
-    assert_eq!((report.defined, report.functions), (2, 1), "{}", report.summary());
+    assert_eq!(
+        (report.defined, report.functions),
+        (2, 1),
+        "{}",
+        report.summary()
+    );
     let f = model.functions.iter().find(|f| f.domain == DOMAIN).unwrap();
     assert_eq!(f.overload, None);
-    assert!(model.op_histogram().contains_key("multigather.GatherMultiaxis"));
+    assert!(model
+        .op_histogram()
+        .contains_key("multigather.GatherMultiaxis"));
     // Idempotent too: the nodes without overload are served already.
     let mut again = model.clone();
     let second = DefineMultiaxisFunctions::define(&mut again).unwrap();

@@ -133,7 +133,11 @@ impl Pass for DefineMultiaxisFunctions {
         if functions.is_empty() {
             return Ok(false);
         }
-        if let ([only], true, 0) = (functions.as_mut_slice(), first_definition, self.report.skipped) {
+        if let ([only], true, 0) = (
+            functions.as_mut_slice(),
+            first_definition,
+            self.report.skipped,
+        ) {
             // One lowering for every node: define it without an overload (see the module
             // documentation).
             if let Some(name) = only.overload.take() {
@@ -214,7 +218,10 @@ impl Definer<'_> {
             nodes, value_info, ..
         } = lowered.replacement;
         let mut body = Graph::new(OP_TYPE);
-        body.inputs = FORMALS[..2].iter().map(|&n| ValueInfo::untyped(n)).collect();
+        body.inputs = FORMALS[..2]
+            .iter()
+            .map(|&n| ValueInfo::untyped(n))
+            .collect();
         body.outputs = vec![ValueInfo::untyped(FORMALS[2])];
         body.value_info = value_info;
         for n in nodes {
@@ -237,10 +244,7 @@ impl Definer<'_> {
             domain: DOMAIN.to_owned(),
             overload: Some(name.clone()),
             attributes: vec!["axes".to_owned()],
-            attribute_defaults: vec![Attribute::new(
-                "mode",
-                AttrValue::String(b"error".to_vec()),
-            )],
+            attribute_defaults: vec![Attribute::new("mode", AttrValue::String(b"error".to_vec()))],
             opset_imports: vec![OpsetImport {
                 domain: Some(String::new()),
                 version: opset,

@@ -11,10 +11,10 @@ mod gather_to_multiaxis;
 mod lower;
 mod walk;
 
+pub use function_body::{DefineMultiaxisFunctions, FunctionReport};
 pub use gather_to_multiaxis::{
     GatherKind, GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
 };
-pub use function_body::{DefineMultiaxisFunctions, FunctionReport};
 pub use lower::{LowerMultiaxis, LowerReport, Pattern};
 
 use crate::error::{Error, Result};
