@@ -23,6 +23,10 @@ usage: python scripts/check_onnxruntime.py [DIR ...]
    and run AS IT IS in onnxruntime (which inlines the functions) with the same outputs.
 
 Prints one line per model, then a summary; exits 1 on any failure.
+
+The ONNX gather conformance tests in that layout come from the onnx package's node test cases, e.g.
+`python gen_onnx_node_tests.py /tmp/node gather` with the team's generator, then
+`python scripts/check_onnxruntime.py /tmp/node`.
 """
 import glob
 import os
@@ -132,7 +136,7 @@ def op_summary(model):
     counts = {}
     for g in all_graphs(model):
         for n in g.node:
-            if n.op_type in GATHERS or n.op_type in ("Expand", "Transpose", "Where", "Identity"):
+            if n.op_type in GATHERS or n.op_type in ("Expand", "Transpose", "Where", "And", "Pad", "Identity"):
                 counts[n.op_type] = counts.get(n.op_type, 0) + 1
     return ",".join(f"{k}x{v}" if v > 1 else k for k, v in sorted(counts.items())) or "-"
 
