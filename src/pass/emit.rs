@@ -352,6 +352,26 @@ mod tests {
     }
 
     #[test]
+    fn unread_nodes_are_pruned_with_their_producers() {
+        let mut names = UniqueNames::default();
+        let mut e = Emitter::new("n", &mut names, 13, Constants::Nodes);
+        let unused = e.constant("unused", &[1]);
+        let _dead = e.op(
+            "Neg",
+            &[&unused],
+            vec![],
+            "dead",
+            DataType::Int64,
+            &[Dim::Known(1)],
+        );
+        let kept = e.op("Neg", &["x"], vec![], "kept", DataType::Float, &[]);
+        assert_eq!(e.prune(&[&kept]), 2);
+        assert_eq!(e.nodes.len(), 1);
+        assert_eq!(e.value_info.len(), 1);
+        assert_eq!(e.value_info[0].name, kept);
+    }
+
+    #[test]
     fn a_result_is_renamed_or_forwarded() {
         let mut names = UniqueNames::default();
         let mut e = Emitter::new("n", &mut names, 13, Constants::Nodes);
