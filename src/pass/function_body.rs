@@ -147,10 +147,12 @@ impl Pass for DefineMultiaxisFunctions {
                 }
             }
         }
-        model.functions.extend(functions);
-        if model.ir_version.is_none_or(|v| v < 10) {
+        // Overloads arrived with IR version 10.
+        let overloads = functions.iter().any(|f| f.overload.is_some());
+        if overloads && model.ir_version.is_none_or(|v| v < 10) {
             model.ir_version = Some(10);
         }
+        model.functions.extend(functions);
         Ok(true)
     }
 }
