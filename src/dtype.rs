@@ -121,7 +121,7 @@ impl DataType {
     /// types.
     pub fn byte_size(self) -> Option<usize> {
         let bits = self.bits();
-        (bits != 0 && bits % 8 == 0).then_some(bits / 8)
+        (bits != 0 && bits.is_multiple_of(8)).then_some(bits / 8)
     }
 
     /// Bytes needed to store `count` elements (packed for sub-byte types); `None` for strings or

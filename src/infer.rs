@@ -67,17 +67,85 @@ impl TypeEnv {
         }
         for (_, node) in graph.nodes() {
             let opset = opset_version(imports, &node.domain).unwrap_or(0);
-            let inputs: Vec<Option<TensorType>> = node
-                .inputs
-                .iter()
-                .map(|i| env.get(i).cloned())
-                .collect();
+            let inputs: Vec<Option<TensorType>> =
+                node.inputs.iter().map(|i| env.get(i).cloned()).collect();
             for (name, ty) in node.outputs.iter().zip(infer_node(node, opset, &inputs)) {
                 env.insert(name, ty);
             }
         }
         env
     }
+}
+
+/// Two dims that are provably the same size: equal known sizes or the same symbol.
+///
+/// # Example
+/// ```
+/// use multigather::infer::same_dim;
+/// use multigather::ir::Dim;
+/// assert!(same_dim(&Dim::Symbolic("n".into()), &Dim::Symbolic("n".into())));
+/// assert!(!same_dim(&Dim::Unknown, &Dim::Unknown));
+/// ```
+pub fn same_dim(a: &Dim, b: &Dim) -> bool {
+    match (a, b) {
+        (Dim::Known(x), Dim::Known(y)) => x == y,
+        (Dim::Symbolic(x), Dim::Symbolic(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// What is known of the bidirectional broadcast of two dims (`1` gives way to the other side).
+pub fn broadcast_dim(a: &Dim, b: &Dim) -> Dim {
+    match (a, b) {
+        (a, b) if same_dim(a, b) => b.clone(),
+        (Dim::Known(1), b) => b.clone(),
+        (a, Dim::Known(1)) => a.clone(),
+        (Dim::Known(n), _) | (_, Dim::Known(n)) => Dim::Known(*n),
+        _ => Dim::Unknown,
+    }
+}
+
+/// The output dims of `GatherMultiaxis` over possibly symbolic input and indices dims of equal
+/// rank: the dims of `axes` come from the logical indices (the last indices dim divided by the
+/// coordinate size `max(len(axes), 1)`), the others broadcast.
+///
+/// # Example
+/// ```
+/// use multigather::infer::gather_multiaxis_dims;
+/// use multigather::ir::Dim;
+/// let b = Dim::Symbolic("B".into());
+/// let out = gather_multiaxis_dims(&[b.clone(), Dim::Known(5), Dim::Known(1)], &[Dim::Known(1), Dim::Known(1), Dim::Known(8)], &[1, 2]);
+/// assert_eq!(out, vec![b, Dim::Known(1), Dim::Known(4)]);
+/// ```
+pub fn gather_multiaxis_dims(input: &[Dim], indices: &[Dim], axes: &[usize]) -> Vec<Dim> {
+    let logical = logical_indices_dims(indices, axes.len());
+    input
+        .iter()
+        .zip(&logical)
+        .enumerate()
+        .map(|(j, (x, l))| {
+            if axes.contains(&j) {
+                l.clone()
+            } else {
+                broadcast_dim(x, l)
+            }
+        })
+        .collect()
+}
+
+/// The logical indices dims of `GatherMultiaxis` with `axis_count` axes: the last dim divided by
+/// the coordinate size (unknown unless it is a known size).
+pub fn logical_indices_dims(indices: &[Dim], axis_count: usize) -> Vec<Dim> {
+    let c = axis_count.max(1) as i64;
+    let mut logical = indices.to_vec();
+    if let Some(last) = logical.last_mut() {
+        *last = match &*last {
+            Dim::Known(n) => Dim::Known(*n / c),
+            d if c == 1 => d.clone(),
+            _ => Dim::Unknown,
+        };
+    }
+    logical
 }
 
 fn known_dims(dims: &[i64]) -> Vec<Dim> {
@@ -125,7 +193,9 @@ fn infer_node(node: &Node, _opset: i64, inputs: &[Option<TensorType>]) -> Vec<Te
             let rank = input(0).and_then(|t| t.rank());
             vec![TensorType {
                 elem: Some(crate::DataType::Int64),
-                shape: Some(Shape::new(vec![rank.map_or(Dim::Unknown, |r| Dim::Known(r as i64))])),
+                shape: Some(Shape::new(vec![
+                    rank.map_or(Dim::Unknown, |r| Dim::Known(r as i64))
+                ])),
             }]
         }
         ("", "Cast") => {
@@ -143,7 +213,10 @@ fn infer_node(node: &Node, _opset: i64, inputs: &[Option<TensorType>]) -> Vec<Te
                 return Vec::new();
             };
             let (Some(d), Some(i)) = (&data.shape, &idx.shape) else {
-                return vec![TensorType { elem: data.elem, shape: None }];
+                return vec![TensorType {
+                    elem: data.elem,
+                    shape: None,
+                }];
             };
             let Ok(axis) = node.attr_int("axis", 0) else {
                 return Vec::new();
@@ -160,7 +233,42 @@ fn infer_node(node: &Node, _opset: i64, inputs: &[Option<TensorType>]) -> Vec<Te
                 .chain(&d.dims[a + 1..])
                 .cloned()
                 .collect();
-            vec![TensorType { elem: data.elem, shape: Some(Shape::new(dims)) }]
+            vec![TensorType {
+                elem: data.elem,
+                shape: Some(Shape::new(dims)),
+            }]
+        }
+        (crate::gather::DOMAIN, crate::gather::OP_TYPE) => {
+            let (Some(data), Some(idx)) = (input(0), input(1)) else {
+                return Vec::new();
+            };
+            let (Some(d), Some(i)) = (&data.shape, &idx.shape) else {
+                return vec![TensorType {
+                    elem: data.elem,
+                    shape: None,
+                }];
+            };
+            let rank = d.rank();
+            let Ok(Some(axes)) = node.attr_ints("axes") else {
+                return vec![TensorType {
+                    elem: data.elem,
+                    shape: None,
+                }];
+            };
+            let spec = crate::gather::GatherSpec::from_attributes(axes, "error", rank);
+            match spec {
+                Ok(spec) if i.rank() == rank => {
+                    let dims = gather_multiaxis_dims(&d.dims, &i.dims, &spec.axes);
+                    vec![TensorType {
+                        elem: data.elem,
+                        shape: Some(Shape::new(dims)),
+                    }]
+                }
+                _ => vec![TensorType {
+                    elem: data.elem,
+                    shape: None,
+                }],
+            }
         }
         ("", "GatherElements") => vec![TensorType {
             elem: input(0).and_then(|t| t.elem),

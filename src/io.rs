@@ -88,11 +88,7 @@ pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Model> {
 /// assert_eq!(model.opset(""), Some(13));
 /// ```
 pub fn load_bytes(bytes: &[u8]) -> Result<Model> {
-    decode_with(
-        Bytes::copy_from_slice(bytes),
-        None,
-        &LoadOptions::default(),
-    )
+    decode_with(Bytes::copy_from_slice(bytes), None, &LoadOptions::default())
 }
 
 fn decode_with(bytes: Bytes, base: Option<PathBuf>, options: &LoadOptions) -> Result<Model> {
@@ -153,9 +149,7 @@ pub fn for_each_tensor(
                     AttrValue::Tensor(t) => f(t)?,
                     AttrValue::Tensors(ts) => ts.iter_mut().try_for_each(&mut *f)?,
                     AttrValue::Graph(sub) => graph(sub, f)?,
-                    AttrValue::Graphs(subs) => {
-                        subs.iter_mut().try_for_each(|s| graph(s, f))?
-                    }
+                    AttrValue::Graphs(subs) => subs.iter_mut().try_for_each(|s| graph(s, f))?,
                     _ => {}
                 }
             }
@@ -166,7 +160,11 @@ pub fn for_each_tensor(
     for func in &mut model.functions {
         graph(&mut func.body, f)?;
     }
-    for a in model.functions.iter_mut().flat_map(|f| &mut f.attribute_defaults) {
+    for a in model
+        .functions
+        .iter_mut()
+        .flat_map(|f| &mut f.attribute_defaults)
+    {
         if let AttrValue::Tensor(t) = &mut a.value {
             f(t)?;
         }
@@ -223,9 +221,12 @@ impl ExternalResolver {
         }
         let file = &self.files[&location];
         let offset = offset.unwrap_or(0);
-        let available = (file.len() as u64)
-            .checked_sub(offset)
-            .ok_or_else(|| bad(format!("offset {offset} is past the end of '{location}' ({} bytes)", file.len())))?;
+        let available = (file.len() as u64).checked_sub(offset).ok_or_else(|| {
+            bad(format!(
+                "offset {offset} is past the end of '{location}' ({} bytes)",
+                file.len()
+            ))
+        })?;
         let length = length.unwrap_or(available);
         if length > available {
             return Err(bad(format!(
@@ -278,8 +279,8 @@ fn open_inside(base: &Path, location: &str) -> std::result::Result<Bytes, String
     for c in Path::new(location).components() {
         if let Component::Normal(part) = c {
             path.push(part);
-            let meta = std::fs::symlink_metadata(&path)
-                .map_err(|e| format!("'{location}': {e}"))?;
+            let meta =
+                std::fs::symlink_metadata(&path).map_err(|e| format!("'{location}': {e}"))?;
             if meta.file_type().is_symlink() {
                 return Err(format!(
                     "'{location}': '{}' is a symbolic link",
@@ -301,7 +302,10 @@ fn open_inside(base: &Path, location: &str) -> std::result::Result<Bytes, String
             return Err(format!("'{location}' changed while it was being opened"));
         }
         if meta.nlink() > 1 {
-            return Err(format!("'{location}' is a hard link ({} links)", meta.nlink()));
+            return Err(format!(
+                "'{location}' is a hard link ({} links)",
+                meta.nlink()
+            ));
         }
     }
     map_file(&file, &path).map_err(|e| e.to_string())

@@ -149,13 +149,21 @@ impl Decoder {
         let mut out = Graph::new(name);
         out.doc_string = g.doc_string;
         out.inputs = g.input.into_iter().map(value_info).collect::<Result<_>>()?;
-        out.outputs = g.output.into_iter().map(value_info).collect::<Result<_>>()?;
+        out.outputs = g
+            .output
+            .into_iter()
+            .map(value_info)
+            .collect::<Result<_>>()?;
         out.value_info = g
             .value_info
             .into_iter()
             .map(value_info)
             .collect::<Result<_>>()?;
-        out.initializers = g.initializer.into_iter().map(tensor).collect::<Result<_>>()?;
+        out.initializers = g
+            .initializer
+            .into_iter()
+            .map(tensor)
+            .collect::<Result<_>>()?;
         out.sparse_initializers = g
             .sparse_initializer
             .iter()
@@ -263,9 +271,9 @@ impl Decoder {
                 AT::Floats => AttrValue::Floats(a.floats),
                 AT::Ints => AttrValue::Ints(a.ints),
                 AT::Strings => AttrValue::Strings(a.strings),
-                AT::Tensors => AttrValue::Tensors(
-                    a.tensors.into_iter().map(tensor).collect::<Result<_>>()?,
-                ),
+                AT::Tensors => {
+                    AttrValue::Tensors(a.tensors.into_iter().map(tensor).collect::<Result<_>>()?)
+                }
                 AT::Graphs => AttrValue::Graphs(
                     a.graphs
                         .into_iter()
@@ -476,7 +484,9 @@ fn tensor(t: pb::TensorProto) -> Result<StoredTensor> {
     let bad = |reason: String| Error::tensor(&name, reason);
     let elem = match t.data_type {
         None | Some(0) => return Err(bad("element type is UNDEFINED".into())),
-        Some(c) => DataType::from_onnx(c).ok_or_else(|| bad(format!("unknown element type {c}")))?,
+        Some(c) => {
+            DataType::from_onnx(c).ok_or_else(|| bad(format!("unknown element type {c}")))?
+        }
     };
     if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
         return Err(bad(format!("negative dimension {d} in dims {:?}", t.dims)));
@@ -505,7 +515,10 @@ fn tensor(t: pb::TensorProto) -> Result<StoredTensor> {
         )));
     }
     if fields.len() > 1 {
-        return Err(bad(format!("more than one data field set: {}", fields.join(", "))));
+        return Err(bad(format!(
+            "more than one data field set: {}",
+            fields.join(", ")
+        )));
     }
     if let Some(loc) = t.data_location {
         if loc != 0 && loc != 1 {
@@ -565,7 +578,9 @@ fn tensor_back(t: &StoredTensor, sub: Substitute) -> pb::TensorProto {
     let mut out = pb::TensorProto {
         dims: t.dims.clone(),
         data_type: Some(t.elem.onnx()),
-        segment: t.segment.map(|(begin, end)| pb::tensor_proto::Segment { begin, end }),
+        segment: t
+            .segment
+            .map(|(begin, end)| pb::tensor_proto::Segment { begin, end }),
         name: t.name.clone(),
         doc_string: t.doc_string.clone(),
         metadata_props: props_back(&t.metadata_props),
@@ -599,7 +614,10 @@ fn type_back(t: &Type) -> pb::TypeProto {
         }
         TypeKind::SparseTensor(x) => {
             let (elem_type, shape) = tensor_type_back(x);
-            Some(tp::Value::SparseTensorType(tp::SparseTensor { elem_type, shape }))
+            Some(tp::Value::SparseTensorType(tp::SparseTensor {
+                elem_type,
+                shape,
+            }))
         }
         TypeKind::Sequence(e) => Some(tp::Value::SequenceType(Box::new(tp::Sequence {
             elem_type: boxed(e),

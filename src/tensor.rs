@@ -450,7 +450,7 @@ impl Tensor {
             (Data::Strings(d), Data::Strings(s)) => {
                 d[dst_index].clone_from(&s[src_index]);
             }
-            (Data::Bytes(d), Data::Bytes(s)) if bits % 8 == 0 => {
+            (Data::Bytes(d), Data::Bytes(s)) if bits.is_multiple_of(8) => {
                 let w = bits / 8;
                 d.bytes_mut()[dst_index * w..(dst_index + 1) * w]
                     .copy_from_slice(&s.bytes()[src_index * w..(src_index + 1) * w]);
@@ -607,7 +607,7 @@ impl Tensor {
             Data::Bytes(b) => b.bytes(),
         };
         let bits = self.dtype.bits();
-        if bits % 8 != 0 {
+        if !bits.is_multiple_of(8) {
             return match packed::read(bytes, bits, i) {
                 Some(v) => write!(f, "{v:#x}"),
                 None => f.write_str("?"),

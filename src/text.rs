@@ -128,14 +128,24 @@ impl Printer {
             fields.push(format!("metadata_props: {}", str_map(&m.metadata_props)));
         }
         self.out.push_str("<\n");
-        self.out.push_str(&fields.iter().map(|f| format!("{INDENT}{f}")).collect::<Vec<_>>().join(",\n"));
+        self.out.push_str(
+            &fields
+                .iter()
+                .map(|f| format!("{INDENT}{f}"))
+                .collect::<Vec<_>>()
+                .join(",\n"),
+        );
         self.out.push_str("\n>\n");
         self.graph(&m.graph, 0);
         for f in &m.functions {
             self.function(f);
         }
         if !m.training_info.is_empty() {
-            let _ = writeln!(self.out, "# training_info: {} entries (not shown)", m.training_info.len());
+            let _ = writeln!(
+                self.out,
+                "# training_info: {} entries (not shown)",
+                m.training_info.len()
+            );
         }
     }
 
@@ -149,7 +159,13 @@ impl Printer {
             fields.push(format!("doc_string: {}", quote(d)));
         }
         self.out.push_str("<\n");
-        self.out.push_str(&fields.iter().map(|f| format!("  {f}")).collect::<Vec<_>>().join(",\n"));
+        self.out.push_str(
+            &fields
+                .iter()
+                .map(|f| format!("  {f}"))
+                .collect::<Vec<_>>()
+                .join(",\n"),
+        );
         self.out.push_str("\n>\n");
         self.out.push_str(&id(&f.name));
         let mut attrs: Vec<String> = f.attributes.iter().map(|a| id(a)).collect();
@@ -161,8 +177,18 @@ impl Printer {
         if !attrs.is_empty() {
             let _ = write!(self.out, " <{}>", attrs.join(", "));
         }
-        let names = |vs: &[ValueInfo]| vs.iter().map(|v| id(&v.name)).collect::<Vec<_>>().join(", ");
-        let _ = write!(self.out, "({}) => ({})", names(&f.body.inputs), names(&f.body.outputs));
+        let names = |vs: &[ValueInfo]| {
+            vs.iter()
+                .map(|v| id(&v.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = write!(
+            self.out,
+            "({}) => ({})",
+            names(&f.body.inputs),
+            names(&f.body.outputs)
+        );
         if self.options.value_info && !f.body.value_info.is_empty() {
             let infos: Vec<String> = f.body.value_info.iter().map(value_info).collect();
             let _ = write!(self.out, "\n<{}>", infos.join(", "));
@@ -231,11 +257,14 @@ impl Printer {
         }
         let outputs: Vec<String> = n.outputs.iter().map(|o| id(o)).collect();
         let inputs: Vec<String> = n.inputs.iter().map(|i| id(i)).collect();
-        let op = if n.domain.is_empty() {
+        let mut op = if n.domain.is_empty() {
             id(&n.op_type)
         } else {
             format!("{}.{}", n.domain, id(&n.op_type))
         };
+        if let Some(overload) = &n.overload {
+            op = format!("{op}:{}", id(overload));
+        }
         let _ = write!(self.out, "{} = {op}", outputs.join(", "));
         let has_graph = n.subgraphs().next().is_some();
         let mut attrs = String::new();
@@ -275,9 +304,7 @@ impl Printer {
             AttrValue::Type(t) => s.push_str(&type_to_text(t)),
             AttrValue::Floats(v) => list(s, v.iter().map(|x| float32(*x))),
             AttrValue::Ints(v) => list(s, v.iter().map(|x| x.to_string())),
-            AttrValue::Strings(v) => {
-                list(s, v.iter().map(|x| quote(&String::from_utf8_lossy(x))))
-            }
+            AttrValue::Strings(v) => list(s, v.iter().map(|x| quote(&String::from_utf8_lossy(x)))),
             AttrValue::Tensors(v) => {
                 let items: Vec<String> = v.iter().map(|t| self.tensor_constant(t)).collect();
                 list(s, items.into_iter())
@@ -366,13 +393,19 @@ fn ref_type_name(value: &AttrValue) -> &'static str {
 /// The elements of a small tensor as text, `None` for types printed elided.
 fn element_strings(t: &StoredTensor) -> Option<Vec<String>> {
     if let Payload::String(v) = &t.payload {
-        return Some(v.iter().map(|s| quote(&String::from_utf8_lossy(s))).collect());
+        return Some(
+            v.iter()
+                .map(|s| quote(&String::from_utf8_lossy(s)))
+                .collect(),
+        );
     }
     let bytes = t.le_bytes().ok()?;
     let b = bytes.as_ref();
     macro_rules! each {
         ($n:expr, $f:expr) => {
-            b.chunks_exact($n).map(|c| $f(c.try_into().unwrap_or([0; $n]))).collect()
+            b.chunks_exact($n)
+                .map(|c| $f(c.try_into().unwrap_or([0; $n])))
+                .collect()
         };
     }
     Some(match t.elem {

@@ -12,13 +12,22 @@ use multigather::DataType;
 /// An embedding lookup whose table is an initializer of `rows` x 4 floats.
 fn embedding_model(table: Bytes, rows: i64) -> Model {
     let mut g = Graph::new("embed");
-    g.inputs.push(ValueInfo::new("ids", Type::tensor(DataType::Int64, vec![Dim::Known(3)])));
+    g.inputs.push(ValueInfo::new(
+        "ids",
+        Type::tensor(DataType::Int64, vec![Dim::Known(3)]),
+    ));
     g.outputs.push(ValueInfo::new(
         "rows",
         Type::tensor(DataType::Float, vec![Dim::Known(3), Dim::Known(4)]),
     ));
-    g.initializers.push(StoredTensor::raw(Some("table"), DataType::Float, &[rows, 4], table));
-    g.initializers.push(StoredTensor::from_i64s(Some("small"), &[2], &[7, 8]));
+    g.initializers.push(StoredTensor::raw(
+        Some("table"),
+        DataType::Float,
+        &[rows, 4],
+        table,
+    ));
+    g.initializers
+        .push(StoredTensor::from_i64s(Some("small"), &[2], &[7, 8]));
     g.add_node(Node::new("Gather", "lookup", ["table", "ids"], ["rows"]));
     Model::new(g, 13)
 }
@@ -40,7 +49,13 @@ fn external_options(threshold: usize) -> SaveOptions {
 }
 
 fn payload_bytes(model: &Model, name: &str) -> Vec<u8> {
-    model.graph.initializer(name).unwrap().le_bytes().unwrap().into_owned()
+    model
+        .graph
+        .initializer(name)
+        .unwrap()
+        .le_bytes()
+        .unwrap()
+        .into_owned()
 }
 
 #[test]
@@ -59,8 +74,14 @@ fn external_data_reloads_identically() {
         other => panic!("expected external data, found {other:?}"),
     }
     // The small tensor stays inline.
-    assert!(matches!(loaded.graph.initializer("small").unwrap().payload, Payload::Raw(_)));
-    assert_eq!(payload_bytes(&loaded, "table"), payload_bytes(&original, "table"));
+    assert!(matches!(
+        loaded.graph.initializer("small").unwrap().payload,
+        Payload::Raw(_)
+    ));
+    assert_eq!(
+        payload_bytes(&loaded, "table"),
+        payload_bytes(&original, "table")
+    );
 
     // Saving it elsewhere inlines the weights: same model as the original.
     let other = tempfile::tempdir().unwrap();
@@ -73,7 +94,12 @@ fn external_data_reloads_identically() {
 fn rewriting_keeps_external_references_without_reading_weights() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.onnx");
-    io::save_with(&embedding_model(table_bytes(1000), 1000), &path, &external_options(1024)).unwrap();
+    io::save_with(
+        &embedding_model(table_bytes(1000), 1000),
+        &path,
+        &external_options(1024),
+    )
+    .unwrap();
     let weights = dir.path().join("weights.bin");
     let before = std::fs::metadata(&weights).unwrap().modified().unwrap();
 
@@ -82,7 +108,10 @@ fn rewriting_keeps_external_references_without_reading_weights() {
     let out = dir.path().join("rewritten.onnx");
     io::save(&model, &out).unwrap();
 
-    assert_eq!(std::fs::metadata(&weights).unwrap().modified().unwrap(), before);
+    assert_eq!(
+        std::fs::metadata(&weights).unwrap().modified().unwrap(),
+        before
+    );
     // The rewritten file is small: it refers to the weights instead of holding them.
     assert!(std::fs::metadata(&out).unwrap().len() < 4096);
     let reloaded = io::load(&out).unwrap();
@@ -104,13 +133,22 @@ fn models_over_two_gib_need_external_data() {
 
     let inline = dir.path().join("inline.onnx");
     let err = io::save_with(&model, &inline, &SaveOptions::default()).unwrap_err();
-    assert!(err.to_string().contains("over protobuf's 2 GiB limit"), "{err}");
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "a failed save left files");
+    assert!(
+        err.to_string().contains("over protobuf's 2 GiB limit"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "a failed save left files"
+    );
 
     let path = dir.path().join("big.onnx");
     io::save_with(&model, &path, &external_options(1 << 20)).unwrap();
     assert_eq!(
-        std::fs::metadata(dir.path().join("weights.bin")).unwrap().len(),
+        std::fs::metadata(dir.path().join("weights.bin"))
+            .unwrap()
+            .len(),
         (ROWS * 16) as u64
     );
     let loaded = io::load(&path).unwrap();

@@ -69,8 +69,14 @@ fn skip_patterns_and_op_selection_leave_nodes_alone() {
     assert_eq!(
         reasons,
         [
-            ("pick_elements".to_string(), "its op kind is not selected".to_string()),
-            ("pick_points".to_string(), "its name matches the skip pattern 'points'".to_string()),
+            (
+                "pick_elements".to_string(),
+                "its op kind is not selected".to_string()
+            ),
+            (
+                "pick_points".to_string(),
+                "its name matches the skip pattern 'points'".to_string()
+            ),
         ]
     );
     let ops = model.op_histogram();

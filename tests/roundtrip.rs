@@ -22,7 +22,10 @@ fn models_under(dir: &Path, out: &mut Vec<PathBuf>) {
 
 fn all_models() -> Vec<PathBuf> {
     let mut models = Vec::new();
-    models_under(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"), &mut models);
+    models_under(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"),
+        &mut models,
+    );
     if let Ok(extra) = std::env::var("MULTIGATHER_EXTRA_MODELS") {
         for dir in extra.split(':').filter(|d| !d.is_empty()) {
             models_under(Path::new(dir), &mut models);
@@ -37,8 +40,8 @@ fn load_then_save_is_lossless() {
     assert!(!models.is_empty(), "no fixtures found");
     for path in models {
         let original = std::fs::read(&path).unwrap();
-        let model = multigather::io::load(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let model =
+            multigather::io::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         model
             .validate()
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -2,6 +2,7 @@
 //! [`Outcome`]; errors carry context naming the file they concern.
 
 mod inspect;
+mod lower;
 mod progress;
 mod rewrite;
 
@@ -23,6 +24,7 @@ Examples:
   multigather inspect fixtures/gather/gather_axis1.onnx
   multigather inspect model.onnx --json
   multigather rewrite model.onnx -o model.mg.onnx
+  multigather rewrite model.onnx -o model.mg.onnx --with-function-body
   multigather verify model.onnx --random --seed 1 --dim batch=2
   multigather lower model.mg.onnx -o model.lowered.onnx
   multigather run model.onnx --inputs test_data_set_0 --output-dir out
@@ -77,8 +79,13 @@ pub enum Command {
         /// Size threshold for --external-data, in bytes.
         #[arg(long, default_value_t = 1024)]
         external_threshold: usize,
+        /// Also define each GatherMultiaxis as a model-local function whose body is its lowering
+        /// (one overload per distinct lowering, IR version 10), so runtimes that inline local
+        /// functions run the rewritten model as it is.
+        #[arg(long)]
+        with_function_body: bool,
     },
-    /// Replace every GatherMultiaxis by standard ONNX operators.
+    /// Replace every GatherMultiaxis by standard ONNX operators (exit 1 if some cannot be).
     Lower {
         /// The model file.
         model: PathBuf,
@@ -160,6 +167,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             skip,
             external_data,
             external_threshold,
+            with_function_body,
         } => rewrite::run(rewrite::RewriteArgs {
             model: &model,
             output: &output,
@@ -168,8 +176,17 @@ pub fn run(args: Args) -> Result<Outcome> {
             ops: &ops,
             skip: &skip,
             save: rewrite::save_options(external_data.as_ref(), external_threshold),
+            with_function_body,
         }),
-        Command::Lower { .. } => unavailable("lower"),
+        Command::Lower {
+            model,
+            output,
+            in_place,
+        } => lower::run(lower::LowerArgs {
+            model: &model,
+            output: &output,
+            in_place,
+        }),
         Command::Run { .. } => unavailable("run"),
         Command::Verify { .. } => unavailable("verify"),
         Command::Test { .. } => unavailable("test"),

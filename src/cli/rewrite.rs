@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use multigather::io::{ExternalPolicy, SaveOptions};
-use multigather::pass::{GatherKind, GatherToMultiaxis, RewriteConfig};
+use multigather::pass::{DefineMultiaxisFunctions, GatherKind, GatherToMultiaxis, RewriteConfig};
 
 use super::Outcome;
 
@@ -17,6 +17,7 @@ pub struct RewriteArgs<'a> {
     pub ops: &'a [String],
     pub skip: &'a [String],
     pub save: SaveOptions,
+    pub with_function_body: bool,
 }
 
 /// Parses `--ops` values into op kinds.
@@ -27,7 +28,9 @@ pub fn kinds(ops: &[String]) -> Result<Vec<GatherKind>> {
     ops.iter()
         .map(|o| {
             GatherKind::from_name(o).with_context(|| {
-                format!("unknown op kind '{o}' in --ops (expected Gather, GatherElements or GatherND)")
+                format!(
+                    "unknown op kind '{o}' in --ops (expected Gather, GatherElements or GatherND)"
+                )
             })
         })
         .collect()
@@ -70,8 +73,18 @@ pub fn run(args: RewriteArgs) -> Result<Outcome> {
     let mut model = super::load(args.model)?;
     let report = GatherToMultiaxis::rewrite(&mut model, config)
         .with_context(|| format!("rewriting {}", args.model.display()))?;
+    let functions = if args.with_function_body {
+        let report = DefineMultiaxisFunctions::define(&mut model)
+            .with_context(|| format!("defining functions in {}", args.model.display()))?;
+        Some(report)
+    } else {
+        None
+    };
     super::save(&model, args.output, &args.save)?;
     eprintln!("{}", report.summary());
+    if let Some(functions) = &functions {
+        eprintln!("{}", functions.summary());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     }

@@ -33,7 +33,10 @@ pub enum AttrValue {
     Types(Vec<Type>),
     /// A reference to an attribute of the enclosing function (`ref_attr_name`), with the
     /// `AttributeType` number it declares.
-    Ref { name: String, kind: i32 },
+    Ref {
+        name: String,
+        kind: i32,
+    },
 }
 
 impl AttrValue {

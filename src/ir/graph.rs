@@ -100,13 +100,11 @@ impl Node {
 
     /// Mutable access to the node's subgraphs.
     pub fn subgraphs_mut(&mut self) -> impl Iterator<Item = &mut Graph> {
-        self.attributes
-            .iter_mut()
-            .flat_map(|a| match &mut a.value {
-                AttrValue::Graph(g) => std::slice::from_mut(g.as_mut()),
-                AttrValue::Graphs(gs) => gs.as_mut_slice(),
-                _ => &mut [],
-            })
+        self.attributes.iter_mut().flat_map(|a| match &mut a.value {
+            AttrValue::Graph(g) => std::slice::from_mut(g.as_mut()),
+            AttrValue::Graphs(gs) => gs.as_mut_slice(),
+            _ => &mut [],
+        })
     }
 
     /// Names the node reads: its inputs and the outer-scope values its subgraphs use.
@@ -189,7 +187,10 @@ impl PartialEq for Graph {
             && self.sparse_initializers == other.sparse_initializers
             && self.quantization_annotations == other.quantization_annotations
             && self.metadata_props == other.metadata_props
-            && self.nodes().map(|(_, n)| n).eq(other.nodes().map(|(_, n)| n))
+            && self
+                .nodes()
+                .map(|(_, n)| n)
+                .eq(other.nodes().map(|(_, n)| n))
     }
 }
 
@@ -395,7 +396,10 @@ impl Graph {
     fn defines_locally(&self, name: &str) -> bool {
         self.producer.contains_key(name)
             || self.inputs.iter().any(|v| v.name == name)
-            || self.initializers.iter().any(|t| t.name.as_deref() == Some(name))
+            || self
+                .initializers
+                .iter()
+                .any(|t| t.name.as_deref() == Some(name))
             || self.sparse_initializers.iter().any(|t| t.name == name)
     }
 
@@ -419,8 +423,14 @@ impl Graph {
     /// unused in turn. Only the seeds and their producers are considered, so nodes the model
     /// already had that are unused stay. Returns the number removed.
     pub fn remove_dead(&mut self, seeds: impl IntoIterator<Item = NodeId>) -> usize {
+        self.remove_dead_nodes(seeds).len()
+    }
+
+    /// [`Graph::remove_dead`], returning the removed nodes (so their values' declarations can
+    /// go too).
+    pub fn remove_dead_nodes(&mut self, seeds: impl IntoIterator<Item = NodeId>) -> Vec<Node> {
         let mut work: Vec<NodeId> = seeds.into_iter().collect();
-        let mut removed = 0;
+        let mut removed = Vec::new();
         while let Some(id) = work.pop() {
             let Some(node) = self.get(id) else { continue };
             let has_output = node.outputs.iter().any(|o| !o.is_empty());
@@ -432,8 +442,7 @@ impl Graph {
                 .edges_directed(id, Direction::Incoming)
                 .map(|e| e.source())
                 .collect();
-            self.remove_node(id);
-            removed += 1;
+            removed.push(self.remove_node(id));
             work.extend(preds);
         }
         removed

@@ -214,7 +214,10 @@ fn check_domains(graph: &Graph, imports: &[OpsetImport], functions: &[Function])
             return Err(Error::node(
                 &node.name,
                 &node.qualified_op(),
-                format!("domain '{}' is not imported by any opset_import", node.domain),
+                format!(
+                    "domain '{}' is not imported by any opset_import",
+                    node.domain
+                ),
             ));
         }
         for g in node.subgraphs() {

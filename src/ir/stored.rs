@@ -320,7 +320,11 @@ mod tests {
             "tensor 't': int64 tensor stored in float_data"
         );
         let t = tensor(DataType::Float, &[-1], Payload::Float(vec![]));
-        assert!(t.check_size().unwrap_err().to_string().contains("overflows"));
+        assert!(t
+            .check_size()
+            .unwrap_err()
+            .to_string()
+            .contains("overflows"));
         let t = tensor(
             DataType::Float,
             &[i64::MAX, i64::MAX],
@@ -331,7 +335,11 @@ mod tests {
 
     #[test]
     fn typed_fields_convert_to_raw_layout() {
-        let t = tensor(DataType::Float16, &[2], Payload::Int32(vec![0x3c00, 0xbc00]));
+        let t = tensor(
+            DataType::Float16,
+            &[2],
+            Payload::Int32(vec![0x3c00, 0xbc00]),
+        );
         assert_eq!(t.le_bytes().unwrap().as_ref(), &[0x00, 0x3c, 0x00, 0xbc]);
         let t = tensor(DataType::Int4, &[3], Payload::Int32(vec![0x21, 0x03]));
         assert_eq!(t.le_bytes().unwrap().as_ref(), &[0x21, 0x03]);

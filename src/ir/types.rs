@@ -97,9 +97,15 @@ pub enum TypeKind {
     Tensor(TensorType),
     SparseTensor(TensorType),
     Sequence(Option<Box<Type>>),
-    Map { key: Option<i32>, value: Option<Box<Type>> },
+    Map {
+        key: Option<i32>,
+        value: Option<Box<Type>>,
+    },
     Optional(Option<Box<Type>>),
-    Opaque { domain: String, name: String },
+    Opaque {
+        domain: String,
+        name: String,
+    },
     /// A `TypeProto` with no value set.
     Unset,
 }

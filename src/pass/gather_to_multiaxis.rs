@@ -20,18 +20,19 @@
 //! New values get `value_info` entries with their type and shape; new names derive from the
 //! rewritten node's name; the original output name is kept.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::emit::{all_known, Constants, Emitter, Replacement};
+use super::walk::{label, walk, Change, Rule, Site};
 use super::Pass;
 use crate::error::Result;
 use crate::gather::map::onnx as rules;
-use crate::gather::{GatherPlan, OutOfRange, ShapeOp};
-use crate::infer::TypeEnv;
+use crate::gather::{GatherPlan, OutOfRange};
+use crate::infer::{gather_multiaxis_dims, same_dim, TypeEnv};
 use crate::ir::{
-    opset_version, AttrValue, Dim, Graph, Model, Node, NodeId, OpsetImport, StoredTensor,
-    TensorType, Type, UniqueNames, ValueInfo,
+    opset_version, AttrValue, Dim, Graph, Model, Node, OpsetImport, StoredTensor, UniqueNames,
 };
 use crate::DataType;
 
@@ -226,46 +227,18 @@ impl Pass for GatherToMultiaxis {
 
     fn run(&mut self, model: &mut Model) -> Result<bool> {
         self.report = RewriteReport::default();
-        let mut state = State {
+        let mut rule = Rewriter {
             config: &self.config,
             report: &mut self.report,
-            names: UniqueNames::new(model.names()),
-            functions: model
-                .functions
-                .iter()
-                .map(|f| (f.domain.clone(), f.name.clone()))
-                .collect(),
-            calls: HashMap::new(),
         };
-        let scope = model.graph.name.clone();
-        let imports = model.opset_imports.clone();
-        let mut total = state.graph(&mut model.graph, &scope, &imports, &TypeEnv::default(), false);
+        let total = walk(model, &mut rule);
         for f in &mut model.functions {
-            let scope = format!("function {}.{}", f.domain, f.name);
-            let mut env = TypeEnv::default();
-            match state.calls.get(&(f.domain.clone(), f.name.clone())) {
-                Some(Signature::Consistent(types)) => {
-                    for (input, ty) in f.body.inputs.iter().zip(types) {
-                        if let Some(ty) = ty {
-                            env.insert(&input.name, ty.clone());
-                        }
-                    }
-                }
-                Some(Signature::Conflicting) => {
-                    state.skip_all(&f.body, &scope, "call sites pass inputs of different ranks");
-                    continue;
-                }
-                None => {}
-            }
-            let imports = f.opset_imports.clone();
-            let n = state.graph(&mut f.body, &scope, &imports, &env, true);
-            if n > 0 && opset_version(&f.opset_imports, DOMAIN).is_none() {
+            if uses_domain(&f.body) && opset_version(&f.opset_imports, DOMAIN).is_none() {
                 f.opset_imports.push(OpsetImport {
                     domain: Some(DOMAIN.to_owned()),
                     version: crate::gather::SINCE_VERSION,
                 });
             }
-            total += n;
         }
         if total > 0 {
             model.ensure_opset(DOMAIN, crate::gather::SINCE_VERSION);
@@ -274,149 +247,76 @@ impl Pass for GatherToMultiaxis {
     }
 }
 
-/// The input types seen at a function's call sites.
-enum Signature {
-    Consistent(Vec<Option<TensorType>>),
-    Conflicting,
+/// True if the graph (or one of its subgraphs) has a node of [`DOMAIN`].
+pub(crate) fn uses_domain(graph: &Graph) -> bool {
+    graph
+        .nodes()
+        .any(|(_, n)| n.domain == DOMAIN || n.subgraphs().any(uses_domain))
 }
 
-struct State<'a> {
+/// The per-node rule of the pass.
+struct Rewriter<'a> {
     config: &'a RewriteConfig,
     report: &'a mut RewriteReport,
-    names: UniqueNames,
-    functions: Vec<(String, String)>,
-    calls: HashMap<(String, String), Signature>,
 }
 
-impl State<'_> {
-    /// Rewrites the gathers of a graph and its subgraphs; returns how many were rewritten.
-    fn graph(&mut self, graph: &mut Graph, scope: &str, imports: &[OpsetImport], outer: &TypeEnv, in_function: bool) -> usize {
-        let env = TypeEnv::infer(graph, imports, outer);
-        let opset = opset_version(imports, "").unwrap_or(1);
-        let constants = if opset >= 9 {
-            Constants::Nodes
-        } else if in_function {
-            Constants::Unavailable
+impl Rule for Rewriter<'_> {
+    fn visit(&mut self, node: &Node, site: &Site, names: &mut UniqueNames) -> Option<Change> {
+        let kind = GatherKind::of(node)?;
+        let label = label(node);
+        let outcome = if !self.config.kinds.contains(&kind) {
+            Err("its op kind is not selected".to_owned())
+        } else if let Some(p) = self
+            .config
+            .skip
+            .iter()
+            .find(|p| node.name.contains(p.as_str()))
+        {
+            Err(format!("its name matches the skip pattern '{p}'"))
         } else {
-            Constants::Initializers
+            rewrite_node(
+                node,
+                kind,
+                &label,
+                site.env,
+                site.opset,
+                site.constants,
+                names,
+            )
         };
-        let mut count = 0;
-        for id in graph.node_ids() {
-            count += self.subgraphs(graph, id, scope, imports, &env, in_function);
-            let node = graph.node(id);
-            self.record_call(node, &env);
-            let Some(kind) = GatherKind::of(node) else {
-                continue;
-            };
-            let label = if node.name.is_empty() {
-                node.outputs.first().cloned().unwrap_or_default()
-            } else {
-                node.name.clone()
-            };
-            let outcome = if !self.config.kinds.contains(&kind) {
-                Err("its op kind is not selected".to_owned())
-            } else if let Some(p) = self.config.skip.iter().find(|p| node.name.contains(p.as_str())) {
-                Err(format!("its name matches the skip pattern '{p}'"))
-            } else {
-                rewrite_node(node, kind, &label, &env, opset, constants, &mut self.names)
-            };
-            let outcome = match outcome {
-                Ok(rewrite) => {
-                    let into = rewrite.nodes.iter().map(Node::qualified_op).collect();
-                    graph.replace_node(id, rewrite.nodes);
-                    graph.value_info.extend(rewrite.value_info);
-                    graph.initializers.extend(rewrite.initializers);
-                    count += 1;
-                    NodeOutcome::Rewritten { into }
-                }
-                Err(reason) => NodeOutcome::Skipped { reason },
-            };
+        let (outcome, change) = match outcome {
+            Ok(replacement) => {
+                let into = replacement.nodes.iter().map(Node::qualified_op).collect();
+                let change = Change {
+                    replacement,
+                    output_types: Vec::new(),
+                    prune_inputs: false,
+                };
+                (NodeOutcome::Rewritten { into }, Some(change))
+            }
+            Err(reason) => (NodeOutcome::Skipped { reason }, None),
+        };
+        self.report.add(NodeReport {
+            node: label,
+            op: kind.name().to_owned(),
+            scope: site.scope.to_owned(),
+            outcome,
+        });
+        change
+    }
+
+    fn skip(&mut self, node: &Node, scope: &str, reason: &str) {
+        if let Some(kind) = GatherKind::of(node) {
             self.report.add(NodeReport {
-                node: label,
+                node: label(node),
                 op: kind.name().to_owned(),
                 scope: scope.to_owned(),
-                outcome,
+                outcome: NodeOutcome::Skipped {
+                    reason: reason.to_owned(),
+                },
             });
         }
-        count
     }
-
-    fn subgraphs(&mut self, graph: &mut Graph, id: NodeId, scope: &str, imports: &[OpsetImport], env: &TypeEnv, in_function: bool) -> usize {
-        if graph.node(id).subgraphs().next().is_none() {
-            return 0;
-        }
-        let name = graph.node(id).name.clone();
-        let mut node = graph.node_mut(id);
-        let mut count = 0;
-        for attr in &mut node.attributes {
-            let sub_scope = format!("{scope}/{name}.{}", attr.name);
-            match &mut attr.value {
-                AttrValue::Graph(g) => count += self.graph(g, &sub_scope, imports, env, in_function),
-                AttrValue::Graphs(gs) => {
-                    for (i, g) in gs.iter_mut().enumerate() {
-                        count += self.graph(g, &format!("{sub_scope}[{i}]"), imports, env, in_function);
-                    }
-                }
-                _ => {}
-            }
-        }
-        count
-    }
-
-    fn record_call(&mut self, node: &Node, env: &TypeEnv) {
-        let key = (node.domain.clone(), node.op_type.clone());
-        if !self.functions.contains(&key) {
-            return;
-        }
-        let types: Vec<Option<TensorType>> = node.inputs.iter().map(|i| env.get(i).cloned()).collect();
-        let ranks = |ts: &[Option<TensorType>]| -> Vec<Option<usize>> {
-            ts.iter().map(|t| t.as_ref().and_then(TensorType::rank)).collect()
-        };
-        let next = match self.calls.remove(&key) {
-            None => Signature::Consistent(types),
-            Some(Signature::Consistent(old)) if ranks(&old) == ranks(&types) => {
-                // Keep only what every call site agrees on: the ranks, with unknown dims.
-                let merged = old
-                    .into_iter()
-                    .zip(types)
-                    .map(|(a, b)| match (a, b) {
-                        (Some(a), Some(b)) if a == b => Some(a),
-                        (Some(a), Some(_)) => Some(TensorType {
-                            elem: a.elem,
-                            shape: a.shape.map(|s| crate::ir::Shape::new(vec![Dim::Unknown; s.rank()])),
-                        }),
-                        _ => None,
-                    })
-                    .collect();
-                Signature::Consistent(merged)
-            }
-            Some(_) => Signature::Conflicting,
-        };
-        self.calls.insert(key, next);
-    }
-
-    fn skip_all(&mut self, graph: &Graph, scope: &str, reason: &str) {
-        for (_, node) in graph.nodes() {
-            if let Some(kind) = GatherKind::of(node) {
-                self.report.add(NodeReport {
-                    node: node.name.clone(),
-                    op: kind.name().to_owned(),
-                    scope: scope.to_owned(),
-                    outcome: NodeOutcome::Skipped {
-                        reason: reason.to_owned(),
-                    },
-                });
-            }
-        }
-    }
-}
-
-/// The nodes that replace one gather, declarations of the values they introduce, and the
-/// initializers they need (constants in graphs of opset < 9, whose `Constant` takes floats only).
-struct Rewrite {
-    nodes: Vec<Node>,
-    value_info: Vec<ValueInfo>,
-    initializers: Vec<StoredTensor>,
 }
 
 /// Builds the replacement of one gather node, or says why it cannot.
@@ -428,9 +328,11 @@ fn rewrite_node(
     opset: i64,
     constants: Constants,
     names: &mut UniqueNames,
-) -> std::result::Result<Rewrite, String> {
+) -> std::result::Result<Replacement, String> {
     if constants == Constants::Unavailable {
-        return Err(format!("opset {opset} has no int64 Constant and functions have no initializers"));
+        return Err(format!(
+            "opset {opset} has no int64 Constant and functions have no initializers"
+        ));
     }
     let (data, indices) = match node.inputs.as_slice() {
         [d, i] if !d.is_empty() && !i.is_empty() => (d.as_str(), i.as_str()),
@@ -454,7 +356,9 @@ fn rewrite_node(
     let (elem, data_dims) = known(data)?;
     let (index_elem, index_dims) = known(indices)?;
     if !index_elem.is_index() {
-        return Err(format!("indices '{indices}' are {index_elem}, not int32 or int64"));
+        return Err(format!(
+            "indices '{indices}' are {index_elem}, not int32 or int64"
+        ));
     }
     let attr = |name: &str, default: i64| node.attr_int(name, default).map_err(|e| e.to_string());
     let (r, q) = (data_dims.len(), index_dims.len());
@@ -478,26 +382,26 @@ fn rewrite_node(
     .map_err(|e| e.to_string())?;
     plan.ranks(r, q).map_err(|e| e.to_string())?;
 
-    let mut e = Emitter {
-        base: label.to_owned(),
-        names,
-        opset,
-        constants,
-        nodes: Vec::new(),
-        value_info: Vec::new(),
-        initializers: Vec::new(),
-    };
-    emit(&mut e, &plan, (data, elem, data_dims), (indices, index_elem, index_dims), output)?;
-    Ok(Rewrite {
-        nodes: e.nodes,
-        value_info: e.value_info,
-        initializers: e.initializers,
-    })
+    let mut e = Emitter::new(label, names, opset, constants);
+    emit(
+        &mut e,
+        &plan,
+        (data, elem, data_dims),
+        (indices, index_elem, index_dims),
+        output,
+    )?;
+    Ok(e.finish())
 }
 
 type Operand<'a> = (&'a str, DataType, Vec<Dim>);
 
-fn emit(e: &mut Emitter, plan: &GatherPlan, data: Operand, indices: Operand, output: &str) -> std::result::Result<(), String> {
+fn emit(
+    e: &mut Emitter,
+    plan: &GatherPlan,
+    data: Operand,
+    indices: Operand,
+    output: &str,
+) -> std::result::Result<(), String> {
     let (data, elem, mut data_dims) = data;
     let (indices, index_elem, index_dims) = indices;
     let mut x = data.to_owned();
@@ -507,24 +411,46 @@ fn emit(e: &mut Emitter, plan: &GatherPlan, data: Operand, indices: Operand, out
         }
     }
     let (x, x_dims) = e.shape_ops(&plan.input, x, elem, data_dims, "input", None);
-    let (i, i_dims) = e.shape_ops(&plan.indices, indices.to_owned(), index_elem, index_dims, "indices", None);
-    let gathered_dims = gathered_dims(&x_dims, &i_dims, plan.spec.axes.as_slice(), plan.spec.coordinate_size());
+    let (i, i_dims) = e.shape_ops(
+        &plan.indices,
+        indices.to_owned(),
+        index_elem,
+        index_dims,
+        "indices",
+        None,
+    );
+    let gathered_dims = gather_multiaxis_dims(&x_dims, &i_dims, &plan.spec.axes);
     let gathered = if plan.output.is_empty() {
         output.to_owned()
     } else {
         e.value("gathered", elem, &gathered_dims)
     };
-    let mut node = Node::new("GatherMultiaxis", &e.node_name("GatherMultiaxis"), [x, i], [gathered.clone()])
-        .with_domain(DOMAIN)
-        .with_attr(
-            "axes",
-            AttrValue::Ints(plan.spec.axes.iter().map(|&a| a as i64).collect()),
-        );
+    let mut node = Node::new(
+        "GatherMultiaxis",
+        &e.node_name("GatherMultiaxis"),
+        [x, i],
+        [gathered.clone()],
+    )
+    .with_domain(DOMAIN)
+    .with_attr(
+        "axes",
+        AttrValue::Ints(plan.spec.axes.iter().map(|&a| a as i64).collect()),
+    );
     if plan.spec.mode != OutOfRange::Error {
-        node = node.with_attr("mode", AttrValue::String(plan.spec.mode.name().as_bytes().to_vec()));
+        node = node.with_attr(
+            "mode",
+            AttrValue::String(plan.spec.mode.name().as_bytes().to_vec()),
+        );
     }
     e.nodes.push(node);
-    e.shape_ops(&plan.output, gathered, elem, gathered_dims, "output", Some(output));
+    e.shape_ops(
+        &plan.output,
+        gathered,
+        elem,
+        gathered_dims,
+        "output",
+        Some(output),
+    );
     Ok(())
 }
 
@@ -536,254 +462,67 @@ fn needs_crop(data: &[Dim], indices: &[Dim], axis: usize) -> bool {
         .any(|(j, (d, i))| j != axis && !same_dim(d, i))
 }
 
-fn same_dim(a: &Dim, b: &Dim) -> bool {
-    match (a, b) {
-        (Dim::Known(x), Dim::Known(y)) => x == y,
-        (Dim::Symbolic(x), Dim::Symbolic(y)) => x == y,
-        _ => false,
-    }
-}
-
-/// The `GatherMultiaxis` output dims: axis dims from the logical indices, others broadcast.
-fn gathered_dims(input: &[Dim], indices: &[Dim], axes: &[usize], coordinate_size: usize) -> Vec<Dim> {
-    let last = indices.len().saturating_sub(1);
-    let logical = |j: usize| -> Dim {
-        match (&indices[j], j == last && coordinate_size > 1) {
-            (Dim::Known(n), true) => Dim::Known(n / coordinate_size as i64),
-            (_, true) => Dim::Unknown,
-            (d, false) => d.clone(),
-        }
-    };
-    (0..input.len())
-        .map(|j| {
-            if axes.contains(&j) {
-                return logical(j);
-            }
-            match (&input[j], logical(j)) {
-                (a, b) if same_dim(a, &b) => b,
-                (Dim::Known(1), b) => b,
-                (a, Dim::Known(1)) => a.clone(),
-                (Dim::Known(n), _) => Dim::Known(*n),
-                (_, Dim::Known(n)) => Dim::Known(n),
-                _ => Dim::Unknown,
-            }
-        })
-        .collect()
-}
-
-/// The dims after one shape operation; sizes that cannot be worked out become unknown.
-fn apply_dims(op: &ShapeOp, dims: &[Dim]) -> Vec<Dim> {
-    match op {
-        ShapeOp::Unsqueeze(axes) => {
-            let mut rest = dims.iter();
-            (0..dims.len() + axes.len())
-                .map(|j| {
-                    if axes.contains(&j) {
-                        Dim::Known(1)
-                    } else {
-                        rest.next().cloned().unwrap_or(Dim::Unknown)
-                    }
-                })
-                .collect()
-        }
-        ShapeOp::Squeeze(axes) => dims
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| !axes.contains(j))
-            .map(|(_, d)| d.clone())
-            .collect(),
-        ShapeOp::Reshape(spec) => {
-            let total: Option<i64> = dims.iter().map(Dim::known).product();
-            let mut out: Vec<Dim> = spec
-                .iter()
-                .enumerate()
-                .map(|(j, &s)| match s {
-                    0 => dims.get(j).cloned().unwrap_or(Dim::Unknown),
-                    -1 => Dim::Unknown,
-                    n => Dim::Known(n),
-                })
-                .collect();
-            if let Some(hole) = spec.iter().position(|&s| s == -1) {
-                let rest: Option<i64> = out
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, _)| *j != hole)
-                    .map(|(_, d)| d.known())
-                    .product();
-                if let (Some(total), Some(rest)) = (total, rest) {
-                    if rest > 0 {
-                        out[hole] = Dim::Known(total / rest);
-                    }
-                }
-            }
-            out
-        }
-    }
-}
-
-fn all_known(dims: &[Dim]) -> Option<Vec<i64>> {
-    dims.iter().map(Dim::known).collect()
-}
-
-/// How a rewrite materialises constant shapes and axes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Constants {
-    /// `Constant` nodes (opset 9 and later, where `Constant` takes int64).
-    Nodes,
-    /// Graph initializers (older opsets).
-    Initializers,
-    /// Neither: an old-opset function body.
-    Unavailable,
-}
-
-/// Builds the nodes of one rewrite, naming everything after the original node.
-struct Emitter<'a> {
-    base: String,
-    names: &'a mut UniqueNames,
-    opset: i64,
-    constants: Constants,
-    nodes: Vec<Node>,
-    value_info: Vec<ValueInfo>,
-    initializers: Vec<StoredTensor>,
-}
-
+/// The rewrite's own emitter step.
 impl Emitter<'_> {
-    fn node_name(&mut self, what: &str) -> String {
-        self.names.fresh(&format!("{}/{what}", self.base))
-    }
-
-    /// A fresh value declared with the given type.
-    fn value(&mut self, what: &str, elem: DataType, dims: &[Dim]) -> String {
-        let name = self.names.fresh(&format!("{}_{what}", self.base));
-        self.value_info
-            .push(ValueInfo::new(name.clone(), Type::tensor(elem, dims.to_vec())));
-        name
-    }
-
-    /// A 1-D int64 constant: a `Constant` node, or an initializer in old opsets.
-    fn constant(&mut self, what: &str, values: &[i64]) -> String {
-        let tensor = StoredTensor::from_i64s(None, &[values.len() as i64], values);
-        self.constant_tensor(what, tensor)
-    }
-
-    fn constant_tensor(&mut self, what: &str, mut tensor: StoredTensor) -> String {
-        let dims: Vec<Dim> = tensor.dims.iter().map(|&d| Dim::Known(d)).collect();
-        if self.constants == Constants::Initializers {
-            let name = self.names.fresh(&format!("{}_{what}", self.base));
-            tensor.name = Some(name.clone());
-            self.initializers.push(tensor);
-            return name;
-        }
-        let name = self.value(what, tensor.elem, &dims);
-        let node_name = self.node_name(what);
-        self.nodes.push(
-            Node::new("Constant", &node_name, Vec::<String>::new(), [name.clone()])
-                .with_attr("value", AttrValue::Tensor(Box::new(tensor))),
-        );
-        name
-    }
-
-    /// Applies shape operations, collapsing them into one `Reshape` to a constant shape when all
-    /// sizes are known. The last result is named `last` if given.
-    fn shape_ops(
-        &mut self,
-        ops: &[ShapeOp],
-        mut value: String,
-        elem: DataType,
-        mut dims: Vec<Dim>,
-        what: &str,
-        last: Option<&str>,
-    ) -> (String, Vec<Dim>) {
-        if ops.is_empty() {
-            return (value, dims);
-        }
-        let final_dims = ops.iter().fold(dims.clone(), |d, op| apply_dims(op, &d));
-        if let (Some(_), Some(sizes)) = (all_known(&dims), all_known(&final_dims)) {
-            let out = self.output_name(last, what, elem, &final_dims);
-            self.reshape(&value, &sizes, &out, what);
-            return (out, final_dims);
-        }
-        for (n, op) in ops.iter().enumerate() {
-            let next_dims = apply_dims(op, &dims);
-            let out = if n + 1 == ops.len() {
-                self.output_name(last, what, elem, &next_dims)
-            } else {
-                self.value(what, elem, &next_dims)
-            };
-            match op {
-                ShapeOp::Unsqueeze(axes) => self.axes_op("Unsqueeze", &value, axes, &out, what),
-                ShapeOp::Squeeze(axes) => self.axes_op("Squeeze", &value, axes, &out, what),
-                ShapeOp::Reshape(spec) => self.reshape(&value, spec, &out, what),
-            }
-            value = out;
-            dims = next_dims;
-        }
-        (value, dims)
-    }
-
-    fn output_name(&mut self, last: Option<&str>, what: &str, elem: DataType, dims: &[Dim]) -> String {
-        match last {
-            Some(name) => name.to_owned(),
-            None => self.value(what, elem, dims),
-        }
-    }
-
-    /// `Unsqueeze` / `Squeeze`, with axes as an input from opset 13 and as an attribute before.
-    fn axes_op(&mut self, op: &str, input: &str, axes: &[usize], out: &str, what: &str) {
-        let axes: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
-        let name = self.node_name(&format!("{op}_{what}"));
-        let node = if self.opset >= 13 {
-            let axes = self.constant(&format!("{what}_axes"), &axes);
-            Node::new(op, &name, [input.to_owned(), axes], [out])
-        } else {
-            Node::new(op, &name, [input], [out]).with_attr("axes", AttrValue::Ints(axes))
-        };
-        self.nodes.push(node);
-    }
-
-    /// `Reshape`, with the shape as an input from opset 5 and as an attribute before.
-    fn reshape(&mut self, input: &str, shape: &[i64], out: &str, what: &str) {
-        let name = self.node_name(&format!("Reshape_{what}"));
-        let node = if self.opset >= 5 {
-            let shape = self.constant(&format!("{what}_shape"), shape);
-            Node::new("Reshape", &name, [input.to_owned(), shape], [out])
-        } else {
-            Node::new("Reshape", &name, [input], [out]).with_attr("shape", AttrValue::Ints(shape.to_vec()))
-        };
-        self.nodes.push(node);
-    }
-
     /// `GatherElements` data cropped to the indices' sizes on every axis but `axis`:
     /// `Slice(data, 0, ends)` with constant ends when the sizes are known, else
     /// `ends = Where(mask, Shape(indices), INT64_MAX)`.
-    fn crop(&mut self, data: &str, elem: DataType, data_dims: &[Dim], indices: &str, index_dims: &[Dim], axis: usize) -> (String, Vec<Dim>) {
+    fn crop(
+        &mut self,
+        data: &str,
+        elem: DataType,
+        data_dims: &[Dim],
+        indices: &str,
+        index_dims: &[Dim],
+        axis: usize,
+    ) -> (String, Vec<Dim>) {
         let rank = data_dims.len();
         let dims: Vec<Dim> = (0..rank)
-            .map(|j| if j == axis { data_dims[j].clone() } else { index_dims[j].clone() })
+            .map(|j| {
+                if j == axis {
+                    data_dims[j].clone()
+                } else {
+                    index_dims[j].clone()
+                }
+            })
             .collect();
         let starts = self.constant("crop_starts", &vec![0; rank]);
         let ends = match all_known(index_dims) {
             Some(sizes) => {
-                let ends: Vec<i64> = (0..rank).map(|j| if j == axis { i64::MAX } else { sizes[j] }).collect();
+                let ends: Vec<i64> = (0..rank)
+                    .map(|j| if j == axis { i64::MAX } else { sizes[j] })
+                    .collect();
                 self.constant("crop_ends", &ends)
             }
             None => {
-                let shape = self.value("indices_shape", DataType::Int64, &[Dim::Known(rank as i64)]);
+                let shape =
+                    self.value("indices_shape", DataType::Int64, &[Dim::Known(rank as i64)]);
                 let shape_node = self.node_name("Shape_indices");
-                self.nodes.push(Node::new("Shape", &shape_node, [indices], [shape.clone()]));
+                self.nodes
+                    .push(Node::new("Shape", &shape_node, [indices], [shape.clone()]));
                 let mask: Vec<u8> = (0..rank).map(|j| u8::from(j != axis)).collect();
                 let tensor = StoredTensor::raw(None, DataType::Bool, &[rank as i64], mask.into());
                 let mask_name = self.constant_tensor("crop_mask", tensor);
                 let max = self.constant("crop_unbounded", &[i64::MAX]);
                 let ends = self.value("crop_ends", DataType::Int64, &[Dim::Known(rank as i64)]);
                 let where_node = self.node_name("Where_crop_ends");
-                self.nodes.push(Node::new("Where", &where_node, [mask_name, shape, max], [ends.clone()]));
+                self.nodes.push(Node::new(
+                    "Where",
+                    &where_node,
+                    [mask_name, shape, max],
+                    [ends.clone()],
+                ));
                 ends
             }
         };
         let out = self.value("cropped", elem, &dims);
         let slice = self.node_name("Slice_crop");
-        self.nodes.push(Node::new("Slice", &slice, [data.to_owned(), starts, ends], [out.clone()]));
+        self.nodes.push(Node::new(
+            "Slice",
+            &slice,
+            [data.to_owned(), starts, ends],
+            [out.clone()],
+        ));
         (out, dims)
     }
 }
@@ -793,42 +532,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn symbolic_dims_follow_shape_ops() {
-        let n = || Dim::Symbolic("N".into());
-        let dims = vec![n(), Dim::Known(3)];
-        assert_eq!(
-            apply_dims(&ShapeOp::Unsqueeze(vec![0, 3]), &dims),
-            vec![Dim::Known(1), n(), Dim::Known(3), Dim::Known(1)]
-        );
-        assert_eq!(apply_dims(&ShapeOp::Squeeze(vec![1]), &dims), vec![n()]);
-        assert_eq!(
-            apply_dims(&ShapeOp::Reshape(vec![0, -1]), &[n(), Dim::Known(2), Dim::Known(3)]),
-            vec![n(), Dim::Unknown]
-        );
-        assert_eq!(
-            apply_dims(&ShapeOp::Reshape(vec![0, -1]), &[Dim::Known(4), Dim::Known(2), Dim::Known(3)]),
-            vec![Dim::Known(4), Dim::Known(6)]
-        );
-    }
-
-    #[test]
-    fn gathered_dims_broadcast_and_fold_coordinates() {
-        let b = || Dim::Symbolic("B".into());
-        // input [B, 5, 1], indices [1, 1, 4*2] with axes [1, 2] -> [B, 1, 4]
-        let out = gathered_dims(
-            &[b(), Dim::Known(5), Dim::Known(1)],
-            &[Dim::Known(1), Dim::Known(1), Dim::Known(8)],
-            &[1, 2],
-            2,
-        );
-        assert_eq!(out, vec![b(), Dim::Known(1), Dim::Known(4)]);
-    }
-
-    #[test]
     fn crop_is_needed_only_when_sizes_may_differ() {
         let s = |x: &str| Dim::Symbolic(x.into());
-        assert!(!needs_crop(&[s("B"), Dim::Known(5)], &[s("B"), Dim::Known(2)], 1));
-        assert!(needs_crop(&[s("B"), Dim::Known(5)], &[s("K"), Dim::Known(2)], 1));
-        assert!(needs_crop(&[Dim::Unknown, Dim::Known(5)], &[Dim::Unknown, Dim::Known(2)], 1));
+        assert!(!needs_crop(
+            &[s("B"), Dim::Known(5)],
+            &[s("B"), Dim::Known(2)],
+            1
+        ));
+        assert!(needs_crop(
+            &[s("B"), Dim::Known(5)],
+            &[s("K"), Dim::Known(2)],
+            1
+        ));
+        assert!(needs_crop(
+            &[Dim::Unknown, Dim::Known(5)],
+            &[Dim::Unknown, Dim::Known(2)],
+            1
+        ));
     }
 }

@@ -5,11 +5,17 @@
 //! is the pass's bug, reported with its name), and can dump the model around each pass or stop
 //! after the N-th for bisecting. Passes do no file I/O.
 
+mod emit;
+mod function_body;
 mod gather_to_multiaxis;
+mod lower;
+mod walk;
 
+pub use function_body::{DefineMultiaxisFunctions, FunctionReport};
 pub use gather_to_multiaxis::{
     GatherKind, GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
 };
+pub use lower::{LowerMultiaxis, LowerReport, Pattern};
 
 use crate::error::{Error, Result};
 use crate::ir::Model;
@@ -94,7 +100,9 @@ impl PassManager {
             let changed = pass.run(model).map_err(wrap)?;
             model.validate().map_err(|e| Error::Pass {
                 pass: name,
-                source: Box::new(Error::InvalidModel(format!("the pass left an invalid model: {e}"))),
+                source: Box::new(Error::InvalidModel(format!(
+                    "the pass left an invalid model: {e}"
+                ))),
             })?;
             if let Some(hook) = &mut self.dump {
                 hook(name, "after", model);

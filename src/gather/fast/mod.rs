@@ -476,8 +476,8 @@ fn lcm(a: usize, b: usize) -> usize {
 /// The byte buffer as elements of `W`, if its address and length fit.
 fn cast_uninit<W: Word>(bytes: &mut [MaybeUninit<u8>]) -> Option<&mut [MaybeUninit<W>]> {
     let size = size_of::<W>();
-    let aligned = (bytes.as_ptr() as usize) % align_of::<W>() == 0;
-    if !aligned || bytes.len() % size != 0 {
+    let aligned = (bytes.as_ptr() as usize).is_multiple_of(align_of::<W>());
+    if !aligned || !bytes.len().is_multiple_of(size) {
         return None;
     }
     // SAFETY: the pointer is aligned for `W`, the length is a whole number of `W`, the lifetime
