@@ -19,14 +19,22 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn chain(n: usize) -> Model {
     let mut g = Graph::new("chain");
     let dims = vec![Dim::Known(4), Dim::Known(3)];
-    g.inputs.push(ValueInfo::new("x0", Type::tensor(DataType::Float, dims.clone())));
-    g.initializers.push(StoredTensor::from_i64s(Some("rows"), &[4], &[3, 1, 0, 2]));
+    g.inputs.push(ValueInfo::new(
+        "x0",
+        Type::tensor(DataType::Float, dims.clone()),
+    ));
+    g.initializers
+        .push(StoredTensor::from_i64s(Some("rows"), &[4], &[3, 1, 0, 2]));
     g.initializers.push(StoredTensor::from_i64s(
         Some("elements"),
         &[4, 3],
         &[0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 0, 0],
     ));
-    g.initializers.push(StoredTensor::from_i64s(Some("points"), &[4, 1], &[1, 0, 3, 2]));
+    g.initializers.push(StoredTensor::from_i64s(
+        Some("points"),
+        &[4, 1],
+        &[1, 0, 3, 2],
+    ));
     for i in 0..n {
         let (op, idx) = match i % 3 {
             0 => ("Gather", "rows"),
@@ -34,10 +42,21 @@ fn chain(n: usize) -> Model {
             _ => ("GatherND", "points"),
         };
         let (x, y) = (format!("x{i}"), format!("x{}", i + 1));
-        g.value_info.push(ValueInfo::new(&y, Type::tensor(DataType::Float, dims.clone())));
-        g.add_node(Node::new(op, &format!("node{i}"), [x.as_str(), idx], [y.as_str()]));
+        g.value_info.push(ValueInfo::new(
+            &y,
+            Type::tensor(DataType::Float, dims.clone()),
+        ));
+        g.add_node(Node::new(
+            op,
+            &format!("node{i}"),
+            [x.as_str(), idx],
+            [y.as_str()],
+        ));
     }
-    g.outputs.push(ValueInfo::new(format!("x{n}"), Type::tensor(DataType::Float, dims)));
+    g.outputs.push(ValueInfo::new(
+        format!("x{n}"),
+        Type::tensor(DataType::Float, dims),
+    ));
     Model::new(g, 13)
 }
 
@@ -47,7 +66,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() {
-    println!("{:>8} {:>10} {:>10} {:>10} {:>12}", "nodes", "load", "rewrite", "save", "rewrite/node");
+    println!(
+        "{:>8} {:>10} {:>10} {:>10} {:>12}",
+        "nodes", "load", "rewrite", "save", "rewrite/node"
+    );
     for n in [10_000, 30_000, 100_000] {
         let bytes = multigather::io::to_bytes(&chain(n)).expect("encode");
         let (mut load, mut rewrite, mut save) = (Vec::new(), Vec::new(), Vec::new());
@@ -56,7 +78,8 @@ fn main() {
             let mut model = multigather::io::load_bytes(&bytes).expect("load");
             load.push(t.elapsed());
             let t = Instant::now();
-            let report = GatherToMultiaxis::rewrite(&mut model, RewriteConfig::default()).expect("rewrite");
+            let report =
+                GatherToMultiaxis::rewrite(&mut model, RewriteConfig::default()).expect("rewrite");
             rewrite.push(t.elapsed());
             assert_eq!(report.rewritten, n);
             let t = Instant::now();
@@ -84,14 +107,25 @@ fn external_weights() {
     const ROWS: i64 = 1 << 18; // x 1024 floats = 1 GiB
     let dir = tempfile::tempdir().expect("temp dir");
     let mut g = Graph::new("embed");
-    g.inputs.push(ValueInfo::new("ids", Type::tensor(DataType::Int64, vec![Dim::Known(8)])));
+    g.inputs.push(ValueInfo::new(
+        "ids",
+        Type::tensor(DataType::Int64, vec![Dim::Known(8)]),
+    ));
     g.outputs.push(ValueInfo::untyped("rows"));
     let table = Bytes::from(vec![0u8; (ROWS * 1024 * 4) as usize]);
-    g.initializers.push(StoredTensor::raw(Some("table"), DataType::Float, &[ROWS, 1024], table));
+    g.initializers.push(StoredTensor::raw(
+        Some("table"),
+        DataType::Float,
+        &[ROWS, 1024],
+        table,
+    ));
     g.add_node(Node::new("Gather", "lookup", ["table", "ids"], ["rows"]));
     let path = dir.path().join("model.onnx");
     let options = SaveOptions {
-        external: ExternalPolicy::File { file: "weights.bin".into(), threshold: 1024 },
+        external: ExternalPolicy::File {
+            file: "weights.bin".into(),
+            threshold: 1024,
+        },
     };
     multigather::io::save_with(&Model::new(g, 13), &path, &options).expect("save");
 

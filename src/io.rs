@@ -437,10 +437,7 @@ fn write_external(
 }
 
 /// Calls `f` on every stored tensor of the model, read-only (see [`for_each_tensor`]).
-pub fn visit_tensors(
-    model: &Model,
-    f: &mut dyn FnMut(&StoredTensor) -> Result<()>,
-) -> Result<()> {
+pub fn visit_tensors(model: &Model, f: &mut dyn FnMut(&StoredTensor) -> Result<()>) -> Result<()> {
     fn graph(g: &Graph, f: &mut dyn FnMut(&StoredTensor) -> Result<()>) -> Result<()> {
         g.initializers.iter().try_for_each(&mut *f)?;
         for node in g.nodes_unordered() {

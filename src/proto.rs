@@ -101,7 +101,11 @@ pub fn encode_with(model: &ir::Model, sub: Substitute) -> Result<Vec<u8>> {
         graph: Some(graph_back(&model.graph, sub)),
         metadata_props: props_back(&model.metadata_props),
         training_info: decoded_all(&model.training_info)?,
-        functions: model.functions.iter().map(|f| function_back(f, sub)).collect(),
+        functions: model
+            .functions
+            .iter()
+            .map(|f| function_back(f, sub))
+            .collect(),
         configuration: decoded_all(&model.configuration)?,
     };
     let len = m.encoded_len();
@@ -685,7 +689,11 @@ fn node_back(n: &Node, sub: Substitute) -> pb::NodeProto {
         op_type: Some(n.op_type.clone()),
         domain: set_or_empty(&n.domain, n.explicit_empty & 2 != 0),
         overload: n.overload.clone(),
-        attribute: n.attributes.iter().map(|a| attribute_back(a, sub)).collect(),
+        attribute: n
+            .attributes
+            .iter()
+            .map(|a| attribute_back(a, sub))
+            .collect(),
         doc_string: n.doc_string.clone(),
         metadata_props: props_back(&n.metadata_props),
         device_configurations: n
@@ -804,7 +812,11 @@ fn function_back(f: &Function, sub: Substitute) -> pb::FunctionProto {
         input: f.body.inputs.iter().map(|v| v.name.clone()).collect(),
         output: f.body.outputs.iter().map(|v| v.name.clone()).collect(),
         attribute: f.attributes.clone(),
-        attribute_proto: f.attribute_defaults.iter().map(|a| attribute_back(a, sub)).collect(),
+        attribute_proto: f
+            .attribute_defaults
+            .iter()
+            .map(|a| attribute_back(a, sub))
+            .collect(),
         node: f.body.nodes().map(|(_, n)| node_back(n, sub)).collect(),
         doc_string: f.doc_string.clone(),
         opset_import: f.opset_imports.iter().map(opset_back).collect(),

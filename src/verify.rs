@@ -102,7 +102,10 @@ pub fn random_inputs(
             }
         };
         let range = ranges.get(&input.name);
-        out.push((input.name.clone(), random_tensor(elem, &shape, range, &mut rng)?));
+        out.push((
+            input.name.clone(),
+            random_tensor(elem, &shape, range, &mut rng)?,
+        ));
     }
     Ok(out)
 }
@@ -147,22 +150,28 @@ fn collect_ranges(
             let d = resolve(data_dims.get(usize::try_from(a).ok()?)?, dims) as i64;
             Some((-d, d))
         };
-        let coordinates: Option<Vec<(i64, i64)>> = match (node.domain.as_str(), node.op_type.as_str()) {
-            ("" | "ai.onnx", "Gather" | "GatherElements") => {
-                node.attr_int("axis", 0).ok().and_then(size).map(|r| vec![r])
-            }
-            ("" | "ai.onnx", "GatherND") => {
-                let batch = node.attr_int("batch_dims", 0).unwrap_or(0);
-                let depth = env.dims(indices).and_then(|d| d.last()).and_then(Dim::known);
-                depth.and_then(|k| (0..k).map(|j| size(batch + j)).collect())
-            }
-            (crate::gather::DOMAIN, "GatherMultiaxis") => node
-                .attr_ints("axes")
-                .ok()
-                .flatten()
-                .and_then(|axes| axes.iter().map(|&a| size(a)).collect()),
-            _ => None,
-        };
+        let coordinates: Option<Vec<(i64, i64)>> =
+            match (node.domain.as_str(), node.op_type.as_str()) {
+                ("" | "ai.onnx", "Gather" | "GatherElements") => node
+                    .attr_int("axis", 0)
+                    .ok()
+                    .and_then(size)
+                    .map(|r| vec![r]),
+                ("" | "ai.onnx", "GatherND") => {
+                    let batch = node.attr_int("batch_dims", 0).unwrap_or(0);
+                    let depth = env
+                        .dims(indices)
+                        .and_then(|d| d.last())
+                        .and_then(Dim::known);
+                    depth.and_then(|k| (0..k).map(|j| size(batch + j)).collect())
+                }
+                (crate::gather::DOMAIN, "GatherMultiaxis") => node
+                    .attr_ints("axes")
+                    .ok()
+                    .flatten()
+                    .and_then(|axes| axes.iter().map(|&a| size(a)).collect()),
+                _ => None,
+            };
         if let Some(c) = coordinates.filter(|c| !c.is_empty()) {
             ranges.entry(indices.clone()).or_insert(c);
         }
@@ -187,21 +196,39 @@ fn random_tensor(
     };
     macro_rules! ints {
         ($t:ty, $low:expr, $high:expr) => {
-            Tensor::from_vec(elem, shape, (0..count).map(|i| int(i, $low, $high) as $t).collect::<Vec<$t>>())?
+            Tensor::from_vec(
+                elem,
+                shape,
+                (0..count)
+                    .map(|i| int(i, $low, $high) as $t)
+                    .collect::<Vec<$t>>(),
+            )?
         };
     }
     let t = match elem {
-        DataType::Float => Tensor::from_vec(elem, shape, (0..count).map(|_| rng.unit() as f32).collect::<Vec<f32>>())?,
-        DataType::Double => Tensor::from_vec(elem, shape, (0..count).map(|_| rng.unit()).collect::<Vec<f64>>())?,
+        DataType::Float => Tensor::from_vec(
+            elem,
+            shape,
+            (0..count).map(|_| rng.unit() as f32).collect::<Vec<f32>>(),
+        )?,
+        DataType::Double => Tensor::from_vec(
+            elem,
+            shape,
+            (0..count).map(|_| rng.unit()).collect::<Vec<f64>>(),
+        )?,
         DataType::Float16 => Tensor::from_vec(
             elem,
             shape,
-            (0..count).map(|_| half::f16::from_f64(rng.unit())).collect::<Vec<_>>(),
+            (0..count)
+                .map(|_| half::f16::from_f64(rng.unit()))
+                .collect::<Vec<_>>(),
         )?,
         DataType::Bfloat16 => Tensor::from_vec(
             elem,
             shape,
-            (0..count).map(|_| half::bf16::from_f64(rng.unit())).collect::<Vec<_>>(),
+            (0..count)
+                .map(|_| half::bf16::from_f64(rng.unit()))
+                .collect::<Vec<_>>(),
         )?,
         DataType::Int64 => ints!(i64, -100, 100),
         DataType::Int32 => ints!(i32, -100, 100),
@@ -214,7 +241,9 @@ fn random_tensor(
         DataType::Bool => ints!(u8, 0, 2),
         DataType::String => Tensor::from_strings(
             shape,
-            (0..count).map(|_| format!("s{}", rng.range(0, 100)).into_bytes()).collect(),
+            (0..count)
+                .map(|_| format!("s{}", rng.range(0, 100)).into_bytes())
+                .collect(),
         )?,
         other => {
             let bytes = other.storage_bytes(count).unwrap_or(0);
@@ -254,7 +283,10 @@ pub struct OutputComparison {
 /// assert_eq!(c[0].max_abs_diff, Some(0.5));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn compare(expected: &[(String, Tensor)], actual: &[(String, Tensor)]) -> Vec<OutputComparison> {
+pub fn compare(
+    expected: &[(String, Tensor)],
+    actual: &[(String, Tensor)],
+) -> Vec<OutputComparison> {
     expected
         .iter()
         .enumerate()
@@ -303,11 +335,9 @@ fn count_mismatches(a: &Tensor, b: &Tensor) -> usize {
         return x.iter().zip(y).filter(|(p, q)| p != q).count();
     }
     match (a.as_bytes(), b.as_bytes(), a.dtype().byte_size()) {
-        (Ok(x), Ok(y), Some(w)) if w > 0 => x
-            .chunks(w)
-            .zip(y.chunks(w))
-            .filter(|(p, q)| p != q)
-            .count(),
+        (Ok(x), Ok(y), Some(w)) if w > 0 => {
+            x.chunks(w).zip(y.chunks(w)).filter(|(p, q)| p != q).count()
+        }
         _ => usize::from(a != b),
     }
 }
@@ -315,7 +345,12 @@ fn count_mismatches(a: &Tensor, b: &Tensor) -> usize {
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> Option<f64> {
     fn diff<T: bytemuck::Pod>(a: &Tensor, b: &Tensor, f: impl Fn(T) -> f64) -> Option<f64> {
         let (x, y) = (a.as_slice::<T>().ok()?, b.as_slice::<T>().ok()?);
-        Some(x.iter().zip(y).map(|(&p, &q)| (f(p) - f(q)).abs()).fold(0.0, f64::max))
+        Some(
+            x.iter()
+                .zip(y)
+                .map(|(&p, &q)| (f(p) - f(q)).abs())
+                .fold(0.0, f64::max),
+        )
     }
     match a.dtype() {
         DataType::Float => diff::<f32>(a, b, |v| v as f64),

@@ -26,13 +26,19 @@ fn inspect_prints_the_text_form() {
     let out = multigather(&["inspect", fixture("gather_axis1").to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("gather_axis1 (float[4,3] data, int64[5] indices) => (float[4,5] output)"));
+    assert!(
+        text.contains("gather_axis1 (float[4,3] data, int64[5] indices) => (float[4,5] output)")
+    );
     assert!(text.contains("[gather_axis1] output = Gather <axis: int = 1> (data, indices)"));
 }
 
 #[test]
 fn inspect_json_summarises_ops_and_io() {
-    let out = multigather(&["inspect", fixture("gather_chain").to_str().unwrap(), "--json"]);
+    let out = multigather(&[
+        "inspect",
+        fixture("gather_chain").to_str().unwrap(),
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["nodes"], 3);
@@ -58,9 +64,15 @@ fn rewrite_writes_the_model_and_reports() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["rewritten"], 2);
     assert_eq!(report["nodes"][0]["outcome"], "rewritten");
-    assert_eq!(report["nodes"][0]["scope"], "gather_in_if/branch.else_branch");
+    assert_eq!(
+        report["nodes"][0]["scope"],
+        "gather_in_if/branch.else_branch"
+    );
     let model = multigather::io::load(&out_path).unwrap();
-    assert_eq!(model.op_histogram().get("multigather.GatherMultiaxis"), Some(&2));
+    assert_eq!(
+        model.op_histogram().get("multigather.GatherMultiaxis"),
+        Some(&2)
+    );
 }
 
 #[test]
@@ -78,7 +90,11 @@ fn errors_are_one_line_with_exit_code_2() {
     std::fs::write(&garbage, b"\xff\xff\xff\xff not a model").unwrap();
     let out = multigather(&["inspect", garbage.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("not a valid ONNX model"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a valid ONNX model"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = multigather(&[
         "rewrite",
@@ -89,7 +105,11 @@ fn errors_are_one_line_with_exit_code_2() {
         "Gahter",
     ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("unknown op kind 'Gahter'"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown op kind 'Gahter'"),
+        "{}",
+        stderr(&out)
+    );
     assert!(!dir.path().join("o.onnx").exists());
 }
 
@@ -99,7 +119,12 @@ fn rewrite_refuses_to_overwrite_its_input() {
     let model = dir.path().join("model.onnx");
     std::fs::copy(fixture("gather_axis0"), &model).unwrap();
     let before = std::fs::read(&model).unwrap();
-    let out = multigather(&["rewrite", model.to_str().unwrap(), "-o", model.to_str().unwrap()]);
+    let out = multigather(&[
+        "rewrite",
+        model.to_str().unwrap(),
+        "-o",
+        model.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--in-place"), "{}", stderr(&out));
     assert_eq!(std::fs::read(&model).unwrap(), before);
@@ -122,5 +147,7 @@ fn help_and_version() {
     let help = String::from_utf8(out.stdout).unwrap();
     assert!(help.contains("Examples:"), "{help}");
     let out = multigather(&["--version"]);
-    assert!(String::from_utf8(out.stdout).unwrap().starts_with("multigather "));
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .starts_with("multigather "));
 }

@@ -207,9 +207,16 @@ pub fn save(
     options: &multigather::io::SaveOptions,
 ) -> Result<()> {
     use anyhow::Context;
-    let hint = model.graph.initializers.iter().map(|t| t.stored_len() as u64).sum();
-    progress::spin("saving", path, hint, || multigather::io::save_with(model, path, options))
-        .with_context(|| format!("saving {}", path.display()))
+    let hint = model
+        .graph
+        .initializers
+        .iter()
+        .map(|t| t.stored_len() as u64)
+        .sum();
+    progress::spin("saving", path, hint, || {
+        multigather::io::save_with(model, path, options)
+    })
+    .with_context(|| format!("saving {}", path.display()))
 }
 
 fn unavailable(command: &str) -> Result<Outcome> {

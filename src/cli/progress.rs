@@ -12,7 +12,9 @@ const LARGE: u64 = 64 << 20;
 /// Runs `f`, showing `what` with a spinner and the elapsed time while it runs, if stderr is a
 /// terminal and `path` (or, when it does not exist yet, `size_hint`) is large.
 pub fn spin<T>(what: &str, path: &Path, size_hint: u64, f: impl FnOnce() -> T) -> T {
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(size_hint);
+    let size = std::fs::metadata(path)
+        .map(|m| m.len())
+        .unwrap_or(size_hint);
     if size < LARGE || !std::io::stderr().is_terminal() {
         return f();
     }
