@@ -53,6 +53,18 @@ pub enum Error {
     /// A runtime tensor operation failed.
     #[error(transparent)]
     Tensor(#[from] crate::tensor::TensorError),
+    /// A kernel rejected its inputs or attributes at run time (shape mismatch, bad value).
+    #[error("{0}")]
+    Eval(String),
+    /// Running a node failed; names the node and its operator.
+    #[error("node '{node}' ({op}): {cause}")]
+    AtNode {
+        node: String,
+        op: String,
+        /// What went wrong; part of this error's message rather than a separate cause, so the
+        /// message reads as one line.
+        cause: Box<Error>,
+    },
     /// A pass failed; the pass's name is part of the message.
     #[error("pass {pass}: {source}")]
     Pass {

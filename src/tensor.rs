@@ -464,6 +464,77 @@ impl Tensor {
         Ok(())
     }
 
+    /// A tensor of `shape` made of blocks of `block` consecutive elements of `self`: output
+    /// block `k` is elements `starts[k] .. starts[k] + block`. Every data-movement kernel
+    /// (gathers, slices, transposes, tiling) can be written as this one copy, for every element
+    /// type: fixed-width elements are copied as bytes, strings cloned, packed elements moved bit
+    /// by bit. Every block is checked against the bounds before anything is copied.
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::{DataType, Tensor};
+    /// let t = Tensor::from_vec(DataType::Int32, &[2, 3], vec![0i32, 1, 2, 3, 4, 5])?;
+    /// // Rows in reverse order.
+    /// let r = t.take_blocks(&[2, 3], &[3, 0], 3)?;
+    /// assert_eq!(r.as_slice::<i32>()?, &[3, 4, 5, 0, 1, 2]);
+    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// ```
+    pub fn take_blocks(
+        &self,
+        shape: &[usize],
+        starts: &[usize],
+        block: usize,
+    ) -> Result<Tensor, TensorError> {
+        let (len, _) = checked_storage(self.dtype, shape)?;
+        let given = starts.len().checked_mul(block);
+        if given != Some(len) {
+            return Err(TensorError::ElementCount {
+                shape: shape.to_vec(),
+                expected: len,
+                actual: given.unwrap_or(usize::MAX),
+            });
+        }
+        if let Some(&bad) = starts
+            .iter()
+            .find(|&&s| s.checked_add(block).is_none_or(|end| end > self.len))
+        {
+            return Err(TensorError::OutOfBounds {
+                index: bad.saturating_add(block.saturating_sub(1)),
+                len: self.len,
+            });
+        }
+        let bits = self.dtype.bits();
+        match &self.data {
+            Data::Strings(s) => {
+                let values = starts
+                    .iter()
+                    .flat_map(|&k| s[k..k + block].iter().cloned())
+                    .collect();
+                Tensor::from_strings(shape, values)
+            }
+            Data::Bytes(src) if bits.is_multiple_of(8) => {
+                let w = bits / 8;
+                let run = block * w;
+                let mut bytes = Vec::with_capacity(len * w);
+                for &k in starts {
+                    bytes.extend_from_slice(&src.bytes()[k * w..k * w + run]);
+                }
+                Tensor::from_bytes(self.dtype, shape, &bytes)
+            }
+            Data::Bytes(_) => {
+                let mut out = Tensor::zeros(self.dtype, shape)?;
+                let mut j = 0;
+                for &k in starts {
+                    for i in k..k + block {
+                        out.copy_element_from(j, self, i)?;
+                        j += 1;
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+
     /// Changes the shape without touching the elements; the element count must not change.
     pub fn reshape(&mut self, shape: &[usize]) -> Result<(), TensorError> {
         let to_len = element_count(shape);

@@ -108,7 +108,7 @@ impl Node {
     }
 
     /// Names the node reads: its inputs and the outer-scope values its subgraphs use.
-    fn uses(&self) -> BTreeSet<String> {
+    pub fn uses(&self) -> BTreeSet<String> {
         let mut names: BTreeSet<String> = self
             .inputs
             .iter()

@@ -1,0 +1,266 @@
+//! Control flow: `If` (opset 1+), `Loop` (1+) and `Scan` (9+).
+//!
+//! Specs: <https://onnx.ai/onnx/operators/onnx__If.html>,
+//! <https://onnx.ai/onnx/operators/onnx__Loop.html>,
+//! <https://onnx.ai/onnx/operators/onnx__Scan.html>.
+//!
+//! Bodies run through [`EvalCtx::run_subgraph`], which gives them the enclosing scope. Scan
+//! opset 8 (with a batch axis) is not covered; its node gets the interpreter's "unsupported
+//! operator" error. Sequence-typed loop values are not supported either.
+
+use crate::error::{Error, Result};
+use crate::ir::Graph;
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::util::{optional, required, scalar_i64};
+use super::{EvalCtx, OpDef};
+
+pub(super) const DEFS: &[OpDef] = &[
+    OpDef::new("If", 1, 1..=1, 1..=usize::MAX, eval_if),
+    OpDef::new("Loop", 1, 2..=usize::MAX, 1..=usize::MAX, eval_loop),
+    OpDef::new("Scan", 9, 1..=usize::MAX, 1..=usize::MAX, eval_scan),
+];
+
+fn truth(t: &Tensor, what: &str) -> Result<bool> {
+    if t.len() != 1 {
+        return Err(Error::Eval(format!(
+            "{what} must hold one value, found shape {:?}",
+            t.shape()
+        )));
+    }
+    Ok(match t.dtype() {
+        DataType::Bool | DataType::Uint8 | DataType::Int8 => t.as_bytes()?[0] != 0,
+        _ => scalar_i64(t)? != 0,
+    })
+}
+
+fn eval_if(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let cond = truth(required(inputs, 0)?, "the condition")?;
+    let branch = if cond { "then_branch" } else { "else_branch" };
+    let graph = ctx.node.attr_graph(branch)?;
+    ctx.run_subgraph(graph, Vec::new())
+}
+
+/// `Loop(M, cond, v...)`: the body takes `(iteration, cond, v...)` and returns
+/// `(cond, v..., scan...)`; the node returns the final `v...` and each scan output stacked along
+/// a new first axis.
+fn eval_loop(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let body = ctx.node.attr_graph("body")?;
+    let max_trip = optional(inputs, 0).map(scalar_i64).transpose()?;
+    let mut cond = optional(inputs, 1)
+        .map(|t| truth(t, "the loop condition"))
+        .transpose()?
+        .unwrap_or(true);
+    let mut carried: Vec<Tensor> = inputs[2..]
+        .iter()
+        .map(|t| {
+            t.cloned()
+                .ok_or_else(|| Error::Eval("an omitted loop-carried value".into()))
+        })
+        .collect::<Result<_>>()?;
+    let n_carried = carried.len();
+    let n_scan = body
+        .outputs
+        .len()
+        .checked_sub(1 + n_carried)
+        .ok_or_else(|| {
+            Error::Eval(format!(
+                "the body has {} outputs, fewer than 1 + {n_carried} loop-carried values",
+                body.outputs.len()
+            ))
+        })?;
+    let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_scan];
+    let mut i: i64 = 0;
+    while cond && max_trip.is_none_or(|m| i < m) {
+        let mut args = Vec::with_capacity(2 + n_carried);
+        args.push(Tensor::scalar(DataType::Int64, i)?);
+        args.push(Tensor::scalar(DataType::Bool, 1u8)?);
+        args.extend(carried.drain(..));
+        let mut out = ctx.run_subgraph(body, args)?.into_iter();
+        let c = out
+            .next()
+            .ok_or_else(|| Error::Eval("the body returned no condition".into()))?;
+        cond = truth(&c, "the body's condition output")?;
+        carried.extend(out.by_ref().take(n_carried));
+        for (s, t) in scans.iter_mut().zip(out) {
+            s.push(t);
+        }
+        i += 1;
+    }
+    let mut outputs = carried;
+    for (k, parts) in scans.into_iter().enumerate() {
+        let output = &body.outputs[1 + n_carried + k];
+        outputs.push(stack(&parts, 0, || empty_scan_output(body, output))?);
+    }
+    Ok(outputs)
+}
+
+/// A scan output of zero iterations: shape `[0]` followed by the body output's declared dims
+/// where they are known (else `[0]`), of its declared element type.
+fn empty_scan_output(_body: &Graph, output: &crate::ir::ValueInfo) -> Option<Tensor> {
+    let ty = output.tensor_type()?;
+    let elem = ty.elem?;
+    let mut shape = vec![0usize];
+    if let Some(s) = &ty.shape {
+        for d in &s.dims {
+            shape.push(usize::try_from(d.known()?).ok()?);
+        }
+    }
+    Tensor::zeros(elem, &shape).ok()
+}
+
+/// Stacks equally shaped tensors along a new axis at `axis`; `empty` gives the result when there
+/// are none.
+pub(super) fn stack(
+    parts: &[Tensor],
+    axis: usize,
+    empty: impl FnOnce() -> Option<Tensor>,
+) -> Result<Tensor> {
+    let Some(first) = parts.first() else {
+        return empty().ok_or_else(|| {
+            Error::Unsupported("a scan output of zero iterations whose type is not declared".into())
+        });
+    };
+    let item = first.shape().to_vec();
+    if axis > item.len() {
+        return Err(Error::Eval(format!(
+            "axis {axis} is out of range for stacking shape {item:?}"
+        )));
+    }
+    if let Some(p) = parts
+        .iter()
+        .find(|p| p.shape() != item.as_slice() || p.dtype() != first.dtype())
+    {
+        return Err(Error::Eval(format!(
+            "scan outputs differ between iterations: {} {:?} then {} {:?}",
+            first.dtype(),
+            item,
+            p.dtype(),
+            p.shape()
+        )));
+    }
+    // Concatenate along axis 0, then move that axis to `axis` with one block copy.
+    let n = parts.len();
+    let mut all = Tensor::zeros(first.dtype(), &[n * first.len()])?;
+    for (k, p) in parts.iter().enumerate() {
+        for e in 0..p.len() {
+            all.copy_element_from(k * first.len() + e, p, e)?;
+        }
+    }
+    let outer: usize = item[..axis].iter().product();
+    let inner: usize = item[axis..].iter().product();
+    let mut starts = Vec::with_capacity(outer * n);
+    for o in 0..outer {
+        for k in 0..n {
+            starts.push(k * first.len() + o * inner);
+        }
+    }
+    let mut shape = item.clone();
+    shape.insert(axis, n);
+    Ok(all.take_blocks(&shape, &starts, inner)?)
+}
+
+/// Slice `i` of `t` along `axis` (the axis removed).
+fn slice_along(t: &Tensor, axis: usize, i: usize) -> Result<Tensor> {
+    let shape = t.shape();
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let starts: Vec<usize> = (0..outer)
+        .map(|o| (o * shape[axis] + i) * inner)
+        .collect();
+    let out: Vec<usize> = shape[..axis]
+        .iter()
+        .chain(&shape[axis + 1..])
+        .copied()
+        .collect();
+    Ok(t.take_blocks(&out, &starts, inner)?)
+}
+
+fn axes_attr(ctx: &EvalCtx<'_>, name: &str, count: usize, ranks: &[usize]) -> Result<Vec<usize>> {
+    let given = ctx.node.attr_ints(name)?.map(<[i64]>::to_vec);
+    let values = given.unwrap_or_else(|| vec![0; count]);
+    if values.len() != count {
+        return Err(ctx.error(format!("{name} has {} entries, expected {count}", values.len())));
+    }
+    values
+        .iter()
+        .zip(ranks)
+        .map(|(&a, &r)| super::util::normalize_axis(a, r))
+        .collect()
+}
+
+/// `Scan(state..., scan_inputs...)`: the body runs once per slice of the scan inputs along their
+/// scan axes, threading the state; each scan output is the body's per-iteration outputs stacked
+/// along its scan axis (in reverse order where its direction is 1).
+fn eval_scan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let body = ctx.node.attr_graph("body")?;
+    let m = usize::try_from(ctx.node.attr_int("num_scan_inputs", 0)?)
+        .ok()
+        .filter(|&m| m >= 1 && m <= inputs.len())
+        .ok_or_else(|| ctx.error("num_scan_inputs must be between 1 and the input count"))?;
+    let n_state = inputs.len() - m;
+    let all: Vec<&Tensor> = inputs
+        .iter()
+        .map(|t| t.ok_or_else(|| Error::Eval("an omitted Scan input".into())))
+        .collect::<Result<_>>()?;
+    let (state_in, scan_in) = all.split_at(n_state);
+    let in_ranks: Vec<usize> = scan_in.iter().map(|t| t.rank()).collect();
+    let in_axes = axes_attr(ctx, "scan_input_axes", m, &in_ranks)?;
+    let in_dirs = ctx
+        .node
+        .attr_ints("scan_input_directions")?
+        .map_or_else(|| vec![0; m], <[i64]>::to_vec);
+    let steps = scan_in[0].shape()[in_axes[0]];
+    for (t, &a) in scan_in.iter().zip(&in_axes) {
+        if t.shape()[a] != steps {
+            return Err(ctx.error(format!(
+                "scan inputs differ in length along their scan axes ({steps} and {})",
+                t.shape()[a]
+            )));
+        }
+    }
+    let n_out_scan = body.outputs.len().checked_sub(n_state).ok_or_else(|| {
+        ctx.error("the body has fewer outputs than state variables")
+    })?;
+    let mut state: Vec<Tensor> = state_in.iter().map(|t| (*t).clone()).collect();
+    let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_out_scan];
+    for i in 0..steps {
+        let mut args = std::mem::take(&mut state);
+        for (k, t) in scan_in.iter().enumerate() {
+            let j = if in_dirs.get(k).copied().unwrap_or(0) == 1 {
+                steps - 1 - i
+            } else {
+                i
+            };
+            args.push(slice_along(t, in_axes[k], j)?);
+        }
+        let mut out = ctx.run_subgraph(body, args)?.into_iter();
+        state.extend(out.by_ref().take(n_state));
+        for (s, t) in scans.iter_mut().zip(out) {
+            s.push(t);
+        }
+    }
+    let out_dirs = ctx
+        .node
+        .attr_ints("scan_output_directions")?
+        .map_or_else(|| vec![0; n_out_scan], <[i64]>::to_vec);
+    let out_axes_raw = ctx
+        .node
+        .attr_ints("scan_output_axes")?
+        .map_or_else(|| vec![0; n_out_scan], <[i64]>::to_vec);
+    let mut outputs = state;
+    for (k, mut parts) in scans.into_iter().enumerate() {
+        if out_dirs.get(k).copied().unwrap_or(0) == 1 {
+            parts.reverse();
+        }
+        let output = &body.outputs[n_state + k];
+        let item_rank = parts.first().map_or(0, Tensor::rank);
+        let axis = super::util::normalize_axis(
+            out_axes_raw.get(k).copied().unwrap_or(0),
+            item_rank + 1,
+        )?;
+        outputs.push(stack(&parts, axis, || empty_scan_output(body, output))?);
+    }
+    Ok(outputs)
+}

@@ -1,0 +1,305 @@
+//! The operators the interpreter runs and static inference types: one file per operator (or per
+//! small family of operators that share one definition), each with its attributes, its
+//! type/shape function and its kernel, and tests at the bottom.
+//!
+//! An operator is an [`OpDef`]: domain, type, the opset versions it covers, its arity, an optional
+//! static shape function ([`InferFn`]) and a kernel ([`EvalFn`]). Registration is explicit: each
+//! family module has a `DEFS` table with one line per operator, and [`registry`] chains those
+//! tables. The same definition serves the interpreter ([`crate::interp`]) and static inference
+//! ([`crate::infer`]), so the two cannot disagree about an operator.
+//!
+//! Kernels see their node (for attributes), the opset version the node runs at, and their inputs
+//! as tensors (`None` for an omitted optional input). They return one tensor per output the node
+//! names. Errors are plain reasons; the interpreter adds the node's name and op.
+//!
+//! Design note: `If`, `Loop` and `Scan` are operators like any other; their kernels run their
+//! bodies through [`EvalCtx::run_subgraph`], which the interpreter provides.
+
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
+use crate::ir::{Graph, Node, TensorType};
+use crate::tensor::Tensor;
+
+pub mod util;
+
+mod control;
+mod gathers;
+mod identity;
+
+/// A kernel: runs one node on its inputs and returns one tensor per output.
+pub type EvalFn = fn(&EvalCtx<'_>, &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
+
+/// A static shape function: what can be known of each output from what is known of the inputs.
+/// Returning fewer types than outputs (or unknown types) is fine; errors mean the node is
+/// malformed, not that something is unknown.
+pub type InferFn = fn(&InferCtx<'_>) -> Result<Vec<TensorType>>;
+
+/// One operator: what the interpreter and static inference know of it.
+#[derive(Clone, Debug)]
+pub struct OpDef {
+    /// The domain (`""` for the default ONNX domain).
+    pub domain: &'static str,
+    /// The operator type.
+    pub op_type: &'static str,
+    /// The opset versions of `domain` this definition covers.
+    pub opsets: RangeInclusive<i64>,
+    /// How many inputs a node may name (trailing optional inputs may be omitted).
+    pub inputs: RangeInclusive<usize>,
+    /// How many outputs a node may name.
+    pub outputs: RangeInclusive<usize>,
+    /// The shape function, where one is written.
+    pub infer: Option<InferFn>,
+    /// The kernel.
+    pub eval: EvalFn,
+}
+
+impl OpDef {
+    /// A definition with no shape function, covering every opset from `since` on.
+    pub const fn new(
+        op_type: &'static str,
+        since: i64,
+        inputs: RangeInclusive<usize>,
+        outputs: RangeInclusive<usize>,
+        eval: EvalFn,
+    ) -> OpDef {
+        OpDef {
+            domain: "",
+            op_type,
+            opsets: since..=i64::MAX,
+            inputs,
+            outputs,
+            infer: None,
+            eval,
+        }
+    }
+
+    /// The same definition with a shape function.
+    pub const fn with_infer(mut self, infer: InferFn) -> OpDef {
+        self.infer = Some(infer);
+        self
+    }
+
+    /// The same definition in another domain.
+    pub const fn in_domain(mut self, domain: &'static str) -> OpDef {
+        self.domain = domain;
+        self
+    }
+
+    /// The same definition limited to opsets up to `until`.
+    pub const fn until(mut self, until: i64) -> OpDef {
+        self.opsets = *self.opsets.start()..=until;
+        self
+    }
+
+    /// Checks a node's arity against the definition.
+    pub fn check_arity(&self, node: &Node) -> Result<()> {
+        let (n_in, n_out) = (node.inputs.len(), node.outputs.len());
+        if !self.inputs.contains(&n_in) {
+            return Err(Error::node(
+                &node.name,
+                &node.op_type,
+                format!("takes {} inputs, found {n_in}", range_text(&self.inputs)),
+            ));
+        }
+        if !self.outputs.contains(&n_out) {
+            return Err(Error::node(
+                &node.name,
+                &node.op_type,
+                format!("has {} outputs, found {n_out}", range_text(&self.outputs)),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn range_text(r: &RangeInclusive<usize>) -> String {
+    match (*r.start(), *r.end()) {
+        (a, b) if a == b => a.to_string(),
+        (a, usize::MAX) => format!("at least {a}"),
+        (a, b) => format!("{a} to {b}"),
+    }
+}
+
+/// What a kernel sees besides its inputs.
+pub struct EvalCtx<'a> {
+    /// The node being run.
+    pub node: &'a Node,
+    /// The opset version of the node's domain.
+    pub opset: i64,
+    /// Runs subgraphs for control-flow operators.
+    pub(crate) runner: &'a dyn SubgraphRunner,
+}
+
+/// Runs a subgraph of the node being evaluated, with the node's scope visible.
+pub(crate) trait SubgraphRunner {
+    fn run_subgraph(&self, graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>>;
+}
+
+impl EvalCtx<'_> {
+    /// Runs `graph` (a graph attribute of this node) with its formal inputs bound to `inputs` in
+    /// order; values of the enclosing scopes are visible. Returns the graph's outputs in order.
+    pub fn run_subgraph(&self, graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        self.runner.run_subgraph(graph, inputs)
+    }
+
+    /// An error about this node's inputs or attributes (the interpreter adds the node's name).
+    pub fn error(&self, reason: impl Into<String>) -> Error {
+        Error::Eval(reason.into())
+    }
+}
+
+/// What a shape function sees.
+pub struct InferCtx<'a> {
+    /// The node being typed.
+    pub node: &'a Node,
+    /// The opset version of the node's domain.
+    pub opset: i64,
+    /// What is known of each input (`None`: nothing, or the input is omitted).
+    pub inputs: &'a [Option<TensorType>],
+    /// The values of inputs that are constants (initializers or `Constant` outputs), where known.
+    pub constants: &'a [Option<&'a Tensor>],
+}
+
+impl InferCtx<'_> {
+    /// What is known of input `i`.
+    pub fn input(&self, i: usize) -> Option<&TensorType> {
+        self.inputs.get(i).and_then(Option::as_ref)
+    }
+
+    /// The constant value of input `i`, if it is one.
+    pub fn constant(&self, i: usize) -> Option<&Tensor> {
+        self.constants.get(i).copied().flatten()
+    }
+}
+
+/// A runner for kernels evaluated outside a graph (tests, constant folding): a subgraph is an
+/// error.
+pub(crate) struct NoSubgraphs;
+
+impl SubgraphRunner for NoSubgraphs {
+    fn run_subgraph(&self, graph: &Graph, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        Err(Error::Unsupported(format!(
+            "subgraph '{}' outside a running graph",
+            graph.name
+        )))
+    }
+}
+
+/// Runs one node on `inputs` at `opset`, outside any graph (its subgraphs cannot run): for tests
+/// and for folding constants.
+pub fn eval_node(node: &Node, opset: i64, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let def = registry()
+        .lookup(&node.domain, &node.op_type, opset)
+        .ok_or_else(|| {
+            Error::Unsupported(format!(
+                "operator {} (opset {opset}) at node '{}'",
+                node.qualified_op(),
+                node.name
+            ))
+        })?;
+    def.check_arity(node)?;
+    let ctx = EvalCtx {
+        node,
+        opset,
+        runner: &NoSubgraphs,
+    };
+    (def.eval)(&ctx, inputs)
+}
+
+/// The operator tables of every family, in one list.
+const FAMILIES: &[&[OpDef]] = &[control::DEFS, gathers::DEFS, identity::DEFS];
+
+/// Every operator definition, indexed by (domain, op type).
+pub struct Registry {
+    by_op: HashMap<(&'static str, &'static str), Vec<&'static OpDef>>,
+}
+
+/// The registry of every operator this build knows.
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut by_op: HashMap<_, Vec<&'static OpDef>> = HashMap::new();
+        for def in FAMILIES.iter().flat_map(|f| f.iter()) {
+            by_op.entry((def.domain, def.op_type)).or_default().push(def);
+        }
+        Registry { by_op }
+    })
+}
+
+impl Registry {
+    /// The definition of `op_type` in `domain` at `opset`, if this build has one.
+    pub fn lookup(&self, domain: &str, op_type: &str, opset: i64) -> Option<&'static OpDef> {
+        let domain = if domain == "ai.onnx" { "" } else { domain };
+        self.by_op
+            .get(&(domain, op_type))?
+            .iter()
+            .find(|d| d.opsets.contains(&opset))
+            .copied()
+    }
+
+    /// Whether any opset of `op_type` in `domain` is known.
+    pub fn knows(&self, domain: &str, op_type: &str) -> bool {
+        let domain = if domain == "ai.onnx" { "" } else { domain };
+        self.by_op.contains_key(&(domain, op_type))
+    }
+
+    /// Every definition, sorted by domain, type and first opset.
+    pub fn all(&self) -> Vec<&'static OpDef> {
+        let mut defs: Vec<_> = self.by_op.values().flatten().copied().collect();
+        defs.sort_by_key(|d| (d.domain, d.op_type, *d.opsets.start()));
+        defs
+    }
+}
+
+/// The static output types of `node` at `opset`, from its registered shape function; empty when
+/// the operator or its shape function is unknown, or the node is malformed.
+pub fn infer_node(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<TensorType>],
+    constants: &[Option<&Tensor>],
+) -> Vec<TensorType> {
+    let Some(def) = registry().lookup(&node.domain, &node.op_type, opset) else {
+        return Vec::new();
+    };
+    let Some(infer) = def.infer else {
+        return Vec::new();
+    };
+    let ctx = InferCtx {
+        node,
+        opset,
+        inputs,
+        constants,
+    };
+    infer(&ctx).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_definition_is_well_formed() {
+        for def in registry().all() {
+            assert!(!def.op_type.is_empty());
+            assert!(def.inputs.start() <= def.inputs.end(), "{}", def.op_type);
+            assert!(def.outputs.start() <= def.outputs.end(), "{}", def.op_type);
+        }
+    }
+
+    #[test]
+    fn opset_ranges_of_one_operator_do_not_overlap() {
+        for defs in registry().by_op.values() {
+            for (i, a) in defs.iter().enumerate() {
+                for b in &defs[i + 1..] {
+                    let overlap = a.opsets.start() <= b.opsets.end()
+                        && b.opsets.start() <= a.opsets.end();
+                    assert!(!overlap, "{} has overlapping opset ranges", a.op_type);
+                }
+            }
+        }
+    }
+}
