@@ -28,6 +28,9 @@ pub mod util;
 mod control;
 mod gathers;
 mod identity;
+mod layout;
+mod math;
+mod nn;
 
 /// A kernel: runs one node on its inputs and returns one tensor per output.
 pub type EvalFn = fn(&EvalCtx<'_>, &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
@@ -210,7 +213,14 @@ pub fn eval_node(node: &Node, opset: i64, inputs: &[Option<&Tensor>]) -> Result<
 }
 
 /// The operator tables of every family, in one list.
-const FAMILIES: &[&[OpDef]] = &[control::DEFS, gathers::DEFS, identity::DEFS];
+const FAMILIES: &[&[OpDef]] = &[
+    control::DEFS,
+    gathers::DEFS,
+    identity::DEFS,
+    layout::DEFS,
+    math::DEFS,
+    nn::DEFS,
+];
 
 /// Every operator definition, indexed by (domain, op type).
 pub struct Registry {
