@@ -31,6 +31,7 @@ mod identity;
 mod layout;
 mod math;
 mod nn;
+mod rnn;
 
 /// A kernel: runs one node on its inputs and returns one tensor per output.
 pub type EvalFn = fn(&EvalCtx<'_>, &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
@@ -220,6 +221,7 @@ const FAMILIES: &[&[OpDef]] = &[
     layout::DEFS,
     math::DEFS,
     nn::DEFS,
+    rnn::DEFS,
 ];
 
 /// Every operator definition, indexed by (domain, op type).

@@ -1,0 +1,5 @@
+//! PLACEHOLDER
+
+use super::OpDef;
+
+pub(super) const DEFS: &[OpDef] = &[];
