@@ -360,3 +360,109 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> Option<f64> {
         _ => None,
     }
 }
+
+/// Tolerances for comparing with a reference computed elsewhere (conformance tests), where
+/// floating-point results may differ in the last bits: `|actual - expected| <= atol + rtol *
+/// |expected|`. Integers, booleans and strings compare exactly; NaN matches NaN.
+#[derive(Clone, Copy, Debug)]
+pub struct Tolerance {
+    pub rtol: f64,
+    pub atol: f64,
+}
+
+impl Tolerance {
+    /// The tolerance for an element type: `rtol 1e-3, atol 1e-5` for float and double, ten times
+    /// looser for the 16-bit and 8-bit float types.
+    pub fn for_type(dtype: DataType) -> Tolerance {
+        match dtype {
+            DataType::Float | DataType::Double | DataType::Complex64 | DataType::Complex128 => {
+                Tolerance {
+                    rtol: 1e-3,
+                    atol: 1e-5,
+                }
+            }
+            _ => Tolerance {
+                rtol: 1e-2,
+                atol: 1e-3,
+            },
+        }
+    }
+}
+
+/// Checks `actual` against `expected` within the type's [`Tolerance`]; the error says what
+/// differs (type, shape, or the first element out of tolerance).
+///
+/// # Example
+/// ```
+/// use multigather::{DataType, Tensor};
+/// use multigather::verify::close_enough;
+/// let a = Tensor::from_vec(DataType::Float, &[2], vec![1.0f32, 2.0])?;
+/// let b = Tensor::from_vec(DataType::Float, &[2], vec![1.0f32, 2.0000001])?;
+/// assert!(close_enough(&a, &b).is_ok());
+/// let c = Tensor::from_vec(DataType::Float, &[2], vec![1.0f32, 2.1])?;
+/// assert!(close_enough(&a, &c).unwrap_err().contains("element 1"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn close_enough(expected: &Tensor, actual: &Tensor) -> std::result::Result<(), String> {
+    if expected.dtype() != actual.dtype() || expected.shape() != actual.shape() {
+        return Err(format!(
+            "expected {}{:?}, got {}{:?}",
+            expected.dtype(),
+            expected.shape(),
+            actual.dtype(),
+            actual.shape()
+        ));
+    }
+    if expected == actual {
+        return Ok(());
+    }
+    let values = |t: &Tensor| -> Option<Vec<f64>> {
+        Some(match t.dtype() {
+            DataType::Float | DataType::Complex64 => {
+                t.as_slice::<f32>().ok()?.iter().map(|&v| v as f64).collect()
+            }
+            DataType::Double | DataType::Complex128 => t.as_slice::<f64>().ok()?.to_vec(),
+            DataType::Float16 => t
+                .as_slice::<half::f16>()
+                .ok()?
+                .iter()
+                .map(|v| v.to_f64())
+                .collect(),
+            DataType::Bfloat16 => t
+                .as_slice::<half::bf16>()
+                .ok()?
+                .iter()
+                .map(|v| v.to_f64())
+                .collect(),
+            _ => return None,
+        })
+    };
+    let (Some(want), Some(got)) = (values(expected), values(actual)) else {
+        let first = (0..expected.len())
+            .find(|&i| {
+                let mut a = Tensor::zeros(expected.dtype(), &[1]).ok();
+                let mut b = a.clone();
+                let same = match (&mut a, &mut b) {
+                    (Some(a), Some(b)) => {
+                        a.copy_element_from(0, expected, i).is_ok()
+                            && b.copy_element_from(0, actual, i).is_ok()
+                            && a == b
+                    }
+                    _ => false,
+                };
+                !same
+            })
+            .unwrap_or(0);
+        return Err(format!("{} values differ from element {first}", expected.dtype()));
+    };
+    let tol = Tolerance::for_type(expected.dtype());
+    for (i, (&w, &g)) in want.iter().zip(&got).enumerate() {
+        let ok = (w.is_nan() && g.is_nan())
+            || w == g
+            || (w - g).abs() <= tol.atol + tol.rtol * w.abs();
+        if !ok {
+            return Err(format!("element {i}: expected {w}, got {g}"));
+        }
+    }
+    Ok(())
+}

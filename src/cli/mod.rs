@@ -5,10 +5,13 @@ mod inspect;
 mod lower;
 mod progress;
 mod rewrite;
+mod run;
+mod test;
+mod verify;
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 /// What a successful run of a subcommand concluded.
@@ -187,9 +190,41 @@ pub fn run(args: Args) -> Result<Outcome> {
             output: &output,
             in_place,
         }),
-        Command::Run { .. } => unavailable("run"),
-        Command::Verify { .. } => unavailable("verify"),
-        Command::Test { .. } => unavailable("test"),
+        Command::Run {
+            model,
+            inputs,
+            input,
+            output_dir,
+            repeat,
+            threads,
+            json,
+        } => run::run(run::RunArgs {
+            model: &model,
+            inputs: inputs.as_deref(),
+            input: &input,
+            output_dir: output_dir.as_deref(),
+            repeat,
+            threads,
+            json,
+        }),
+        Command::Verify {
+            model,
+            rewritten,
+            inputs,
+            random,
+            seed,
+            dim,
+            json,
+        } => verify::run(verify::VerifyArgs {
+            model: &model,
+            rewritten: rewritten.as_deref(),
+            inputs: inputs.as_deref(),
+            random,
+            seed,
+            dims: &dim,
+            json,
+        }),
+        Command::Test { dirs } => test::run(&dirs),
     }
 }
 
@@ -217,8 +252,4 @@ pub fn save(
         multigather::io::save_with(model, path, options)
     })
     .with_context(|| format!("saving {}", path.display()))
-}
-
-fn unavailable(command: &str) -> Result<Outcome> {
-    bail!("`multigather {command}` is not available in this build yet")
 }

@@ -1,0 +1,135 @@
+//! `multigather test`: runs ONNX test-data directories (`model.onnx` + `test_data_set_N/` with
+//! `input_K.pb` and `output_K.pb`) and compares the outputs within the usual tolerances (exact
+//! for integers, booleans and strings).
+//!
+//! Each test prints one line — `ok`, `FAIL` with the reason, or `skip` when the model uses an
+//! operator this build does not support — and the run ends with `N passed, M failed, K skipped`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use multigather::interp::files::{read_inputs_dir, read_outputs_dir};
+use multigather::interp::Session;
+use multigather::verify::close_enough;
+
+use super::Outcome;
+
+/// What became of one test.
+enum Verdict {
+    Pass,
+    Fail(String),
+    Skip(String),
+}
+
+pub fn run(dirs: &[PathBuf]) -> Result<Outcome> {
+    let mut tests = Vec::new();
+    for dir in dirs {
+        collect(dir, &mut tests)?;
+    }
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for test in &tests {
+        let name = test
+            .file_name()
+            .map_or_else(|| test.display().to_string(), |n| n.to_string_lossy().into());
+        match run_one(test) {
+            Verdict::Pass => {
+                passed += 1;
+                println!("ok   {name}");
+            }
+            Verdict::Fail(why) => {
+                failed += 1;
+                println!("FAIL {name}: {why}");
+            }
+            Verdict::Skip(why) => {
+                skipped += 1;
+                println!("skip {name}: {why}");
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed, {skipped} skipped");
+    Ok(if failed == 0 {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
+}
+
+/// The test directories under `dir` (itself, if it holds a `model.onnx`), sorted.
+fn collect(dir: &Path, tests: &mut Vec<PathBuf>) -> Result<()> {
+    if dir.join("model.onnx").is_file() {
+        tests.push(dir.to_owned());
+        return Ok(());
+    }
+    let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").is_file())
+        .collect();
+    if subdirs.is_empty() {
+        anyhow::bail!("{}: no model.onnx in it or its subdirectories", dir.display());
+    }
+    subdirs.sort();
+    tests.extend(subdirs);
+    Ok(())
+}
+
+fn run_one(dir: &Path) -> Verdict {
+    let model = match multigather::io::load(dir.join("model.onnx")) {
+        Ok(m) => m,
+        Err(e) => return Verdict::Fail(format!("loading: {e}")),
+    };
+    let session = Session::new(&model);
+    if let Err(e) = session.check() {
+        return match e {
+            multigather::Error::Unsupported(why) => Verdict::Skip(why),
+            other => Verdict::Fail(other.to_string()),
+        };
+    }
+    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_"))
+        })
+        .collect();
+    sets.sort();
+    for set in &sets {
+        if let Err(why) = run_set(&model, &session, set) {
+            return match why {
+                SetError::Unsupported(w) => Verdict::Skip(w),
+                SetError::Fail(w) => Verdict::Fail(w),
+            };
+        }
+    }
+    Verdict::Pass
+}
+
+enum SetError {
+    Unsupported(String),
+    Fail(String),
+}
+
+fn run_set(model: &multigather::ir::Model, session: &Session, set: &Path) -> Result<(), SetError> {
+    let set_name = set
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let fail = |e: multigather::Error| match e {
+        multigather::Error::Unsupported(w) => SetError::Unsupported(w),
+        other => SetError::Fail(format!("{set_name}: {other}")),
+    };
+    let inputs = read_inputs_dir(&model.graph, set).map_err(fail)?;
+    let expected = read_outputs_dir(set).map_err(fail)?;
+    let actual = session.run(inputs).map_err(fail)?;
+    for (k, want) in expected.iter().enumerate() {
+        let Some((name, got)) = actual.get(k) else {
+            return Err(SetError::Fail(format!("{set_name}: output {k} is missing")));
+        };
+        close_enough(want, got)
+            .map_err(|why| SetError::Fail(format!("{set_name}: output '{name}': {why}")))?;
+    }
+    Ok(())
+}

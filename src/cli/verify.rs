@@ -1,0 +1,110 @@
+//! `multigather verify`: rewrites a model in memory (or takes a rewritten file), runs both on the
+//! same inputs and compares every output bit for bit. A rewrite only moves data, so any
+//! difference is a bug; exit 1 says so.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use multigather::interp::Session;
+use multigather::pass::{GatherToMultiaxis, RewriteConfig};
+use multigather::verify::{compare, random_inputs, OutputComparison};
+use serde::Serialize;
+
+use super::Outcome;
+
+/// Validated options of `multigather verify`.
+pub struct VerifyArgs<'a> {
+    pub model: &'a Path,
+    pub rewritten: Option<&'a Path>,
+    pub inputs: Option<&'a Path>,
+    pub random: bool,
+    pub seed: u64,
+    pub dims: &'a [String],
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    identical: bool,
+    rewritten_nodes: usize,
+    outputs: &'a [OutputComparison],
+}
+
+/// Parses `--dim NAME=VALUE` pairs.
+fn dim_sizes(pairs: &[String]) -> Result<HashMap<String, usize>> {
+    pairs
+        .iter()
+        .map(|p| {
+            let (name, value) = p
+                .split_once('=')
+                .with_context(|| format!("--dim takes NAME=VALUE, found '{p}'"))?;
+            let value = value
+                .parse::<usize>()
+                .with_context(|| format!("--dim {name}: '{value}' is not a size"))?;
+            Ok((name.to_owned(), value))
+        })
+        .collect()
+}
+
+pub fn run(args: VerifyArgs) -> Result<Outcome> {
+    let original = super::load(args.model)?;
+    let (rewritten, rewritten_nodes) = match args.rewritten {
+        Some(path) => (super::load(path)?, 0),
+        None => {
+            let mut m = original.clone();
+            let report = GatherToMultiaxis::rewrite(&mut m, RewriteConfig::default())
+                .with_context(|| format!("rewriting {}", args.model.display()))?;
+            let count = report.rewritten;
+            (m, count)
+        }
+    };
+    let inputs = match (args.inputs, args.random) {
+        (Some(_), true) => bail!("give either --inputs or --random, not both"),
+        (Some(dir), false) => super::run::gather_inputs(&original, Some(dir), &[])?,
+        (None, _) => random_inputs(&original, args.seed, &dim_sizes(args.dims)?)
+            .context("drawing random inputs")?,
+    };
+    let run = |model, what: &str| {
+        Session::new(model)
+            .run(inputs.clone())
+            .with_context(|| format!("running the {what} model"))
+    };
+    let expected = run(&original, "original")?;
+    let actual = run(&rewritten, "rewritten")?;
+    let comparisons = compare(&expected, &actual);
+    let identical = comparisons.iter().all(|c| c.identical);
+    if args.json {
+        let report = Report {
+            identical,
+            rewritten_nodes,
+            outputs: &comparisons,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{:<32} {:<10} {:<18} {:>10} {:>12}", "output", "dtype", "shape", "mismatches", "max |diff|");
+        for c in &comparisons {
+            println!(
+                "{:<32} {:<10} {:<18} {:>10} {:>12}",
+                c.name,
+                c.dtype,
+                format!("{:?}", c.shape),
+                c.mismatches,
+                c.max_abs_diff.map_or_else(|| "-".into(), |d| format!("{d:e}")),
+            );
+            if let Some(p) = &c.problem {
+                println!("  {p}");
+            }
+        }
+        let verdict = if identical { "identical" } else { "DIFFERENT" };
+        eprintln!(
+            "{verdict}: {} outputs compared bit for bit ({rewritten_nodes} gathers rewritten)",
+            comparisons.len()
+        );
+    }
+    Ok(if identical {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
+}
