@@ -8,7 +8,10 @@
 
 use std::collections::HashMap;
 
-use crate::ir::{opset_version, Dim, Graph, Node, OpsetImport, Shape, TensorType};
+use crate::interp::stored_to_tensor;
+use crate::ir::{opset_version, Dim, Graph, Node, OpsetImport, Shape, StoredTensor, TensorType};
+use crate::ops;
+use crate::tensor::Tensor;
 
 /// The known type of each value in scope.
 #[derive(Clone, Debug, Default)]
@@ -65,12 +68,30 @@ impl TypeEnv {
                 env.insert(name, TensorType::new(t.elem, known_dims(&t.dims)));
             }
         }
+        let mut constants = Constants::default();
+        for t in &graph.initializers {
+            constants.add_initializer(t);
+        }
         for (_, node) in graph.nodes() {
             let opset = opset_version(imports, &node.domain).unwrap_or(0);
             let inputs: Vec<Option<TensorType>> =
                 node.inputs.iter().map(|i| env.get(i).cloned()).collect();
-            for (name, ty) in node.outputs.iter().zip(infer_node(node, opset, &inputs)) {
+            let values: Vec<Option<&Tensor>> =
+                node.inputs.iter().map(|i| constants.get(i)).collect();
+            let folded = constants.fold(node, opset, &values);
+            for (name, ty) in node
+                .outputs
+                .iter()
+                .zip(ops::infer_node(node, opset, &inputs, &values))
+            {
                 env.insert(name, ty);
+            }
+            if let Some(outputs) = folded {
+                for (name, t) in node.outputs.iter().zip(outputs) {
+                    let dims = t.shape().iter().map(|&d| Dim::Known(d as i64)).collect();
+                    env.insert(name, TensorType::new(t.dtype(), dims));
+                    constants.values.insert(name.clone(), t);
+                }
             }
         }
         env
@@ -176,104 +197,51 @@ fn merge(a: &TensorType, b: &TensorType) -> TensorType {
     }
 }
 
-/// The output types of one node from its input types; entries are unknown types where nothing
-/// can be said.
-fn infer_node(node: &Node, _opset: i64, inputs: &[Option<TensorType>]) -> Vec<TensorType> {
-    let input = |i: usize| inputs.get(i).cloned().flatten();
-    let same = || vec![input(0).unwrap_or_default()];
-    match (node.domain.as_str(), node.op_type.as_str()) {
-        ("", "Identity" | "Relu" | "Neg" | "Abs" | "Sigmoid" | "Tanh" | "Exp" | "Log" | "Sqrt") => {
-            same()
-        }
-        ("", "Constant") => match node.attr_tensor("value") {
-            Ok(Some(t)) => vec![TensorType::new(t.elem, known_dims(&t.dims))],
-            _ => Vec::new(),
-        },
-        ("", "Shape") => {
-            let rank = input(0).and_then(|t| t.rank());
-            vec![TensorType {
-                elem: Some(crate::DataType::Int64),
-                shape: Some(Shape::new(vec![
-                    rank.map_or(Dim::Unknown, |r| Dim::Known(r as i64))
-                ])),
-            }]
-        }
-        ("", "Cast") => {
-            let elem = node
-                .attr_int("to", 0)
-                .ok()
-                .and_then(|c| crate::DataType::from_onnx(c as i32));
-            vec![TensorType {
-                elem,
-                shape: input(0).and_then(|t| t.shape),
-            }]
-        }
-        ("", "Gather") => {
-            let (Some(data), Some(idx)) = (input(0), input(1)) else {
-                return Vec::new();
-            };
-            let (Some(d), Some(i)) = (&data.shape, &idx.shape) else {
-                return vec![TensorType {
-                    elem: data.elem,
-                    shape: None,
-                }];
-            };
-            let Ok(axis) = node.attr_int("axis", 0) else {
-                return Vec::new();
-            };
-            let r = d.rank() as i64;
-            let a = if axis < 0 { axis + r } else { axis };
-            if !(0..r).contains(&a) {
-                return Vec::new();
-            }
-            let a = a as usize;
-            let dims = d.dims[..a]
-                .iter()
-                .chain(&i.dims)
-                .chain(&d.dims[a + 1..])
-                .cloned()
-                .collect();
-            vec![TensorType {
-                elem: data.elem,
-                shape: Some(Shape::new(dims)),
-            }]
-        }
-        (crate::gather::DOMAIN, crate::gather::OP_TYPE) => {
-            let (Some(data), Some(idx)) = (input(0), input(1)) else {
-                return Vec::new();
-            };
-            let (Some(d), Some(i)) = (&data.shape, &idx.shape) else {
-                return vec![TensorType {
-                    elem: data.elem,
-                    shape: None,
-                }];
-            };
-            let rank = d.rank();
-            let Ok(Some(axes)) = node.attr_ints("axes") else {
-                return vec![TensorType {
-                    elem: data.elem,
-                    shape: None,
-                }];
-            };
-            let spec = crate::gather::GatherSpec::from_attributes(axes, "error", rank);
-            match spec {
-                Ok(spec) if i.rank() == rank => {
-                    let dims = gather_multiaxis_dims(&d.dims, &i.dims, &spec.axes);
-                    vec![TensorType {
-                        elem: data.elem,
-                        shape: Some(Shape::new(dims)),
-                    }]
-                }
-                _ => vec![TensorType {
-                    elem: data.elem,
-                    shape: None,
-                }],
+/// Values known before running: small initializers, and the outputs of nodes whose inputs are
+/// all known, computed with the operators' kernels (constant folding). Shape arithmetic such as
+/// `Constant -> Concat -> Reshape` then gives the rewrite pass exact ranks and dims.
+#[derive(Default)]
+struct Constants {
+    values: HashMap<String, Tensor>,
+}
+
+impl Constants {
+    /// Values larger than this many elements are not kept: shapes and axes are small, weights
+    /// are not needed.
+    const MAX_ELEMENTS: usize = 4096;
+
+    fn get(&self, name: &str) -> Option<&Tensor> {
+        self.values.get(name)
+    }
+
+    fn add_initializer(&mut self, t: &StoredTensor) {
+        let (Some(name), Ok(count)) = (&t.name, t.element_count()) else {
+            return;
+        };
+        if count <= Self::MAX_ELEMENTS {
+            if let Ok(value) = stored_to_tensor(t) {
+                self.values.insert(name.clone(), value);
             }
         }
-        ("", "GatherElements") => vec![TensorType {
-            elem: input(0).and_then(|t| t.elem),
-            shape: input(1).and_then(|t| t.shape),
-        }],
-        _ => Vec::new(),
+    }
+
+    /// The outputs of `node` when every input it names is known, it has no subgraph, and the
+    /// outputs are small; `None` otherwise (including when the kernel fails: folding is an
+    /// optimisation of what is known, never a source of errors).
+    fn fold(&self, node: &Node, opset: i64, values: &[Option<&Tensor>]) -> Option<Vec<Tensor>> {
+        let all_known = node
+            .inputs
+            .iter()
+            .zip(values)
+            .all(|(name, v)| name.is_empty() || v.is_some());
+        if !all_known || node.subgraphs().next().is_some() || node.domain == crate::gather::DOMAIN
+        {
+            return None;
+        }
+        let outputs = ops::eval_node(node, opset, values).ok()?;
+        outputs
+            .iter()
+            .all(|t| t.len() <= Self::MAX_ELEMENTS)
+            .then_some(outputs)
     }
 }
