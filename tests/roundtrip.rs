@@ -3,36 +3,9 @@
 //! Every model under `fixtures/` is checked, plus every `.onnx` file in the directories listed in
 //! `MULTIGATHER_EXTRA_MODELS` (colon-separated; CI points it at third-party models it downloads).
 
-use std::path::{Path, PathBuf};
+mod common;
 
-fn models_under(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            models_under(&path, out);
-        } else if path.extension().is_some_and(|e| e == "onnx") {
-            out.push(path);
-        }
-    }
-}
-
-fn all_models() -> Vec<PathBuf> {
-    let mut models = Vec::new();
-    models_under(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"),
-        &mut models,
-    );
-    if let Ok(extra) = std::env::var("MULTIGATHER_EXTRA_MODELS") {
-        for dir in extra.split(':').filter(|d| !d.is_empty()) {
-            models_under(Path::new(dir), &mut models);
-        }
-    }
-    models
-}
+use common::all_models;
 
 #[test]
 fn load_then_save_is_lossless() {

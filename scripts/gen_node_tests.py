@@ -1,0 +1,67 @@
+"""Writes the ONNX backend node tests in the test-data layout that `multigather test` runs:
+OUT/<test>/model.onnx and OUT/<test>/test_data_set_N/{input,output}_K.pb.
+
+usage: python scripts/gen_node_tests.py OUT [SUBSTRING ...]
+
+The cases come from the installed onnx package (onnx.backend.test.case.node), so the suite
+follows the onnx version in use. With substrings, only tests whose name contains one of them are
+written. Cases whose inputs or outputs are not plain tensors (sequences, maps, optionals) are left
+out. Prints the number of tests written.
+"""
+import os
+import sys
+import warnings
+
+import numpy as np
+import onnx.backend.test.case.node as node_cases
+from onnx import TensorProto, numpy_helper
+
+
+def serialize(value, name):
+    """A test value as serialized TensorProto bytes; TypeError when it is not a tensor."""
+    if isinstance(value, TensorProto):
+        return value.SerializeToString()
+    if isinstance(value, np.ndarray) or np.isscalar(value):
+        return numpy_helper.from_array(np.asarray(value), name).SerializeToString()
+    raise TypeError(f"{name} is not a tensor")
+
+
+def files_of(case):
+    """The files of one test directory, or None when a value is not a plain tensor."""
+    graph = case.model.graph
+    if any(not v.type.HasField("tensor_type") for v in [*graph.input, *graph.output]):
+        return None
+    files = {"model.onnx": case.model.SerializeToString()}
+    for n, (inputs, outputs) in enumerate(case.data_sets):
+        for kind, values, decls in (("input", inputs, graph.input), ("output", outputs, graph.output)):
+            for k, value in enumerate(values):
+                try:
+                    files[f"test_data_set_{n}/{kind}_{k}.pb"] = serialize(value, decls[k].name)
+                except (TypeError, ValueError, AttributeError, IndexError):
+                    return None
+    return files
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    out, wanted = sys.argv[1], [s.lower() for s in sys.argv[2:]]
+    warnings.simplefilter("ignore")
+    written = 0
+    for case in node_cases.collect_testcases(None):
+        if wanted and not any(w in case.name.lower() for w in wanted):
+            continue
+        files = files_of(case)
+        if files is None:
+            continue
+        for rel, blob in files.items():
+            path = os.path.join(out, case.name, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(blob)
+        written += 1
+    print(written)
+
+
+if __name__ == "__main__":
+    main()
