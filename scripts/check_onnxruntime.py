@@ -25,7 +25,7 @@ usage: python scripts/check_onnxruntime.py [DIR ...]
 Prints one line per model, then a summary; exits 1 on any failure.
 
 The ONNX gather conformance tests in that layout come from the onnx package's node test cases, e.g.
-`python gen_onnx_node_tests.py /tmp/node gather` with the team's generator, then
+`python scripts/gen_node_tests.py /tmp/node gather`, then
 `python scripts/check_onnxruntime.py /tmp/node`.
 """
 import glob

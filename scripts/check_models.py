@@ -1,0 +1,131 @@
+"""Runs real models in multigather and onnxruntime side by side: outputs must agree within float
+tolerance, the rewrite must verify bit for bit, and run times are reported as ratios.
+
+usage: python scripts/check_models.py DIR... [--repeat N]
+       (needs onnx, onnxruntime, numpy; MULTIGATHER = the binary, default target/release/multigather)
+
+For every .onnx file under DIR, inputs are drawn from the declared types with a fixed seed:
+symbolic and unknown dims are 1, except the last dim of a rank-2 float input named `input`
+(audio samples: 512); inputs named `state`, `h`, `c` are zeros; an int64 scalar `sr` is 16000
+(the sample rate the silero-vad models expect). For each model:
+  1. onnxruntime and `multigather run` on the original model agree (rtol 1e-4, atol 1e-5);
+  2. `multigather verify --inputs` (rewrite in memory, compare bit for bit) succeeds;
+  3. single-threaded median run times of both are printed with their ratio.
+Prints one line per model and exits 1 on any failure.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+BIN = os.environ.get("MULTIGATHER", "target/release/multigather")
+
+
+def make_inputs(model, rng):
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
+        if vi.name == "input" and len(dims) == 2 and not tt.shape.dim[1].HasField("dim_value"):
+            dims[1] = 512
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if vi.name == "sr":
+            feeds[vi.name] = np.array(16000, dtype=dtype).reshape(dims)
+        elif vi.name in ("state", "h", "c"):
+            feeds[vi.name] = np.zeros(dims, dtype=dtype)
+        elif np.issubdtype(dtype, np.floating):
+            feeds[vi.name] = (0.1 * rng.standard_normal(dims)).astype(dtype)
+        else:
+            feeds[vi.name] = rng.integers(0, 2, size=dims).astype(dtype)
+    return feeds
+
+
+def median_seconds(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def check(path, work, repeat):
+    model = onnx.load(path)
+    feeds = make_inputs(model, np.random.default_rng(0))
+    inputs = os.path.join(work, "inputs")
+    os.makedirs(inputs)
+    for name, value in feeds.items():
+        with open(os.path.join(inputs, f"{name}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(np.asarray(value), name).SerializeToString())
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    expected = sess.run(None, feeds)
+    ort_s = median_seconds(lambda: sess.run(None, feeds), repeat)
+
+    outdir = os.path.join(work, "outputs")
+    run = subprocess.run([BIN, "run", path, "--inputs", inputs, "--output-dir", outdir,
+                          "--repeat", str(repeat), "--threads", "1", "--json"],
+                         check=True, capture_output=True, text=True)
+    mg_s = json.loads(run.stdout)["median_s"]
+    for k, want in enumerate(expected):
+        t = onnx.TensorProto()
+        t.ParseFromString(open(os.path.join(outdir, f"output_{k}.pb"), "rb").read())
+        got = numpy_helper.to_array(t)
+        if got.shape != want.shape:
+            return f"output {k}: shape {got.shape} != onnxruntime's {want.shape}", None
+        if np.issubdtype(want.dtype, np.floating):
+            if not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
+                diff = np.max(np.abs(got.astype(np.float64) - want))
+                return f"output {k}: max |diff| {diff:.3g} vs onnxruntime", None
+        elif not np.array_equal(got, want):
+            return f"output {k}: differs from onnxruntime", None
+    subprocess.run([BIN, "verify", path, "--inputs", inputs], check=True, capture_output=True)
+    return None, (ort_s, mg_s)
+
+
+def main():
+    args = sys.argv[1:]
+    repeat = 20
+    if "--repeat" in args:
+        i = args.index("--repeat")
+        repeat = int(args[i + 1])
+        del args[i:i + 2]
+    models = []
+    for root in args:
+        models += sorted(glob.glob(os.path.join(root, "**", "*.onnx"), recursive=True))
+    failed = 0
+    print(f"{'model':<36} {'onnxruntime':>12} {'multigather':>12} {'mg/ort':>7}")
+    for path in models:
+        with tempfile.TemporaryDirectory() as work:
+            try:
+                problem, times = check(path, work, repeat)
+            except subprocess.CalledProcessError as e:
+                problem, times = (e.stderr or "").strip() or str(e), None
+            except Exception as e:  # onnx and onnxruntime raise their own error types
+                problem, times = f"{type(e).__name__}: {str(e)[:300]}", None
+        name = os.path.basename(path)
+        if problem:
+            failed += 1
+            print(f"FAIL {name}: {problem}")
+        else:
+            ort_s, mg_s = times
+            print(f"{name:<36} {ort_s * 1e3:>10.3f}ms {mg_s * 1e3:>10.3f}ms {mg_s / ort_s:>7.2f}")
+    print(f"models: {len(models) - failed} of {len(models)} run, match onnxruntime and verify")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
