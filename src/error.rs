@@ -13,11 +13,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A file could not be read, written, renamed or mapped.
-    #[error("{}: {source}", path.display())]
+    ///
+    /// The cause is part of the message (not a separate `source`), so a printed chain reads as
+    /// one line without repeating it.
+    #[error("{}: {cause}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The bytes are not a protobuf `ModelProto`.
     #[error("not a valid ONNX model: {0}")]
@@ -66,11 +68,10 @@ pub enum Error {
         cause: Box<Error>,
     },
     /// A pass failed; the pass's name is part of the message.
-    #[error("pass {pass}: {source}")]
+    #[error("pass {pass}: {cause}")]
     Pass {
         pass: &'static str,
-        #[source]
-        source: Box<Error>,
+        cause: Box<Error>,
     },
 }
 
@@ -96,7 +97,7 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Error {
         Error::Io {
             path: path.into(),
-            source,
+            cause: source,
         }
     }
 }

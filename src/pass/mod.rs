@@ -95,12 +95,12 @@ impl PassManager {
             }
             let wrap = |e: Error| Error::Pass {
                 pass: name,
-                source: Box::new(e),
+                cause: Box::new(e),
             };
             let changed = pass.run(model).map_err(wrap)?;
             model.validate().map_err(|e| Error::Pass {
                 pass: name,
-                source: Box::new(Error::InvalidModel(format!(
+                cause: Box::new(Error::InvalidModel(format!(
                     "the pass left an invalid model: {e}"
                 ))),
             })?;
