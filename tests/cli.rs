@@ -151,3 +151,108 @@ fn help_and_version() {
         .unwrap()
         .starts_with("multigather "));
 }
+
+fn data_set(name: &str) -> PathBuf {
+    fixture(name).with_file_name("test_data_set_0")
+}
+
+#[test]
+fn run_writes_outputs_that_match_the_recorded_ones() {
+    let out_dir = std::env::temp_dir().join(format!("mg-cli-run-{}", std::process::id()));
+    let out = multigather(&[
+        "run",
+        fixture("gathernd_batch1").to_str().unwrap(),
+        "--inputs",
+        data_set("gathernd_batch1").to_str().unwrap(),
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+        "--repeat",
+        "3",
+        "--threads",
+        "1",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["runs"], 3);
+    assert!(v["median_s"].as_f64().unwrap() >= v["min_s"].as_f64().unwrap());
+    assert_eq!(v["outputs"][0]["dtype"], "float");
+    let written = std::fs::read(out_dir.join("output_0.pb")).unwrap();
+    let recorded = std::fs::read(data_set("gathernd_batch1").join("output_0.pb")).unwrap();
+    let decode = |b: Vec<u8>| {
+        let t = multigather::proto::decode_tensor(b.into()).unwrap();
+        multigather::interp::stored_to_tensor(&t).unwrap()
+    };
+    assert_eq!(decode(written), decode(recorded));
+    std::fs::remove_dir_all(out_dir).ok();
+}
+
+#[test]
+fn run_names_a_missing_input() {
+    let out = multigather(&["run", fixture("gather_axis0").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("input 'data' is not given"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn verify_proves_a_rewrite_bit_for_bit() {
+    let out = multigather(&[
+        "verify",
+        fixture("gather_elements_smaller_indices").to_str().unwrap(),
+        "--inputs",
+        data_set("gather_elements_smaller_indices").to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["identical"], true);
+    assert_eq!(v["rewritten_nodes"], 1);
+    let random = multigather(&[
+        "verify",
+        fixture("gather_symbolic_dims").to_str().unwrap(),
+        "--random",
+        "--seed",
+        "3",
+        "--dim",
+        "batch=2",
+        "--dim",
+        "sequence=7",
+    ]);
+    assert!(random.status.success(), "{}", stderr(&random));
+}
+
+#[test]
+fn verify_fails_with_exit_1_when_the_rewritten_model_differs() {
+    // A rewritten model whose embedding table was tampered with: a failed proof, not an error.
+    let original = fixture("gather_initializer_data");
+    let mut model = multigather::io::load(&original).unwrap();
+    multigather::pass::GatherToMultiaxis::rewrite(&mut model, Default::default()).unwrap();
+    let table = &mut model.graph.initializers[0];
+    let bytes = table.le_bytes().unwrap().iter().map(|b| b ^ 0x40).collect::<Vec<u8>>();
+    table.payload = multigather::ir::Payload::Raw(bytes.into());
+    let tampered = std::env::temp_dir().join(format!("mg-cli-tampered-{}.onnx", std::process::id()));
+    multigather::io::save(&model, &tampered).unwrap();
+    let out = multigather(&[
+        "verify",
+        original.to_str().unwrap(),
+        "--rewritten",
+        tampered.to_str().unwrap(),
+        "--random",
+    ]);
+    std::fs::remove_file(&tampered).ok();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(text.contains("output"), "{text}");
+}
+
+#[test]
+fn test_runs_a_test_data_directory() {
+    let dir = fixture("gather_axis1");
+    let out = multigather(&["test", dir.parent().unwrap().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("ok   gather_axis1"), "{text}");
+    assert!(text.ends_with("1 passed, 0 failed, 0 skipped\n"), "{text}");
+}
