@@ -43,12 +43,15 @@ pub fn gather(
             reason: format!("must be in [0, {rank}) for {rank} dimensions"),
         });
     }
-    if index_dimensions >= rank {
+    // DirectML documents [0, DimensionCount), but its own Example 1 (1-D remapping) uses
+    // IndexDimensions = DimensionCount = 1: every indices dimension is meaningful then, and the
+    // output's size check (the cropped leading sizes must be 1) still applies.
+    if index_dimensions > rank {
         return Err(GatherError::BadAttribute {
             op: OP,
             attr: "IndexDimensions",
             value: index_dimensions as i64,
-            reason: format!("must be in [0, {rank}) for {rank} dimensions"),
+            reason: format!("must be in [0, {rank}] for {rank} dimensions"),
         });
     }
     let (n, d, a) = (rank, index_dimensions, axis);
