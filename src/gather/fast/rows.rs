@@ -50,6 +50,10 @@ impl Inner {
 pub(crate) trait RowSink<O: Offset> {
     /// Writes elements `j0..j1` of a row whose block dimensions put it at input offset `base`
     /// and whose offset-table entries start at `t[tb]`.
+    ///
+    /// When a streamed tile starts inside an index row, the row's start lies before the tile
+    /// and `tb` is "negative" (wrapped); only `tb + j` for `j0 <= j < j1` is a valid position,
+    /// so it must be computed with `wrapping_add`.
     fn row(&mut self, t: &[O], base: usize, tb: usize, j0: usize, j1: usize);
     /// Whether the offset-table slice about to be used allows 32-bit hardware gathers.
     fn allow_simd(&mut self, allow: bool);
@@ -189,7 +193,7 @@ impl<W: Word, O: Offset> RowSink<O> for ByteSink<'_, W> {
         let input = self.input;
         match self.inner {
             Inner::Gather => {
-                let ts = &t[tb + j0..tb + j1];
+                let ts = &t[tb.wrapping_add(j0)..tb.wrapping_add(j1)];
                 let out = &mut self.out[dst..dst + n];
                 if self.zero {
                     for (o, &x) in out.iter_mut().zip(ts) {
@@ -307,7 +311,7 @@ impl<O: Offset> RowSink<O> for PackedSink<'_> {
         let at = |x: O| (x != O::NONE).then(|| base + x.to_usize());
         for j in j0..j1 {
             let source = match self.inner {
-                Inner::Gather => at(t[tb + j]),
+                Inner::Gather => at(t[tb.wrapping_add(j)]),
                 Inner::Block => at(t[tb]).map(|s| s + j),
                 Inner::Strided(stride) => at(t[tb]).map(|s| s + j * stride),
             };
@@ -343,7 +347,7 @@ impl<O: Offset> RowSink<O> for StringSink<'_> {
         let at = |x: O| (x != O::NONE).then(|| base + x.to_usize());
         for j in j0..j1 {
             let source = match self.inner {
-                Inner::Gather => at(t[tb + j]),
+                Inner::Gather => at(t[tb.wrapping_add(j)]),
                 Inner::Block => at(t[tb]).map(|s| s + j),
                 Inner::Strided(stride) => at(t[tb]).map(|s| s + j * stride),
             };
