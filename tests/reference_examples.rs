@@ -12,11 +12,13 @@
 //! Where a document lists intermediate shapes that differ from the plan's (the proposal is not
 //! consistent about the layout of single-axis block gathers), both are checked: the plan's
 //! through the plan, the document's by running `GatherMultiaxis` on operands reshaped to them.
-//! The reasons are in the "Decisions" section of `docs/gather-multiaxis.md`.
+//! The reasons are in the "Decisions" section of `docs/gather-multiaxis.md`, whose own examples
+//! are tested at the end (`spec_*`).
 
 use multigather::gather::map::{directml, numpy, onnx, openvino};
 use multigather::gather::{
     gather_multiaxis, logical_indices_shape, output_shape, GatherError, GatherPlan, GatherSpec,
+    OutOfRange,
 };
 use multigather::{DataType, Tensor};
 
@@ -168,11 +170,16 @@ fn m22() -> Tensor {
 
 /// `GatherMultiaxis` itself, as a plan without shape operations.
 fn multiaxis(axes: &[usize]) -> GatherPlan {
+    multiaxis_mode(axes, OutOfRange::Error)
+}
+
+/// `GatherMultiaxis` itself with a mode.
+fn multiaxis_mode(axes: &[usize], mode: OutOfRange) -> GatherPlan {
     GatherPlan {
         crop_input_to_indices: None,
         input: vec![],
         indices: vec![],
-        spec: GatherSpec::new(axes.to_vec()),
+        spec: GatherSpec::new(axes.to_vec()).with_mode(mode),
         output: vec![],
     }
 }
@@ -995,4 +1002,179 @@ examples! {
     directml_3 => directml_example_3;
     directml_4 => directml_example_4;
     directml_5 => directml_example_5;
+}
+
+// ---- docs/gather-multiaxis.md: the specification's own examples ----
+
+/// `[[0, 1, 2], [10, 11, 12]]`.
+fn m23() -> Tensor {
+    i32s(&[2, 3], &[0, 1, 2, 10, 11, 12])
+}
+
+/// Points as (y, x) pairs.
+fn spec_points_yx() -> Example {
+    Example {
+        plan: multiaxis(&[0, 1]),
+        input: m23(),
+        indices: i64s(&[3, 2], &[1, 2, 0, -1, 1, 0]),
+        output: i32s(&[3, 1], &[12, 2, 10]),
+        listed: Listed::Nothing,
+    }
+}
+
+/// The same points as (x, y) pairs: the order of `axes` is the order of the coordinates.
+fn spec_points_xy() -> Example {
+    Example {
+        plan: multiaxis(&[1, 0]),
+        indices: i64s(&[3, 2], &[2, 1, -1, 0, 0, 1]),
+        ..spec_points_yx()
+    }
+}
+
+fn spec_modes(mode: OutOfRange, output: &[i32]) -> Example {
+    Example {
+        plan: multiaxis_mode(&[0], mode),
+        input: i32s(&[5], &[10, 20, 30, 40, 50]),
+        indices: i64s(&[6], &[0, -1, 4, 5, -6, 9]),
+        output: i32s(&[6], output),
+        listed: Listed::Nothing,
+    }
+}
+
+fn spec_mode_zero() -> Example {
+    spec_modes(OutOfRange::Zero, &[10, 50, 50, 0, 0, 0])
+}
+
+fn spec_mode_clamp() -> Example {
+    spec_modes(OutOfRange::Clamp, &[10, 50, 50, 50, 10, 50])
+}
+
+#[test]
+fn spec_mode_error_names_the_first_bad_index() {
+    let e = spec_modes(OutOfRange::Error, &[0; 6]);
+    let err = e.plan.apply(&e.input, &e.indices).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "index 5 at indices position [3] is out of range for axis 0 of size 5"
+    );
+    assert_eq!(e.plan.apply_reference(&e.input, &e.indices), Err(err));
+}
+
+fn spec_per_row() -> Example {
+    Example {
+        plan: multiaxis(&[1]),
+        input: m23(),
+        indices: i64s(&[1, 2], &[2, 0]),
+        output: i32s(&[2, 2], &[2, 0, 12, 10]),
+        listed: Listed::Nothing,
+    }
+}
+
+fn spec_broadcast_only() -> Example {
+    Example {
+        plan: multiaxis(&[]),
+        input: i32s(&[3, 1], &[1, 2, 3]),
+        indices: i64s(&[1, 4], &[9, -9, 0, 100]),
+        output: i32s(&[3, 4], &[1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]),
+        listed: Listed::Nothing,
+    }
+}
+
+fn spec_empty_axis(mode: OutOfRange) -> Example {
+    Example {
+        plan: multiaxis_mode(&[1], mode),
+        input: i32s(&[2, 0], &[]),
+        indices: i64s(&[2, 1], &[0, 5]),
+        output: i32s(&[2, 1], &[0, 0]),
+        listed: Listed::Nothing,
+    }
+}
+
+fn spec_empty_axis_zero() -> Example {
+    spec_empty_axis(OutOfRange::Zero)
+}
+
+#[test]
+fn spec_empty_axis_error_and_clamp_fail() {
+    for mode in [OutOfRange::Error, OutOfRange::Clamp] {
+        let e = spec_empty_axis(mode);
+        let err = e.plan.apply(&e.input, &e.indices).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "index 0 at indices position [0, 0] is out of range for axis 1 of size 0"
+        );
+        assert_eq!(e.plan.apply_reference(&e.input, &e.indices), Err(err));
+    }
+}
+
+/// An empty output reads no index: the out-of-range values are never checked.
+fn spec_empty_output() -> Example {
+    Example {
+        plan: multiaxis(&[1]),
+        input: i32s(&[0, 3], &[]),
+        indices: i64s(&[1, 2], &[7, 9]),
+        output: i32s(&[0, 2], &[]),
+        listed: Listed::Nothing,
+    }
+}
+
+fn spec_rank_zero() -> Example {
+    Example {
+        plan: multiaxis(&[]),
+        input: i32s(&[], &[42]),
+        indices: i64s(&[], &[-7]),
+        output: i32s(&[], &[42]),
+        listed: Listed::Nothing,
+    }
+}
+
+/// ONNX Gather, data [P, Q, R], indices [S, T], axis 1: input [P, Q, 1, R], indices
+/// [1, S, T, 1]. P, Q, R, S, T = 2, 3, 2, 2, 2; input `100 p + 10 q + r`.
+fn spec_onnx_gather() -> Example {
+    Example {
+        plan: onnx::gather(3, 2, 1).unwrap(),
+        input: pqr(),
+        indices: i64s(&[2, 2], &[2, 0, -2, 1]),
+        output: i32_from_fn(&[2, 2, 2, 2], |c| {
+            let q = [2, 0, 1, 1][c[1] * 2 + c[2]];
+            (100 * c[0] + 10 * q + c[3]) as i32
+        }),
+        listed: Listed::Same(Steps {
+            input: &[2, 3, 1, 2],
+            indices: &[1, 2, 2, 1],
+            gathered: &[2, 2, 2, 2],
+            axes: &[1],
+        }),
+    }
+}
+
+/// GatherND point sampling: data [H, W], indices [N, 2] -> [N, 1], squeezed to [N].
+fn spec_point_sampling() -> Example {
+    Example {
+        plan: onnx::gather_nd(2, 2, 2, 0).unwrap(),
+        input: m23(),
+        indices: i64s(&[3, 2], &[1, 2, 0, -1, 1, 0]),
+        output: i32s(&[3], &[12, 2, 10]),
+        listed: Listed::Same(Steps {
+            input: &[2, 3],
+            indices: &[3, 2],
+            gathered: &[3, 1],
+            axes: &[0, 1],
+        }),
+    }
+}
+
+examples! {
+    spec_points_yx => spec_points_yx_example;
+    spec_points_xy => spec_points_xy_example;
+    spec_mode_zero => spec_mode_zero_example;
+    spec_mode_clamp => spec_mode_clamp_example;
+    spec_per_row => spec_per_row_example;
+    spec_broadcast_only => spec_broadcast_only_example;
+    spec_empty_axis_zero => spec_empty_axis_zero_example;
+    spec_empty_output => spec_empty_output_example;
+    spec_rank_zero => spec_rank_zero_example;
+    spec_onnx_gather => spec_onnx_gather_example;
+    spec_point_sampling => spec_point_sampling_example;
+    api_example => spec_proposal_example;
 }
