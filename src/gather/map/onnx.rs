@@ -2,7 +2,7 @@
 //! semantics: `gather`, `gather_along_axis`, `gather_nd`).
 //!
 //! Out-of-range indices are errors in ONNX, so every plan here uses mode `error`. Negative
-//! indices count from the end, as ONNX allows since opset 11 (13 for `GatherND`).
+//! indices count from the end, as ONNX allows since opset 11 (all three operators).
 
 use super::super::plan::GatherPlan;
 use super::super::{GatherError, OutOfRange};
