@@ -384,7 +384,7 @@ fn fast_matches_reference(call: &Call, grain_bytes: usize) -> Result<(), TestCas
 }
 
 proptest! {
-    #![proptest_config(config(6000))]
+    #![proptest_config(config(20000))]
 
     /// Small calls of every shape class, threaded with tiny tasks (many chunk boundaries).
     #[test]
@@ -394,7 +394,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(600))]
 
     /// Calls with up to 64K elements: realistic task sizes, streamed offset tables, long rows
     /// for the hardware gathers.
@@ -632,7 +632,7 @@ fn direct_directml(data: &[usize], idx: &[usize], values: &[i64], a: usize, d: u
 }
 
 proptest! {
-    #![proptest_config(config(1000))]
+    #![proptest_config(config(3000))]
 
     /// ONNX `Gather` (= `numpy.take` with an axis = `tf.gather` without batch dimensions =
     /// CoreML `gather`), negative axis included.
