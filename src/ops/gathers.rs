@@ -232,7 +232,10 @@ fn infer_gather_nd(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 }
 
 fn multiaxis_spec(ctx: &EvalCtx<'_>, rank: usize) -> Result<GatherSpec> {
-    let axes = ctx.node.attr_ints("axes")?.unwrap_or(&[]);
+    let axes = ctx
+        .node
+        .attr_ints("axes")?
+        .ok_or_else(|| ctx.error("the required attribute 'axes' is missing"))?;
     let mode = ctx.node.attr_string("mode")?.unwrap_or("error");
     Ok(GatherSpec::from_attributes(axes, mode, rank)?)
 }
