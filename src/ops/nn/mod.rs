@@ -1,5 +1,37 @@
-//! PLACEHOLDER
+//! The neural-network operators: matrix products (`MatMul`, `Gemm`, `Einsum` and their integer
+//! and quantized forms), convolutions, pools, normalizations and linear quantization.
+//!
+//! Every floating-point kernel computes in `f32` (float, float16, bfloat16) or `f64` (double) and
+//! rounds once on output; matrix products and convolutions go through `matrixmultiply`
+//! ([`blas`]), parallelised with rayon over batches, groups or tiles of output positions.
+
+mod blas;
+mod common;
+mod conv;
+mod gemm;
+mod matmul;
+mod window;
 
 use super::OpDef;
 
-pub(super) const DEFS: &[OpDef] = &[];
+use conv::{
+    eval_conv, eval_conv_integer, eval_qlinear_conv, infer_conv, infer_conv_integer,
+    infer_qlinear_conv,
+};
+use gemm::{eval_gemm, infer_gemm};
+use matmul::{
+    eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
+    infer_qlinear_matmul,
+};
+
+pub(super) const DEFS: &[OpDef] = &[
+    OpDef::new("MatMul", 1, 2..=2, 1..=1, eval_matmul).with_infer(infer_matmul),
+    OpDef::new("MatMulInteger", 10, 2..=4, 1..=1, eval_matmul_integer)
+        .with_infer(infer_matmul_integer),
+    OpDef::new("QLinearMatMul", 10, 8..=8, 1..=1, eval_qlinear_matmul)
+        .with_infer(infer_qlinear_matmul),
+    OpDef::new("Gemm", 1, 2..=3, 1..=1, eval_gemm).with_infer(infer_gemm),
+    OpDef::new("Conv", 1, 2..=3, 1..=1, eval_conv).with_infer(infer_conv),
+    OpDef::new("ConvInteger", 10, 2..=4, 1..=1, eval_conv_integer).with_infer(infer_conv_integer),
+    OpDef::new("QLinearConv", 10, 8..=9, 1..=1, eval_qlinear_conv).with_infer(infer_qlinear_conv),
+];

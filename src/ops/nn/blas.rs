@@ -1,0 +1,234 @@
+//! The one safe entry to `matrixmultiply`: strided matrix views whose bounds are checked once,
+//! and a GEMM that splits large products across threads.
+//!
+//! Design note: C is always a row-major block (row stride `ldc`, unit column stride) that the
+//! caller owns as a `&mut` slice, so splitting its rows between threads needs no unsafe aliasing.
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+
+use super::common::Real;
+
+/// Products with at least this many multiply-adds are split across threads.
+const PARALLEL_FLOPS: usize = 1 << 20;
+
+/// A read-only `rows x cols` matrix inside a slice, element `(i, j)` at `i * rs + j * cs`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Mat<'a, T> {
+    data: &'a [T],
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a, T> Mat<'a, T> {
+    /// A view, checked to stay inside `data`.
+    pub fn new(data: &'a [T], rows: usize, cols: usize, rs: usize, cs: usize) -> Result<Self> {
+        if rows > 0 && cols > 0 {
+            let last = (rows - 1)
+                .checked_mul(rs)
+                .and_then(|r| (cols - 1).checked_mul(cs).and_then(|c| r.checked_add(c)));
+            if !last.is_some_and(|l| l < data.len())
+                || rs > isize::MAX as usize
+                || cs > isize::MAX as usize
+            {
+                return Err(Error::Eval(format!(
+                    "a {rows}x{cols} matrix with strides ({rs}, {cs}) does not fit in {} elements",
+                    data.len()
+                )));
+            }
+        }
+        Ok(Mat {
+            data,
+            rows,
+            cols,
+            rs,
+            cs,
+        })
+    }
+
+    /// A contiguous row-major view.
+    pub fn row_major(data: &'a [T], rows: usize, cols: usize) -> Result<Self> {
+        Mat::new(data, rows, cols, cols, 1)
+    }
+
+    /// The transpose (a view of the same elements).
+    pub fn t(self) -> Self {
+        Mat {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+
+    /// Rows `start..start + count` (which must exist).
+    fn rows_from(self, start: usize, count: usize) -> Self {
+        debug_assert!(start + count <= self.rows);
+        let offset = if count == 0 { 0 } else { start * self.rs };
+        Mat {
+            data: &self.data[offset.min(self.data.len())..],
+            rows: count,
+            ..self
+        }
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The number of columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// `C = alpha * A * B + beta * C`, with C the row-major `A.rows x B.cols` block of `c` whose rows
+/// start `ldc` elements apart. With `beta == 0` the old contents of C are ignored.
+pub(super) fn gemm<T: Real>(
+    alpha: T,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
+    beta: T,
+    c: &mut [T],
+    ldc: usize,
+) -> Result<()> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    if b.rows != k {
+        return Err(Error::Eval(format!(
+            "matrix product of {m}x{k} and {}x{n} operands",
+            b.rows
+        )));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let needed = (m - 1)
+        .checked_mul(ldc)
+        .and_then(|r| r.checked_add(n))
+        .filter(|_| ldc >= n && ldc <= isize::MAX as usize);
+    if !needed.is_some_and(|l| l <= c.len()) {
+        return Err(Error::Eval(format!(
+            "a {m}x{n} product does not fit in {} elements with row stride {ldc}",
+            c.len()
+        )));
+    }
+    let flops = m.saturating_mul(n).saturating_mul(k);
+    let threads = rayon::current_num_threads();
+    if flops >= PARALLEL_FLOPS && threads > 1 && m >= 16 {
+        // Row blocks of C are disjoint slices: each thread runs its own product.
+        let rows_per = m.div_ceil(threads * 2).max(8);
+        c.par_chunks_mut(rows_per * ldc)
+            .enumerate()
+            .for_each(|(i, chunk)| {
+                let start = i * rows_per;
+                let count = rows_per.min(m.saturating_sub(start));
+                if count > 0 {
+                    gemm_serial(alpha, a.rows_from(start, count), b, beta, chunk, ldc);
+                }
+            });
+    } else {
+        gemm_serial(alpha, a, b, beta, c, ldc);
+    }
+    Ok(())
+}
+
+/// One product on the calling thread; the shapes and bounds were checked by [`gemm`].
+fn gemm_serial<T: Real>(alpha: T, a: Mat<'_, T>, b: Mat<'_, T>, beta: T, c: &mut [T], ldc: usize) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for row in c.chunks_mut(ldc).take(m) {
+            for v in &mut row[..n] {
+                *v = if beta == T::ZERO { T::ZERO } else { beta * *v };
+            }
+        }
+        return;
+    }
+    // SAFETY: `Mat::new` checked that every element of A and B the strides address lies inside
+    // their slices, `gemm` checked that `(m - 1) * ldc + n <= c.len()` with `ldc >= n`, so every
+    // addressed element of C is inside `c` and distinct; all strides fit in `isize`.
+    unsafe {
+        T::gemm_raw(
+            m,
+            k,
+            n,
+            alpha,
+            a.data.as_ptr(),
+            a.rs as isize,
+            a.cs as isize,
+            b.data.as_ptr(),
+            b.rs as isize,
+            b.cs as isize,
+            beta,
+            c.as_mut_ptr(),
+            ldc as isize,
+            1,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn products_follow_the_strides() {
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]; // 2x3
+        let b = [7.0f32, 8.0, 9.0, 10.0, 11.0, 12.0]; // 3x2
+        let mut c = [0.0f32; 4];
+        let (ma, mb) = (
+            Mat::row_major(&a, 2, 3).unwrap(),
+            Mat::row_major(&b, 3, 2).unwrap(),
+        );
+        gemm(1.0, ma, mb, 0.0, &mut c, 2).unwrap();
+        assert_eq!(c, [58.0, 64.0, 139.0, 154.0]);
+        // (B^T A^T) = (AB)^T, read through transposed views.
+        let mut ct = [0.0f32; 4];
+        gemm(1.0, mb.t(), ma.t(), 0.0, &mut ct, 2).unwrap();
+        assert_eq!(ct, [58.0, 139.0, 64.0, 154.0]);
+        // beta keeps a scaled C.
+        gemm(1.0, ma, mb, 0.5, &mut c, 2).unwrap();
+        assert_eq!(c, [87.0, 96.0, 208.5, 231.0]);
+    }
+
+    #[test]
+    fn large_products_split_rows_and_agree() {
+        let (m, k, n) = (64, 128, 160);
+        let a: Vec<f64> = (0..m * k).map(|i| (i % 7) as f64 - 3.0).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| (i % 5) as f64 - 2.0).collect();
+        let mut c = vec![0.0; m * n];
+        gemm(
+            1.0,
+            Mat::row_major(&a, m, k).unwrap(),
+            Mat::row_major(&b, k, n).unwrap(),
+            0.0,
+            &mut c,
+            n,
+        )
+        .unwrap();
+        for (i, j) in [(0, 0), (63, 159), (17, 80)] {
+            let want: f64 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            assert_eq!(c[i * n + j], want);
+        }
+    }
+
+    #[test]
+    fn views_and_products_are_bounds_checked() {
+        let a = [1.0f32; 5];
+        let err = Mat::row_major(&a, 2, 3).unwrap_err();
+        assert!(err.to_string().contains("does not fit"), "{err}");
+        let ma = Mat::row_major(&a[..4], 2, 2).unwrap();
+        let mut c = [0.0f32; 3];
+        let err = gemm(1.0, ma, ma, 0.0, &mut c, 2).unwrap_err();
+        assert!(err.to_string().contains("does not fit"), "{err}");
+        let mb = Mat::row_major(&a[..3], 3, 1).unwrap();
+        assert!(gemm(1.0, ma, mb, 0.0, &mut c, 2).is_err());
+    }
+}

@@ -1,0 +1,423 @@
+//! What the nn kernels share: the element types they compute in ([`Real`] for floating point,
+//! [`Ring`] for the exact integer paths), loading and storing tensors in those types, and small
+//! shape-function helpers.
+//!
+//! Design note: `float16` and `bfloat16` tensors are widened to `f32` once on load and rounded once
+//! on store, so every kernel is written for `f32` and `f64` only.
+
+use std::borrow::Cow;
+use std::fmt::Debug;
+use std::iter::Sum;
+use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
+
+use half::{bf16, f16};
+
+use crate::error::{Error, Result};
+use crate::ir::{Dim, Shape, TensorType};
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::super::util::{to_i64s, unsupported_type};
+use super::super::InferCtx;
+
+/// Element types with exact (wrapping, for integers) addition and multiplication: what the
+/// generic matrix-product and einsum loops accumulate in.
+pub(super) trait Ring: Copy + Send + Sync + Default + Debug + 'static {
+    /// The sum (wrapping for integers).
+    fn add(self, other: Self) -> Self;
+    /// The product (wrapping for integers).
+    fn mul(self, other: Self) -> Self;
+}
+
+impl Ring for i64 {
+    fn add(self, other: Self) -> Self {
+        self.wrapping_add(other)
+    }
+    fn mul(self, other: Self) -> Self {
+        self.wrapping_mul(other)
+    }
+}
+
+/// The floating-point types kernels compute in: `f32` (also for `float16` and `bfloat16`) and
+/// `f64`.
+pub(super) trait Real:
+    Ring
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+    + MulAssign
+    + Sum
+{
+    /// Zero.
+    const ZERO: Self;
+    /// One.
+    const ONE: Self;
+    /// Narrows (or keeps) an `f64`.
+    fn from_f64(v: f64) -> Self;
+    /// Widens (or keeps) to `f64`.
+    fn to_f64(self) -> f64;
+    /// The count `n` as this type.
+    fn from_usize(n: usize) -> Self {
+        Self::from_f64(n as f64)
+    }
+    /// The square root.
+    fn sqrt(self) -> Self;
+    /// The absolute value.
+    fn abs(self) -> Self;
+    /// `self` raised to `e`.
+    fn powf(self, e: Self) -> Self;
+
+    /// `C = alpha * A * B + beta * C` over raw strided matrices (see `matrixmultiply::sgemm`).
+    ///
+    /// # Safety
+    /// Every element the strides address inside `m x k` (A), `k x n` (B) and `m x n` (C) must lie
+    /// inside the allocations behind the pointers, and C's elements must not alias each other.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm_raw(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: Self,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    );
+
+    /// The values of a floating-point tensor in this type, borrowed when no conversion is needed.
+    fn load(t: &Tensor) -> Result<Cow<'_, [Self]>>;
+
+    /// A tensor of `dtype` (one this type computes for) holding `values`, rounded once.
+    fn store(dtype: DataType, shape: &[usize], values: Vec<Self>) -> Result<Tensor>;
+}
+
+macro_rules! real_impl {
+    ($t:ty, $gemm:path) => {
+        impl Ring for $t {
+            fn add(self, other: Self) -> Self {
+                self + other
+            }
+            fn mul(self, other: Self) -> Self {
+                self * other
+            }
+        }
+
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+            fn abs(self) -> Self {
+                <$t>::abs(self)
+            }
+            fn powf(self, e: Self) -> Self {
+                <$t>::powf(self, e)
+            }
+            unsafe fn gemm_raw(
+                m: usize,
+                k: usize,
+                n: usize,
+                alpha: Self,
+                a: *const Self,
+                rsa: isize,
+                csa: isize,
+                b: *const Self,
+                rsb: isize,
+                csb: isize,
+                beta: Self,
+                c: *mut Self,
+                rsc: isize,
+                csc: isize,
+            ) {
+                // SAFETY: forwarded from the caller's contract.
+                unsafe { $gemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
+            }
+            fn load(t: &Tensor) -> Result<Cow<'_, [Self]>> {
+                load_impl::<$t>(t)
+            }
+            fn store(dtype: DataType, shape: &[usize], values: Vec<Self>) -> Result<Tensor> {
+                store_impl::<$t>(dtype, shape, values)
+            }
+        }
+    };
+}
+
+real_impl!(f32, matrixmultiply::sgemm);
+real_impl!(f64, matrixmultiply::dgemm);
+
+/// Widening loads: `f32` computes for float, float16 and bfloat16; `f64` for double.
+trait Widen: Sized + Copy {
+    fn from_f16(v: f16) -> Self;
+    fn from_bf16(v: bf16) -> Self;
+    fn native(t: &Tensor) -> Result<Option<&[Self]>>;
+    fn narrow_f16(self) -> f16;
+    fn narrow_bf16(self) -> bf16;
+    const NATIVE: DataType;
+}
+
+impl Widen for f32 {
+    fn from_f16(v: f16) -> Self {
+        v.to_f32()
+    }
+    fn from_bf16(v: bf16) -> Self {
+        v.to_f32()
+    }
+    fn native(t: &Tensor) -> Result<Option<&[Self]>> {
+        Ok(match t.dtype() {
+            DataType::Float => Some(t.as_slice::<f32>()?),
+            _ => None,
+        })
+    }
+    fn narrow_f16(self) -> f16 {
+        f16::from_f32(self)
+    }
+    fn narrow_bf16(self) -> bf16 {
+        bf16::from_f32(self)
+    }
+    const NATIVE: DataType = DataType::Float;
+}
+
+impl Widen for f64 {
+    fn from_f16(v: f16) -> Self {
+        v.to_f64()
+    }
+    fn from_bf16(v: bf16) -> Self {
+        v.to_f64()
+    }
+    fn native(t: &Tensor) -> Result<Option<&[Self]>> {
+        Ok(match t.dtype() {
+            DataType::Double => Some(t.as_slice::<f64>()?),
+            _ => None,
+        })
+    }
+    fn narrow_f16(self) -> f16 {
+        f16::from_f64(self)
+    }
+    fn narrow_bf16(self) -> bf16 {
+        bf16::from_f64(self)
+    }
+    const NATIVE: DataType = DataType::Double;
+}
+
+fn load_impl<T: Widen + Clone>(t: &Tensor) -> Result<Cow<'_, [T]>> {
+    if let Some(s) = T::native(t)? {
+        return Ok(Cow::Borrowed(s));
+    }
+    match t.dtype() {
+        DataType::Float16 => Ok(Cow::Owned(
+            t.as_slice::<f16>()?
+                .iter()
+                .map(|&v| T::from_f16(v))
+                .collect(),
+        )),
+        DataType::Bfloat16 => Ok(Cow::Owned(
+            t.as_slice::<bf16>()?
+                .iter()
+                .map(|&v| T::from_bf16(v))
+                .collect(),
+        )),
+        other => Err(unsupported_type("this kernel", other)),
+    }
+}
+
+fn store_impl<T: Widen + bytemuck::Pod>(
+    dtype: DataType,
+    shape: &[usize],
+    values: Vec<T>,
+) -> Result<Tensor> {
+    let t = match dtype {
+        d if d == T::NATIVE => Tensor::from_vec(d, shape, values)?,
+        DataType::Float16 => {
+            let v: Vec<f16> = values.into_iter().map(T::narrow_f16).collect();
+            Tensor::from_vec(dtype, shape, v)?
+        }
+        DataType::Bfloat16 => {
+            let v: Vec<bf16> = values.into_iter().map(T::narrow_bf16).collect();
+            Tensor::from_vec(dtype, shape, v)?
+        }
+        other => return Err(unsupported_type("this kernel", other)),
+    };
+    Ok(t)
+}
+
+/// Runs `$body` with `$R` bound to the [`Real`] type a floating-point `$dtype` computes in
+/// (`f32` for float, float16 and bfloat16; `f64` for double); evaluates `$other` otherwise.
+macro_rules! dispatch_real {
+    ($dtype:expr, $R:ident => $body:expr, _ => $other:expr) => {
+        match $dtype {
+            $crate::DataType::Float | $crate::DataType::Float16 | $crate::DataType::Bfloat16 => {
+                type $R = f32;
+                $body
+            }
+            $crate::DataType::Double => {
+                type $R = f64;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(super) use dispatch_real;
+
+/// Whether `dtype` is one of the four floating-point types the float kernels take.
+pub(super) fn is_float(dtype: DataType) -> bool {
+    matches!(
+        dtype,
+        DataType::Float | DataType::Double | DataType::Float16 | DataType::Bfloat16
+    )
+}
+
+/// Whether `dtype` is one of the eight integer types (int8 to uint64).
+pub(super) fn is_int(dtype: DataType) -> bool {
+    use DataType::*;
+    matches!(
+        dtype,
+        Int8 | Int16 | Int32 | Int64 | Uint8 | Uint16 | Uint32 | Uint64
+    )
+}
+
+/// The values of any float or integer tensor as `f32` (scales, zero points, small parameters).
+pub(super) fn to_f32s(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(match t.dtype() {
+        DataType::Float => t.as_slice::<f32>()?.to_vec(),
+        DataType::Double => t.as_slice::<f64>()?.iter().map(|&v| v as f32).collect(),
+        DataType::Float16 => t.as_slice::<f16>()?.iter().map(|v| v.to_f32()).collect(),
+        DataType::Bfloat16 => t.as_slice::<bf16>()?.iter().map(|v| v.to_f32()).collect(),
+        _ => to_i64s(t)?.into_iter().map(|v| v as f32).collect(),
+    })
+}
+
+/// The values of an integer tensor as `f64`, minus a zero point per element: `zero(i)` gives the
+/// zero point of element `i`. Exact for every 8-, 16- and 32-bit value.
+pub(super) fn shifted_f64s(t: &Tensor, zero: impl Fn(usize) -> i64) -> Result<Vec<f64>> {
+    Ok(to_i64s(t)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| (v - zero(i)) as f64)
+        .collect())
+}
+
+/// The values of an optional zero-point input as `i64` (empty when omitted).
+pub(super) fn zero_points(t: Option<&Tensor>) -> Result<Vec<i64>> {
+    t.map_or(Ok(Vec::new()), to_i64s)
+}
+
+/// A zero point that applies per tensor (one value, or none) or per index along one axis
+/// (`len` values).
+pub(super) fn zero_at<'z>(
+    zeros: &'z [i64],
+    len: usize,
+    what: &str,
+) -> Result<impl Fn(usize) -> i64 + 'z> {
+    match zeros.len() {
+        0 | 1 => {}
+        n if n == len => {}
+        n => {
+            return Err(Error::Eval(format!(
+                "{what} has {n} values; expected 1 or {len}"
+            )))
+        }
+    }
+    Ok(move |i: usize| match zeros.len() {
+        0 => 0,
+        1 => zeros[0],
+        _ => zeros[i],
+    })
+}
+
+/// An integer tensor of `dtype` holding `values` narrowed (wrapping) to its width.
+pub(super) fn store_ints(dtype: DataType, shape: &[usize], values: &[i64]) -> Result<Tensor> {
+    crate::dispatch_int!(dtype, T => {
+        let v: Vec<T> = values.iter().map(|&x| x as T).collect();
+        Ok(Tensor::from_vec(dtype, shape, v)?)
+    }, _ => Err(unsupported_type("this kernel", dtype)))
+}
+
+/// `v` rounded to the precision of the floating-point `dtype` (kept as `f32`), so arithmetic on
+/// float16 or bfloat16 parameters can follow their precision step by step.
+pub(super) fn round_to(dtype: DataType, v: f32) -> f32 {
+    match dtype {
+        DataType::Float16 => f16::from_f32(v).to_f32(),
+        DataType::Bfloat16 => bf16::from_f32(v).to_f32(),
+        _ => v,
+    }
+}
+
+/// The product of `dims`, failing on overflow.
+pub(super) fn checked_product(dims: &[usize]) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::Eval(format!("shape {dims:?} is too large")))
+}
+
+/// A shape function for operators whose first output has the first input's type.
+pub(super) fn infer_same_as_input(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    Ok(vec![ctx.input(0).cloned().unwrap_or_default()])
+}
+
+/// The dims of input `i`, when its rank is known.
+pub(super) fn input_dims<'a>(ctx: &'a InferCtx<'_>, i: usize) -> Option<&'a [Dim]> {
+    ctx.input(i)
+        .and_then(|t| t.shape.as_ref())
+        .map(|s| s.dims.as_slice())
+}
+
+/// A tensor type of element `elem` (unknown when `None`) and `dims` (rank unknown when `None`).
+pub(super) fn tensor_type(elem: Option<DataType>, dims: Option<Vec<Dim>>) -> TensorType {
+    TensorType {
+        elem,
+        shape: dims.map(Shape::new),
+    }
+}
+
+/// The sizes of `dims` when all are known and non-negative.
+pub(super) fn known_sizes(dims: &[Dim]) -> Option<Vec<usize>> {
+    dims.iter()
+        .map(|d| d.known().and_then(|v| usize::try_from(v).ok()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_types_widen_on_load_and_round_once_on_store() {
+        let t =
+            Tensor::from_vec(DataType::Float16, &[2], vec![f16::from_f32(1.5), f16::ONE]).unwrap();
+        let v = f32::load(&t).unwrap();
+        assert_eq!(&*v, &[1.5, 1.0]);
+        let back = f32::store(DataType::Float16, &[2], v.into_owned()).unwrap();
+        assert_eq!(back, t);
+        let float = Tensor::from_vec(DataType::Float, &[1], vec![1.0f32]).unwrap();
+        assert!(f64::load(&float).is_err());
+        assert!(f32::store(DataType::Double, &[1], vec![1.0]).is_err());
+    }
+
+    #[test]
+    fn zero_points_apply_per_tensor_or_per_index() {
+        let z = [3i64, 4];
+        let f = zero_at(&z, 2, "zero point").unwrap();
+        assert_eq!((f(0), f(1)), (3, 4));
+        let err = zero_at(&z, 3, "zero point").err().unwrap();
+        assert!(err.to_string().contains("expected 1 or 3"), "{err}");
+        assert_eq!(zero_at(&[], 3, "z").unwrap()(2), 0);
+    }
+}

@@ -1,0 +1,599 @@
+//! `Conv` (opsets 1, 11, 22), `ConvInteger` (10) and `QLinearConv` (10): grouped, strided,
+//! dilated and padded convolutions over 1 to 3 spatial dims.
+//!
+//! Specs: <https://onnx.ai/onnx/operators/onnx__Conv.html>,
+//! <https://onnx.ai/onnx/operators/onnx__ConvInteger.html>,
+//! <https://onnx.ai/onnx/operators/onnx__QLinearConv.html>.
+//!
+//! Design note: every group of every image is one matrix product, `W_g (M/g x C/g*taps)` times the
+//! im2col matrix of the input (`C/g*taps x out_positions`). The im2col matrix is built a tile of
+//! output positions at a time, so its memory stays bounded and tiles run in parallel; with many
+//! groups (depthwise convolutions) the groups run in parallel instead. A 1x1 convolution with unit
+//! strides and no padding multiplies the input directly. The integer convolutions subtract their
+//! zero points and run the same code in `f64`, which is exact for 8-bit operands; padding then
+//! contributes zero, which is the zero point before the shift, as the spec asks.
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::ir::{Dim, TensorType};
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::super::util::{optional, required, to_i64s, unsupported_type};
+use super::super::{EvalCtx, InferCtx};
+use super::blas::{gemm, Mat};
+use super::common::{
+    checked_product, dispatch_real, input_dims, shifted_f64s, tensor_type, to_f32s, zero_at,
+    zero_points, Real,
+};
+use super::matmul::{requantize, scales, single};
+use super::window::{Geometry3, Window};
+
+/// Target size (in elements) of one im2col tile.
+const TILE_ELEMS: usize = 1 << 17;
+
+/// The fewest output positions in one im2col tile.
+const MIN_TILE: usize = 64;
+
+/// The layout of one convolution: `x (N, C, in...)`, `w (M, C/group, k...)`, `y (N, M, out...)`.
+#[derive(Clone, Debug)]
+pub(super) struct ConvShape {
+    pub batch: usize,
+    pub c_in: usize,
+    pub c_out: usize,
+    pub group: usize,
+    pub geo: Geometry3,
+    /// The full output shape.
+    pub out_shape: Vec<usize>,
+}
+
+impl ConvShape {
+    /// The layout of a `Conv`-like node over inputs of shapes `x` and `w`.
+    pub fn new(ctx: &EvalCtx<'_>, x: &[usize], w: &[usize]) -> Result<ConvShape> {
+        if x.len() < 3 || w.len() != x.len() {
+            return Err(ctx.error(format!(
+                "X {x:?} needs rank 3 or more and W {w:?} the same rank"
+            )));
+        }
+        let group = usize::try_from(ctx.node.attr_int("group", 1)?)
+            .ok()
+            .filter(|&g| g > 0)
+            .ok_or_else(|| ctx.error("group must be positive"))?;
+        let (batch, c_in, c_out) = (x[0], x[1], w[0]);
+        if w[1].checked_mul(group) != Some(c_in) || c_out % group != 0 {
+            return Err(ctx.error(format!("X {x:?} and W {w:?} do not fit {group} groups")));
+        }
+        let window = Window::of(ctx.node, x.len() - 2, Some(&w[2..]))?;
+        let geometry = window.resolve(&x[2..], false)?;
+        let mut out_shape = vec![batch, c_out];
+        out_shape.extend(&geometry.output);
+        checked_product(&out_shape)?;
+        Ok(ConvShape {
+            batch,
+            c_in,
+            c_out,
+            group,
+            geo: geometry.to_3d()?,
+            out_shape,
+        })
+    }
+
+    /// Input channels per group.
+    fn cg(&self) -> usize {
+        self.c_in / self.group
+    }
+
+    /// Output channels per group.
+    fn mg(&self) -> usize {
+        self.c_out / self.group
+    }
+
+    /// Whether the convolution is a plain matrix product over positions (1x1, unit strides, no
+    /// padding).
+    fn is_pointwise(&self) -> bool {
+        let g = &self.geo;
+        g.taps() == 1 && g.strides == [1; 3] && g.pad_begin == [0; 3] && g.input == g.output
+    }
+
+    /// `conv(x, w) + bias` in `T`.
+    pub fn run<T: Real>(&self, x: &[T], w: &[T], bias: Option<&[T]>) -> Result<Vec<T>> {
+        let (cg, mg) = (self.cg(), self.mg());
+        let (in_plane, out_plane, taps) =
+            (self.geo.in_plane(), self.geo.out_plane(), self.geo.taps());
+        let kc = cg * taps;
+        if x.len() != self.batch * self.c_in * in_plane || w.len() != self.c_out * kc {
+            return Err(Error::Eval("X or W does not hold its shape".into()));
+        }
+        if bias.is_some_and(|b| b.len() != self.c_out) {
+            return Err(Error::Eval(format!("B must hold {} values", self.c_out)));
+        }
+        let mut out = vec![T::ZERO; checked_product(&self.out_shape)?];
+        let slab = mg * out_plane;
+        if slab == 0 {
+            return Ok(out);
+        }
+        let task = |(t, y): (usize, &mut [T]), parallel_tiles: bool| -> Result<()> {
+            let (n, g) = (t / self.group, t % self.group);
+            let xg = &x[(n * self.c_in + g * cg) * in_plane..][..cg * in_plane];
+            let wg = Mat::row_major(&w[g * mg * kc..(g + 1) * mg * kc], mg, kc)?;
+            let bg = bias.map(|b| &b[g * mg..(g + 1) * mg]);
+            self.run_group(xg, wg, bg, y, parallel_tiles)
+        };
+        let tasks = self.batch * self.group;
+        if tasks >= rayon::current_num_threads() && tasks > 1 {
+            out.par_chunks_mut(slab)
+                .enumerate()
+                .try_for_each(|ty| task(ty, false))?;
+        } else {
+            out.chunks_mut(slab)
+                .enumerate()
+                .try_for_each(|ty| task(ty, true))?;
+        }
+        Ok(out)
+    }
+
+    /// One group of one image: `y (mg x out_plane) = wg * im2col(xg) + bias`.
+    fn run_group<T: Real>(
+        &self,
+        xg: &[T],
+        wg: Mat<'_, T>,
+        bias: Option<&[T]>,
+        y: &mut [T],
+        parallel_tiles: bool,
+    ) -> Result<()> {
+        let p = self.geo.out_plane();
+        let kc = wg.cols();
+        if self.is_pointwise() {
+            gemm(T::ONE, wg, Mat::row_major(xg, kc, p)?, T::ZERO, y, p)?;
+            add_bias(y, bias, p);
+            return Ok(());
+        }
+        let tile = (TILE_ELEMS / kc.max(1)).max(MIN_TILE).min(p);
+        let tiles: Vec<usize> = (0..p).step_by(tile).collect();
+        let one = |p0: usize, col: &mut Vec<T>, out: &mut Vec<T>| -> Result<()> {
+            let p1 = (p0 + tile).min(p);
+            let t = p1 - p0;
+            col.resize(kc * t, T::ZERO);
+            out.resize(wg.rows() * t, T::ZERO);
+            im2col(xg, &self.geo, self.cg(), p0, p1, col);
+            gemm(T::ONE, wg, Mat::row_major(col, kc, t)?, T::ZERO, out, t)?;
+            Ok(())
+        };
+        let scatter = |p0: usize, out: &[T], y: &mut [T]| {
+            let t = ((p0 + tile).min(p)) - p0;
+            for (row, src) in y.chunks_mut(p).zip(out.chunks(t)) {
+                row[p0..p0 + t].copy_from_slice(src);
+            }
+        };
+        if parallel_tiles && tiles.len() > 1 {
+            let results = tiles
+                .par_iter()
+                .map(|&p0| {
+                    let (mut col, mut out) = (Vec::new(), Vec::new());
+                    one(p0, &mut col, &mut out).map(|_| out)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            for (&p0, out) in tiles.iter().zip(&results) {
+                scatter(p0, out, y);
+            }
+        } else {
+            let (mut col, mut out) = (Vec::new(), Vec::new());
+            for &p0 in &tiles {
+                one(p0, &mut col, &mut out)?;
+                scatter(p0, &out, y);
+            }
+        }
+        add_bias(y, bias, p);
+        Ok(())
+    }
+}
+
+/// Adds `bias[m]` to row `m` of `y` (rows of `p` elements).
+fn add_bias<T: Real>(y: &mut [T], bias: Option<&[T]>, p: usize) {
+    if let Some(b) = bias {
+        for (row, &bv) in y.chunks_mut(p).zip(b) {
+            row.iter_mut().for_each(|v| *v += bv);
+        }
+    }
+}
+
+/// For kernel tap `k` along a dim of the output (size `out`), the output indices whose input
+/// position `o * s + k * d - pad` lies inside `0..input`: a range `lo..hi`.
+fn valid_outputs(
+    out: usize,
+    input: usize,
+    s: usize,
+    d: usize,
+    pad: usize,
+    k: usize,
+) -> (usize, usize) {
+    let off = k * d; // input position of output 0 plus pad
+                     // o * s + off >= pad  <=>  o >= ceil((pad - off) / s)
+    let lo = if off >= pad {
+        0
+    } else {
+        (pad - off).div_ceil(s)
+    };
+    // o * s + off < input + pad  <=>  o < ceil((input + pad - off) / s)
+    let hi = if off >= input + pad {
+        0
+    } else {
+        (input + pad - off).div_ceil(s)
+    };
+    (lo.min(out), hi.min(out).max(lo.min(out)))
+}
+
+/// Fills `col` (row-major, `cg * taps` rows of `p1 - p0` columns) with the input values each
+/// kernel tap of each channel sees at output positions `p0..p1` (zero in the padding).
+fn im2col<T: Real>(x: &[T], g: &Geometry3, cg: usize, p0: usize, p1: usize, col: &mut [T]) {
+    let t = p1 - p0;
+    let [_, oh, ow] = g.output;
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [sd, sh, sw] = g.strides;
+    let [dd, dh, dw] = g.dilations;
+    let [pd, ph, pw] = g.pad_begin;
+    let in_plane = id * ih * iw;
+    // The input coordinate of output `o` at tap `k` along one dim, if inside.
+    let coord = |o: usize, k: usize, s: usize, d: usize, pad: usize, n: usize| -> Option<usize> {
+        (o * s + k * d).checked_sub(pad).filter(|&i| i < n)
+    };
+    let mut rows = col.chunks_mut(t.max(1));
+    for c in 0..cg {
+        let xc = &x[c * in_plane..(c + 1) * in_plane];
+        for kz in 0..kd {
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let Some(row) = rows.next() else { return };
+                    let (lo, hi) = valid_outputs(ow, iw, sw, dw, pw, kx);
+                    let mut p = p0;
+                    let mut dst = 0;
+                    while p < p1 {
+                        let ox0 = p % ow;
+                        let (oy, oz) = ((p / ow) % oh, p / ow / oh);
+                        let run = (ow - ox0).min(p1 - p);
+                        let seg = &mut row[dst..dst + run];
+                        match (coord(oz, kz, sd, dd, pd, id), coord(oy, ky, sh, dh, ph, ih)) {
+                            (Some(iz), Some(iy)) => {
+                                let src = &xc[(iz * ih + iy) * iw..][..iw];
+                                let (a, b) = (lo.clamp(ox0, ox0 + run), hi.clamp(ox0, ox0 + run));
+                                seg[..a - ox0].fill(T::ZERO);
+                                seg[b - ox0..].fill(T::ZERO);
+                                if a < b {
+                                    // `valid_outputs` guarantees these positions are inside.
+                                    let first = a * sw + kx * dw - pw;
+                                    let mid = &mut seg[a - ox0..b - ox0];
+                                    if sw == 1 {
+                                        mid.copy_from_slice(&src[first..first + (b - a)]);
+                                    } else {
+                                        for (j, v) in mid.iter_mut().enumerate() {
+                                            *v = src[first + j * sw];
+                                        }
+                                    }
+                                }
+                            }
+                            _ => seg.fill(T::ZERO),
+                        }
+                        p += run;
+                        dst += run;
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn eval_conv(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let (x, w, b) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        optional(inputs, 2),
+    );
+    let dtype = x.dtype();
+    if w.dtype() != dtype || b.is_some_and(|b| b.dtype() != dtype) {
+        return Err(ctx.error("X, W and B must have one element type"));
+    }
+    let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
+    let y = dispatch_real!(dtype, R => {
+        let bias = b.map(R::load).transpose()?;
+        let v = shape.run::<R>(&R::load(x)?, &R::load(w)?, bias.as_deref())?;
+        R::store(dtype, &shape.out_shape, v)?
+    }, _ => return Err(unsupported_type("Conv", dtype)));
+    Ok(vec![y])
+}
+
+/// The exact integer convolution of `x - x_zero` and `w - w_zero` (per tensor, or per output
+/// channel for the weights) plus an optional int32 bias, as `f64`.
+fn integer_conv(
+    ctx: &EvalCtx<'_>,
+    x: &Tensor,
+    x_zero: Option<&Tensor>,
+    w: &Tensor,
+    w_zero: Option<&Tensor>,
+    bias: Option<&Tensor>,
+) -> Result<(ConvShape, Vec<f64>)> {
+    for t in [Some(x), Some(w), x_zero, w_zero].into_iter().flatten() {
+        if !matches!(t.dtype(), DataType::Int8 | DataType::Uint8) {
+            return Err(unsupported_type("an integer convolution", t.dtype()));
+        }
+    }
+    let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
+    let zx = zero_points(x_zero)?;
+    let zx = zero_at(&zx, 1, "the zero point of x")?;
+    let zw = zero_points(w_zero)?;
+    let zw = zero_at(&zw, shape.c_out, "the zero point of w")?;
+    let per_filter = w.len() / shape.c_out.max(1);
+    let xv = shifted_f64s(x, |_| zx(0))?;
+    let wv = shifted_f64s(w, |i| zw(i / per_filter.max(1)))?;
+    let bv = bias.map(|b| shifted_f64s(b, |_| 0)).transpose()?;
+    let acc = shape.run::<f64>(&xv, &wv, bv.as_deref())?;
+    Ok((shape, acc))
+}
+
+pub(super) fn eval_conv_integer(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, w) = (required(inputs, 0)?, required(inputs, 1)?);
+    let (shape, acc) = integer_conv(ctx, x, optional(inputs, 2), w, optional(inputs, 3), None)?;
+    let ints: Vec<i32> = acc.into_iter().map(|v| v as i32).collect();
+    Ok(vec![Tensor::from_vec(
+        DataType::Int32,
+        &shape.out_shape,
+        ints,
+    )?])
+}
+
+pub(super) fn eval_qlinear_conv(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, x_scale, x_zero) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
+    let (w, w_scale, w_zero) = (
+        required(inputs, 3)?,
+        required(inputs, 4)?,
+        required(inputs, 5)?,
+    );
+    let (y_scale, y_zero, bias) = (
+        required(inputs, 6)?,
+        required(inputs, 7)?,
+        optional(inputs, 8),
+    );
+    if bias.is_some_and(|b| b.dtype() != DataType::Int32) {
+        return Err(ctx.error("B must be int32"));
+    }
+    let (shape, acc) = integer_conv(ctx, x, Some(x_zero), w, Some(w_zero), bias)?;
+    let sx = single(&to_f32s(x_scale)?, "x_scale")?;
+    let sw = scales(w_scale, shape.c_out, "w_scale")?;
+    let sy = single(&to_f32s(y_scale)?, "y_scale")?;
+    let zy = single(&to_i64s(y_zero)?, "y_zero_point")?;
+    let mult: Vec<f64> = sw.iter().map(|&s| (sx * s / sy) as f64).collect();
+    let plane = shape.geo.out_plane().max(1);
+    let c_out = shape.c_out.max(1);
+    let scale = |i: usize| {
+        mult[if mult.len() == 1 {
+            0
+        } else {
+            (i / plane) % c_out
+        }]
+    };
+    Ok(vec![requantize(
+        &acc,
+        scale,
+        zy,
+        y_zero.dtype(),
+        &shape.out_shape,
+    )?])
+}
+
+/// The output type of a convolution of `x` (input `xi`) by `w` (input `wi`) with element `elem`.
+fn infer_conv_like(
+    ctx: &InferCtx<'_>,
+    xi: usize,
+    wi: usize,
+    elem: Option<DataType>,
+) -> Result<Vec<TensorType>> {
+    let dims = input_dims(ctx, xi).filter(|x| x.len() >= 3).map(|x| {
+        let w = input_dims(ctx, wi).filter(|w| w.len() == x.len());
+        let c_out = w.map_or(Dim::Unknown, |w| w[0].clone());
+        let kernel = w.and_then(|w| super::common::known_sizes(&w[2..]));
+        let spatial = Window::of(ctx.node, x.len() - 2, kernel.as_deref())
+            .map(|win| win.output_dims(&x[2..], false))
+            .unwrap_or_else(|_| vec![Dim::Unknown; x.len() - 2]);
+        let mut dims = vec![x[0].clone(), c_out];
+        dims.extend(spatial);
+        dims
+    });
+    Ok(vec![tensor_type(elem, dims)])
+}
+
+pub(super) fn infer_conv(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    infer_conv_like(ctx, 0, 1, ctx.input(0).and_then(|t| t.elem))
+}
+
+pub(super) fn infer_conv_integer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    infer_conv_like(ctx, 0, 1, Some(DataType::Int32))
+}
+
+pub(super) fn infer_qlinear_conv(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    infer_conv_like(ctx, 0, 3, ctx.input(7).and_then(|t| t.elem))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+
+    use super::*;
+
+    fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
+        Tensor::from_vec(DataType::Float, shape, v).unwrap()
+    }
+
+    /// A direct (seven-loop) convolution to check the im2col path against.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        x: &[f32],
+        xs: [usize; 4],
+        w: &[f32],
+        ws: [usize; 4],
+        group: usize,
+        s: [usize; 2],
+        d: [usize; 2],
+        p: [usize; 2],
+        os: [usize; 2],
+    ) -> Vec<f32> {
+        let [n, c, h, wd] = xs;
+        let [m, cg, kh, kw] = ws;
+        let mg = m / group;
+        let mut y = vec![0.0; n * m * os[0] * os[1]];
+        for b in 0..n {
+            for oc in 0..m {
+                let g = oc / mg;
+                for oy in 0..os[0] {
+                    for ox in 0..os[1] {
+                        let mut acc = 0.0;
+                        for ic in 0..cg {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (oy * s[0] + ky * d[0]) as isize - p[0] as isize;
+                                    let ix = (ox * s[1] + kx * d[1]) as isize - p[1] as isize;
+                                    if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd
+                                    {
+                                        let xi = ((b * c + g * cg + ic) * h + iy as usize) * wd
+                                            + ix as usize;
+                                        let wi = ((oc * cg + ic) * kh + ky) * kw + kx;
+                                        acc += x[xi] * w[wi];
+                                    }
+                                }
+                            }
+                        }
+                        y[((b * m + oc) * os[0] + oy) * os[1] + ox] = acc;
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn the_onnx_example_with_and_without_padding() {
+        let x = f32s(&[1, 1, 5, 5], (0..25).map(|v| v as f32).collect());
+        let w = f32s(&[1, 1, 3, 3], vec![1.0; 9]);
+        let node = Node::new("Conv", "c", ["x", "w"], ["y"])
+            .with_attr("kernel_shape", AttrValue::Ints(vec![3, 3]))
+            .with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
+        let y = eval_node(&node, 22, &[Some(&x), Some(&w)]).unwrap();
+        let want = [
+            12.0, 21.0, 27.0, 33.0, 24.0, 33.0, 54.0, 63.0, 72.0, 51.0, 63.0, 99.0, 108.0, 117.0,
+            81.0, 93.0, 144.0, 153.0, 162.0, 111.0, 72.0, 111.0, 117.0, 123.0, 84.0,
+        ];
+        assert_eq!(y[0], f32s(&[1, 1, 5, 5], want.to_vec()));
+        let node = Node::new("Conv", "c", ["x", "w"], ["y"]);
+        let y = eval_node(&node, 22, &[Some(&x), Some(&w)]).unwrap();
+        let want = [54.0, 63.0, 72.0, 99.0, 108.0, 117.0, 144.0, 153.0, 162.0];
+        assert_eq!(y[0], f32s(&[1, 1, 3, 3], want.to_vec()));
+    }
+
+    #[test]
+    fn grouped_strided_dilated_padded_agrees_with_direct_loops() {
+        let xs = [2, 4, 23, 19];
+        let ws = [6, 2, 3, 2];
+        let x: Vec<f32> = (0..xs.iter().product::<usize>())
+            .map(|i| ((i * 7) % 11) as f32 - 5.0)
+            .collect();
+        let w: Vec<f32> = (0..ws.iter().product::<usize>())
+            .map(|i| ((i * 5) % 7) as f32 - 3.0)
+            .collect();
+        let node = Node::new("Conv", "c", ["x", "w"], ["y"])
+            .with_attr("group", AttrValue::Int(2))
+            .with_attr("strides", AttrValue::Ints(vec![2, 1]))
+            .with_attr("dilations", AttrValue::Ints(vec![1, 3]))
+            .with_attr("pads", AttrValue::Ints(vec![1, 2, 0, 2]));
+        let y = eval_node(
+            &node,
+            22,
+            &[Some(&f32s(&xs, x.clone())), Some(&f32s(&ws, w.clone()))],
+        )
+        .unwrap();
+        // out h = (23 + 1 - 3) / 2 + 1 = 11; out w = (19 + 4 - 4) / 1 + 1 = 20.
+        assert_eq!(y[0].shape(), &[2, 6, 11, 20]);
+        let want = reference(&x, xs, &w, ws, 2, [2, 1], [1, 3], [1, 2], [11, 20]);
+        assert_eq!(y[0].as_slice::<f32>().unwrap(), &want[..]);
+    }
+
+    #[test]
+    fn large_planes_tile_and_pointwise_skips_im2col() {
+        let xs = [1, 3, 40, 50];
+        let x: Vec<f32> = (0..6000).map(|i| ((i * 13) % 17) as f32 - 8.0).collect();
+        for (ws, pads) in [
+            ([5, 3, 3, 3], [1i64, 1, 1, 1]),
+            ([5, 3, 1, 1], [0, 0, 0, 0]),
+        ] {
+            let w: Vec<f32> = (0..ws.iter().product::<usize>())
+                .map(|i| ((i * 3) % 5) as f32 - 2.0)
+                .collect();
+            let node = Node::new("Conv", "c", ["x", "w", "b"], ["y"])
+                .with_attr("pads", AttrValue::Ints(pads.to_vec()));
+            let b = f32s(&[5], vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+            let y = eval_node(
+                &node,
+                22,
+                &[
+                    Some(&f32s(&xs, x.clone())),
+                    Some(&f32s(&ws, w.clone())),
+                    Some(&b),
+                ],
+            )
+            .unwrap();
+            let mut want = reference(
+                &x,
+                xs,
+                &w,
+                ws,
+                1,
+                [1, 1],
+                [1, 1],
+                [pads[0] as usize, pads[1] as usize],
+                [40, 50],
+            );
+            for (i, v) in want.iter_mut().enumerate() {
+                *v += (i / 2000 + 1) as f32;
+            }
+            assert_eq!(y[0].as_slice::<f32>().unwrap(), &want[..]);
+        }
+    }
+
+    #[test]
+    fn auto_pad_same_lower_and_bad_groups() {
+        let x = f32s(&[1, 1, 5, 5], (0..25).map(|v| v as f32).collect());
+        let w = f32s(&[1, 1, 3, 3], vec![1.0; 9]);
+        let node = Node::new("Conv", "c", ["x", "w"], ["y"])
+            .with_attr("auto_pad", AttrValue::String(b"SAME_LOWER".to_vec()))
+            .with_attr("strides", AttrValue::Ints(vec![2, 2]));
+        let y = eval_node(&node, 22, &[Some(&x), Some(&w)]).unwrap();
+        let want = [12.0, 27.0, 24.0, 63.0, 108.0, 81.0, 72.0, 117.0, 84.0];
+        assert_eq!(y[0], f32s(&[1, 1, 3, 3], want.to_vec()));
+        let node = Node::new("Conv", "c", ["x", "w"], ["y"]).with_attr("group", AttrValue::Int(2));
+        let err = eval_node(&node, 22, &[Some(&x), Some(&w)]).unwrap_err();
+        assert!(err.to_string().contains("groups"), "{err}");
+    }
+
+    #[test]
+    fn integer_convolution_pads_with_the_zero_point() {
+        // The ONNX ConvInteger example with padding.
+        let x = Tensor::from_vec(DataType::Uint8, &[1, 1, 3, 3], (2u8..11).collect()).unwrap();
+        let w = Tensor::from_vec(DataType::Uint8, &[1, 1, 2, 2], vec![1u8; 4]).unwrap();
+        let z = Tensor::from_vec(DataType::Uint8, &[], vec![1u8]).unwrap();
+        let node = Node::new("ConvInteger", "c", ["x", "w", "z"], ["y"])
+            .with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
+        let y = eval_node(&node, 10, &[Some(&x), Some(&w), Some(&z)]).unwrap();
+        let want = [1, 3, 5, 3, 5, 12, 16, 9, 11, 24, 28, 15, 7, 15, 17, 9];
+        assert_eq!(y[0].as_slice::<i32>().unwrap(), &want);
+    }
+}

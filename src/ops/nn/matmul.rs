@@ -1,0 +1,490 @@
+//! `MatMul` (opsets 1, 9, 13), `MatMulInteger` (10) and `QLinearMatMul` (10, 21): numpy-style
+//! matrix products with broadcast batch dims and 1-D operands.
+//!
+//! Specs: <https://onnx.ai/onnx/operators/onnx__MatMul.html>,
+//! <https://onnx.ai/onnx/operators/onnx__MatMulInteger.html>,
+//! <https://onnx.ai/onnx/operators/onnx__QLinearMatMul.html>.
+//!
+//! Floating-point products go through `matrixmultiply` (float16 and bfloat16 via `f32`). Integer
+//! `MatMul` wraps in the element type, like every runtime. The quantized products subtract their
+//! zero points and multiply in `f64`, which is exact for 8-bit operands, then requantize with
+//! round-half-to-even and saturation.
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::infer::broadcast_dim;
+use crate::ir::{Dim, TensorType};
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::super::util::{
+    broadcast_offsets, broadcast_shapes, optional, required, to_i64s, unsupported_type,
+};
+use super::super::{EvalCtx, InferCtx};
+use super::blas::{gemm, Mat};
+use super::common::{
+    dispatch_real, input_dims, is_int, round_to, shifted_f64s, store_ints, tensor_type, to_f32s,
+    zero_at, zero_points, Real, Ring,
+};
+
+/// Batches with at least this many multiply-adds in all run in parallel.
+const PARALLEL_FLOPS: usize = 1 << 18;
+
+/// How a (possibly batched, possibly 1-D) matrix product lines up its operands.
+#[derive(Debug)]
+pub(super) struct Plan {
+    /// Rows of each product.
+    pub m: usize,
+    /// The contracted dim.
+    pub k: usize,
+    /// Columns of each product.
+    pub n: usize,
+    /// For each output matrix, the index of the A matrix and of the B matrix it multiplies.
+    pairs: Vec<(usize, usize)>,
+    /// The output shape (without the dims 1-D operands drop).
+    pub out_shape: Vec<usize>,
+}
+
+impl Plan {
+    /// The plan for `A @ B` with numpy semantics.
+    pub fn new(a: &[usize], b: &[usize]) -> Result<Plan> {
+        if a.is_empty() || b.is_empty() {
+            return Err(Error::Eval(format!(
+                "operands of shapes {a:?} and {b:?}: both must have rank 1 or more"
+            )));
+        }
+        let (m, k) = match a.len() {
+            1 => (1, a[0]),
+            r => (a[r - 2], a[r - 1]),
+        };
+        let (kb, n) = match b.len() {
+            1 => (b[0], 1),
+            r => (b[r - 2], b[r - 1]),
+        };
+        if k != kb {
+            return Err(Error::Eval(format!(
+                "operands of shapes {a:?} and {b:?} do not agree on the contracted dim"
+            )));
+        }
+        let a_batch = &a[..a.len().saturating_sub(2)];
+        let b_batch = &b[..b.len().saturating_sub(2)];
+        let batch = broadcast_shapes(&[a_batch, b_batch])?;
+        let a_idx = broadcast_offsets(a_batch, &batch);
+        let b_idx = broadcast_offsets(b_batch, &batch);
+        let mut out_shape = batch;
+        if a.len() > 1 {
+            out_shape.push(m);
+        }
+        if b.len() > 1 {
+            out_shape.push(n);
+        }
+        Ok(Plan {
+            m,
+            k,
+            n,
+            pairs: a_idx.into_iter().zip(b_idx).collect(),
+            out_shape,
+        })
+    }
+
+    /// The number of output elements.
+    fn out_len(&self) -> usize {
+        self.pairs.len() * self.m * self.n
+    }
+
+    /// Whether every product uses the same B and consecutive A matrices, so the batch folds into
+    /// the rows of one product.
+    fn folds_into_rows(&self) -> bool {
+        self.pairs
+            .iter()
+            .enumerate()
+            .all(|(i, &(ai, bi))| ai == i && bi == self.pairs[0].1)
+    }
+
+    fn check_lens<T>(&self, a: &[T], b: &[T]) -> Result<()> {
+        let a_mats = self.pairs.iter().map(|p| p.0 + 1).max().unwrap_or(0);
+        let b_mats = self.pairs.iter().map(|p| p.1 + 1).max().unwrap_or(0);
+        if a.len() < a_mats * self.m * self.k || b.len() < b_mats * self.k * self.n {
+            return Err(Error::Eval("operands are smaller than their shapes".into()));
+        }
+        Ok(())
+    }
+
+    /// `A @ B` in a floating-point type, through `matrixmultiply`.
+    pub fn run_real<T: Real>(&self, a: &[T], b: &[T]) -> Result<Vec<T>> {
+        self.check_lens(a, b)?;
+        let (m, k, n) = (self.m, self.k, self.n);
+        let mut out = vec![T::ZERO; self.out_len()];
+        if out.is_empty() {
+            return Ok(out);
+        }
+        if self.folds_into_rows() {
+            let rows = self.pairs.len() * m;
+            let bi = self.pairs[0].1;
+            let a_all = Mat::row_major(&a[..rows * k], rows, k)?;
+            let b_mat = Mat::row_major(&b[bi * k * n..(bi + 1) * k * n], k, n)?;
+            gemm(T::ONE, a_all, b_mat, T::ZERO, &mut out, n)?;
+            return Ok(out);
+        }
+        let one = |(c, &(ai, bi)): (&mut [T], &(usize, usize))| -> Result<()> {
+            let am = Mat::row_major(&a[ai * m * k..(ai + 1) * m * k], m, k)?;
+            let bm = Mat::row_major(&b[bi * k * n..(bi + 1) * k * n], k, n)?;
+            gemm(T::ONE, am, bm, T::ZERO, c, n)
+        };
+        if self.out_len().saturating_mul(k) >= PARALLEL_FLOPS {
+            out.par_chunks_mut(m * n)
+                .zip(&self.pairs)
+                .try_for_each(one)?;
+        } else {
+            out.chunks_mut(m * n).zip(&self.pairs).try_for_each(one)?;
+        }
+        Ok(out)
+    }
+
+    /// `A @ B` in an integer type, wrapping.
+    pub fn run_ring<T: Ring>(&self, a: &[T], b: &[T]) -> Result<Vec<T>> {
+        self.check_lens(a, b)?;
+        let (m, k, n) = (self.m, self.k, self.n);
+        let mut out = vec![T::default(); self.out_len()];
+        if out.is_empty() {
+            return Ok(out);
+        }
+        for (c, &(ai, bi)) in out.chunks_mut(m * n).zip(&self.pairs) {
+            let am = &a[ai * m * k..(ai + 1) * m * k];
+            let bm = &b[bi * k * n..(bi + 1) * k * n];
+            for (c_row, a_row) in c.chunks_mut(n).zip(am.chunks(k.max(1))) {
+                for (p, &x) in a_row.iter().enumerate().take(k) {
+                    for (acc, &y) in c_row.iter_mut().zip(&bm[p * n..(p + 1) * n]) {
+                        *acc = acc.add(x.mul(y));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+pub(super) fn eval_matmul(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
+    if a.dtype() != b.dtype() {
+        return Err(Error::Eval(format!(
+            "operands are {} and {}; they must have one type",
+            a.dtype(),
+            b.dtype()
+        )));
+    }
+    let plan = Plan::new(a.shape(), b.shape())?;
+    let dtype = a.dtype();
+    let out = dispatch_real!(dtype, R => {
+        let values = plan.run_real::<R>(&R::load(a)?, &R::load(b)?)?;
+        R::store(dtype, &plan.out_shape, values)?
+    }, _ => {
+        if !is_int(dtype) {
+            return Err(unsupported_type("MatMul", dtype));
+        }
+        let values = plan.run_ring::<i64>(&to_i64s(a)?, &to_i64s(b)?)?;
+        store_ints(dtype, &plan.out_shape, &values)?
+    });
+    Ok(vec![out])
+}
+
+/// The product of two 8-bit operands minus their zero points, exactly, as `f64`: `a_zero` is per
+/// tensor or per row of A, `b_zero` per tensor or per column of B.
+fn integer_product(
+    a: &Tensor,
+    a_zero: Option<&Tensor>,
+    b: &Tensor,
+    b_zero: Option<&Tensor>,
+) -> Result<(Plan, Vec<f64>)> {
+    for t in [Some(a), Some(b), a_zero, b_zero].into_iter().flatten() {
+        if !matches!(t.dtype(), DataType::Int8 | DataType::Uint8) {
+            return Err(unsupported_type("a quantized matrix product", t.dtype()));
+        }
+    }
+    let plan = Plan::new(a.shape(), b.shape())?;
+    let (m, k, n) = (plan.m, plan.k, plan.n);
+    let (za, zb) = (zero_points(a_zero)?, zero_points(b_zero)?);
+    let za = zero_at(&za, m, "the zero point of A")?;
+    let zb = zero_at(&zb, n, "the zero point of B")?;
+    let av = shifted_f64s(a, |i| za((i / k.max(1)) % m.max(1)))?;
+    let bv = shifted_f64s(b, |i| zb(i % n.max(1)))?;
+    let values = plan.run_real::<f64>(&av, &bv)?;
+    Ok((plan, values))
+}
+
+pub(super) fn eval_matmul_integer(
+    _: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
+    let (plan, values) = integer_product(a, optional(inputs, 2), b, optional(inputs, 3))?;
+    let ints: Vec<i32> = values.into_iter().map(|v| v as i32).collect();
+    Ok(vec![Tensor::from_vec(
+        DataType::Int32,
+        &plan.out_shape,
+        ints,
+    )?])
+}
+
+/// Quantizes exact integer accumulators: `round_half_even(acc * scale(i)) + zero`, saturated to
+/// the 8-bit (or 16-bit) `dtype`.
+pub(super) fn requantize(
+    acc: &[f64],
+    scale: impl Fn(usize) -> f64,
+    zero: i64,
+    dtype: DataType,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let (lo, hi) = match dtype {
+        DataType::Uint8 => (0.0, 255.0),
+        DataType::Int8 => (-128.0, 127.0),
+        DataType::Uint16 => (0.0, 65535.0),
+        DataType::Int16 => (-32768.0, 32767.0),
+        other => return Err(unsupported_type("a quantized output", other)),
+    };
+    let q: Vec<i64> = acc
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| ((v * scale(i)).round_ties_even() + zero as f64).clamp(lo, hi) as i64)
+        .collect();
+    store_ints(dtype, shape, &q)
+}
+
+/// A scale input's values, per tensor (one) or per index along one axis (`len`).
+pub(super) fn scales(t: &Tensor, len: usize, what: &str) -> Result<Vec<f32>> {
+    let v = to_f32s(t)?;
+    if v.len() == 1 || v.len() == len {
+        Ok(v)
+    } else {
+        Err(Error::Eval(format!(
+            "{what} has {} values; expected 1 or {len}",
+            v.len()
+        )))
+    }
+}
+
+/// The single value of a scale or zero-point input that must be per tensor.
+pub(super) fn single<T: Copy>(values: &[T], what: &str) -> Result<T> {
+    match values {
+        [v] => Ok(*v),
+        _ => Err(Error::Eval(format!(
+            "{what} must hold one value, found {}",
+            values.len()
+        ))),
+    }
+}
+
+pub(super) fn eval_qlinear_matmul(
+    _: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, a_scale) = (required(inputs, 0)?, required(inputs, 1)?);
+    let (b, b_scale) = (required(inputs, 3)?, required(inputs, 4)?);
+    let (y_scale, y_zero) = (required(inputs, 6)?, required(inputs, 7)?);
+    let (plan, acc) = integer_product(a, optional(inputs, 2), b, optional(inputs, 5))?;
+    let n = plan.n;
+    let sa = single(&scales(a_scale, 1, "a_scale")?, "a_scale")?;
+    let sb = scales(b_scale, n, "b_scale")?;
+    let sy = single(&to_f32s(y_scale)?, "y_scale")?;
+    let zy = single(&to_i64s(y_zero)?, "y_zero_point")?;
+    // The multiplier follows the precision of the scales, one rounding per operation.
+    let st = a_scale.dtype();
+    let mult: Vec<f64> = sb
+        .iter()
+        .map(|&b| round_to(st, round_to(st, sa * b) / sy) as f64)
+        .collect();
+    let scale = |i: usize| mult[if mult.len() == 1 { 0 } else { i % n }];
+    Ok(vec![requantize(
+        &acc,
+        scale,
+        zy,
+        y_zero.dtype(),
+        &plan.out_shape,
+    )?])
+}
+
+/// The output dims of `A @ B` from what is known of the operands.
+pub(super) fn matmul_dims(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let a_batch = &a[..a.len().saturating_sub(2)];
+    let b_batch = &b[..b.len().saturating_sub(2)];
+    let rank = a_batch.len().max(b_batch.len());
+    let one = Dim::Known(1);
+    let at = |s: &[Dim], j: usize| -> Dim {
+        let off = rank - s.len();
+        if j < off {
+            one.clone()
+        } else {
+            s[j - off].clone()
+        }
+    };
+    let mut dims: Vec<Dim> = (0..rank)
+        .map(|j| broadcast_dim(&at(a_batch, j), &at(b_batch, j)))
+        .collect();
+    if a.len() > 1 {
+        dims.push(a[a.len() - 2].clone());
+    }
+    if b.len() > 1 {
+        dims.push(b[b.len() - 1].clone());
+    }
+    Some(dims)
+}
+
+fn infer_product(ctx: &InferCtx<'_>, elem: Option<DataType>) -> Result<Vec<TensorType>> {
+    let dims = match (input_dims(ctx, 0), input_dims(ctx, 1)) {
+        (Some(a), Some(b)) => matmul_dims(a, b),
+        _ => None,
+    };
+    Ok(vec![tensor_type(elem, dims)])
+}
+
+pub(super) fn infer_matmul(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    infer_product(ctx, ctx.input(0).and_then(|t| t.elem))
+}
+
+pub(super) fn infer_matmul_integer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    infer_product(ctx, Some(DataType::Int32))
+}
+
+pub(super) fn infer_qlinear_matmul(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let dims = match (input_dims(ctx, 0), input_dims(ctx, 3)) {
+        (Some(a), Some(b)) => matmul_dims(a, b),
+        _ => None,
+    };
+    Ok(vec![tensor_type(ctx.input(7).and_then(|t| t.elem), dims)])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::Node;
+    use crate::ops::eval_node;
+
+    use super::*;
+
+    fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
+        Tensor::from_vec(DataType::Float, shape, v.to_vec()).unwrap()
+    }
+
+    fn run(op: &str, opset: i64, inputs: &[Option<&Tensor>]) -> crate::Result<Vec<Tensor>> {
+        let names: Vec<String> = (0..inputs.len()).map(|i| format!("i{i}")).collect();
+        eval_node(&Node::new(op, "n", names, ["y"]), opset, inputs)
+    }
+
+    #[test]
+    fn matrices_vectors_and_broadcast_batches() {
+        let a = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let b = f32s(&[3, 2], &[7.0, 8.0, 9.0, 10.0, 11.0, 12.0]);
+        let y = run("MatMul", 13, &[Some(&a), Some(&b)]).unwrap();
+        assert_eq!(y[0], f32s(&[2, 2], &[58.0, 64.0, 139.0, 154.0]));
+        // 1-D operands drop their dim: [3] @ [3, 2] -> [2]; [2, 3] @ [3] -> [2].
+        let v = f32s(&[3], &[1.0, 0.0, -1.0]);
+        let y = run("MatMul", 13, &[Some(&v), Some(&b)]).unwrap();
+        assert_eq!(y[0], f32s(&[2], &[-4.0, -4.0]));
+        let y = run("MatMul", 13, &[Some(&a), Some(&v)]).unwrap();
+        assert_eq!(y[0], f32s(&[2], &[-2.0, -2.0]));
+        // A batch of two B matrices against one A: [2, 3] @ [2, 3, 2].
+        let bb = f32s(
+            &[2, 3, 2],
+            &[
+                7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0,
+            ],
+        );
+        let y = run("MatMul", 13, &[Some(&a), Some(&bb)]).unwrap();
+        assert_eq!(
+            y[0],
+            f32s(&[2, 2, 2], &[58.0, 64.0, 139.0, 154.0, 1.0, 2.0, 4.0, 5.0])
+        );
+    }
+
+    #[test]
+    fn integers_wrap_and_half_types_round_once() {
+        let a = Tensor::from_vec(DataType::Int32, &[1, 2], vec![i32::MAX, 1]).unwrap();
+        let b = Tensor::from_vec(DataType::Int32, &[2, 1], vec![2, 3]).unwrap();
+        let y = run("MatMul", 13, &[Some(&a), Some(&b)]).unwrap();
+        assert_eq!(
+            y[0].as_slice::<i32>().unwrap(),
+            &[i32::MAX.wrapping_mul(2).wrapping_add(3)]
+        );
+        let h = |v: &[f32]| {
+            let v: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f32(x)).collect();
+            Tensor::from_vec(DataType::Float16, &[1, v.len()], v).unwrap()
+        };
+        let y = run(
+            "MatMul",
+            13,
+            &[
+                Some(&h(&[0.5, 2.0])),
+                Some(&h(&[3.0, 4.0]).into_shape(&[2, 1]).unwrap()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(y[0], h(&[9.5]));
+    }
+
+    #[test]
+    fn mismatched_operands_are_errors() {
+        let a = f32s(&[2, 3], &[0.0; 6]);
+        let err = run("MatMul", 13, &[Some(&a), Some(&a)]).unwrap_err();
+        assert!(err.to_string().contains("contracted dim"), "{err}");
+        let s = f32s(&[], &[1.0]);
+        let err = run("MatMul", 13, &[Some(&s), Some(&a)]).unwrap_err();
+        assert!(err.to_string().contains("rank 1 or more"), "{err}");
+    }
+
+    #[test]
+    fn integer_products_subtract_zero_points() {
+        // The ONNX MatMulInteger example.
+        let a = Tensor::from_vec(
+            DataType::Uint8,
+            &[4, 3],
+            vec![11u8, 7, 3, 10, 6, 2, 9, 5, 1, 8, 4, 0],
+        )
+        .unwrap();
+        let b = Tensor::from_vec(DataType::Uint8, &[3, 2], vec![1u8, 4, 2, 5, 3, 6]).unwrap();
+        let za = Tensor::from_vec(DataType::Uint8, &[], vec![12u8]).unwrap();
+        let zb = Tensor::from_vec(DataType::Uint8, &[], vec![0u8]).unwrap();
+        let y = run(
+            "MatMulInteger",
+            10,
+            &[Some(&a), Some(&b), Some(&za), Some(&zb)],
+        )
+        .unwrap();
+        assert_eq!(
+            y[0].as_slice::<i32>().unwrap(),
+            &[-38, -83, -44, -98, -50, -113, -56, -128]
+        );
+    }
+
+    #[test]
+    fn quantized_products_requantize() {
+        // The ONNX QLinearMatMul example (uint8, float scales).
+        let u8s = |s: &[usize], v: &[u8]| Tensor::from_vec(DataType::Uint8, s, v.to_vec()).unwrap();
+        let a = u8s(&[2, 4], &[208, 236, 0, 238, 3, 214, 255, 29]);
+        let b = u8s(
+            &[4, 3],
+            &[152, 51, 244, 60, 26, 255, 0, 127, 246, 127, 254, 247],
+        );
+        let (sa, za) = (f32s(&[], &[0.0066]), u8s(&[], &[113]));
+        let (sb, zb) = (f32s(&[], &[0.00705]), u8s(&[], &[114]));
+        let (sy, zy) = (f32s(&[], &[0.0107]), u8s(&[], &[118]));
+        let y = run(
+            "QLinearMatMul",
+            21,
+            &[
+                Some(&a),
+                Some(&sa),
+                Some(&za),
+                Some(&b),
+                Some(&sb),
+                Some(&zb),
+                Some(&sy),
+                Some(&zy),
+            ],
+        )
+        .unwrap();
+        assert_eq!(y[0], u8s(&[2, 3], &[168, 115, 255, 1, 66, 151]));
+    }
+}
