@@ -28,7 +28,7 @@ use super::common::{
     zero_points, Real,
 };
 use super::matmul::{requantize, scales, single};
-use super::window::{Geometry3, Window};
+use super::window::{inside, Geometry3, Window};
 
 /// Target size (in elements) of one im2col tile.
 const TILE_ELEMS: usize = 1 << 17;
@@ -198,32 +198,6 @@ fn add_bias<T: Real>(y: &mut [T], bias: Option<&[T]>, p: usize) {
     }
 }
 
-/// For kernel tap `k` along a dim of the output (size `out`), the output indices whose input
-/// position `o * s + k * d - pad` lies inside `0..input`: a range `lo..hi`.
-fn valid_outputs(
-    out: usize,
-    input: usize,
-    s: usize,
-    d: usize,
-    pad: usize,
-    k: usize,
-) -> (usize, usize) {
-    let off = k * d; // input position of output 0 plus pad
-                     // o * s + off >= pad  <=>  o >= ceil((pad - off) / s)
-    let lo = if off >= pad {
-        0
-    } else {
-        (pad - off).div_ceil(s)
-    };
-    // o * s + off < input + pad  <=>  o < ceil((input + pad - off) / s)
-    let hi = if off >= input + pad {
-        0
-    } else {
-        (input + pad - off).div_ceil(s)
-    };
-    (lo.min(out), hi.min(out).max(lo.min(out)))
-}
-
 /// Fills `col` (row-major, `cg * taps` rows of `p1 - p0` columns) with the input values each
 /// kernel tap of each channel sees at output positions `p0..p1` (zero in the padding).
 fn im2col<T: Real>(x: &[T], g: &Geometry3, cg: usize, p0: usize, p1: usize, col: &mut [T]) {
@@ -246,7 +220,7 @@ fn im2col<T: Real>(x: &[T], g: &Geometry3, cg: usize, p0: usize, p1: usize, col:
             for ky in 0..kh {
                 for kx in 0..kw {
                     let Some(row) = rows.next() else { return };
-                    let (lo, hi) = valid_outputs(ow, iw, sw, dw, pw, kx);
+                    let (lo, hi) = inside(ow, iw, sw, kx * dw, pw);
                     let mut p = p0;
                     let mut dst = 0;
                     while p < p1 {
@@ -261,7 +235,7 @@ fn im2col<T: Real>(x: &[T], g: &Geometry3, cg: usize, p0: usize, p1: usize, col:
                                 seg[..a - ox0].fill(T::ZERO);
                                 seg[b - ox0..].fill(T::ZERO);
                                 if a < b {
-                                    // `valid_outputs` guarantees these positions are inside.
+                                    // `inside` guarantees these positions are inside.
                                     let first = a * sw + kx * dw - pw;
                                     let mid = &mut seg[a - ox0..b - ox0];
                                     if sw == 1 {

@@ -8,6 +8,7 @@
 mod blas;
 mod common;
 mod conv;
+mod conv_transpose;
 mod gemm;
 mod matmul;
 mod window;
@@ -18,6 +19,7 @@ use conv::{
     eval_conv, eval_conv_integer, eval_qlinear_conv, infer_conv, infer_conv_integer,
     infer_qlinear_conv,
 };
+use conv_transpose::{eval_conv_transpose, infer_conv_transpose};
 use gemm::{eval_gemm, infer_gemm};
 use matmul::{
     eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
@@ -32,6 +34,8 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_qlinear_matmul),
     OpDef::new("Gemm", 1, 2..=3, 1..=1, eval_gemm).with_infer(infer_gemm),
     OpDef::new("Conv", 1, 2..=3, 1..=1, eval_conv).with_infer(infer_conv),
+    OpDef::new("ConvTranspose", 1, 2..=3, 1..=1, eval_conv_transpose)
+        .with_infer(infer_conv_transpose),
     OpDef::new("ConvInteger", 10, 2..=4, 1..=1, eval_conv_integer).with_infer(infer_conv_integer),
     OpDef::new("QLinearConv", 10, 8..=9, 1..=1, eval_qlinear_conv).with_infer(infer_qlinear_conv),
 ];

@@ -314,6 +314,31 @@ impl Geometry3 {
     }
 }
 
+/// The indices `o` in `0..count` for which position `o * s + off - pad` lies inside `0..limit`,
+/// as a range `lo..hi` (empty when none does).
+///
+/// With `o` over output positions and `off = k * d` this is where kernel tap `k` of a
+/// convolution reads the input; with `o` over input positions, where a transposed convolution
+/// writes the output.
+pub(super) fn inside(
+    count: usize,
+    limit: usize,
+    s: usize,
+    off: usize,
+    pad: usize,
+) -> (usize, usize) {
+    // o * s + off >= pad  <=>  o >= ceil((pad - off) / s)
+    let lo = if off >= pad {
+        0
+    } else {
+        (pad - off).div_ceil(s)
+    };
+    // o * s + off < limit + pad  <=>  o < ceil((limit + pad - off) / s)
+    let hi = (limit + pad).saturating_sub(off).div_ceil(s);
+    let lo = lo.min(count);
+    (lo, hi.clamp(lo, count))
+}
+
 #[cfg(test)]
 mod tests {
     use crate::ir::AttrValue;
@@ -399,6 +424,16 @@ mod tests {
         assert_eq!(g.taps_inside(2, 0), (1, 2, 0));
         assert_eq!(g.taps_inside(2, 1), (0, 3, 1));
         assert_eq!(g.taps_inside(2, 2), (0, 2, 3));
+    }
+
+    #[test]
+    fn inside_ranges_keep_positions_in_bounds() {
+        // Input 5, stride 2, pad 1, tap 0: o * 2 - 1 in 0..5 for o in 1..3.
+        assert_eq!(inside(3, 5, 2, 0, 1), (1, 3));
+        // Tap 2 (offset 2): o * 2 + 1 in 0..5 for o in 0..2.
+        assert_eq!(inside(3, 5, 2, 2, 1), (0, 2));
+        // A tap past the end reads nothing.
+        assert_eq!(inside(3, 2, 1, 5, 0), (0, 0));
     }
 
     #[test]
