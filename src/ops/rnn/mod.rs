@@ -1,5 +1,29 @@
-//! PLACEHOLDER
+//! The recurrent operators: `LSTM`, `GRU` and `RNN` (opsets 1, 7, 14; `GRU` also 3).
+//!
+//! Specs: <https://onnx.ai/onnx/operators/onnx__LSTM.html>,
+//! <https://onnx.ai/onnx/operators/onnx__GRU.html>,
+//! <https://onnx.ai/onnx/operators/onnx__RNN.html>.
+//!
+//! Opset notes: one definition per operator covers every opset, because the versions differ only
+//! in attributes the kernels read by opset: `layout` exists from 14 on, GRU's
+//! `linear_before_reset` from 3 on, and `output_sequence` (before 7) changes nothing here since
+//! `Y` is always computed. Later versions only widen the element types. `float`, `double`,
+//! `float16` and `bfloat16` run (the last two computed in `f32`).
+//!
+//! Every kernel returns all its outputs (`Y`, `Y_h`, and `Y_c` for LSTM); the interpreter keeps
+//! those the node names. Activation parameters are consumed in the order of the activations by
+//! those that take them, as onnxruntime does; the defaults are those of the ONNX operators of the
+//! same name (see [`common`]).
 
 use super::OpDef;
 
-pub(super) const DEFS: &[OpDef] = &[];
+mod common;
+mod gru;
+mod lstm;
+mod simple;
+
+pub(super) const DEFS: &[OpDef] = &[
+    OpDef::new("LSTM", 1, 3..=8, 0..=3, lstm::eval).with_infer(lstm::infer),
+    OpDef::new("GRU", 1, 3..=6, 0..=2, gru::eval).with_infer(gru::infer),
+    OpDef::new("RNN", 1, 3..=6, 0..=2, simple::eval).with_infer(simple::infer),
+];

@@ -1,0 +1,1002 @@
+//! What `LSTM`, `GRU` and `RNN` share: attributes (direction, activations with their alpha and
+//! beta, clip, layout, hidden_size), validation of the shared inputs, the input projection of all
+//! time steps as one GEMM, the per-step schedule under `sequence_lens`, running the directions,
+//! and the assembly of `Y` and the final states.
+//!
+//! Design note: `X` is never transposed. Its rows (one per time step and batch entry, in storage
+//! order) are projected through `W` at once; each step then gathers the rows of its batch
+//! entries from that projection. The reverse direction of a batch entry of length `len` visits
+//! times `len - 1` down to `0`, so at one step different entries may read different times. An
+//! entry whose sequence has ended keeps its state and writes no output (its `Y` rows stay zero);
+//! its final state is the one of its last valid step. A zero-length sequence has zero final
+//! states, as in onnxruntime.
+
+use std::borrow::Cow;
+use std::ops::{Add, Div, Mul, Neg, Sub};
+
+use crate::error::{Error, Result};
+use crate::ir::{AttrValue, Dim, Node, Shape, TensorType};
+use crate::ops::util::{optional, required, to_i64s, Float};
+use crate::ops::{EvalCtx, InferCtx};
+use crate::tensor::Tensor;
+use crate::DataType;
+
+/// Position of `X` among the inputs (the same for the three operators).
+pub(super) const X: usize = 0;
+/// Position of `W`.
+pub(super) const W: usize = 1;
+/// Position of `R`.
+pub(super) const R: usize = 2;
+/// Position of `B`.
+pub(super) const B: usize = 3;
+/// Position of `sequence_lens`.
+pub(super) const SEQUENCE_LENS: usize = 4;
+/// Position of `initial_h`.
+pub(super) const INITIAL_H: usize = 5;
+
+/// The element types the recurrences compute in: `f32` (also for `float16` and `bfloat16`
+/// tensors, converted on the way in and out) and `f64`.
+pub(super) trait Real:
+    Float
+    + Default
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+{
+    /// Zero.
+    const ZERO: Self;
+    /// One.
+    const ONE: Self;
+    /// `e^self`.
+    fn exp(self) -> Self;
+    /// The hyperbolic tangent.
+    fn tanh(self) -> Self;
+    /// `ln(1 + self)`, accurate near zero.
+    fn ln_1p(self) -> Self;
+    /// The absolute value.
+    fn abs(self) -> Self;
+    /// `C <- A B + beta C` through `matrixmultiply`, with `A` `m x k`, `B` `k x n` and `C`
+    /// `m x n` given by their first element and row and column strides.
+    ///
+    /// # Safety
+    /// Every element the strides address must lie inside its allocation, and the strides of `C`
+    /// must not alias two elements. [`gemm`] checks both.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm_raw(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: (*const Self, isize, isize),
+        b: (*const Self, isize, isize),
+        beta: Self,
+        c: (*mut Self, isize, isize),
+    );
+}
+
+macro_rules! impl_real {
+    ($t:ty, $gemm:path) => {
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            fn ln_1p(self) -> Self {
+                <$t>::ln_1p(self)
+            }
+            fn abs(self) -> Self {
+                <$t>::abs(self)
+            }
+            unsafe fn gemm_raw(
+                m: usize,
+                k: usize,
+                n: usize,
+                a: (*const Self, isize, isize),
+                b: (*const Self, isize, isize),
+                beta: Self,
+                c: (*mut Self, isize, isize),
+            ) {
+                // SAFETY: forwarded from the caller's contract.
+                unsafe {
+                    $gemm(
+                        m, k, n, 1.0, a.0, a.1, a.2, b.0, b.1, b.2, beta, c.0, c.1, c.2,
+                    )
+                }
+            }
+        }
+    };
+}
+
+impl_real!(f32, matrixmultiply::sgemm);
+impl_real!(f64, matrixmultiply::dgemm);
+
+/// A read-only `rows x cols` matrix inside a slice: element `(i, j)` is `data[i * rs + j * cs]`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct View<'a, T> {
+    data: &'a [T],
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a, T> View<'a, T> {
+    /// A contiguous row-major matrix at the start of `data`.
+    pub fn rows(data: &'a [T], rows: usize, cols: usize) -> Self {
+        View {
+            data,
+            rows,
+            cols,
+            rs: cols,
+            cs: 1,
+        }
+    }
+
+    /// The transpose, a view of the same elements.
+    pub fn t(self) -> Self {
+        View {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+}
+
+/// Whether a `rows x cols` matrix with strides `(rs, cs)` lies inside `len` elements, with
+/// strides representable as `isize`.
+fn fits(len: usize, rows: usize, cols: usize, rs: usize, cs: usize) -> Option<(isize, isize)> {
+    let strides = (isize::try_from(rs).ok()?, isize::try_from(cs).ok()?);
+    if rows == 0 || cols == 0 {
+        return Some(strides);
+    }
+    let last = (rows - 1)
+        .checked_mul(rs)?
+        .checked_add((cols - 1).checked_mul(cs)?)?;
+    (last < len).then_some(strides)
+}
+
+/// `C <- A B + beta C`, where `C` is the row-major block of `a.rows` rows of `b.cols` elements
+/// with row stride `ldc` at the start of `c`.
+pub(super) fn gemm<T: Real>(
+    a: View<'_, T>,
+    b: View<'_, T>,
+    beta: T,
+    c: &mut [T],
+    ldc: usize,
+) -> Result<()> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    let bad = || {
+        Error::Eval(format!(
+            "matrix product of {m}x{k} and {}x{n} out of bounds",
+            b.rows
+        ))
+    };
+    if b.rows != k || n > ldc {
+        return Err(bad());
+    }
+    let sa = fits(a.data.len(), m, k, a.rs, a.cs).ok_or_else(bad)?;
+    let sb = fits(b.data.len(), k, n, b.rs, b.cs).ok_or_else(bad)?;
+    let sc = fits(c.len(), m, n, ldc, 1).ok_or_else(bad)?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        for row in c.chunks_mut(ldc).take(m) {
+            row.iter_mut().take(n).for_each(|v| *v = beta * *v);
+        }
+        return Ok(());
+    }
+    // SAFETY: `fits` checked that every addressed element of A, B and C is inside its slice;
+    // C's column stride is 1 and its row stride is at least its width, so no two elements alias.
+    unsafe {
+        T::gemm_raw(
+            m,
+            k,
+            n,
+            (a.data.as_ptr(), sa.0, sa.1),
+            (b.data.as_ptr(), sb.0, sb.1),
+            beta,
+            (c.as_mut_ptr(), sc.0, sc.1),
+        );
+    }
+    Ok(())
+}
+
+/// The `direction` attribute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Direction {
+    Forward,
+    Reverse,
+    Bidirectional,
+}
+
+impl Direction {
+    /// The node's direction (default `forward`).
+    pub fn of(node: &Node) -> Result<Direction> {
+        match node.attr_string("direction")?.unwrap_or("forward") {
+            "forward" => Ok(Direction::Forward),
+            "reverse" => Ok(Direction::Reverse),
+            "bidirectional" => Ok(Direction::Bidirectional),
+            other => Err(Error::Eval(format!(
+                "direction must be forward, reverse or bidirectional, not '{other}'"
+            ))),
+        }
+    }
+
+    /// `num_directions`: 2 when bidirectional, else 1.
+    pub fn count(self) -> usize {
+        if self == Direction::Bidirectional {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Whether direction `d` (0 or 1) runs backwards in time.
+    fn reverses(self, d: usize) -> bool {
+        self == Direction::Reverse || (self == Direction::Bidirectional && d == 1)
+    }
+}
+
+/// Whether the node uses `layout = 1` (batch-major `X`, `Y`, states), which opsets before 14 do
+/// not have.
+pub(super) fn batch_major(node: &Node, opset: i64) -> Result<bool> {
+    if opset < 14 {
+        return Ok(false);
+    }
+    match node.attr_int("layout", 0)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(Error::Eval(format!("layout must be 0 or 1, not {other}"))),
+    }
+}
+
+/// An activation function of a gate, with its alpha and beta.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Activation {
+    Relu,
+    Tanh,
+    Sigmoid,
+    Affine { alpha: f32, beta: f32 },
+    LeakyRelu { alpha: f32 },
+    ThresholdedRelu { alpha: f32 },
+    ScaledTanh { alpha: f32, beta: f32 },
+    HardSigmoid { alpha: f32, beta: f32 },
+    Elu { alpha: f32 },
+    Softsign,
+    Softplus,
+}
+
+/// A stream of `activation_alpha` or `activation_beta` values, consumed in the order of the
+/// activations by those that take the parameter (as onnxruntime reads them); an exhausted list
+/// leaves the remaining activations their defaults.
+struct Params<'a>(std::slice::Iter<'a, f32>);
+
+impl Params<'_> {
+    fn next_or(&mut self, default: f32) -> f32 {
+        self.0.next().copied().unwrap_or(default)
+    }
+
+    fn required(&mut self, name: &str, param: &str) -> Result<f32> {
+        self.0.next().copied().ok_or_else(|| {
+            Error::Eval(format!(
+                "activation {name} needs an {param} value, which has no default"
+            ))
+        })
+    }
+}
+
+impl Activation {
+    /// The activation named `name` (case-insensitive, as onnxruntime accepts), taking its
+    /// parameters from the streams. Defaults are those of the ONNX operators of the same name
+    /// (`Affine`: 1 and 0, `LeakyRelu`: 0.01, `ThresholdedRelu`: 1, `HardSigmoid`: 0.2 and 0.5,
+    /// `Elu`: 1); `ScaledTanh` has none, so its alpha and beta are required.
+    fn parse(name: &str, alphas: &mut Params<'_>, betas: &mut Params<'_>) -> Result<Activation> {
+        Ok(match name.to_ascii_lowercase().as_str() {
+            "relu" => Activation::Relu,
+            "tanh" => Activation::Tanh,
+            "sigmoid" => Activation::Sigmoid,
+            "affine" => Activation::Affine {
+                alpha: alphas.next_or(1.0),
+                beta: betas.next_or(0.0),
+            },
+            "leakyrelu" => Activation::LeakyRelu {
+                alpha: alphas.next_or(0.01),
+            },
+            "thresholdedrelu" => Activation::ThresholdedRelu {
+                alpha: alphas.next_or(1.0),
+            },
+            "scaledtanh" => Activation::ScaledTanh {
+                alpha: alphas.required(name, "alpha")?,
+                beta: betas.required(name, "beta")?,
+            },
+            "hardsigmoid" => Activation::HardSigmoid {
+                alpha: alphas.next_or(0.2),
+                beta: betas.next_or(0.5),
+            },
+            "elu" => Activation::Elu {
+                alpha: alphas.next_or(1.0),
+            },
+            "softsign" => Activation::Softsign,
+            "softplus" => Activation::Softplus,
+            _ => {
+                return Err(Error::Unsupported(format!(
+                    "recurrent activation function '{name}'"
+                )))
+            }
+        })
+    }
+
+    /// The function's value at `x`.
+    pub fn eval<T: Real>(self, x: T) -> T {
+        let p = T::from_f32;
+        match self {
+            Activation::Relu => max(x, T::ZERO),
+            Activation::Tanh => x.tanh(),
+            Activation::Sigmoid => T::ONE / (T::ONE + (-x).exp()),
+            Activation::Affine { alpha, beta } => p(alpha) * x + p(beta),
+            Activation::LeakyRelu { alpha } => {
+                if x >= T::ZERO {
+                    x
+                } else {
+                    p(alpha) * x
+                }
+            }
+            Activation::ThresholdedRelu { alpha } => {
+                if x > p(alpha) {
+                    x
+                } else {
+                    T::ZERO
+                }
+            }
+            Activation::ScaledTanh { alpha, beta } => p(alpha) * (p(beta) * x).tanh(),
+            Activation::HardSigmoid { alpha, beta } => {
+                min(max(p(alpha) * x + p(beta), T::ZERO), T::ONE)
+            }
+            Activation::Elu { alpha } => {
+                if x >= T::ZERO {
+                    x
+                } else {
+                    p(alpha) * (x.exp() - T::ONE)
+                }
+            }
+            Activation::Softsign => x / (T::ONE + x.abs()),
+            // `max(x, 0) + ln(1 + e^-|x|)`: `ln(1 + e^x)` without overflow for large `x`.
+            Activation::Softplus => max(x, T::ZERO) + (-x.abs()).exp().ln_1p(),
+        }
+    }
+}
+
+fn max<T: Real>(a: T, b: T) -> T {
+    if a < b {
+        b
+    } else {
+        a
+    }
+}
+
+fn min<T: Real>(a: T, b: T) -> T {
+    if b < a {
+        b
+    } else {
+        a
+    }
+}
+
+/// The activations of every direction, `per_direction` each (forward first): the
+/// `activations` attribute with `activation_alpha`/`activation_beta`, or `defaults` repeated.
+fn activations(node: &Node, defaults: &[&str], directions: usize) -> Result<Vec<Activation>> {
+    let floats = |name| match node.attr(name) {
+        None => Ok(&[][..]),
+        Some(AttrValue::Floats(v)) => Ok(&v[..]),
+        Some(other) => Err(Error::Eval(format!(
+            "{name} must be floats, not {}",
+            other.type_name()
+        ))),
+    };
+    let mut alphas = Params(floats("activation_alpha")?.iter());
+    let mut betas = Params(floats("activation_beta")?.iter());
+    let names: Vec<String> = match node.attr("activations") {
+        None => (0..directions)
+            .flat_map(|_| defaults.iter().map(|s| s.to_string()))
+            .collect(),
+        Some(AttrValue::Strings(v)) => v
+            .iter()
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect(),
+        Some(other) => {
+            return Err(Error::Eval(format!(
+                "activations must be strings, not {}",
+                other.type_name()
+            )))
+        }
+    };
+    let want = defaults.len() * directions;
+    if names.len() != want {
+        return Err(Error::Eval(format!(
+            "activations lists {} functions, expected {want} ({} per direction)",
+            names.len(),
+            defaults.len()
+        )));
+    }
+    names
+        .iter()
+        .map(|n| Activation::parse(n, &mut alphas, &mut betas))
+        .collect()
+}
+
+/// The sizes of one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Dims {
+    pub seq: usize,
+    pub batch: usize,
+    pub input: usize,
+    pub hidden: usize,
+    pub directions: usize,
+    /// Gate blocks in `W`, `R` and each half of `B`: 4 (LSTM), 3 (GRU), 1 (RNN).
+    pub gates: usize,
+}
+
+/// What each operator declares about itself to [`Problem::new`].
+pub(super) struct Spec {
+    /// Gate blocks in `W` and `R`.
+    pub gates: usize,
+    /// The activations of one direction when the node does not list them.
+    pub activations: &'static [&'static str],
+}
+
+/// One node's validated inputs and attributes, with the data of its floating-point inputs in
+/// the compute type `T`.
+pub(super) struct Problem<'a, T: Real> {
+    pub dims: Dims,
+    pub batch_major: bool,
+    /// The length of each batch entry's sequence.
+    lens: Vec<usize>,
+    direction: Direction,
+    activations: Vec<Activation>,
+    clip: Option<T>,
+    /// The element type of `X` and of the outputs.
+    dtype: DataType,
+    x: Cow<'a, [T]>,
+    w: Cow<'a, [T]>,
+    r: Cow<'a, [T]>,
+    b: Option<Cow<'a, [T]>>,
+    pub initial_h: Option<Cow<'a, [T]>>,
+}
+
+/// The element type `X` computes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Precision {
+    F32,
+    F64,
+}
+
+/// The compute type of a node, from the element type of `X`.
+pub(super) fn precision(inputs: &[Option<&Tensor>]) -> Result<Precision> {
+    match required(inputs, X)?.dtype() {
+        DataType::Float | DataType::Float16 | DataType::Bfloat16 => Ok(Precision::F32),
+        DataType::Double => Ok(Precision::F64),
+        other => Err(crate::ops::util::unsupported_type(
+            "a recurrent operator",
+            other,
+        )),
+    }
+}
+
+/// The elements of `t` in the compute type `T`: borrowed when `t` already has that type,
+/// converted from `float16`/`bfloat16` otherwise.
+fn values<'a, T: Real>(t: &'a Tensor) -> Result<Cow<'a, [T]>> {
+    if t.dtype() == T::DTYPE {
+        return Ok(Cow::Borrowed(t.as_slice::<T>()?));
+    }
+    crate::dispatch_float!(t.dtype(), S => Ok(Cow::Owned(
+        t.as_slice::<S>()?.iter().map(|&v| T::from_f32(v.to_f32())).collect()
+    )), _ => Err(crate::ops::util::unsupported_type("a recurrent operator", t.dtype())))
+}
+
+/// A tensor of `dtype` from values computed in `T`.
+fn output<T: Real>(dtype: DataType, shape: &[usize], values: Vec<T>) -> Result<Tensor> {
+    if dtype == T::DTYPE {
+        return Ok(Tensor::from_vec(dtype, shape, values)?);
+    }
+    crate::dispatch_float!(dtype, S => {
+        let narrowed: Vec<S> = values.iter().map(|&v| S::from_f32(v.to_f32())).collect();
+        Ok(Tensor::from_vec(dtype, shape, narrowed)?)
+    }, _ => Err(crate::ops::util::unsupported_type("a recurrent operator", dtype)))
+}
+
+/// The product of `sizes`, as an element count whose bytes fit in memory addressing.
+pub(super) fn checked_len<T>(sizes: &[usize]) -> Result<usize> {
+    sizes
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| {
+            n.checked_mul(std::mem::size_of::<T>())
+                .is_some_and(|b| b <= isize::MAX as usize)
+        })
+        .ok_or_else(|| Error::Eval(format!("a buffer of {sizes:?} elements is too large")))
+}
+
+/// Checks that `t` has shape `expected`.
+fn expect_shape(t: &Tensor, name: &str, expected: &[usize], meaning: &str) -> Result<()> {
+    if t.shape() == expected {
+        Ok(())
+    } else {
+        Err(Error::Eval(format!(
+            "{name} has shape {:?}, expected {expected:?} ({meaning})",
+            t.shape()
+        )))
+    }
+}
+
+/// The per-entry sequence lengths: all `seq` when `sequence_lens` is omitted.
+fn sequence_lens(t: Option<&Tensor>, seq: usize, batch: usize) -> Result<Vec<usize>> {
+    let Some(t) = t else {
+        return Ok(vec![seq; batch]);
+    };
+    expect_shape(t, "sequence_lens", &[batch], "[batch_size]")?;
+    to_i64s(t)?
+        .into_iter()
+        .map(|len| {
+            usize::try_from(len)
+                .ok()
+                .filter(|&l| l <= seq)
+                .ok_or_else(|| {
+                    Error::Eval(format!(
+                        "sequence length {len} is outside [0, {seq}] (seq_length)"
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// What one direction computed: its `Y` rows (`[seq, batch, hidden]`, zero past each
+/// sequence's end) and its final states (`[batch, hidden]` each: `h`, then `c` for LSTM).
+pub(super) struct Track<T> {
+    pub y: Vec<T>,
+    pub states: Vec<Vec<T>>,
+}
+
+impl<'a, T: Real> Problem<'a, T> {
+    /// Validates `X`, `W`, `R`, `B`, `sequence_lens` and `initial_h` and reads the shared
+    /// attributes.
+    pub fn new(ctx: &EvalCtx<'_>, inputs: &[Option<&'a Tensor>], spec: &Spec) -> Result<Self> {
+        let node = ctx.node;
+        let direction = Direction::of(node)?;
+        let batch_major = batch_major(node, ctx.opset)?;
+        let (x, w, r) = (
+            required(inputs, X)?,
+            required(inputs, W)?,
+            required(inputs, R)?,
+        );
+        let dtype = x.dtype();
+        for (i, t) in inputs.iter().enumerate() {
+            if let Some(t) = t.filter(|_| i != SEQUENCE_LENS) {
+                if t.dtype() != dtype {
+                    return Err(Error::Eval(format!(
+                        "input {i} is {}, but X is {dtype}",
+                        t.dtype()
+                    )));
+                }
+            }
+        }
+        let &[d0, d1, input] = x.shape() else {
+            return Err(Error::Eval(format!(
+                "X must have rank 3, found shape {:?}",
+                x.shape()
+            )));
+        };
+        let (seq, batch) = if batch_major { (d1, d0) } else { (d0, d1) };
+        let directions = direction.count();
+        let &[_, _, hidden] = r.shape() else {
+            return Err(Error::Eval(format!(
+                "R must have rank 3, found shape {:?}",
+                r.shape()
+            )));
+        };
+        if hidden == 0 {
+            return Err(Error::Eval("hidden_size must be positive".into()));
+        }
+        let declared = node.attr_int("hidden_size", hidden as i64)?;
+        if declared != hidden as i64 {
+            return Err(Error::Eval(format!(
+                "hidden_size is {declared}, but R has hidden size {hidden}"
+            )));
+        }
+        let gh = spec
+            .gates
+            .checked_mul(hidden)
+            .ok_or_else(|| Error::Eval("hidden_size is too large".into()))?;
+        expect_shape(
+            r,
+            "R",
+            &[directions, gh, hidden],
+            "[num_directions, gates*hidden_size, hidden_size]",
+        )?;
+        expect_shape(
+            w,
+            "W",
+            &[directions, gh, input],
+            "[num_directions, gates*hidden_size, input_size]",
+        )?;
+        let dims = Dims {
+            seq,
+            batch,
+            input,
+            hidden,
+            directions,
+            gates: spec.gates,
+        };
+        // Every buffer of a run is at most this large per direction.
+        checked_len::<T>(&[seq, batch, gh.max(input)])?;
+        let lens = sequence_lens(optional(inputs, SEQUENCE_LENS), seq, batch)?;
+        let mut problem = Problem {
+            dims,
+            batch_major,
+            lens,
+            direction,
+            activations: activations(node, spec.activations, directions)?,
+            clip: None,
+            dtype,
+            x: values(x)?,
+            w: values(w)?,
+            r: values(r)?,
+            b: None,
+            initial_h: None,
+        };
+        if let Some(clip) = node.attr("clip") {
+            match clip {
+                AttrValue::Float(c) if *c >= 0.0 => problem.clip = Some(T::from_f32(*c)),
+                _ => return Err(Error::Eval("clip must be a non-negative float".into())),
+            }
+        }
+        problem.b = problem.per_direction(inputs, B, "B", 2 * gh)?;
+        problem.initial_h = problem.state(inputs, INITIAL_H, "initial_h")?;
+        Ok(problem)
+    }
+
+    /// Optional input `i` of shape `[num_directions, width]`.
+    pub fn per_direction(
+        &self,
+        inputs: &[Option<&'a Tensor>],
+        i: usize,
+        name: &str,
+        width: usize,
+    ) -> Result<Option<Cow<'a, [T]>>> {
+        let Some(t) = optional(inputs, i) else {
+            return Ok(None);
+        };
+        expect_shape(
+            t,
+            name,
+            &[self.dims.directions, width],
+            "[num_directions, width]",
+        )?;
+        Ok(Some(values(t)?))
+    }
+
+    /// Optional initial state input `i`: `[num_directions, batch, hidden]` (batch-major:
+    /// `[batch, num_directions, hidden]`).
+    pub fn state(
+        &self,
+        inputs: &[Option<&'a Tensor>],
+        i: usize,
+        name: &str,
+    ) -> Result<Option<Cow<'a, [T]>>> {
+        let Some(t) = optional(inputs, i) else {
+            return Ok(None);
+        };
+        let Dims {
+            batch,
+            hidden,
+            directions,
+            ..
+        } = self.dims;
+        let (expected, meaning) = if self.batch_major {
+            (
+                [batch, directions, hidden],
+                "[batch_size, num_directions, hidden_size]",
+            )
+        } else {
+            (
+                [directions, batch, hidden],
+                "[num_directions, batch_size, hidden_size]",
+            )
+        };
+        expect_shape(t, name, &expected, meaning)?;
+        Ok(Some(values(t)?))
+    }
+
+    /// Direction `d`'s `W` (`[gates*hidden, input]`) and `R` (`[gates*hidden, hidden]`).
+    pub fn weights(&self, d: usize) -> (&[T], &[T]) {
+        let Dims {
+            gates,
+            hidden,
+            input,
+            ..
+        } = self.dims;
+        let (wn, rn) = (gates * hidden * input, gates * hidden * hidden);
+        (&self.w[d * wn..(d + 1) * wn], &self.r[d * rn..(d + 1) * rn])
+    }
+
+    /// Direction `d`'s input and recurrence biases (`Wb`, `Rb`), zeros when `B` is omitted.
+    pub fn biases(&self, d: usize) -> (Vec<T>, Vec<T>) {
+        let gh = self.dims.gates * self.dims.hidden;
+        match &self.b {
+            Some(b) => {
+                let row = &b[2 * gh * d..2 * gh * (d + 1)];
+                (row[..gh].to_vec(), row[gh..].to_vec())
+            }
+            None => (vec![T::ZERO; gh], vec![T::ZERO; gh]),
+        }
+    }
+
+    /// Direction `d`'s activation functions.
+    pub fn activations(&self, d: usize) -> &[Activation] {
+        let k = self.activations.len() / self.dims.directions;
+        &self.activations[d * k..(d + 1) * k]
+    }
+
+    /// A gate's activation applied to its clipped input.
+    #[inline]
+    pub fn gate(&self, f: Activation, x: T) -> T {
+        match self.clip {
+            Some(c) => f.eval(min(max(x, -c), c)),
+            None => f.eval(x),
+        }
+    }
+
+    /// Direction `d`'s starting state (`[batch, hidden]`) from an initial-state input, zeros
+    /// when omitted.
+    pub fn initial(&self, state: Option<&[T]>, d: usize) -> Vec<T> {
+        let Dims {
+            batch,
+            hidden,
+            directions,
+            ..
+        } = self.dims;
+        let Some(state) = state else {
+            return vec![T::ZERO; batch * hidden];
+        };
+        if self.batch_major {
+            (0..batch)
+                .flat_map(|b| {
+                    let at = (b * directions + d) * hidden;
+                    state[at..at + hidden].iter().copied()
+                })
+                .collect()
+        } else {
+            state[d * batch * hidden..(d + 1) * batch * hidden].to_vec()
+        }
+    }
+
+    /// `X W^T + bias` for every row of `X` (`[seq * batch, width]`, rows in `X`'s order), where
+    /// `w` is `[width, input]`.
+    pub fn project(&self, w: &[T], bias: &[T]) -> Result<Vec<T>> {
+        let Dims {
+            seq, batch, input, ..
+        } = self.dims;
+        let (rows, width) = (seq * batch, bias.len());
+        let mut out = Vec::with_capacity(checked_len::<T>(&[rows, width])?);
+        for _ in 0..rows {
+            out.extend_from_slice(bias);
+        }
+        gemm(
+            View::rows(&self.x, rows, input),
+            View::rows(w, width, input).t(),
+            T::ONE,
+            &mut out,
+            width,
+        )?;
+        Ok(out)
+    }
+
+    /// Runs direction `d` over its sequence. `xw` is its projection ([`Problem::project`],
+    /// rows of `width`); `h` its starting hidden state. At each step the rows of the active
+    /// batch entries are gathered into `g` (`[batch, width]`) and `step(active, g, h)` advances
+    /// `h` (and whatever state the operator keeps) for the entries marked active. Returns `Y`'s
+    /// rows for the direction and the final `h`.
+    pub fn scan(
+        &self,
+        d: usize,
+        xw: &[T],
+        width: usize,
+        mut h: Vec<T>,
+        mut step: impl FnMut(&[bool], &mut [T], &mut [T]) -> Result<()>,
+    ) -> Result<(Vec<T>, Vec<T>)> {
+        let Dims {
+            seq, batch, hidden, ..
+        } = self.dims;
+        let reverse = self.direction.reverses(d);
+        let mut y = vec![T::ZERO; checked_len::<T>(&[seq, batch, hidden])?];
+        let mut g = vec![T::ZERO; batch * width];
+        let mut times = vec![None; batch];
+        let mut active = vec![false; batch];
+        for s in 0..seq {
+            for ((time, on), &len) in times.iter_mut().zip(&mut active).zip(&self.lens) {
+                *time = (s < len).then(|| if reverse { len - 1 - s } else { s });
+                *on = time.is_some();
+            }
+            if !active.contains(&true) {
+                break;
+            }
+            for (b, (row, time)) in g.chunks_exact_mut(width).zip(&times).enumerate() {
+                if let Some(t) = *time {
+                    let at = self.x_row(t, b) * width;
+                    row.copy_from_slice(&xw[at..at + width]);
+                }
+            }
+            step(&active, &mut g, &mut h)?;
+            for (b, (state, time)) in h.chunks_exact(hidden).zip(&times).enumerate() {
+                if let Some(t) = *time {
+                    let at = (t * batch + b) * hidden;
+                    y[at..at + hidden].copy_from_slice(state);
+                }
+            }
+        }
+        Ok((y, h))
+    }
+
+    /// The row of `X` (and of a projection) holding time `t` of batch entry `b`.
+    fn x_row(&self, t: usize, b: usize) -> usize {
+        if self.batch_major {
+            b * self.dims.seq + t
+        } else {
+            t * self.dims.batch + b
+        }
+    }
+
+    /// Runs `direction(d)` for every direction (both at once when bidirectional) and assembles
+    /// `Y` and the final states into output tensors.
+    pub fn run(&self, direction: impl Fn(usize) -> Result<Track<T>> + Sync) -> Result<Vec<Tensor>> {
+        let tracks = if self.dims.directions == 2 {
+            let (f, b) = rayon::join(|| direction(0), || direction(1));
+            vec![f?, b?]
+        } else {
+            vec![direction(0)?]
+        };
+        self.assemble(tracks)
+    }
+
+    /// `Y` and each final state, in the node's layout.
+    fn assemble(&self, mut tracks: Vec<Track<T>>) -> Result<Vec<Tensor>> {
+        let Dims {
+            seq,
+            batch,
+            hidden,
+            directions: nd,
+            ..
+        } = self.dims;
+        for track in &mut tracks {
+            // A sequence of length zero has zero final states.
+            for state in &mut track.states {
+                for (row, _) in state
+                    .chunks_exact_mut(hidden)
+                    .zip(&self.lens)
+                    .filter(|(_, &l)| l == 0)
+                {
+                    row.fill(T::ZERO);
+                }
+            }
+        }
+        let mut y = vec![T::ZERO; checked_len::<T>(&[seq, nd, batch, hidden])?];
+        for (d, track) in tracks.iter().enumerate() {
+            for (k, row) in track.y.chunks_exact(hidden).enumerate() {
+                let (t, b) = (k / batch, k % batch);
+                let at = self.output_row(t, d, b) * hidden;
+                y[at..at + hidden].copy_from_slice(row);
+            }
+        }
+        let (y_shape, state_shape) = if self.batch_major {
+            (vec![batch, seq, nd, hidden], vec![batch, nd, hidden])
+        } else {
+            (vec![seq, nd, batch, hidden], vec![nd, batch, hidden])
+        };
+        let mut outputs = vec![output(self.dtype, &y_shape, y)?];
+        let n_states = tracks.first().map_or(0, |t| t.states.len());
+        for s in 0..n_states {
+            let mut state = vec![T::ZERO; nd * batch * hidden];
+            for (d, track) in tracks.iter().enumerate() {
+                for (b, row) in track.states[s].chunks_exact(hidden).enumerate() {
+                    let at = if self.batch_major {
+                        b * nd + d
+                    } else {
+                        d * batch + b
+                    } * hidden;
+                    state[at..at + hidden].copy_from_slice(row);
+                }
+            }
+            outputs.push(output(self.dtype, &state_shape, state)?);
+        }
+        Ok(outputs)
+    }
+
+    /// The row of `Y` holding time `t` of direction `d` for batch entry `b`.
+    fn output_row(&self, t: usize, d: usize, b: usize) -> usize {
+        let Dims {
+            seq,
+            batch,
+            directions: nd,
+            ..
+        } = self.dims;
+        if self.batch_major {
+            (b * seq + t) * nd + d
+        } else {
+            (t * nd + d) * batch + b
+        }
+    }
+}
+
+/// The output types of a recurrent node: `Y`, then `states` final states (`Y_h`, and `Y_c` for
+/// LSTM), with `seq_length` and `batch_size` carried from `X` and `hidden_size` from the
+/// attribute or the shape of `R` (or `W`).
+pub(super) fn infer(ctx: &InferCtx<'_>, gates: usize, states: usize) -> Result<Vec<TensorType>> {
+    let node = ctx.node;
+    let nd = Dim::Known(Direction::of(node)?.count() as i64);
+    let batch_major = batch_major(node, ctx.opset)?;
+    let x = ctx.input(X);
+    let (seq, batch) = match x.and_then(|t| t.shape.as_ref()) {
+        Some(s) if s.rank() == 3 => {
+            let (a, b) = (s.dims[0].clone(), s.dims[1].clone());
+            if batch_major {
+                (b, a)
+            } else {
+                (a, b)
+            }
+        }
+        Some(s) => {
+            return Err(Error::Eval(format!(
+                "X must have rank 3, found rank {}",
+                s.rank()
+            )))
+        }
+        None => (Dim::Unknown, Dim::Unknown),
+    };
+    let hidden = hidden_dim(ctx, gates)?;
+    let (y, state) = if batch_major {
+        (
+            vec![batch.clone(), seq, nd.clone(), hidden.clone()],
+            vec![batch, nd, hidden],
+        )
+    } else {
+        (
+            vec![seq, nd.clone(), batch.clone(), hidden.clone()],
+            vec![nd, batch, hidden],
+        )
+    };
+    let elem = x.and_then(|t| t.elem);
+    Ok(std::iter::once(y)
+        .chain(std::iter::repeat_n(state, states))
+        .map(|dims| TensorType {
+            elem,
+            shape: Some(Shape::new(dims)),
+        })
+        .collect())
+}
+
+/// `hidden_size`: the attribute, else dim 2 of `R`, else dim 1 of `W` divided by the gates.
+fn hidden_dim(ctx: &InferCtx<'_>, gates: usize) -> Result<Dim> {
+    if let Some(AttrValue::Int(h)) = ctx.node.attr("hidden_size") {
+        return Ok(Dim::Known(*h));
+    }
+    let dim = |i: usize, axis: usize| {
+        ctx.input(i)
+            .and_then(|t| t.shape.as_ref())
+            .filter(|s| s.rank() == 3)
+            .map(|s| s.dims[axis].clone())
+    };
+    if let Some(d) = dim(R, 2).filter(|d| *d != Dim::Unknown) {
+        return Ok(d);
+    }
+    Ok(match dim(W, 1).and_then(|d| d.known()) {
+        Some(n) => Dim::Known(n / gates as i64),
+        None => Dim::Unknown,
+    })
+}

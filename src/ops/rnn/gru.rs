@@ -1,0 +1,117 @@
+//! `GRU`: gates `z`, `r`, `h` (in that order in `W`, `R` and `B`), and `linear_before_reset`
+//! (opset 3 on).
+//!
+//! Per step, with `f`, `g` the direction's activations (default Sigmoid, Tanh) and the clip
+//! applied to every gate's input: `z = f(Xz + Hz)`, `r = f(Xr + Hr)`, then
+//! `h = g(Xh + (r*H) Rh^T + Rbh)` (`linear_before_reset = 0`) or
+//! `h = g(Xh + r*(H Rh^T + Rbh))` (otherwise), and `H' = (1 - z)*h + z*H`, where `X*` are the
+//! input projections with `Wb*` and `H*` the recurrent ones with `Rb*`.
+//!
+//! Design note: the recurrent product of `z` and `r` is one GEMM into the gathered gate inputs.
+//! Without `linear_before_reset` the `h` gate needs `r*H` first, so it is a second GEMM after
+//! the reset gate; with it, `H Rh^T` goes into a separate buffer because `r` scales it.
+
+use crate::error::Result;
+use crate::ir::TensorType;
+use crate::ops::{EvalCtx, InferCtx};
+use crate::tensor::Tensor;
+
+use super::common::{self, gemm, precision, Precision, Problem, Real, Spec, Track, View};
+
+const SPEC: Spec = Spec {
+    gates: 3,
+    activations: &["Sigmoid", "Tanh"],
+};
+
+pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    match precision(inputs)? {
+        Precision::F32 => run::<f32>(ctx, inputs),
+        Precision::F64 => run::<f64>(ctx, inputs),
+    }
+}
+
+pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    common::infer(ctx, SPEC.gates, 1)
+}
+
+fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let p = Problem::<T>::new(ctx, inputs, &SPEC)?;
+    // Opset 1 has no linear_before_reset: it always resets before the product.
+    let linear = ctx.opset >= 3 && ctx.node.attr_int("linear_before_reset", 0)? != 0;
+    p.run(|d| direction(&p, d, linear))
+}
+
+/// Runs direction `d` and returns its `Y` rows and final `h`.
+fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Track<T>> {
+    let (batch, n) = (p.dims.batch, p.dims.hidden);
+    let width = 3 * n;
+    let acts = p.activations(d);
+    let (f, g_act) = (acts[0], acts[1]);
+    let (w, r) = p.weights(d);
+    let (r_zr, r_h) = r.split_at(2 * n * n);
+    let (wb, rb) = p.biases(d);
+    // `Rbh` joins the projection unless the reset gate scales it.
+    let folded = if linear { 2 * n } else { width };
+    let bias: Vec<T> = (0..width)
+        .map(|j| if j < folded { wb[j] + rb[j] } else { wb[j] })
+        .collect();
+    let rbh = &rb[2 * n..];
+    let xw = p.project(w, &bias)?;
+    // `r*H` (default) or `H Rh^T` (linear_before_reset), one row per batch entry.
+    let mut scratch = p.initial(None, d);
+    let h = p.initial(p.initial_h.as_deref(), d);
+    let (y, h) = p.scan(d, &xw, width, h, |active, g, h| {
+        gemm(
+            View::rows(h, batch, n),
+            View::rows(r_zr, 2 * n, n).t(),
+            T::ONE,
+            g,
+            width,
+        )?;
+        let r_h_t = View::rows(r_h, n, n).t();
+        if linear {
+            gemm(View::rows(h, batch, n), r_h_t, T::ZERO, &mut scratch, n)?;
+        }
+        for ((g, h), (extra, _)) in g
+            .chunks_exact_mut(width)
+            .zip(h.chunks_exact(n))
+            .zip(scratch.chunks_exact_mut(n).zip(active))
+            .filter(|(_, (_, &on))| on)
+        {
+            let (zr, gh) = g.split_at_mut(2 * n);
+            for j in 0..n {
+                zr[j] = p.gate(f, zr[j]);
+                let reset = p.gate(f, zr[n + j]);
+                zr[n + j] = reset;
+                if linear {
+                    gh[j] = gh[j] + reset * (extra[j] + rbh[j]);
+                } else {
+                    extra[j] = reset * h[j];
+                }
+            }
+        }
+        if !linear {
+            gemm(
+                View::rows(&scratch, batch, n),
+                r_h_t,
+                T::ONE,
+                &mut g[2 * n..],
+                width,
+            )?;
+        }
+        for ((g, h), _) in g
+            .chunks_exact(width)
+            .zip(h.chunks_exact_mut(n))
+            .zip(active)
+            .filter(|(_, &on)| on)
+        {
+            let (z, gh) = (&g[..n], &g[2 * n..]);
+            for j in 0..n {
+                let candidate = p.gate(g_act, gh[j]);
+                h[j] = (T::ONE - z[j]) * candidate + z[j] * h[j];
+            }
+        }
+        Ok(())
+    })?;
+    Ok(Track { y, states: vec![h] })
+}
