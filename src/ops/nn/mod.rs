@@ -11,6 +11,7 @@ mod conv;
 mod conv_transpose;
 mod gemm;
 mod matmul;
+mod pool;
 mod window;
 
 use super::OpDef;
@@ -25,6 +26,10 @@ use matmul::{
     eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
     infer_qlinear_matmul,
 };
+use pool::{
+    eval_average_pool, eval_global_average_pool, eval_global_lp_pool, eval_global_max_pool,
+    eval_lp_pool, eval_max_pool, infer_global_pool, infer_pool,
+};
 
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("MatMul", 1, 2..=2, 1..=1, eval_matmul).with_infer(infer_matmul),
@@ -38,4 +43,18 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_conv_transpose),
     OpDef::new("ConvInteger", 10, 2..=4, 1..=1, eval_conv_integer).with_infer(infer_conv_integer),
     OpDef::new("QLinearConv", 10, 8..=9, 1..=1, eval_qlinear_conv).with_infer(infer_qlinear_conv),
+    OpDef::new("MaxPool", 1, 1..=1, 1..=2, eval_max_pool).with_infer(infer_pool),
+    OpDef::new("AveragePool", 1, 1..=1, 1..=1, eval_average_pool).with_infer(infer_pool),
+    OpDef::new("LpPool", 1, 1..=1, 1..=1, eval_lp_pool).with_infer(infer_pool),
+    OpDef::new("GlobalMaxPool", 1, 1..=1, 1..=1, eval_global_max_pool)
+        .with_infer(infer_global_pool),
+    OpDef::new(
+        "GlobalAveragePool",
+        1,
+        1..=1,
+        1..=1,
+        eval_global_average_pool,
+    )
+    .with_infer(infer_global_pool),
+    OpDef::new("GlobalLpPool", 1, 1..=1, 1..=1, eval_global_lp_pool).with_infer(infer_global_pool),
 ];

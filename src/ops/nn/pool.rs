@@ -1,0 +1,519 @@
+//! The pools: `MaxPool` (opsets 1, 8, 10, 11, 12, 22), `AveragePool` (1, 7, 10, 11, 19, 22),
+//! `LpPool` (1, 2, 11, 18, 22) and their global forms `GlobalMaxPool`, `GlobalAveragePool` (1,
+//! 22) and `GlobalLpPool` (1, 2, 22), over 1 to 3 spatial dims.
+//!
+//! Specs: <https://onnx.ai/onnx/operators/onnx__MaxPool.html>,
+//! <https://onnx.ai/onnx/operators/onnx__AveragePool.html>,
+//! <https://onnx.ai/onnx/operators/onnx__LpPool.html> and the global pages.
+//!
+//! One kernel per reduction serves every opset: attributes an opset does not define are absent,
+//! and their defaults (no dilation, floor mode) give the older behaviour. Windows see only input
+//! elements; `AveragePool` with `count_include_pad` divides by the taps that land inside the input
+//! or its explicit pads (never the extra positions `ceil_mode` adds). `MaxPool`'s optional
+//! `Indices` output holds flat indices into the input, with the spatial dims in row-major
+//! (`storage_order` 0) or column-major (1) order. `LpPool` opset 1 has a float `p`; later opsets an
+//! integer one.
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::ir::{AttrValue, Dim, Node, TensorType};
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::super::util::{required, unsupported_type};
+use super::super::{EvalCtx, InferCtx};
+use super::common::{checked_product, dispatch_real, input_dims, tensor_type, Real};
+use super::window::{Geometry3, Window};
+
+/// The taps of one output index along one dim: the first input position, the number of taps
+/// inside the input, and the number inside the input or its explicit pads.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    first: usize,
+    count: usize,
+    padded: usize,
+}
+
+/// A pool over one input: geometry, the taps of every output index, and the plane count.
+struct Pool {
+    geo: Geometry3,
+    spans: [Vec<Span>; 3],
+    planes: usize,
+    out_shape: Vec<usize>,
+}
+
+impl Pool {
+    fn new(node: &Node, x: &[usize]) -> Result<Pool> {
+        if x.len() < 3 {
+            return Err(Error::Eval(format!(
+                "X {x:?} needs a batch, a channel and at least one spatial dim"
+            )));
+        }
+        let window = Window::of(node, x.len() - 2, None)?;
+        let ceil = node.attr_int("ceil_mode", 0)? != 0;
+        let geometry = window.resolve(&x[2..], ceil)?;
+        let geo = geometry.to_3d()?;
+        let spans = [0, 1, 2].map(|i| {
+            (0..geo.output[i])
+                .map(|o| {
+                    let (_, count, first) = geo.taps_inside(i, o);
+                    Span {
+                        first,
+                        count,
+                        padded: geo.taps_padded(i, o),
+                    }
+                })
+                .collect()
+        });
+        let mut out_shape = x[..2].to_vec();
+        out_shape.extend(&geometry.output);
+        checked_product(&out_shape)?;
+        Ok(Pool {
+            geo,
+            spans,
+            planes: x[0] * x[1],
+            out_shape,
+        })
+    }
+
+    /// Runs `f(plane_input, output_index, positions)` for every output element of every plane in
+    /// parallel; `positions` lists the input offsets (within the plane) the window covers.
+    fn for_each<O: Send>(
+        &self,
+        x_plane: usize,
+        out: &mut [O],
+        f: impl Fn(usize, &[usize], &Span3, &mut O) + Sync,
+    ) {
+        let out_plane = self.geo.out_plane();
+        if out_plane == 0 {
+            return;
+        }
+        let [_, ih, iw] = self.geo.input;
+        let [dd, dh, dw] = self.geo.dilations;
+        out.par_chunks_mut(out_plane)
+            .enumerate()
+            .for_each(|(plane, y)| {
+                let mut positions = Vec::new();
+                let mut k = 0;
+                for sz in &self.spans[0] {
+                    for sy in &self.spans[1] {
+                        for sx in &self.spans[2] {
+                            positions.clear();
+                            for jz in 0..sz.count {
+                                let z = sz.first + jz * dd;
+                                for jy in 0..sy.count {
+                                    let row = (z * ih + sy.first + jy * dh) * iw;
+                                    positions
+                                        .extend((0..sx.count).map(|jx| row + sx.first + jx * dw));
+                                }
+                            }
+                            let spans = Span3 {
+                                padded: sz.padded * sy.padded * sx.padded,
+                            };
+                            f(plane * x_plane, &positions, &spans, &mut y[k]);
+                            k += 1;
+                        }
+                    }
+                }
+            });
+    }
+}
+
+/// What a window knows besides its positions.
+struct Span3 {
+    /// Taps inside the input or its explicit pads.
+    padded: usize,
+}
+
+/// The flat index `MaxPool` reports for plane offset `base` and spatial offset `pos` (row-major
+/// within the plane), in the requested storage order.
+fn flat_index(geo: &Geometry3, base: usize, pos: usize, column_major: bool) -> i64 {
+    if !column_major {
+        return (base + pos) as i64;
+    }
+    let [id, ih, iw] = geo.input;
+    let (z, y, x) = (pos / (ih * iw), (pos / iw) % ih, pos % iw);
+    (base + z + y * id + x * id * ih) as i64
+}
+
+fn max_pool<T: Copy + PartialOrd + Default + Send + Sync>(
+    pool: &Pool,
+    x: &[T],
+    column_major: bool,
+) -> Vec<(T, i64)> {
+    let mut out = vec![(T::default(), -1i64); pool.planes * pool.geo.out_plane()];
+    let x_plane = pool.geo.in_plane();
+    pool.for_each(x_plane, &mut out, |base, positions, _, o| {
+        let mut best: Option<(T, usize)> = None;
+        for &p in positions {
+            let v = x[base + p];
+            if best.is_none_or(|(b, _)| v > b) {
+                best = Some((v, p));
+            }
+        }
+        if let Some((v, p)) = best {
+            *o = (v, flat_index(&pool.geo, base, p, column_major));
+        }
+    });
+    out
+}
+
+/// Runs `$body` with `$T` bound to the element type `MaxPool` takes natively.
+macro_rules! dispatch_ordered {
+    ($dtype:expr, $T:ident => $body:expr, _ => $other:expr) => {
+        match $dtype {
+            DataType::Float => {
+                type $T = f32;
+                $body
+            }
+            DataType::Double => {
+                type $T = f64;
+                $body
+            }
+            DataType::Float16 => {
+                type $T = f16;
+                $body
+            }
+            DataType::Bfloat16 => {
+                type $T = bf16;
+                $body
+            }
+            DataType::Int8 => {
+                type $T = i8;
+                $body
+            }
+            DataType::Uint8 => {
+                type $T = u8;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+
+pub(super) fn eval_max_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    let pool = Pool::new(ctx.node, x.shape())?;
+    let column_major = ctx.node.attr_int("storage_order", 0)? != 0;
+    let dtype = x.dtype();
+    let (values, indices) = dispatch_ordered!(dtype, T => {
+        let out = max_pool(&pool, x.as_slice::<T>()?, column_major);
+        let (v, i): (Vec<T>, Vec<i64>) = out.into_iter().unzip();
+        (Tensor::from_vec(dtype, &pool.out_shape, v)?, i)
+    }, _ => return Err(unsupported_type("MaxPool", dtype)));
+    let mut outs = vec![values];
+    if ctx.node.outputs.len() > 1 {
+        outs.push(Tensor::from_vec(DataType::Int64, &pool.out_shape, indices)?);
+    }
+    Ok(outs)
+}
+
+fn average_pool<T: Real>(pool: &Pool, x: &[T], include_pad: bool) -> Vec<T> {
+    let mut out = vec![T::ZERO; pool.planes * pool.geo.out_plane()];
+    pool.for_each(
+        pool.geo.in_plane(),
+        &mut out,
+        |base, positions, spans, o| {
+            let sum: T = positions.iter().map(|&p| x[base + p]).sum();
+            let n = if include_pad {
+                spans.padded
+            } else {
+                positions.len()
+            };
+            *o = sum / T::from_usize(n);
+        },
+    );
+    out
+}
+
+pub(super) fn eval_average_pool(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    let pool = Pool::new(ctx.node, x.shape())?;
+    let include_pad = ctx.node.attr_int("count_include_pad", 0)? != 0;
+    let dtype = x.dtype();
+    let y = dispatch_real!(dtype, R => {
+        R::store(dtype, &pool.out_shape, average_pool(&pool, &R::load(x)?, include_pad))?
+    }, _ => return Err(unsupported_type("AveragePool", dtype)));
+    Ok(vec![y])
+}
+
+/// The `p` attribute of the Lp pools: a float in opset 1, an integer later; 2 by default.
+fn lp_exponent(node: &Node) -> Result<f64> {
+    let p = match node.attr("p") {
+        None => 2.0,
+        Some(AttrValue::Int(p)) => *p as f64,
+        Some(AttrValue::Float(p)) => *p as f64,
+        Some(other) => {
+            return Err(Error::Eval(format!(
+                "attribute 'p' must be a number, found {}",
+                other.type_name()
+            )))
+        }
+    };
+    if p > 0.0 {
+        Ok(p)
+    } else {
+        Err(Error::Eval(format!("p must be positive, found {p}")))
+    }
+}
+
+/// `(sum |v|^p)^(1/p)`, with the common `p = 2` and `p = 1` computed directly.
+fn lp_norm<T: Real>(values: impl Iterator<Item = T>, p: f64) -> T {
+    if p == 2.0 {
+        values.map(|v| v * v).sum::<T>().sqrt()
+    } else if p == 1.0 {
+        values.map(|v| v.abs()).sum()
+    } else {
+        let pt = T::from_f64(p);
+        values
+            .map(|v| v.abs().powf(pt))
+            .sum::<T>()
+            .powf(T::from_f64(1.0 / p))
+    }
+}
+
+pub(super) fn eval_lp_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    let pool = Pool::new(ctx.node, x.shape())?;
+    let p = lp_exponent(ctx.node)?;
+    let dtype = x.dtype();
+    let y = dispatch_real!(dtype, R => {
+        let xv = R::load(x)?;
+        let mut out = vec![R::ZERO; pool.planes * pool.geo.out_plane()];
+        pool.for_each(pool.geo.in_plane(), &mut out, |base, positions, _, o| {
+            *o = lp_norm(positions.iter().map(|&q| xv[base + q]), p);
+        });
+        R::store(dtype, &pool.out_shape, out)?
+    }, _ => return Err(unsupported_type("LpPool", dtype)));
+    Ok(vec![y])
+}
+
+/// The reduction of a global pool.
+#[derive(Clone, Copy)]
+enum Global {
+    Average,
+    Max,
+    Lp(f64),
+}
+
+/// Reduces every `(n, c)` plane of `x` to one value.
+fn global_pool(ctx: &EvalCtx<'_>, x: &Tensor, kind: Global) -> Result<Tensor> {
+    let shape = x.shape();
+    if shape.len() < 2 {
+        return Err(ctx.error(format!("X {shape:?} needs a batch and a channel dim")));
+    }
+    let plane: usize = shape[2..].iter().product();
+    let mut out_shape = shape[..2].to_vec();
+    out_shape.resize(shape.len(), 1);
+    let dtype = x.dtype();
+    dispatch_real!(dtype, R => {
+        let xv = R::load(x)?;
+        let values: Vec<R> = if plane == 0 {
+            vec![R::ZERO; shape[0] * shape[1]]
+        } else {
+            xv.par_chunks(plane)
+                .map(|p| match kind {
+                    Global::Average => p.iter().copied().sum::<R>() / R::from_usize(plane),
+                    Global::Max => p.iter().copied().fold(p[0], |a, b| if b > a { b } else { a }),
+                    Global::Lp(e) => lp_norm(p.iter().copied(), e),
+                })
+                .collect()
+        };
+        R::store(dtype, &out_shape, values)
+    }, _ => Err(unsupported_type(&ctx.node.op_type, dtype)))
+}
+
+pub(super) fn eval_global_average_pool(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    Ok(vec![global_pool(
+        ctx,
+        required(inputs, 0)?,
+        Global::Average,
+    )?])
+}
+
+pub(super) fn eval_global_max_pool(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    Ok(vec![global_pool(ctx, required(inputs, 0)?, Global::Max)?])
+}
+
+pub(super) fn eval_global_lp_pool(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let p = lp_exponent(ctx.node)?;
+    Ok(vec![global_pool(ctx, required(inputs, 0)?, Global::Lp(p))?])
+}
+
+/// The output dims of a windowed pool.
+fn pool_dims(ctx: &InferCtx<'_>) -> Option<Vec<Dim>> {
+    let x = input_dims(ctx, 0).filter(|x| x.len() >= 3)?;
+    let ceil = ctx.node.attr_int("ceil_mode", 0).ok()? != 0;
+    let spatial = Window::of(ctx.node, x.len() - 2, None)
+        .map(|w| w.output_dims(&x[2..], ceil))
+        .unwrap_or_else(|_| vec![Dim::Unknown; x.len() - 2]);
+    Some(x[..2].iter().cloned().chain(spatial).collect())
+}
+
+pub(super) fn infer_pool(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let dims = pool_dims(ctx);
+    let mut outs = vec![tensor_type(ctx.input(0).and_then(|t| t.elem), dims.clone())];
+    if ctx.node.outputs.len() > 1 {
+        outs.push(tensor_type(Some(DataType::Int64), dims));
+    }
+    Ok(outs)
+}
+
+pub(super) fn infer_global_pool(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let dims = input_dims(ctx, 0).filter(|x| x.len() >= 2).map(|x| {
+        let mut d = x[..2].to_vec();
+        d.resize(x.len(), Dim::Known(1));
+        d
+    });
+    Ok(vec![tensor_type(ctx.input(0).and_then(|t| t.elem), dims)])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::eval_node;
+
+    use super::*;
+
+    fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
+        Tensor::from_vec(DataType::Float, shape, v).unwrap()
+    }
+
+    fn pool_node(op: &str, outputs: &[&str], attrs: &[(&str, AttrValue)]) -> Node {
+        attrs
+            .iter()
+            .fold(Node::new(op, "p", ["x"], outputs.to_vec()), |n, (k, v)| {
+                n.with_attr(k, v.clone())
+            })
+    }
+
+    fn ints(v: &[i64]) -> AttrValue {
+        AttrValue::Ints(v.to_vec())
+    }
+
+    #[test]
+    fn max_pool_with_indices_in_both_storage_orders() {
+        // The ONNX maxpool_with_argmax_2d_precomputed_strides example: 5x5, kernel 2, stride 2.
+        let x = f32s(&[1, 1, 5, 5], (1..=25).map(|v| v as f32).collect());
+        for (order, want_idx) in [(0, [6i64, 8, 16, 18]), (1, [6, 16, 8, 18])] {
+            let node = pool_node(
+                "MaxPool",
+                &["y", "i"],
+                &[
+                    ("kernel_shape", ints(&[2, 2])),
+                    ("strides", ints(&[2, 2])),
+                    ("storage_order", AttrValue::Int(order)),
+                ],
+            );
+            let y = eval_node(&node, 22, &[Some(&x)]).unwrap();
+            assert_eq!(y[0], f32s(&[1, 1, 2, 2], vec![7.0, 9.0, 17.0, 19.0]));
+            assert_eq!(y[1].as_slice::<i64>().unwrap(), &want_idx);
+        }
+    }
+
+    #[test]
+    fn average_pool_counts_pads_only_when_asked() {
+        // 3x3 input, kernel 3, pads 1: the corner window sees 4 values of 9 taps.
+        let x = f32s(&[1, 1, 3, 3], (1..=9).map(|v| v as f32).collect());
+        let attrs = |include: i64| {
+            pool_node(
+                "AveragePool",
+                &["y"],
+                &[
+                    ("kernel_shape", ints(&[3, 3])),
+                    ("pads", ints(&[1, 1, 1, 1])),
+                    ("count_include_pad", AttrValue::Int(include)),
+                ],
+            )
+        };
+        let y = eval_node(&attrs(0), 22, &[Some(&x)]).unwrap();
+        assert_eq!(
+            y[0].as_slice::<f32>().unwrap()[0],
+            (1.0 + 2.0 + 4.0 + 5.0) / 4.0
+        );
+        let y = eval_node(&attrs(1), 22, &[Some(&x)]).unwrap();
+        assert_eq!(
+            y[0].as_slice::<f32>().unwrap()[0],
+            (1.0 + 2.0 + 4.0 + 5.0) / 9.0
+        );
+        assert_eq!(y[0].as_slice::<f32>().unwrap()[4], 5.0);
+    }
+
+    #[test]
+    fn ceil_mode_dilations_and_lp() {
+        // The ONNX maxpool_2d_ceil example: 4x4, kernel 3, stride 2, ceil -> 2x2.
+        let x = f32s(&[1, 1, 4, 4], (1..=16).map(|v| v as f32).collect());
+        let node = pool_node(
+            "MaxPool",
+            &["y"],
+            &[
+                ("kernel_shape", ints(&[3, 3])),
+                ("strides", ints(&[2, 2])),
+                ("ceil_mode", AttrValue::Int(1)),
+            ],
+        );
+        let y = eval_node(&node, 22, &[Some(&x)]).unwrap();
+        assert_eq!(y[0], f32s(&[1, 1, 2, 2], vec![11.0, 12.0, 15.0, 16.0]));
+        // maxpool_2d_dilations: kernel 2, dilation 2 over 4x4 -> 2x2.
+        let node = pool_node(
+            "MaxPool",
+            &["y"],
+            &[
+                ("kernel_shape", ints(&[2, 2])),
+                ("dilations", ints(&[2, 2])),
+            ],
+        );
+        let y = eval_node(&node, 22, &[Some(&x)]).unwrap();
+        assert_eq!(y[0], f32s(&[1, 1, 2, 2], vec![11.0, 12.0, 15.0, 16.0]));
+        let node = pool_node(
+            "LpPool",
+            &["y"],
+            &[("kernel_shape", ints(&[2])), ("p", AttrValue::Int(2))],
+        );
+        let y = eval_node(&node, 22, &[Some(&f32s(&[1, 1, 3], vec![3.0, 4.0, 0.0]))]).unwrap();
+        assert_eq!(y[0], f32s(&[1, 1, 2], vec![5.0, 4.0]));
+    }
+
+    #[test]
+    fn global_pools_reduce_each_plane() {
+        let x = f32s(
+            &[1, 2, 2, 2],
+            vec![1.0, 2.0, 3.0, 4.0, -1.0, -2.0, -3.0, -4.0],
+        );
+        let run = |op: &str| eval_node(&Node::new(op, "g", ["x"], ["y"]), 22, &[Some(&x)]).unwrap();
+        assert_eq!(
+            run("GlobalAveragePool")[0],
+            f32s(&[1, 2, 1, 1], vec![2.5, -2.5])
+        );
+        assert_eq!(
+            run("GlobalMaxPool")[0],
+            f32s(&[1, 2, 1, 1], vec![4.0, -1.0])
+        );
+        let y = run("GlobalLpPool")[0].as_slice::<f32>().unwrap().to_vec();
+        assert!((y[0] - 30f32.sqrt()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn pools_need_a_kernel_and_spatial_dims() {
+        let x = f32s(&[1, 4], vec![0.0; 4]);
+        let node = pool_node("MaxPool", &["y"], &[("kernel_shape", ints(&[2]))]);
+        let err = eval_node(&node, 22, &[Some(&x)]).unwrap_err();
+        assert!(err.to_string().contains("spatial"), "{err}");
+        let node = pool_node("AveragePool", &["y"], &[]);
+        let err = eval_node(&node, 22, &[Some(&f32s(&[1, 1, 4], vec![0.0; 4]))]).unwrap_err();
+        assert!(err.to_string().contains("kernel_shape"), "{err}");
+    }
+}
