@@ -1,0 +1,588 @@
+//! What the layout kernels share: one output writer that copies runs of elements from several
+//! source tensors (every element type, strings and packed types included), a gather of
+//! per-axis index maps built on it, numeric conversions for the few kernels that compute values,
+//! and small helpers for shape functions over possibly symbolic dims.
+
+use crate::error::{Error, Result};
+use crate::ir::{Dim, Shape, TensorType};
+use crate::tensor::{element_count, Tensor};
+use crate::DataType;
+
+use super::super::util::{strides, to_i64s, Float};
+use super::super::InferCtx;
+
+/// Builds an output tensor front to back from runs of elements of source tensors.
+///
+/// Fixed-width elements are copied as bytes, strings cloned, packed sub-byte elements moved one
+/// at a time; every run is checked against its source and the output before it is copied, so
+/// callers may compute positions from model values without further checks.
+pub(super) struct Writer<'a> {
+    sources: &'a [&'a Tensor],
+    out: Out,
+    pos: usize,
+    total: usize,
+}
+
+enum Out {
+    Bytes(Tensor, usize),
+    Strings(Vec<Vec<u8>>, Vec<usize>),
+    Packed(Tensor),
+}
+
+impl<'a> Writer<'a> {
+    /// A writer of a `dtype` tensor of `shape`; every source must have that element type.
+    pub fn new(dtype: DataType, shape: &[usize], sources: &'a [&'a Tensor]) -> Result<Writer<'a>> {
+        if let Some(s) = sources.iter().find(|s| s.dtype() != dtype) {
+            return Err(Error::Eval(format!(
+                "expected {dtype} values, found {}",
+                s.dtype()
+            )));
+        }
+        let total = element_count(shape)
+            .ok_or_else(|| Error::Eval(format!("output shape {shape:?} is too large")))?;
+        let out = match dtype.byte_size() {
+            _ if dtype == DataType::String => Out::Strings(Vec::new(), shape.to_vec()),
+            Some(w) => Out::Bytes(Tensor::zeros(dtype, shape)?, w),
+            None => Out::Packed(Tensor::zeros(dtype, shape)?),
+        };
+        Ok(Writer {
+            sources,
+            out,
+            pos: 0,
+            total,
+        })
+    }
+
+    /// Checks that `count` elements fit in the output and that source `src` holds elements
+    /// `start .. start + span`.
+    fn check(&self, src: usize, start: usize, span: usize, count: usize) -> Result<&'a Tensor> {
+        let source = *self
+            .sources
+            .get(src)
+            .ok_or_else(|| Error::Eval(format!("no source tensor {src}")))?;
+        let fits_source = start.checked_add(span).is_some_and(|e| e <= source.len());
+        let fits_out = self.pos.checked_add(count).is_some_and(|e| e <= self.total);
+        if !fits_source || !fits_out {
+            return Err(Error::Eval(format!(
+                "element run {start}+{span} is out of bounds of a source of {} elements",
+                source.len()
+            )));
+        }
+        Ok(source)
+    }
+
+    /// Appends elements `start .. start + len` of source `src`.
+    pub fn copy(&mut self, src: usize, start: usize, len: usize) -> Result<()> {
+        let source = self.check(src, start, len, len)?;
+        match &mut self.out {
+            Out::Bytes(t, w) => {
+                let w = *w;
+                t.as_bytes_mut()?[self.pos * w..(self.pos + len) * w]
+                    .copy_from_slice(&source.as_bytes()?[start * w..(start + len) * w]);
+            }
+            Out::Strings(v, _) => v.extend_from_slice(&source.as_strings()?[start..start + len]),
+            Out::Packed(t) => {
+                for i in 0..len {
+                    t.copy_element_from(self.pos + i, source, start + i)?;
+                }
+            }
+        }
+        self.pos += len;
+        Ok(())
+    }
+
+    /// Appends element `index` of source `src`, `count` times.
+    pub fn repeat(&mut self, src: usize, index: usize, count: usize) -> Result<()> {
+        let source = self.check(src, index, 1, count)?;
+        match &mut self.out {
+            Out::Bytes(t, w) => {
+                let w = *w;
+                let value = &source.as_bytes()?[index * w..(index + 1) * w];
+                let dst = &mut t.as_bytes_mut()?[self.pos * w..(self.pos + count) * w];
+                if value.iter().any(|&b| b != 0) {
+                    dst.chunks_exact_mut(w)
+                        .for_each(|c| c.copy_from_slice(value));
+                }
+            }
+            Out::Strings(v, _) => {
+                let value = &source.as_strings()?[index];
+                v.extend(std::iter::repeat_n(value, count).cloned());
+            }
+            Out::Packed(t) => {
+                for i in 0..count {
+                    t.copy_element_from(self.pos + i, source, index)?;
+                }
+            }
+        }
+        self.pos += count;
+        Ok(())
+    }
+
+    /// The finished tensor; every element must have been written.
+    pub fn finish(self) -> Result<Tensor> {
+        if self.pos != self.total {
+            return Err(Error::Eval(format!(
+                "{} of {} output elements written",
+                self.pos, self.total
+            )));
+        }
+        Ok(match self.out {
+            Out::Bytes(t, _) | Out::Packed(t) => t,
+            Out::Strings(v, shape) => Tensor::from_strings(&shape, v)?,
+        })
+    }
+}
+
+/// A tensor of `shape` whose element `i` is element 1 of `values` where `flags[i]` holds and
+/// element 0 elsewhere, for any element type.
+pub(super) fn two_valued(values: &Tensor, shape: &[usize], flags: &[bool]) -> Result<Tensor> {
+    let sources = [values];
+    let mut out = Writer::new(values.dtype(), shape, &sources)?;
+    for run in flags.chunk_by(|a, b| a == b) {
+        out.repeat(0, usize::from(run[0]), run.len())?;
+    }
+    out.finish()
+}
+
+/// How one output axis reads the input: the input position along some input axis of each output
+/// position (`None` reads the fill value), and the input stride of that axis in elements.
+pub(super) struct AxisRead {
+    pub index: Vec<Option<usize>>,
+    pub stride: usize,
+}
+
+impl AxisRead {
+    /// Output position `i` reads input position `i`.
+    pub fn identity(len: usize, stride: usize) -> AxisRead {
+        AxisRead {
+            index: (0..len).map(Some).collect(),
+            stride,
+        }
+    }
+
+    /// Output position `i` reads input position `f(i)`, or the fill value when `None`.
+    pub fn map(len: usize, stride: usize, f: impl Fn(usize) -> Option<usize>) -> AxisRead {
+        AxisRead {
+            index: (0..len).map(f).collect(),
+            stride,
+        }
+    }
+
+    fn is_identity(&self) -> bool {
+        self.index.iter().enumerate().all(|(i, &j)| j == Some(i))
+    }
+}
+
+/// The tensor whose element at output coordinates `(i0, i1, ...)` is the element of `data` at
+/// offset `sum(axes[d].index[i_d] * axes[d].stride)`, or element 0 of `fill` when any index is
+/// `None`. Slices, transposes, tiles, broadcasts, pads and nearest resizes are all this one
+/// gather; trailing axes that read whole contiguous input rows are copied as one block.
+pub(super) fn gather_axes(
+    data: &Tensor,
+    axes: &[AxisRead],
+    fill: Option<&Tensor>,
+) -> Result<Tensor> {
+    let shape: Vec<usize> = axes.iter().map(|a| a.index.len()).collect();
+    let sources: Vec<&Tensor> = std::iter::once(data).chain(fill).collect();
+    let mut out = Writer::new(data.dtype(), &shape, &sources)?;
+    if shape.contains(&0) {
+        return out.finish();
+    }
+    let mut outer = axes.len();
+    let mut block = 1usize;
+    while outer > 0 && axes[outer - 1].stride == block && axes[outer - 1].is_identity() {
+        block = block
+            .checked_mul(shape[outer - 1])
+            .ok_or_else(|| Error::Eval("output is too large".into()))?;
+        outer -= 1;
+    }
+    let mut coord = vec![0usize; outer];
+    loop {
+        match offset(&axes[..outer], &coord)? {
+            Some(start) => out.copy(0, start, block)?,
+            None => out.repeat(1, 0, block)?,
+        }
+        if !advance(&mut coord, &shape[..outer]) {
+            break;
+        }
+    }
+    out.finish()
+}
+
+/// The input offset of output coordinates `coord`, or `None` when some axis reads the fill.
+fn offset(axes: &[AxisRead], coord: &[usize]) -> Result<Option<usize>> {
+    let mut sum = 0usize;
+    for (a, &c) in axes.iter().zip(coord) {
+        let Some(i) = a.index[c] else {
+            return Ok(None);
+        };
+        sum = i
+            .checked_mul(a.stride)
+            .and_then(|v| v.checked_add(sum))
+            .ok_or_else(|| Error::Eval("input offset overflows".into()))?;
+    }
+    Ok(Some(sum))
+}
+
+/// Steps `coord` to the next row-major position inside `dims`; false after the last one.
+pub(super) fn advance(coord: &mut [usize], dims: &[usize]) -> bool {
+    for j in (0..coord.len()).rev() {
+        coord[j] += 1;
+        if coord[j] < dims[j] {
+            return true;
+        }
+        coord[j] = 0;
+    }
+    false
+}
+
+/// `data` with its axes permuted: output axis `d` is input axis `perm[d]`.
+pub(super) fn permute(data: &Tensor, perm: &[usize]) -> Result<Tensor> {
+    let shape = data.shape();
+    let st = strides(shape);
+    let axes: Vec<AxisRead> = perm
+        .iter()
+        .map(|&p| AxisRead::identity(shape[p], st[p]))
+        .collect();
+    gather_axes(data, &axes, None)
+}
+
+/// Checks that `perm` is a permutation of `0..rank`.
+pub(super) fn check_permutation(perm: &[usize], rank: usize) -> Result<()> {
+    let mut seen = vec![false; rank];
+    for &p in perm {
+        match seen.get_mut(p) {
+            Some(s) if !*s => *s = true,
+            _ => {
+                return Err(Error::Eval(format!(
+                    "perm {perm:?} is not a permutation of {rank} axes"
+                )))
+            }
+        }
+    }
+    if perm.len() != rank {
+        return Err(Error::Eval(format!(
+            "perm {perm:?} is not a permutation of {rank} axes"
+        )));
+    }
+    Ok(())
+}
+
+/// Axes (attribute or input values) made non-negative against `rank`, rejecting repeats.
+pub(super) fn normalize_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>> {
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let n = super::super::util::normalize_axis(a, rank)?;
+        if out.contains(&n) {
+            return Err(Error::Eval(format!("axis {a} is repeated in {axes:?}")));
+        }
+        out.push(n);
+    }
+    Ok(out)
+}
+
+/// A count or size read from a model value, which must not be negative.
+pub(super) fn to_usize(v: i64, what: &str) -> Result<usize> {
+    usize::try_from(v).map_err(|_| Error::Eval(format!("{what} must not be negative, found {v}")))
+}
+
+/// The values of a numeric tensor (floats, integers, bool) as `f64`.
+pub(super) fn to_f64s(t: &Tensor) -> Result<Vec<f64>> {
+    crate::dispatch_float!(t.dtype(), T => {
+        Ok(t.as_slice::<T>()?.iter().map(|v| v.to_f64()).collect())
+    }, _ => crate::dispatch_int!(t.dtype(), T => {
+        Ok(t.as_slice::<T>()?.iter().map(|&v| v as f64).collect())
+    }, _ => match t.dtype() {
+        DataType::Bool => Ok(t.as_slice::<u8>()?.iter().map(|&v| f64::from(v)).collect()),
+        other => Err(Error::Eval(format!("expected a numeric tensor, found {other}"))),
+    }))
+}
+
+/// The values of a numeric tensor as `i64`: integers exactly, floats truncated toward zero.
+pub(super) fn to_i64s_truncating(t: &Tensor) -> Result<Vec<i64>> {
+    match t.dtype() {
+        DataType::Float | DataType::Double | DataType::Float16 | DataType::Bfloat16 => {
+            Ok(to_f64s(t)?.into_iter().map(|v| v as i64).collect())
+        }
+        _ => to_i64s(t),
+    }
+}
+
+/// A tensor of `dtype` holding `values` converted the way a saturating cast does: floats
+/// rounded to nearest, integers rounded half to even and clamped to the type's range, bool
+/// true when non-zero.
+pub(super) fn from_f64s(dtype: DataType, shape: &[usize], values: &[f64]) -> Result<Tensor> {
+    crate::dispatch_float!(dtype, T => {
+        let v: Vec<T> = values.iter().map(|&x| T::from_f64(x)).collect();
+        Ok(Tensor::from_vec(dtype, shape, v)?)
+    }, _ => crate::dispatch_int!(dtype, T => {
+        // `as` saturates and maps NaN to 0, which is what a saturating cast does.
+        let v: Vec<T> = values.iter().map(|&x| x.round_ties_even() as T).collect();
+        Ok(Tensor::from_vec(dtype, shape, v)?)
+    }, _ => match dtype {
+        DataType::Bool => {
+            let v: Vec<u8> = values.iter().map(|&x| u8::from(x != 0.0)).collect();
+            Ok(Tensor::from_vec(dtype, shape, v)?)
+        }
+        other => Err(Error::Eval(format!("cannot compute {other} values"))),
+    }))
+}
+
+/// For each element, whether it is non-zero: floats compare with 0 (so `-0.0` is zero and NaN
+/// is not), strings are non-zero when non-empty, every other type when any bit is set (or, for
+/// the small float types with a sign bit, any bit besides the sign).
+pub(super) fn nonzero_flags(t: &Tensor) -> Result<Vec<bool>> {
+    use DataType as D;
+    let dtype = t.dtype();
+    if let Ok(v) = to_f64s(t) {
+        return Ok(v.into_iter().map(|x| x != 0.0).collect());
+    }
+    if dtype == D::String {
+        return Ok(t.as_strings()?.iter().map(|s| !s.is_empty()).collect());
+    }
+    let bits = dtype.bits();
+    // The float8/6/4 types whose all-zero pattern with the sign bit set is negative zero.
+    let magnitude: u8 = match dtype {
+        D::Float8E4M3FN | D::Float8E5M2 => 0x7f,
+        D::Float6E2M3 | D::Float6E3M2 => 0x1f,
+        D::Float4E2M1 => 0x07,
+        _ => 0xff,
+    };
+    let bytes = t.as_bytes()?;
+    match dtype.byte_size() {
+        Some(w) => Ok(bytes
+            .chunks_exact(w)
+            .map(|c| match dtype {
+                // float8e8m0 has no zero: every pattern is a power of two or NaN.
+                D::Float8E8M0 => true,
+                _ if w == 1 => c[0] & magnitude != 0,
+                _ => c.iter().any(|&b| b != 0),
+            })
+            .collect()),
+        None => (0..t.len())
+            .map(|i| {
+                crate::tensor::packed::read(bytes, bits, i)
+                    .map(|v| v & magnitude != 0)
+                    .ok_or_else(|| Error::Eval(format!("element {i} is out of bounds")))
+            })
+            .collect(),
+    }
+}
+
+/// The dims of input `i`, when its rank is known.
+pub(super) fn in_dims<'c>(ctx: &'c InferCtx<'_>, i: usize) -> Option<&'c [Dim]> {
+    ctx.input(i)?.shape.as_ref().map(|s| s.dims.as_slice())
+}
+
+/// The element type of input `i`, when known.
+pub(super) fn in_elem(ctx: &InferCtx<'_>, i: usize) -> Option<DataType> {
+    ctx.input(i)?.elem
+}
+
+/// The integer values of input `i` when it is a constant.
+pub(super) fn const_ints(ctx: &InferCtx<'_>, i: usize) -> Option<Vec<i64>> {
+    to_i64s(ctx.constant(i)?).ok()
+}
+
+/// The length of 1-D input `i`, when known.
+pub(super) fn in_len(ctx: &InferCtx<'_>, i: usize) -> Option<usize> {
+    match in_dims(ctx, i)? {
+        [Dim::Known(n)] => usize::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+/// A tensor type of element `elem` and dims `dims` (`None`: rank unknown).
+pub(super) fn typed(elem: Option<DataType>, dims: Option<Vec<Dim>>) -> TensorType {
+    TensorType {
+        elem,
+        shape: dims.map(Shape::new),
+    }
+}
+
+/// `rank` dims of unknown size.
+pub(super) fn unknown_dims(rank: usize) -> Vec<Dim> {
+    vec![Dim::Unknown; rank]
+}
+
+/// `d * k` for a known factor: exact for known dims, the same symbol for `k == 1`.
+pub(super) fn dim_times(d: &Dim, k: i64) -> Dim {
+    match d {
+        Dim::Known(v) => v.checked_mul(k).map_or(Dim::Unknown, Dim::Known),
+        _ if k == 1 => d.clone(),
+        _ if k == 0 => Dim::Known(0),
+        _ => Dim::Unknown,
+    }
+}
+
+/// `d + k` for a known term: exact for known dims, the same symbol for `k == 0`.
+pub(super) fn dim_plus(d: &Dim, k: i64) -> Dim {
+    match d {
+        Dim::Known(v) => v.checked_add(k).map_or(Dim::Unknown, Dim::Known),
+        _ if k == 0 => d.clone(),
+        _ => Dim::Unknown,
+    }
+}
+
+/// The product of dims: known when all are, the one symbol when every other dim is 1.
+pub(super) fn dim_product(dims: &[Dim]) -> Dim {
+    dim_quotient(dims, &[])
+}
+
+/// `product(num) / product(den)` where it can be known: equal symbols cancel, and what is left
+/// must be known sizes that divide, or one symbol over matching known sizes.
+pub(super) fn dim_quotient(num: &[Dim], den: &[Dim]) -> Dim {
+    let mut num: Vec<&Dim> = num.iter().collect();
+    let mut den_known = 1i64;
+    for d in den {
+        match d {
+            Dim::Known(v) => match den_known.checked_mul(*v) {
+                Some(p) => den_known = p,
+                None => return Dim::Unknown,
+            },
+            Dim::Symbolic(_) => match num.iter().position(|n| *n == d) {
+                Some(p) => {
+                    num.remove(p);
+                }
+                None => return Dim::Unknown,
+            },
+            Dim::Unknown => return Dim::Unknown,
+        }
+    }
+    let mut known = 1i64;
+    let mut symbols = Vec::new();
+    for n in num {
+        match n {
+            Dim::Known(v) => match known.checked_mul(*v) {
+                Some(p) => known = p,
+                None => return Dim::Unknown,
+            },
+            Dim::Symbolic(_) => symbols.push(n),
+            Dim::Unknown => return Dim::Unknown,
+        }
+    }
+    match symbols.as_slice() {
+        [] if den_known != 0 && known % den_known == 0 => Dim::Known(known / den_known),
+        [s] if known == den_known => (*s).clone(),
+        _ => Dim::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn i32s(shape: &[usize], v: &[i32]) -> Tensor {
+        Tensor::from_vec(DataType::Int32, shape, v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn writer_copies_and_repeats_every_representation() {
+        let a = i32s(&[3], &[1, 2, 3]);
+        let b = i32s(&[1], &[9]);
+        let sources = [&a, &b];
+        let mut w = Writer::new(DataType::Int32, &[5], &sources).unwrap();
+        w.copy(0, 1, 2).unwrap();
+        w.repeat(1, 0, 2).unwrap();
+        w.copy(0, 0, 1).unwrap();
+        assert_eq!(
+            w.finish().unwrap().to_vec::<i32>().unwrap(),
+            [2, 3, 9, 9, 1]
+        );
+
+        let s = Tensor::from_strings(&[2], vec![b"x".to_vec(), b"y".to_vec()]).unwrap();
+        let sources = [&s];
+        let mut w = Writer::new(DataType::String, &[3], &sources).unwrap();
+        w.copy(0, 1, 1).unwrap();
+        w.repeat(0, 0, 2).unwrap();
+        let out = w.finish().unwrap();
+        assert_eq!(
+            out.as_strings().unwrap(),
+            &[b"y".to_vec(), b"x".to_vec(), b"x".to_vec()]
+        );
+
+        let p = Tensor::from_bytes(DataType::Uint4, &[2], &[0x21]).unwrap();
+        let sources = [&p];
+        let mut w = Writer::new(DataType::Uint4, &[3], &sources).unwrap();
+        w.copy(0, 0, 2).unwrap();
+        w.repeat(0, 1, 1).unwrap();
+        assert_eq!(w.finish().unwrap().as_bytes().unwrap(), &[0x21, 0x02]);
+    }
+
+    #[test]
+    fn writer_rejects_runs_out_of_bounds_and_short_outputs() {
+        let a = i32s(&[3], &[1, 2, 3]);
+        let sources = [&a];
+        let mut w = Writer::new(DataType::Int32, &[2], &sources).unwrap();
+        assert!(w
+            .copy(0, 2, 2)
+            .unwrap_err()
+            .to_string()
+            .contains("out of bounds"));
+        assert!(w.copy(0, 0, 3).is_err());
+        assert!(w
+            .repeat(1, 0, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("no source"));
+        w.copy(0, 0, 1).unwrap();
+        let e = w.finish().unwrap_err();
+        assert_eq!(e.to_string(), "1 of 2 output elements written");
+        let f = Tensor::zeros(DataType::Float, &[1]).unwrap();
+        let sources = [&f];
+        assert!(Writer::new(DataType::Int32, &[1], &sources).is_err());
+    }
+
+    #[test]
+    fn gather_axes_transposes_and_fills() {
+        let t = i32s(&[2, 3], &[0, 1, 2, 3, 4, 5]);
+        assert_eq!(
+            permute(&t, &[1, 0]).unwrap().to_vec::<i32>().unwrap(),
+            [0, 3, 1, 4, 2, 5]
+        );
+        let fill = i32s(&[], &[-1]);
+        let axes = [
+            AxisRead::identity(2, 3),
+            AxisRead::map(4, 1, |i| i.checked_sub(1).filter(|&j| j < 3)),
+        ];
+        let out = gather_axes(&t, &axes, Some(&fill)).unwrap();
+        assert_eq!(out.shape(), &[2, 4]);
+        assert_eq!(out.to_vec::<i32>().unwrap(), [-1, 0, 1, 2, -1, 3, 4, 5]);
+    }
+
+    #[test]
+    fn dims_multiply_and_divide_through_symbols() {
+        let n = Dim::Symbolic("n".into());
+        assert_eq!(dim_product(&[Dim::Known(2), Dim::Known(3)]), Dim::Known(6));
+        assert_eq!(dim_product(&[Dim::Known(1), n.clone()]), n);
+        assert_eq!(dim_product(&[Dim::Known(2), n.clone()]), Dim::Unknown);
+        assert_eq!(
+            dim_quotient(&[n.clone(), Dim::Known(12)], &[n.clone(), Dim::Known(3)]),
+            Dim::Known(4)
+        );
+        assert_eq!(
+            dim_quotient(&[n.clone(), Dim::Known(3)], &[Dim::Known(3)]),
+            n
+        );
+        assert_eq!(
+            dim_quotient(&[Dim::Known(7)], &[Dim::Known(2)]),
+            Dim::Unknown
+        );
+        assert_eq!(dim_plus(&n, 0), n);
+        assert_eq!(dim_times(&Dim::Known(4), 3), Dim::Known(12));
+    }
+
+    #[test]
+    fn numeric_conversions_saturate_and_find_zeros() {
+        let t = from_f64s(DataType::Uint8, &[4], &[-3.0, 2.5, 3.5, 300.0]).unwrap();
+        assert_eq!(t.to_vec::<u8>().unwrap(), [0, 2, 4, 255]);
+        let f = Tensor::from_vec(DataType::Float, &[3], vec![0.0f32, -0.0, f32::NAN]).unwrap();
+        assert_eq!(nonzero_flags(&f).unwrap(), [false, false, true]);
+        let e = Tensor::from_bytes(DataType::Float8E4M3FN, &[2], &[0x80, 0x01]).unwrap();
+        assert_eq!(nonzero_flags(&e).unwrap(), [false, true]);
+        let s = Tensor::from_strings(&[2], vec![vec![], b"a".to_vec()]).unwrap();
+        assert_eq!(nonzero_flags(&s).unwrap(), [false, true]);
+        let h = Tensor::from_vec(DataType::Float16, &[1], vec![half::f16::from_f32(2.5)]).unwrap();
+        assert_eq!(to_i64s_truncating(&h).unwrap(), [2]);
+    }
+}

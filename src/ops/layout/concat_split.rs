@@ -1,0 +1,277 @@
+//! `Concat` (opset 1, `axis` required from 4, negative from 11) and `Split` (1 with a `split`
+//! input or attribute, 2 and 11 with the attribute, 13 with an input, `num_outputs` from 18).
+//!
+//! Specs: <https://onnx.ai/onnx/operators/onnx__Concat.html>,
+//! <https://onnx.ai/onnx/operators/onnx__Split.html>.
+//!
+//! Without explicit sizes, `Split` cuts the axis into as many chunks as the node has outputs (or
+//! `num_outputs`), each `ceil(dim / n)` long but the last, which takes what remains; an evenly
+//! divisible axis gets equal chunks, as every opset specifies.
+
+use crate::error::{Error, Result};
+use crate::ir::{Dim, TensorType};
+use crate::tensor::Tensor;
+
+use super::super::util::{normalize_axis, optional, required, strides, to_i64s};
+use super::super::{EvalCtx, InferCtx};
+use super::common::{const_ints, gather_axes, in_dims, in_elem, to_usize, typed, AxisRead, Writer};
+
+/// The `axis` attribute of a `Concat` node (1 by default before opset 4).
+fn concat_axis(node: &crate::ir::Node, opset: i64) -> Result<i64> {
+    match (node.attr("axis"), opset < 4) {
+        (None, true) => Ok(1),
+        (None, false) => Err(Error::Eval("needs an 'axis' attribute".into())),
+        _ => node.attr_int("axis", 1),
+    }
+}
+
+pub(super) fn eval_concat(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let parts = (0..inputs.len())
+        .map(|i| required(inputs, i))
+        .collect::<Result<Vec<_>>>()?;
+    let first = parts[0];
+    let rank = first.rank();
+    if rank == 0 {
+        return Err(ctx.error("inputs must have rank 1 or more"));
+    }
+    let axis = normalize_axis(concat_axis(ctx.node, ctx.opset)?, rank)?;
+    let mut total = 0usize;
+    for p in &parts {
+        let same =
+            p.rank() == rank && (0..rank).all(|d| d == axis || p.shape()[d] == first.shape()[d]);
+        if !same {
+            return Err(ctx.error(format!(
+                "shapes {:?} and {:?} differ off axis {axis}",
+                first.shape(),
+                p.shape()
+            )));
+        }
+        total = total
+            .checked_add(p.shape()[axis])
+            .ok_or_else(|| ctx.error("output is too large"))?;
+    }
+    let mut shape = first.shape().to_vec();
+    shape[axis] = total;
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut out = Writer::new(first.dtype(), &shape, &parts)?;
+    for o in 0..outer {
+        for (i, p) in parts.iter().enumerate() {
+            let run = p.shape()[axis] * inner;
+            out.copy(i, o * run, run)?;
+        }
+    }
+    Ok(vec![out.finish()?])
+}
+
+pub(super) fn infer_concat(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let n = ctx.node.inputs.len();
+    let elem = (0..n).find_map(|i| in_elem(ctx, i));
+    let all: Option<Vec<&[Dim]>> = (0..n).map(|i| in_dims(ctx, i)).collect();
+    let Some(rank) = (0..n).find_map(|i| in_dims(ctx, i)).map(<[Dim]>::len) else {
+        return Ok(vec![typed(elem, None)]);
+    };
+    let axis = normalize_axis(concat_axis(ctx.node, ctx.opset)?, rank)?;
+    let dims = (0..rank)
+        .map(|d| {
+            let known = (0..n).filter_map(|i| in_dims(ctx, i)?.get(d));
+            if d != axis {
+                let mut known: Vec<&Dim> = known.collect();
+                known.sort_by_key(|k| match k {
+                    Dim::Known(_) => 0,
+                    Dim::Symbolic(_) => 1,
+                    Dim::Unknown => 2,
+                });
+                return known.first().map_or(Dim::Unknown, |k| (*k).clone());
+            }
+            let sum = all.as_ref().and_then(|all| {
+                all.iter()
+                    .try_fold(0i64, |s, dims| s.checked_add(dims.get(d)?.known()?))
+            });
+            sum.map_or(Dim::Unknown, Dim::Known)
+        })
+        .collect();
+    Ok(vec![typed(elem, Some(dims))])
+}
+
+/// Sizes of `count` chunks of a dim of `len`: `ceil(len / count)` each, the last one smaller
+/// when the dim does not divide.
+fn even_chunks(len: usize, count: usize) -> Result<Vec<usize>> {
+    if count == 0 {
+        return Err(Error::Eval("cannot split into 0 outputs".into()));
+    }
+    let chunk = len.div_ceil(count);
+    let last = len.checked_sub(chunk * (count - 1)).ok_or_else(|| {
+        Error::Eval(format!(
+            "a dim of {len} cannot be split into {count} chunks"
+        ))
+    })?;
+    let mut sizes = vec![chunk; count - 1];
+    sizes.push(last);
+    Ok(sizes)
+}
+
+/// The explicit split sizes of a `Split` node, if it has any.
+fn explicit_sizes(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Option<Vec<i64>>> {
+    let input = optional(inputs, 1).map(to_i64s).transpose()?;
+    if ctx.opset >= 13 {
+        return Ok(input);
+    }
+    match input {
+        Some(v) => Ok(Some(v)),
+        None => Ok(ctx.node.attr_ints("split")?.map(<[i64]>::to_vec)),
+    }
+}
+
+/// The number of chunks of a `Split` node: `num_outputs` (opset 18) or its output count.
+fn chunk_count(node: &crate::ir::Node) -> Result<usize> {
+    match node.attr("num_outputs") {
+        Some(_) => {
+            let n = to_usize(node.attr_int("num_outputs", 0)?, "num_outputs")?;
+            if n != node.outputs.len() {
+                return Err(Error::Eval(format!(
+                    "num_outputs {n} differs from the {} outputs",
+                    node.outputs.len()
+                )));
+            }
+            Ok(n)
+        }
+        None => Ok(node.outputs.len()),
+    }
+}
+
+pub(super) fn eval_split(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let data = required(inputs, 0)?;
+    let shape = data.shape();
+    if shape.is_empty() {
+        return Err(ctx.error("input must have rank 1 or more"));
+    }
+    let axis = normalize_axis(ctx.node.attr_int("axis", 0)?, shape.len())?;
+    let len = shape[axis];
+    let sizes = match explicit_sizes(ctx, inputs)? {
+        Some(s) => s
+            .iter()
+            .map(|&v| to_usize(v, "a split size"))
+            .collect::<Result<Vec<_>>>()?,
+        None => even_chunks(len, chunk_count(ctx.node)?)?,
+    };
+    if sizes.len() != ctx.node.outputs.len()
+        || sizes.iter().try_fold(0usize, |a, &b| a.checked_add(b)) != Some(len)
+    {
+        return Err(ctx.error(format!(
+            "split sizes {sizes:?} do not cut a dim of {len} into {} outputs",
+            ctx.node.outputs.len()
+        )));
+    }
+    let st = strides(shape);
+    let mut start = 0;
+    let mut outputs = Vec::with_capacity(sizes.len());
+    for size in sizes {
+        let axes: Vec<AxisRead> = (0..shape.len())
+            .map(|d| match d == axis {
+                true => AxisRead::map(size, st[d], |i| Some(start + i)),
+                false => AxisRead::identity(shape[d], st[d]),
+            })
+            .collect();
+        outputs.push(gather_axes(data, &axes, None)?);
+        start += size;
+    }
+    Ok(outputs)
+}
+
+pub(super) fn infer_split(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let elem = in_elem(ctx, 0);
+    let count = ctx.node.outputs.len();
+    let Some(dims) = in_dims(ctx, 0) else {
+        return Ok(vec![typed(elem, None); count]);
+    };
+    let axis = normalize_axis(ctx.node.attr_int("axis", 0)?, dims.len())?;
+    let explicit = match ctx.node.inputs.get(1).is_some_and(|n| !n.is_empty()) {
+        true => const_ints(ctx, 1),
+        false if ctx.opset < 13 => ctx.node.attr_ints("split")?.map(<[i64]>::to_vec),
+        false => None,
+    };
+    let sizes: Option<Vec<Dim>> = match (explicit, dims[axis].known()) {
+        (Some(s), _) => Some(s.into_iter().map(Dim::Known).collect()),
+        (None, Some(len)) if ctx.node.inputs.len() < 2 || ctx.node.inputs[1].is_empty() => {
+            let len = to_usize(len, "a dim")?;
+            Some(
+                even_chunks(len, chunk_count(ctx.node)?)?
+                    .into_iter()
+                    .map(|s| Dim::Known(s as i64))
+                    .collect(),
+            )
+        }
+        _ => None,
+    };
+    Ok((0..count)
+        .map(|k| {
+            let mut d = dims.to_vec();
+            d[axis] = sizes
+                .as_ref()
+                .and_then(|s| s.get(k).cloned())
+                .unwrap_or(Dim::Unknown);
+            typed(elem, Some(d))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+    use crate::tensor::Tensor;
+    use crate::DataType;
+
+    fn i32s(shape: &[usize], v: &[i32]) -> Tensor {
+        Tensor::from_vec(DataType::Int32, shape, v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn concat_joins_along_the_axis() {
+        let a = i32s(&[2, 2], &[1, 2, 3, 4]);
+        let b = i32s(&[2, 1], &[5, 6]);
+        let node =
+            Node::new("Concat", "c", ["a", "b"], ["y"]).with_attr("axis", AttrValue::Int(-1));
+        let out = eval_node(&node, 13, &[Some(&a), Some(&b)])
+            .unwrap()
+            .remove(0);
+        assert_eq!(out.shape(), &[2, 3]);
+        assert_eq!(out.to_vec::<i32>().unwrap(), [1, 2, 5, 3, 4, 6]);
+        let node = Node::new("Concat", "c", ["a", "b"], ["y"]).with_attr("axis", AttrValue::Int(0));
+        let e = eval_node(&node, 13, &[Some(&a), Some(&b)]).unwrap_err();
+        assert!(e.to_string().contains("differ off axis 0"), "{e}");
+        let node = Node::new("Concat", "c", ["a", "b"], ["y"]);
+        assert!(eval_node(&node, 13, &[Some(&a), Some(&b)]).is_err());
+        assert_eq!(
+            eval_node(&node, 1, &[Some(&a), Some(&b)]).unwrap()[0].shape(),
+            &[2, 3]
+        );
+    }
+
+    #[test]
+    fn split_by_sizes_by_count_and_unevenly() {
+        let x = i32s(&[6], &[1, 2, 3, 4, 5, 6]);
+        let node = Node::new("Split", "s", ["x", "s"], ["a", "b"]);
+        let s = Tensor::from_vec(DataType::Int64, &[2], vec![2i64, 4]).unwrap();
+        let out = eval_node(&node, 13, &[Some(&x), Some(&s)]).unwrap();
+        assert_eq!(out[0].to_vec::<i32>().unwrap(), [1, 2]);
+        assert_eq!(out[1].to_vec::<i32>().unwrap(), [3, 4, 5, 6]);
+
+        let node = Node::new("Split", "s", ["x"], ["a", "b", "c", "d"])
+            .with_attr("num_outputs", AttrValue::Int(4));
+        let out = eval_node(&node, 18, &[Some(&x)]).unwrap();
+        let lens: Vec<usize> = out.iter().map(Tensor::len).collect();
+        assert_eq!(lens, [2, 2, 2, 0]);
+
+        let node = Node::new("Split", "s", ["x"], ["a", "b"])
+            .with_attr("split", AttrValue::Ints(vec![1, 4]));
+        let e = eval_node(&node, 11, &[Some(&x)]).unwrap_err();
+        assert!(e.to_string().contains("do not cut"), "{e}");
+
+        let m = i32s(&[2, 2], &[1, 2, 3, 4]);
+        let node = Node::new("Split", "s", ["x"], ["a", "b"]).with_attr("axis", AttrValue::Int(1));
+        let out = eval_node(&node, 11, &[Some(&m)]).unwrap();
+        assert_eq!(out[1].to_vec::<i32>().unwrap(), [2, 4]);
+    }
+}

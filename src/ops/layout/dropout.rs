@@ -1,0 +1,88 @@
+//! `Dropout` (opsets 1 to 22) in inference: the output is the input and the optional mask is
+//! all ones.
+//!
+//! Spec: <https://onnx.ai/onnx/operators/onnx__Dropout.html>.
+//!
+//! From opset 12 `training_mode` is an input; a true value with a non-zero `ratio` would drop
+//! elements at random, which this interpreter does not do (an error, not a silent identity).
+//! The mask is `bool` from opset 10 and has the data's type before, as those opsets declare.
+
+use crate::error::{Error, Result};
+use crate::ir::{Dim, TensorType};
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::super::util::{optional, required};
+use super::super::{EvalCtx, InferCtx};
+use super::common::{from_f64s, in_dims, in_elem, nonzero_flags, to_f64s, two_valued, typed};
+
+/// The element type of the mask at `opset`, for data of type `data`.
+fn mask_type(opset: i64, data: Option<DataType>) -> Option<DataType> {
+    if opset >= 10 {
+        Some(DataType::Bool)
+    } else {
+        data
+    }
+}
+
+pub(super) fn eval_dropout(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let data = required(inputs, 0)?;
+    if let Some(training) = optional(inputs, 2) {
+        let ratio = match optional(inputs, 1) {
+            Some(r) => to_f64s(r)?.first().copied().unwrap_or(0.5),
+            None => 0.5,
+        };
+        if nonzero_flags(training)?.first() == Some(&true) && ratio != 0.0 {
+            return Err(Error::Unsupported(
+                "Dropout in training mode (random dropping)".into(),
+            ));
+        }
+    }
+    let mut outputs = vec![data.clone()];
+    if ctx.node.outputs.len() > 1 {
+        let dtype = mask_type(ctx.opset, Some(data.dtype())).unwrap_or(DataType::Bool);
+        let values = from_f64s(dtype, &[2], &[0.0, 1.0])?;
+        outputs.push(two_valued(&values, data.shape(), &vec![true; data.len()])?);
+    }
+    Ok(outputs)
+}
+
+pub(super) fn infer_dropout(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let dims = in_dims(ctx, 0).map(<[Dim]>::to_vec);
+    let mut out = vec![typed(in_elem(ctx, 0), dims.clone())];
+    if ctx.node.outputs.len() > 1 {
+        out.push(typed(mask_type(ctx.opset, in_elem(ctx, 0)), dims));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::Node;
+    use crate::ops::eval_node;
+    use crate::tensor::Tensor;
+    use crate::DataType;
+
+    #[test]
+    fn inference_copies_and_masks_ones_training_fails() {
+        let x = Tensor::from_vec(DataType::Float, &[3], vec![1.0f32, 2.0, 3.0]).unwrap();
+        let node = Node::new("Dropout", "d", ["x"], ["y", "m"]);
+        let out = eval_node(&node, 13, &[Some(&x)]).unwrap();
+        assert_eq!(out[0], x);
+        assert_eq!(out[1].dtype(), DataType::Bool);
+        assert_eq!(out[1].to_vec::<u8>().unwrap(), [1, 1, 1]);
+        let out = eval_node(&node, 7, &[Some(&x)]).unwrap();
+        assert_eq!(out[1].to_vec::<f32>().unwrap(), [1.0, 1.0, 1.0]);
+
+        let node = Node::new("Dropout", "d", ["x", "r", "t"], ["y"]);
+        let r = Tensor::scalar(DataType::Float, 0.5f32).unwrap();
+        let t = Tensor::scalar(DataType::Bool, 1u8).unwrap();
+        let e = eval_node(&node, 13, &[Some(&x), Some(&r), Some(&t)]).unwrap_err();
+        assert!(e.to_string().contains("training mode"), "{e}");
+        let zero = Tensor::scalar(DataType::Float, 0.0f32).unwrap();
+        assert_eq!(
+            eval_node(&node, 13, &[Some(&x), Some(&zero), Some(&t)]).unwrap()[0],
+            x
+        );
+    }
+}
