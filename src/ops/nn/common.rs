@@ -342,6 +342,15 @@ pub(super) fn zero_at<'z>(
     })
 }
 
+/// A tensor of any floating-point `dtype` holding `values`, rounded once (small outputs such as
+/// statistics, whose type need not match the kernel's compute type).
+pub(super) fn store_f64s(dtype: DataType, shape: &[usize], values: &[f64]) -> Result<Tensor> {
+    match dtype {
+        DataType::Double => f64::store(dtype, shape, values.to_vec()),
+        _ => f32::store(dtype, shape, values.iter().map(|&v| v as f32).collect()),
+    }
+}
+
 /// An integer tensor of `dtype` holding `values` narrowed (wrapping) to its width.
 pub(super) fn store_ints(dtype: DataType, shape: &[usize], values: &[i64]) -> Result<Tensor> {
     crate::dispatch_int!(dtype, T => {

@@ -10,21 +10,29 @@ mod common;
 mod conv;
 mod conv_transpose;
 mod gemm;
+mod lrn;
 mod matmul;
+mod norm;
 mod pool;
 mod window;
 
 use super::OpDef;
 
+use common::infer_same_as_input;
 use conv::{
     eval_conv, eval_conv_integer, eval_qlinear_conv, infer_conv, infer_conv_integer,
     infer_qlinear_conv,
 };
 use conv_transpose::{eval_conv_transpose, infer_conv_transpose};
 use gemm::{eval_gemm, infer_gemm};
+use lrn::eval_lrn;
 use matmul::{
     eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
     infer_qlinear_matmul,
+};
+use norm::{
+    eval_batch_norm, eval_group_norm, eval_instance_norm, eval_layer_norm, eval_mvn,
+    infer_batch_norm, infer_layer_norm,
 };
 use pool::{
     eval_average_pool, eval_global_average_pool, eval_global_lp_pool, eval_global_max_pool,
@@ -57,4 +65,14 @@ pub(super) const DEFS: &[OpDef] = &[
     )
     .with_infer(infer_global_pool),
     OpDef::new("GlobalLpPool", 1, 1..=1, 1..=1, eval_global_lp_pool).with_infer(infer_global_pool),
+    OpDef::new("BatchNormalization", 1, 5..=5, 1..=5, eval_batch_norm).with_infer(infer_batch_norm),
+    OpDef::new("InstanceNormalization", 1, 3..=3, 1..=1, eval_instance_norm)
+        .with_infer(infer_same_as_input),
+    OpDef::new("LayerNormalization", 17, 2..=3, 1..=3, eval_layer_norm)
+        .with_infer(infer_layer_norm),
+    OpDef::new("GroupNormalization", 18, 3..=3, 1..=1, eval_group_norm)
+        .with_infer(infer_same_as_input),
+    OpDef::new("MeanVarianceNormalization", 9, 1..=1, 1..=1, eval_mvn)
+        .with_infer(infer_same_as_input),
+    OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
 ];

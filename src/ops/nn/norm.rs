@@ -1,0 +1,489 @@
+//! The normalizations: `BatchNormalization` (opsets 1, 6, 7, 9, 14, 15),
+//! `InstanceNormalization` (1, 6, 22), `LayerNormalization` (17), `GroupNormalization` (18, 21)
+//! and `MeanVarianceNormalization` (9, 13).
+//!
+//! Specs: <https://onnx.ai/onnx/operators/onnx__BatchNormalization.html>,
+//! <https://onnx.ai/onnx/operators/onnx__InstanceNormalization.html>,
+//! <https://onnx.ai/onnx/operators/onnx__LayerNormalization.html>,
+//! <https://onnx.ai/onnx/operators/onnx__GroupNormalization.html>,
+//! <https://onnx.ai/onnx/operators/onnx__MeanVarianceNormalization.html>.
+//!
+//! Every variance is the population variance, and statistics accumulate in `f64` whatever the
+//! element type (at least the precision any `stash_type` asks for). `BatchNormalization` runs in
+//! inference mode except at opset 14+ with `training_mode`, which normalizes with the batch
+//! statistics and also returns the updated running mean and variance; the training outputs of
+//! opsets before 14 are unsupported. Its parameters may be per channel or, for the `spatial = 0`
+//! form of opsets before 9, per element of a sample. `GroupNormalization` takes `scale` and
+//! `bias` per group (opset 18) or per channel (21); which one is read from their length.
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::ir::{Dim, TensorType};
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::super::util::{
+    broadcast_offsets, broadcast_shapes, normalize_axis, required, strides, unsupported_type,
+};
+use super::super::{EvalCtx, InferCtx};
+use super::common::{dispatch_real, input_dims, store_f64s, tensor_type, Real};
+
+/// Mean and population variance of `values`, in `f64`.
+fn stats<T: Real>(values: impl Iterator<Item = T> + Clone) -> (f64, f64) {
+    let (mut n, mut sum) = (0usize, 0.0f64);
+    for v in values.clone() {
+        sum += v.to_f64();
+        n += 1;
+    }
+    if n == 0 {
+        return (0.0, 0.0);
+    }
+    let mean = sum / n as f64;
+    let var = values.map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / n as f64;
+    (mean, var)
+}
+
+/// The values of a per-channel parameter input, checked to hold `len` values.
+fn params<R: Real>(t: &Tensor, len: usize, what: &str) -> Result<Vec<R>> {
+    if t.len() != len {
+        return Err(Error::Eval(format!(
+            "{what} holds {} values; expected {len}",
+            t.len()
+        )));
+    }
+    Ok(R::load(t)?.into_owned())
+}
+
+/// `y = x * a[c] + b[c]` over `x` viewed as `(outer, channels, inner)`.
+fn affine<R: Real>(x: &[R], a: &[R], b: &[R], inner: usize) -> Vec<R> {
+    let mut y = vec![R::ZERO; x.len()];
+    let block = a.len() * inner;
+    if block == 0 {
+        return y;
+    }
+    y.par_chunks_mut(block)
+        .zip(x.par_chunks(block))
+        .for_each(|(yb, xb)| {
+            for (c, (yc, xc)) in yb.chunks_mut(inner).zip(xb.chunks(inner)).enumerate() {
+                let (ac, bc) = (a[c], b[c]);
+                for (yv, &xv) in yc.iter_mut().zip(xc) {
+                    *yv = xv * ac + bc;
+                }
+            }
+        });
+    y
+}
+
+pub(super) fn eval_batch_norm(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    let [scale, bias, mean, var] = [1, 2, 3, 4].map(|i| required(inputs, i));
+    let (scale, bias, mean, var) = (scale?, bias?, mean?, var?);
+    let shape = x.shape();
+    if shape.len() < 2 {
+        return Err(ctx.error(format!("X {shape:?} needs a batch and a channel dim")));
+    }
+    let training = ctx.opset >= 14 && ctx.node.attr_int("training_mode", 0)? != 0;
+    if ctx.opset < 14 && ctx.node.outputs.len() > 1 {
+        return Err(Error::Unsupported(format!(
+            "BatchNormalization training outputs at opset {}",
+            ctx.opset
+        )));
+    }
+    // Per channel, or per element of a sample (`spatial = 0` before opset 9).
+    let per_sample: usize = shape[1..].iter().product();
+    let channels = if scale.len() == shape[1] || training {
+        shape[1]
+    } else {
+        per_sample
+    };
+    let inner = if channels == 0 {
+        0
+    } else {
+        per_sample / channels
+    };
+    let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
+    let momentum = ctx.node.attr_float("momentum", 0.9)? as f64;
+    let dtype = x.dtype();
+    dispatch_real!(dtype, R => {
+        let xv = R::load(x)?;
+        let s = params::<R>(scale, channels, "scale")?;
+        let b = params::<R>(bias, channels, "B")?;
+        let m = params::<R>(mean, channels, "input_mean")?;
+        let v = params::<R>(var, channels, "input_var")?;
+        let (use_mean, use_var): (Vec<f64>, Vec<f64>) = if training {
+            (0..channels)
+                .map(|c| {
+                    stats(
+                        xv.chunks(per_sample.max(1))
+                            .flat_map(|sample| &sample[c * inner..(c + 1) * inner])
+                            .copied(),
+                    )
+                })
+                .unzip()
+        } else {
+            (m.iter().map(|v| v.to_f64()).collect(), v.iter().map(|v| v.to_f64()).collect())
+        };
+        let a: Vec<R> = (0..channels)
+            .map(|c| R::from_f64(s[c].to_f64() / (use_var[c] + eps).sqrt()))
+            .collect();
+        let shift: Vec<R> = (0..channels)
+            .map(|c| R::from_f64(b[c].to_f64() - use_mean[c] * a[c].to_f64()))
+            .collect();
+        let mut outs = vec![R::store(dtype, shape, affine(&xv, &a, &shift, inner))?];
+        if training {
+            let running = |input: &[R], batch: &[f64]| -> Vec<f64> {
+                input
+                    .iter()
+                    .zip(batch)
+                    .map(|(&i, &b)| i.to_f64() * momentum + b * (1.0 - momentum))
+                    .collect()
+            };
+            outs.push(store_f64s(mean.dtype(), &[channels], &running(&m, &use_mean))?);
+            outs.push(store_f64s(var.dtype(), &[channels], &running(&v, &use_var))?);
+        }
+        outs.truncate(ctx.node.outputs.len().max(1));
+        Ok(outs)
+    }, _ => Err(unsupported_type("BatchNormalization", dtype)))
+}
+
+/// Normalizes each of the `rows` consecutive blocks of `x` by its own mean and variance, then
+/// applies `y = norm * scale(row, j) + bias(row, j)` with `j` the position within the block.
+/// Returns the values and each row's mean and inverse standard deviation.
+fn normalize_rows<R: Real>(
+    x: &[R],
+    row_len: usize,
+    eps: f64,
+    scale_bias: impl Fn(usize, usize) -> (R, R) + Sync,
+) -> (Vec<R>, Vec<f64>, Vec<f64>) {
+    let mut y = vec![R::ZERO; x.len()];
+    if row_len == 0 {
+        return (y, Vec::new(), Vec::new());
+    }
+    let row_stats: Vec<(f64, f64)> = y
+        .par_chunks_mut(row_len)
+        .zip(x.par_chunks(row_len))
+        .enumerate()
+        .map(|(r, (yr, xr))| {
+            let (mean, var) = stats(xr.iter().copied());
+            let inv = 1.0 / (var + eps).sqrt();
+            let (m, i) = (R::from_f64(mean), R::from_f64(inv));
+            for (j, (yv, &xv)) in yr.iter_mut().zip(xr).enumerate() {
+                let (s, b) = scale_bias(r, j);
+                *yv = (xv - m) * i * s + b;
+            }
+            (mean, inv)
+        })
+        .collect();
+    let (means, invs) = row_stats.into_iter().unzip();
+    (y, means, invs)
+}
+
+pub(super) fn eval_instance_norm(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, scale, bias) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
+    let shape = x.shape();
+    if shape.len() < 2 {
+        return Err(ctx.error(format!("X {shape:?} needs a batch and a channel dim")));
+    }
+    let channels = shape[1];
+    let plane: usize = shape[2..].iter().product();
+    let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
+    let dtype = x.dtype();
+    let y = dispatch_real!(dtype, R => {
+        let s = params::<R>(scale, channels, "scale")?;
+        let b = params::<R>(bias, channels, "B")?;
+        let (y, _, _) = normalize_rows(&R::load(x)?, plane, eps, |r, _| (s[r % channels], b[r % channels]));
+        R::store(dtype, shape, y)?
+    }, _ => return Err(unsupported_type("InstanceNormalization", dtype)));
+    Ok(vec![y])
+}
+
+pub(super) fn eval_group_norm(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, scale, bias) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
+    let shape = x.shape();
+    if shape.len() < 2 {
+        return Err(ctx.error(format!("X {shape:?} needs a batch and a channel dim")));
+    }
+    let channels = shape[1];
+    let groups = usize::try_from(ctx.node.attr_int("num_groups", 0)?)
+        .ok()
+        .filter(|&g| g > 0 && channels % g == 0)
+        .ok_or_else(|| {
+            ctx.error(format!(
+                "num_groups must be a positive divisor of the {channels} channels"
+            ))
+        })?;
+    let plane: usize = shape[2..].iter().product();
+    let row_len = channels / groups * plane;
+    let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
+    let per_channel = scale.len() == channels;
+    let n_params = if per_channel { channels } else { groups };
+    let dtype = x.dtype();
+    let y = dispatch_real!(dtype, R => {
+        let s = params::<R>(scale, n_params, "scale")?;
+        let b = params::<R>(bias, n_params, "bias")?;
+        let at = |r: usize, j: usize| {
+            let g = r % groups;
+            let p = if per_channel { g * (channels / groups) + j / plane.max(1) } else { g };
+            (s[p], b[p])
+        };
+        let (y, _, _) = normalize_rows(&R::load(x)?, row_len, eps, at);
+        R::store(dtype, shape, y)?
+    }, _ => return Err(unsupported_type("GroupNormalization", dtype)));
+    Ok(vec![y])
+}
+
+/// The element type of `LayerNormalization`'s Mean and InvStdDev outputs for `stash_type`.
+fn stash_dtype(stash: i64) -> Result<DataType> {
+    match DataType::from_onnx(stash as i32) {
+        Some(d @ (DataType::Float | DataType::Double | DataType::Float16 | DataType::Bfloat16)) => {
+            Ok(d)
+        }
+        _ => Err(Error::Eval(format!(
+            "stash_type {stash} is not a floating-point type"
+        ))),
+    }
+}
+
+pub(super) fn eval_layer_norm(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, scale) = (required(inputs, 0)?, required(inputs, 1)?);
+    let bias = super::super::util::optional(inputs, 2);
+    let shape = x.shape();
+    let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, shape.len())?;
+    let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
+    let stash = stash_dtype(ctx.node.attr_int("stash_type", 1)?)?;
+    let row_len: usize = shape[axis..].iter().product();
+    // Scale and B broadcast to X; the usual shape, X's normalized dims, indexes by position.
+    let offsets = |t: &Tensor| -> Result<Option<Vec<usize>>> {
+        let s = t.shape();
+        let trailing = s.iter().skip_while(|&&d| d == 1).count() <= shape.len() - axis
+            && t.len() == row_len
+            && s.iter().rev().zip(shape.iter().rev()).all(|(a, b)| a == b);
+        if trailing {
+            return Ok(None);
+        }
+        if broadcast_shapes(&[s, shape])? != shape {
+            return Err(Error::Eval(format!(
+                "{s:?} does not broadcast to X {shape:?}"
+            )));
+        }
+        Ok(Some(broadcast_offsets(s, shape)))
+    };
+    let scale_at = offsets(scale)?;
+    let bias_at = bias.map(offsets).transpose()?.flatten();
+    let dtype = x.dtype();
+    let (y, means, invs) = dispatch_real!(dtype, R => {
+        let s = R::load(scale)?;
+        let b = bias.map(R::load).transpose()?;
+        let pick = |v: &[R], at: &Option<Vec<usize>>, r: usize, j: usize| match at {
+            None => v[j],
+            Some(o) => v[o[r * row_len + j]],
+        };
+        let (y, m, i) = normalize_rows(&R::load(x)?, row_len, eps, |r, j| {
+            (pick(&s, &scale_at, r, j), b.as_ref().map_or(R::ZERO, |b| pick(b, &bias_at, r, j)))
+        });
+        (R::store(dtype, shape, y)?, m, i)
+    }, _ => return Err(unsupported_type("LayerNormalization", dtype)));
+    let mut stat_shape = shape[..axis].to_vec();
+    stat_shape.resize(shape.len(), 1);
+    let mut outs = vec![
+        y,
+        store_f64s(stash, &stat_shape, &means)?,
+        store_f64s(stash, &stat_shape, &invs)?,
+    ];
+    outs.truncate(ctx.node.outputs.len().max(1));
+    Ok(outs)
+}
+
+pub(super) fn eval_mvn(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    let shape = x.shape();
+    let axes: Vec<usize> = match ctx.node.attr_ints("axes")? {
+        Some(a) => a
+            .iter()
+            .map(|&a| normalize_axis(a, shape.len()))
+            .collect::<Result<_>>()?,
+        None => vec![0, 2, 3]
+            .into_iter()
+            .filter(|&a| a < shape.len())
+            .collect(),
+    };
+    // Each element's group: its index over the dims not reduced.
+    let st = strides(shape);
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
+    let kept_shape: Vec<usize> = kept.iter().map(|&d| shape[d]).collect();
+    let kept_st = strides(&kept_shape);
+    let groups: usize = kept_shape.iter().product();
+    let group_of = |i: usize| -> usize {
+        kept.iter()
+            .zip(&kept_st)
+            .map(|(&d, &ks)| (i / st[d]) % shape[d] * ks)
+            .sum()
+    };
+    let dtype = x.dtype();
+    let y = dispatch_real!(dtype, R => {
+        let xv = R::load(x)?;
+        let membership: Vec<usize> = (0..xv.len()).map(group_of).collect();
+        let mut sum = vec![0.0f64; groups];
+        let mut count = vec![0usize; groups];
+        for (&g, v) in membership.iter().zip(xv.iter()) {
+            sum[g] += v.to_f64();
+            count[g] += 1;
+        }
+        let mean: Vec<f64> = sum.iter().zip(&count).map(|(&s, &c)| s / c.max(1) as f64).collect();
+        let mut sq = vec![0.0f64; groups];
+        for (&g, v) in membership.iter().zip(xv.iter()) {
+            sq[g] += (v.to_f64() - mean[g]).powi(2);
+        }
+        let std: Vec<f64> = sq.iter().zip(&count).map(|(&s, &c)| (s / c.max(1) as f64).sqrt()).collect();
+        let y: Vec<R> = membership
+            .iter()
+            .zip(xv.iter())
+            .map(|(&g, v)| R::from_f64((v.to_f64() - mean[g]) / (std[g] + 1e-9)))
+            .collect();
+        R::store(dtype, shape, y)?
+    }, _ => return Err(unsupported_type("MeanVarianceNormalization", dtype)));
+    Ok(vec![y])
+}
+
+pub(super) fn infer_batch_norm(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let mut outs = vec![ctx.input(0).cloned().unwrap_or_default()];
+    for i in [3, 4] {
+        if ctx.node.outputs.len() > outs.len() {
+            outs.push(ctx.input(i).cloned().unwrap_or_default());
+        }
+    }
+    Ok(outs)
+}
+
+pub(super) fn infer_layer_norm(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let x = ctx.input(0).cloned().unwrap_or_default();
+    let stash = stash_dtype(ctx.node.attr_int("stash_type", 1)?)?;
+    let stat_dims = input_dims(ctx, 0).and_then(|d| {
+        let axis = normalize_axis(ctx.node.attr_int("axis", -1).ok()?, d.len()).ok()?;
+        let mut s = d[..axis].to_vec();
+        s.resize(d.len(), Dim::Known(1));
+        Some(s)
+    });
+    let stat = tensor_type(Some(stash), stat_dims);
+    Ok(vec![x, stat.clone(), stat])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+
+    use super::*;
+
+    fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
+        Tensor::from_vec(DataType::Float, shape, v).unwrap()
+    }
+
+    fn close(t: &Tensor, want: &[f32]) {
+        let v = t.as_slice::<f32>().unwrap();
+        assert_eq!(v.len(), want.len());
+        for (a, b) in v.iter().zip(want) {
+            assert!((a - b).abs() < 1e-4, "{v:?} != {want:?}");
+        }
+    }
+
+    #[test]
+    fn batch_norm_inference_and_training() {
+        // The ONNX batchnorm example: x [1, 2, 1, 3].
+        let x = f32s(&[1, 2, 1, 3], vec![-1.0, 0.0, 1.0, 2.0, 3.0, 4.0]);
+        let s = f32s(&[2], vec![1.0, 1.5]);
+        let b = f32s(&[2], vec![0.0, 1.0]);
+        let m = f32s(&[2], vec![0.0, 3.0]);
+        let v = f32s(&[2], vec![1.0, 1.5]);
+        let inputs = [Some(&x), Some(&s), Some(&b), Some(&m), Some(&v)];
+        let node = Node::new("BatchNormalization", "bn", ["x", "s", "b", "m", "v"], ["y"]);
+        let y = eval_node(&node, 15, &inputs).unwrap();
+        close(
+            &y[0],
+            &[-0.999995, 0.0, 0.999995, -0.22474074, 1.0, 2.2247407],
+        );
+        let node = Node::new(
+            "BatchNormalization",
+            "bn",
+            ["x", "s", "b", "m", "v"],
+            ["y", "rm", "rv"],
+        )
+        .with_attr("training_mode", AttrValue::Int(1));
+        let y = eval_node(&node, 15, &inputs).unwrap();
+        // Batch means 0 and 3, variances 2/3; running = 0.9 * input + 0.1 * batch.
+        close(&y[1], &[0.0, 3.0]);
+        close(&y[2], &[0.9 + 0.2 / 3.0, 1.35 + 0.2 / 3.0]);
+        let bad = f32s(&[3], vec![0.0; 3]);
+        let err = eval_node(
+            &node,
+            15,
+            &[Some(&x), Some(&bad), Some(&b), Some(&m), Some(&v)],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("expected 2"), "{err}");
+    }
+
+    #[test]
+    fn instance_and_group_norm() {
+        // The ONNX instancenorm example.
+        let x = f32s(&[1, 2, 1, 3], vec![-1.0, 0.0, 1.0, 2.0, 3.0, 4.0]);
+        let s = f32s(&[2], vec![1.0, 1.5]);
+        let b = f32s(&[2], vec![0.0, 1.0]);
+        let node = Node::new("InstanceNormalization", "n", ["x", "s", "b"], ["y"]);
+        let y = eval_node(&node, 22, &[Some(&x), Some(&s), Some(&b)]).unwrap();
+        close(
+            &y[0],
+            &[-1.2247356, 0.0, 1.2247356, -0.8371035, 1.0, 2.8371034],
+        );
+        // Two groups of one channel each is the instance norm again.
+        let node = Node::new("GroupNormalization", "n", ["x", "s", "b"], ["y"])
+            .with_attr("num_groups", AttrValue::Int(2));
+        let g = eval_node(&node, 21, &[Some(&x), Some(&s), Some(&b)]).unwrap();
+        close(&g[0], y[0].as_slice::<f32>().unwrap());
+        let node = Node::new("GroupNormalization", "n", ["x", "s", "b"], ["y"])
+            .with_attr("num_groups", AttrValue::Int(3));
+        let err = eval_node(&node, 21, &[Some(&x), Some(&s), Some(&b)]).unwrap_err();
+        assert!(err.to_string().contains("divisor"), "{err}");
+    }
+
+    #[test]
+    fn layer_norm_returns_mean_and_inverse_std() {
+        let x = f32s(&[2, 2], vec![1.0, 3.0, 2.0, 4.0]);
+        let s = f32s(&[2], vec![1.0, 2.0]);
+        let node = Node::new("LayerNormalization", "n", ["x", "s"], ["y", "m", "i"])
+            .with_attr("epsilon", AttrValue::Float(0.0));
+        let y = eval_node(&node, 17, &[Some(&x), Some(&s)]).unwrap();
+        close(&y[0], &[-1.0, 2.0, -1.0, 2.0]);
+        assert_eq!(y[1], f32s(&[2, 1], vec![2.0, 3.0]));
+        assert_eq!(y[2], f32s(&[2, 1], vec![1.0, 1.0]));
+    }
+
+    #[test]
+    fn mean_variance_normalization_over_default_axes() {
+        let x = f32s(&[2, 1, 1, 1], vec![1.0, 3.0]);
+        let node = Node::new("MeanVarianceNormalization", "n", ["x"], ["y"]);
+        let y = eval_node(&node, 13, &[Some(&x)]).unwrap();
+        close(&y[0], &[-1.0, 1.0]);
+    }
+}
