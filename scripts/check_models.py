@@ -27,6 +27,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 BIN = os.environ.get("MULTIGATHER", "target/release/multigather")
+ort.set_default_logger_severity(3)
 
 
 def make_inputs(model, rng):
