@@ -12,7 +12,6 @@
 //! states, as in onnxruntime.
 
 use std::borrow::Cow;
-use std::ops::{Add, Div, Mul, Neg, Sub};
 
 use crate::error::{Error, Result};
 use crate::ir::{AttrValue, Dim, Node, Shape, TensorType};
@@ -20,6 +19,8 @@ use crate::ops::util::{optional, required, to_i64s, Float};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
+
+use super::math::{gemm, max, min, Activation, Real, View};
 
 /// Position of `X` among the inputs (the same for the three operators).
 pub(super) const X: usize = 0;
@@ -33,181 +34,6 @@ pub(super) const B: usize = 3;
 pub(super) const SEQUENCE_LENS: usize = 4;
 /// Position of `initial_h`.
 pub(super) const INITIAL_H: usize = 5;
-
-/// The element types the recurrences compute in: `f32` (also for `float16` and `bfloat16`
-/// tensors, converted on the way in and out) and `f64`.
-pub(super) trait Real:
-    Float
-    + Default
-    + Add<Output = Self>
-    + Sub<Output = Self>
-    + Mul<Output = Self>
-    + Div<Output = Self>
-    + Neg<Output = Self>
-{
-    /// Zero.
-    const ZERO: Self;
-    /// One.
-    const ONE: Self;
-    /// `e^self`.
-    fn exp(self) -> Self;
-    /// The hyperbolic tangent.
-    fn tanh(self) -> Self;
-    /// `ln(1 + self)`, accurate near zero.
-    fn ln_1p(self) -> Self;
-    /// The absolute value.
-    fn abs(self) -> Self;
-    /// `C <- A B + beta C` through `matrixmultiply`, with `A` `m x k`, `B` `k x n` and `C`
-    /// `m x n` given by their first element and row and column strides.
-    ///
-    /// # Safety
-    /// Every element the strides address must lie inside its allocation, and the strides of `C`
-    /// must not alias two elements. [`gemm`] checks both.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_raw(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: (*const Self, isize, isize),
-        b: (*const Self, isize, isize),
-        beta: Self,
-        c: (*mut Self, isize, isize),
-    );
-}
-
-macro_rules! impl_real {
-    ($t:ty, $gemm:path) => {
-        impl Real for $t {
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            fn exp(self) -> Self {
-                <$t>::exp(self)
-            }
-            fn tanh(self) -> Self {
-                <$t>::tanh(self)
-            }
-            fn ln_1p(self) -> Self {
-                <$t>::ln_1p(self)
-            }
-            fn abs(self) -> Self {
-                <$t>::abs(self)
-            }
-            unsafe fn gemm_raw(
-                m: usize,
-                k: usize,
-                n: usize,
-                a: (*const Self, isize, isize),
-                b: (*const Self, isize, isize),
-                beta: Self,
-                c: (*mut Self, isize, isize),
-            ) {
-                // SAFETY: forwarded from the caller's contract.
-                unsafe {
-                    $gemm(
-                        m, k, n, 1.0, a.0, a.1, a.2, b.0, b.1, b.2, beta, c.0, c.1, c.2,
-                    )
-                }
-            }
-        }
-    };
-}
-
-impl_real!(f32, matrixmultiply::sgemm);
-impl_real!(f64, matrixmultiply::dgemm);
-
-/// A read-only `rows x cols` matrix inside a slice: element `(i, j)` is `data[i * rs + j * cs]`.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct View<'a, T> {
-    data: &'a [T],
-    rows: usize,
-    cols: usize,
-    rs: usize,
-    cs: usize,
-}
-
-impl<'a, T> View<'a, T> {
-    /// A contiguous row-major matrix at the start of `data`.
-    pub fn rows(data: &'a [T], rows: usize, cols: usize) -> Self {
-        View {
-            data,
-            rows,
-            cols,
-            rs: cols,
-            cs: 1,
-        }
-    }
-
-    /// The transpose, a view of the same elements.
-    pub fn t(self) -> Self {
-        View {
-            rows: self.cols,
-            cols: self.rows,
-            rs: self.cs,
-            cs: self.rs,
-            ..self
-        }
-    }
-}
-
-/// Whether a `rows x cols` matrix with strides `(rs, cs)` lies inside `len` elements, with
-/// strides representable as `isize`.
-fn fits(len: usize, rows: usize, cols: usize, rs: usize, cs: usize) -> Option<(isize, isize)> {
-    let strides = (isize::try_from(rs).ok()?, isize::try_from(cs).ok()?);
-    if rows == 0 || cols == 0 {
-        return Some(strides);
-    }
-    let last = (rows - 1)
-        .checked_mul(rs)?
-        .checked_add((cols - 1).checked_mul(cs)?)?;
-    (last < len).then_some(strides)
-}
-
-/// `C <- A B + beta C`, where `C` is the row-major block of `a.rows` rows of `b.cols` elements
-/// with row stride `ldc` at the start of `c`.
-pub(super) fn gemm<T: Real>(
-    a: View<'_, T>,
-    b: View<'_, T>,
-    beta: T,
-    c: &mut [T],
-    ldc: usize,
-) -> Result<()> {
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    let bad = || {
-        Error::Eval(format!(
-            "matrix product of {m}x{k} and {}x{n} out of bounds",
-            b.rows
-        ))
-    };
-    if b.rows != k || n > ldc {
-        return Err(bad());
-    }
-    let sa = fits(a.data.len(), m, k, a.rs, a.cs).ok_or_else(bad)?;
-    let sb = fits(b.data.len(), k, n, b.rs, b.cs).ok_or_else(bad)?;
-    let sc = fits(c.len(), m, n, ldc, 1).ok_or_else(bad)?;
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    if k == 0 {
-        for row in c.chunks_mut(ldc).take(m) {
-            row.iter_mut().take(n).for_each(|v| *v = beta * *v);
-        }
-        return Ok(());
-    }
-    // SAFETY: `fits` checked that every addressed element of A, B and C is inside its slice;
-    // C's column stride is 1 and its row stride is at least its width, so no two elements alias.
-    unsafe {
-        T::gemm_raw(
-            m,
-            k,
-            n,
-            (a.data.as_ptr(), sa.0, sa.1),
-            (b.data.as_ptr(), sb.0, sb.1),
-            beta,
-            (c.as_mut_ptr(), sc.0, sc.1),
-        );
-    }
-    Ok(())
-}
 
 /// The `direction` attribute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,138 +84,6 @@ pub(super) fn batch_major(node: &Node, opset: i64) -> Result<bool> {
     }
 }
 
-/// An activation function of a gate, with its alpha and beta.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Activation {
-    Relu,
-    Tanh,
-    Sigmoid,
-    Affine { alpha: f32, beta: f32 },
-    LeakyRelu { alpha: f32 },
-    ThresholdedRelu { alpha: f32 },
-    ScaledTanh { alpha: f32, beta: f32 },
-    HardSigmoid { alpha: f32, beta: f32 },
-    Elu { alpha: f32 },
-    Softsign,
-    Softplus,
-}
-
-/// A stream of `activation_alpha` or `activation_beta` values, consumed in the order of the
-/// activations by those that take the parameter (as onnxruntime reads them); an exhausted list
-/// leaves the remaining activations their defaults.
-struct Params<'a>(std::slice::Iter<'a, f32>);
-
-impl Params<'_> {
-    fn next_or(&mut self, default: f32) -> f32 {
-        self.0.next().copied().unwrap_or(default)
-    }
-
-    fn required(&mut self, name: &str, param: &str) -> Result<f32> {
-        self.0.next().copied().ok_or_else(|| {
-            Error::Eval(format!(
-                "activation {name} needs an {param} value, which has no default"
-            ))
-        })
-    }
-}
-
-impl Activation {
-    /// The activation named `name` (case-insensitive, as onnxruntime accepts), taking its
-    /// parameters from the streams. Defaults are those of the ONNX operators of the same name
-    /// (`Affine`: 1 and 0, `LeakyRelu`: 0.01, `ThresholdedRelu`: 1, `HardSigmoid`: 0.2 and 0.5,
-    /// `Elu`: 1); `ScaledTanh` has none, so its alpha and beta are required.
-    fn parse(name: &str, alphas: &mut Params<'_>, betas: &mut Params<'_>) -> Result<Activation> {
-        Ok(match name.to_ascii_lowercase().as_str() {
-            "relu" => Activation::Relu,
-            "tanh" => Activation::Tanh,
-            "sigmoid" => Activation::Sigmoid,
-            "affine" => Activation::Affine {
-                alpha: alphas.next_or(1.0),
-                beta: betas.next_or(0.0),
-            },
-            "leakyrelu" => Activation::LeakyRelu {
-                alpha: alphas.next_or(0.01),
-            },
-            "thresholdedrelu" => Activation::ThresholdedRelu {
-                alpha: alphas.next_or(1.0),
-            },
-            "scaledtanh" => Activation::ScaledTanh {
-                alpha: alphas.required(name, "alpha")?,
-                beta: betas.required(name, "beta")?,
-            },
-            "hardsigmoid" => Activation::HardSigmoid {
-                alpha: alphas.next_or(0.2),
-                beta: betas.next_or(0.5),
-            },
-            "elu" => Activation::Elu {
-                alpha: alphas.next_or(1.0),
-            },
-            "softsign" => Activation::Softsign,
-            "softplus" => Activation::Softplus,
-            _ => {
-                return Err(Error::Unsupported(format!(
-                    "recurrent activation function '{name}'"
-                )))
-            }
-        })
-    }
-
-    /// The function's value at `x`.
-    pub fn eval<T: Real>(self, x: T) -> T {
-        let p = T::from_f32;
-        match self {
-            Activation::Relu => max(x, T::ZERO),
-            Activation::Tanh => x.tanh(),
-            Activation::Sigmoid => T::ONE / (T::ONE + (-x).exp()),
-            Activation::Affine { alpha, beta } => p(alpha) * x + p(beta),
-            Activation::LeakyRelu { alpha } => {
-                if x >= T::ZERO {
-                    x
-                } else {
-                    p(alpha) * x
-                }
-            }
-            Activation::ThresholdedRelu { alpha } => {
-                if x > p(alpha) {
-                    x
-                } else {
-                    T::ZERO
-                }
-            }
-            Activation::ScaledTanh { alpha, beta } => p(alpha) * (p(beta) * x).tanh(),
-            Activation::HardSigmoid { alpha, beta } => {
-                min(max(p(alpha) * x + p(beta), T::ZERO), T::ONE)
-            }
-            Activation::Elu { alpha } => {
-                if x >= T::ZERO {
-                    x
-                } else {
-                    p(alpha) * (x.exp() - T::ONE)
-                }
-            }
-            Activation::Softsign => x / (T::ONE + x.abs()),
-            // `max(x, 0) + ln(1 + e^-|x|)`: `ln(1 + e^x)` without overflow for large `x`.
-            Activation::Softplus => max(x, T::ZERO) + (-x.abs()).exp().ln_1p(),
-        }
-    }
-}
-
-fn max<T: Real>(a: T, b: T) -> T {
-    if a < b {
-        b
-    } else {
-        a
-    }
-}
-
-fn min<T: Real>(a: T, b: T) -> T {
-    if b < a {
-        b
-    } else {
-        a
-    }
-}
-
 /// The activations of every direction, `per_direction` each (forward first): the
 /// `activations` attribute with `activation_alpha`/`activation_beta`, or `defaults` repeated.
 fn activations(node: &Node, defaults: &[&str], directions: usize) -> Result<Vec<Activation>> {
@@ -401,8 +95,6 @@ fn activations(node: &Node, defaults: &[&str], directions: usize) -> Result<Vec<
             other.type_name()
         ))),
     };
-    let mut alphas = Params(floats("activation_alpha")?.iter());
-    let mut betas = Params(floats("activation_beta")?.iter());
     let names: Vec<String> = match node.attr("activations") {
         None => (0..directions)
             .flat_map(|_| defaults.iter().map(|s| s.to_string()))
@@ -426,10 +118,11 @@ fn activations(node: &Node, defaults: &[&str], directions: usize) -> Result<Vec<
             defaults.len()
         )));
     }
-    names
-        .iter()
-        .map(|n| Activation::parse(n, &mut alphas, &mut betas))
-        .collect()
+    Activation::parse_all(
+        &names,
+        floats("activation_alpha")?,
+        floats("activation_beta")?,
+    )
 }
 
 /// The sizes of one run.

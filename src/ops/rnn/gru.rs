@@ -16,7 +16,8 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, gemm, precision, Precision, Problem, Real, Spec, Track, View};
+use super::common::{self, precision, Precision, Problem, Spec, Track};
+use super::math::{gemm, transposed, Real, View};
 
 const SPEC: Spec = Spec {
     gates: 3,
@@ -48,7 +49,10 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Trac
     let acts = p.activations(d);
     let (f, g_act) = (acts[0], acts[1]);
     let (w, r) = p.weights(d);
-    let (r_zr, r_h) = r.split_at(2 * n * n);
+    // `R^T` (`[hidden, 3 * hidden]`): its first `2 * hidden` columns serve `z` and `r`.
+    let rt = transposed(r, width, n);
+    let r_zr = View::rows(&rt, n, width).columns(0, 2 * n);
+    let r_h = View::rows(&rt, n, width).columns(2 * n, n);
     let (wb, rb) = p.biases(d);
     // `Rbh` joins the projection unless the reset gate scales it.
     let folded = if linear { 2 * n } else { width };
@@ -61,16 +65,9 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Trac
     let mut scratch = p.initial(None, d);
     let h = p.initial(p.initial_h.as_deref(), d);
     let (y, h) = p.scan(d, &xw, width, h, |active, g, h| {
-        gemm(
-            View::rows(h, batch, n),
-            View::rows(r_zr, 2 * n, n).t(),
-            T::ONE,
-            g,
-            width,
-        )?;
-        let r_h_t = View::rows(r_h, n, n).t();
+        gemm(View::rows(h, batch, n), r_zr, T::ONE, g, width)?;
         if linear {
-            gemm(View::rows(h, batch, n), r_h_t, T::ZERO, &mut scratch, n)?;
+            gemm(View::rows(h, batch, n), r_h, T::ZERO, &mut scratch, n)?;
         }
         for ((g, h), (extra, _)) in g
             .chunks_exact_mut(width)
@@ -93,7 +90,7 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Trac
         if !linear {
             gemm(
                 View::rows(&scratch, batch, n),
-                r_h_t,
+                r_h,
                 T::ONE,
                 &mut g[2 * n..],
                 width,

@@ -12,9 +12,8 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{
-    self, gemm, precision, Activation, Precision, Problem, Real, Spec, Track, View,
-};
+use super::common::{self, precision, Precision, Problem, Spec, Track};
+use super::math::{gemm, transposed, Activation, Real, View};
 
 /// Position of `initial_c` among the inputs.
 const INITIAL_C: usize = 6;
@@ -106,6 +105,7 @@ fn direction<T: Real>(
     let (batch, hidden) = (p.dims.batch, p.dims.hidden);
     let width = 4 * hidden;
     let (w, r) = p.weights(d);
+    let rt = transposed(r, width, hidden);
     let (wb, rb) = p.biases(d);
     let bias: Vec<T> = wb.iter().zip(&rb).map(|(&a, &b)| a + b).collect();
     let xw = p.project(w, &bias)?;
@@ -114,7 +114,7 @@ fn direction<T: Real>(
     let (y, h) = p.scan(d, &xw, width, h, |active, g, h| {
         gemm(
             View::rows(h, batch, hidden),
-            View::rows(r, width, hidden).t(),
+            View::rows(&rt, hidden, width),
             T::ONE,
             g,
             width,

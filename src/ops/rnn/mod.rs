@@ -20,6 +20,7 @@ use super::OpDef;
 mod common;
 mod gru;
 mod lstm;
+mod math;
 mod simple;
 
 pub(super) const DEFS: &[OpDef] = &[

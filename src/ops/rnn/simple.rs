@@ -6,7 +6,8 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, gemm, precision, Precision, Problem, Real, Spec, Track, View};
+use super::common::{self, precision, Precision, Problem, Spec, Track};
+use super::math::{gemm, transposed, Real, View};
 
 const SPEC: Spec = Spec {
     gates: 1,
@@ -34,18 +35,13 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize) -> Result<Track<T>> {
     let (batch, n) = (p.dims.batch, p.dims.hidden);
     let f = p.activations(d)[0];
     let (w, r) = p.weights(d);
+    let rt = transposed(r, n, n);
     let (wb, rb) = p.biases(d);
     let bias: Vec<T> = wb.iter().zip(&rb).map(|(&a, &b)| a + b).collect();
     let xw = p.project(w, &bias)?;
     let h = p.initial(p.initial_h.as_deref(), d);
     let (y, h) = p.scan(d, &xw, n, h, |active, g, h| {
-        gemm(
-            View::rows(h, batch, n),
-            View::rows(r, n, n).t(),
-            T::ONE,
-            g,
-            n,
-        )?;
+        gemm(View::rows(h, batch, n), View::rows(&rt, n, n), T::ONE, g, n)?;
         for ((g, h), _) in g
             .chunks_exact(n)
             .zip(h.chunks_exact_mut(n))

@@ -1,0 +1,399 @@
+//! The numbers of the recurrences: the compute types, the matrix products (through
+//! `matrixmultiply`, with direct kernels for the few rows of a small batch) and the gate
+//! activation functions.
+//!
+//! Design note: `matrixmultiply` packs both operands on every call, which costs as much as the
+//! product itself when `A` has one row (a batch of one, as in streaming speech models, where the
+//! recurrent product of every step is a vector times a matrix). Products with fewer than
+//! [`SMALL_ROWS`] rows therefore run as row-by-row dot products or scaled row sums, whichever
+//! reads `B` contiguously.
+
+use std::ops::{Add, Div, Mul, Neg, Sub};
+
+use crate::error::{Error, Result};
+use crate::ops::util::Float;
+/// The element types the recurrences compute in: `f32` (also for `float16` and `bfloat16`
+/// tensors, converted on the way in and out) and `f64`.
+pub(super) trait Real:
+    Float
+    + Default
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+{
+    /// Zero.
+    const ZERO: Self;
+    /// One.
+    const ONE: Self;
+    /// `e^self`.
+    fn exp(self) -> Self;
+    /// The hyperbolic tangent.
+    fn tanh(self) -> Self;
+    /// `ln(1 + self)`, accurate near zero.
+    fn ln_1p(self) -> Self;
+    /// The absolute value.
+    fn abs(self) -> Self;
+    /// `C <- A B + beta C` through `matrixmultiply`, with `A` `m x k`, `B` `k x n` and `C`
+    /// `m x n` given by their first element and row and column strides.
+    ///
+    /// # Safety
+    /// Every element the strides address must lie inside its allocation, and the strides of `C`
+    /// must not alias two elements. [`gemm`] checks both.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm_raw(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: (*const Self, isize, isize),
+        b: (*const Self, isize, isize),
+        beta: Self,
+        c: (*mut Self, isize, isize),
+    );
+}
+
+macro_rules! impl_real {
+    ($t:ty, $gemm:path) => {
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            fn ln_1p(self) -> Self {
+                <$t>::ln_1p(self)
+            }
+            fn abs(self) -> Self {
+                <$t>::abs(self)
+            }
+            unsafe fn gemm_raw(
+                m: usize,
+                k: usize,
+                n: usize,
+                a: (*const Self, isize, isize),
+                b: (*const Self, isize, isize),
+                beta: Self,
+                c: (*mut Self, isize, isize),
+            ) {
+                // SAFETY: forwarded from the caller's contract.
+                unsafe {
+                    $gemm(
+                        m, k, n, 1.0, a.0, a.1, a.2, b.0, b.1, b.2, beta, c.0, c.1, c.2,
+                    )
+                }
+            }
+        }
+    };
+}
+
+impl_real!(f32, matrixmultiply::sgemm);
+impl_real!(f64, matrixmultiply::dgemm);
+
+/// A read-only `rows x cols` matrix inside a slice: element `(i, j)` is `data[i * rs + j * cs]`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct View<'a, T> {
+    data: &'a [T],
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a, T> View<'a, T> {
+    /// A contiguous row-major matrix at the start of `data`.
+    pub fn rows(data: &'a [T], rows: usize, cols: usize) -> Self {
+        View {
+            data,
+            rows,
+            cols,
+            rs: cols,
+            cs: 1,
+        }
+    }
+
+    /// Columns `start..start + count` of the same rows (an empty view, which no product
+    /// accepts, when `start` is past the data).
+    pub fn columns(self, start: usize, count: usize) -> Self {
+        let offset = start.saturating_mul(self.cs);
+        View {
+            data: self.data.get(offset..).unwrap_or(&[]),
+            cols: count,
+            ..self
+        }
+    }
+
+    /// The transpose, a view of the same elements.
+    pub fn t(self) -> Self {
+        View {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+}
+
+/// Whether a `rows x cols` matrix with strides `(rs, cs)` lies inside `len` elements, with
+/// strides representable as `isize`.
+fn fits(len: usize, rows: usize, cols: usize, rs: usize, cs: usize) -> Option<(isize, isize)> {
+    let strides = (isize::try_from(rs).ok()?, isize::try_from(cs).ok()?);
+    if rows == 0 || cols == 0 {
+        return Some(strides);
+    }
+    let last = (rows - 1)
+        .checked_mul(rs)?
+        .checked_add((cols - 1).checked_mul(cs)?)?;
+    (last < len).then_some(strides)
+}
+
+/// Products whose `A` has fewer rows than this skip `matrixmultiply` (see the module notes).
+const SMALL_ROWS: usize = 4;
+
+/// `C <- A B + beta C`, where `C` is the row-major block of `a.rows` rows of `b.cols` elements
+/// with row stride `ldc` at the start of `c`.
+pub(super) fn gemm<T: Real>(
+    a: View<'_, T>,
+    b: View<'_, T>,
+    beta: T,
+    c: &mut [T],
+    ldc: usize,
+) -> Result<()> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    let bad = || {
+        Error::Eval(format!(
+            "matrix product of {m}x{k} and {}x{n} out of bounds",
+            b.rows
+        ))
+    };
+    if b.rows != k || n > ldc {
+        return Err(bad());
+    }
+    let sa = fits(a.data.len(), m, k, a.rs, a.cs).ok_or_else(bad)?;
+    let sb = fits(b.data.len(), k, n, b.rs, b.cs).ok_or_else(bad)?;
+    let sc = fits(c.len(), m, n, ldc, 1).ok_or_else(bad)?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 || m < SMALL_ROWS && (b.cs == 1 || (b.rs == 1 && a.cs == 1)) {
+        small_gemm(a, b, beta, c, ldc);
+        return Ok(());
+    }
+    // SAFETY: `fits` checked that every addressed element of A, B and C is inside its slice;
+    // C's column stride is 1 and its row stride is at least its width, so no two elements alias.
+    unsafe {
+        T::gemm_raw(
+            m,
+            k,
+            n,
+            (a.data.as_ptr(), sa.0, sa.1),
+            (b.data.as_ptr(), sb.0, sb.1),
+            beta,
+            (c.as_mut_ptr(), sc.0, sc.1),
+        );
+    }
+    Ok(())
+}
+
+/// [`gemm`] row by row, for views already checked to fit: each row of `C` is a sum of rows of
+/// `B` scaled by `A`'s row (when `B`'s rows are contiguous) or a dot product per element (when
+/// its columns and `A`'s rows are).
+fn small_gemm<T: Real>(a: View<'_, T>, b: View<'_, T>, beta: T, c: &mut [T], ldc: usize) {
+    let (k, n) = (a.cols, b.cols);
+    for (i, row) in c.chunks_mut(ldc).take(a.rows).enumerate() {
+        let row = &mut row[..n];
+        if beta == T::ZERO {
+            // Not `beta * c`: C may hold anything (even NaN) when beta is zero.
+            row.fill(T::ZERO);
+        } else if beta != T::ONE {
+            row.iter_mut().for_each(|v| *v = beta * *v);
+        }
+        if k == 0 {
+            continue;
+        }
+        if b.cs == 1 {
+            for p in 0..k {
+                let scale = a.data[i * a.rs + p * a.cs];
+                let b_row = &b.data[p * b.rs..p * b.rs + n];
+                for (v, &x) in row.iter_mut().zip(b_row) {
+                    *v = *v + scale * x;
+                }
+            }
+        } else {
+            let a_row = &a.data[i * a.rs..i * a.rs + k];
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = *v + dot(a_row, &b.data[j * b.cs..j * b.cs + k]);
+            }
+        }
+    }
+}
+
+/// The dot product of two equally long slices, in eight independent sums so that it
+/// vectorizes.
+fn dot<T: Real>(a: &[T], b: &[T]) -> T {
+    let mut sums = [T::ZERO; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .fold(T::ZERO, |s, (&x, &y)| s + x * y);
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            sums[l] = sums[l] + x[l] * y[l];
+        }
+    }
+    sums.iter().fold(tail, |s, &v| s + v)
+}
+
+/// The transpose of the row-major `rows x cols` matrix at the start of `data`.
+pub(super) fn transposed<T: Copy>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
+    (0..cols)
+        .flat_map(|j| (0..rows).map(move |i| data[i * cols + j]))
+        .collect()
+}
+
+/// An activation function of a gate, with its alpha and beta.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Activation {
+    Relu,
+    Tanh,
+    Sigmoid,
+    Affine { alpha: f32, beta: f32 },
+    LeakyRelu { alpha: f32 },
+    ThresholdedRelu { alpha: f32 },
+    ScaledTanh { alpha: f32, beta: f32 },
+    HardSigmoid { alpha: f32, beta: f32 },
+    Elu { alpha: f32 },
+    Softsign,
+    Softplus,
+}
+
+/// A stream of `activation_alpha` or `activation_beta` values, consumed in the order of the
+/// activations by those that take the parameter (as onnxruntime reads them); an exhausted list
+/// leaves the remaining activations their defaults.
+struct Params<'a>(std::slice::Iter<'a, f32>);
+
+impl Params<'_> {
+    fn next_or(&mut self, default: f32) -> f32 {
+        self.0.next().copied().unwrap_or(default)
+    }
+
+    fn required(&mut self, name: &str, param: &str) -> Result<f32> {
+        self.0.next().copied().ok_or_else(|| {
+            Error::Eval(format!(
+                "activation {name} needs an {param} value, which has no default"
+            ))
+        })
+    }
+}
+
+impl Activation {
+    /// The activations `names`, with parameters taken from `alphas` and `betas` in order.
+    pub fn parse_all(names: &[String], alphas: &[f32], betas: &[f32]) -> Result<Vec<Activation>> {
+        let (mut alphas, mut betas) = (Params(alphas.iter()), Params(betas.iter()));
+        names
+            .iter()
+            .map(|n| Activation::parse(n, &mut alphas, &mut betas))
+            .collect()
+    }
+
+    /// The activation named `name` (case-insensitive, as onnxruntime accepts), taking its
+    /// parameters from the streams. Defaults are those of the ONNX operators of the same name
+    /// (`Affine`: 1 and 0, `LeakyRelu`: 0.01, `ThresholdedRelu`: 1, `HardSigmoid`: 0.2 and 0.5,
+    /// `Elu`: 1); `ScaledTanh` has none, so its alpha and beta are required.
+    fn parse(name: &str, alphas: &mut Params<'_>, betas: &mut Params<'_>) -> Result<Activation> {
+        Ok(match name.to_ascii_lowercase().as_str() {
+            "relu" => Activation::Relu,
+            "tanh" => Activation::Tanh,
+            "sigmoid" => Activation::Sigmoid,
+            "affine" => Activation::Affine {
+                alpha: alphas.next_or(1.0),
+                beta: betas.next_or(0.0),
+            },
+            "leakyrelu" => Activation::LeakyRelu {
+                alpha: alphas.next_or(0.01),
+            },
+            "thresholdedrelu" => Activation::ThresholdedRelu {
+                alpha: alphas.next_or(1.0),
+            },
+            "scaledtanh" => Activation::ScaledTanh {
+                alpha: alphas.required(name, "alpha")?,
+                beta: betas.required(name, "beta")?,
+            },
+            "hardsigmoid" => Activation::HardSigmoid {
+                alpha: alphas.next_or(0.2),
+                beta: betas.next_or(0.5),
+            },
+            "elu" => Activation::Elu {
+                alpha: alphas.next_or(1.0),
+            },
+            "softsign" => Activation::Softsign,
+            "softplus" => Activation::Softplus,
+            _ => {
+                return Err(Error::Unsupported(format!(
+                    "recurrent activation function '{name}'"
+                )))
+            }
+        })
+    }
+
+    /// The function's value at `x`.
+    pub fn eval<T: Real>(self, x: T) -> T {
+        let p = T::from_f32;
+        match self {
+            Activation::Relu => max(x, T::ZERO),
+            Activation::Tanh => x.tanh(),
+            Activation::Sigmoid => T::ONE / (T::ONE + (-x).exp()),
+            Activation::Affine { alpha, beta } => p(alpha) * x + p(beta),
+            Activation::LeakyRelu { alpha } => {
+                if x >= T::ZERO {
+                    x
+                } else {
+                    p(alpha) * x
+                }
+            }
+            Activation::ThresholdedRelu { alpha } => {
+                if x > p(alpha) {
+                    x
+                } else {
+                    T::ZERO
+                }
+            }
+            Activation::ScaledTanh { alpha, beta } => p(alpha) * (p(beta) * x).tanh(),
+            Activation::HardSigmoid { alpha, beta } => {
+                min(max(p(alpha) * x + p(beta), T::ZERO), T::ONE)
+            }
+            Activation::Elu { alpha } => {
+                if x >= T::ZERO {
+                    x
+                } else {
+                    p(alpha) * (x.exp() - T::ONE)
+                }
+            }
+            Activation::Softsign => x / (T::ONE + x.abs()),
+            // `max(x, 0) + ln(1 + e^-|x|)`: `ln(1 + e^x)` without overflow for large `x`.
+            Activation::Softplus => max(x, T::ZERO) + (-x.abs()).exp().ln_1p(),
+        }
+    }
+}
+
+pub(super) fn max<T: Real>(a: T, b: T) -> T {
+    if a < b {
+        b
+    } else {
+        a
+    }
+}
+
+pub(super) fn min<T: Real>(a: T, b: T) -> T {
+    if b < a {
+        b
+    } else {
+        a
+    }
+}
