@@ -276,14 +276,6 @@ macro_rules! dispatch_real {
 }
 pub(super) use dispatch_real;
 
-/// Whether `dtype` is one of the four floating-point types the float kernels take.
-pub(super) fn is_float(dtype: DataType) -> bool {
-    matches!(
-        dtype,
-        DataType::Float | DataType::Double | DataType::Float16 | DataType::Bfloat16
-    )
-}
-
 /// Whether `dtype` is one of the eight integer types (int8 to uint64).
 pub(super) fn is_int(dtype: DataType) -> bool {
     use DataType::*;

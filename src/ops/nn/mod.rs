@@ -9,11 +9,14 @@ mod blas;
 mod common;
 mod conv;
 mod conv_transpose;
+mod einsum;
 mod gemm;
 mod lrn;
 mod matmul;
+mod minifloat;
 mod norm;
 mod pool;
+mod quant;
 mod window;
 
 use super::OpDef;
@@ -24,6 +27,7 @@ use conv::{
     infer_qlinear_conv,
 };
 use conv_transpose::{eval_conv_transpose, infer_conv_transpose};
+use einsum::{eval_einsum, infer_einsum};
 use gemm::{eval_gemm, infer_gemm};
 use lrn::eval_lrn;
 use matmul::{
@@ -38,6 +42,10 @@ use pool::{
     eval_average_pool, eval_global_average_pool, eval_global_lp_pool, eval_global_max_pool,
     eval_lp_pool, eval_max_pool, infer_global_pool, infer_pool,
 };
+use quant::{
+    eval_dequantize, eval_dynamic_quantize, eval_quantize, infer_dequantize,
+    infer_dynamic_quantize, infer_quantize,
+};
 
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("MatMul", 1, 2..=2, 1..=1, eval_matmul).with_infer(infer_matmul),
@@ -45,6 +53,7 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_matmul_integer),
     OpDef::new("QLinearMatMul", 10, 8..=8, 1..=1, eval_qlinear_matmul)
         .with_infer(infer_qlinear_matmul),
+    OpDef::new("Einsum", 12, 1..=usize::MAX, 1..=1, eval_einsum).with_infer(infer_einsum),
     OpDef::new("Gemm", 1, 2..=3, 1..=1, eval_gemm).with_infer(infer_gemm),
     OpDef::new("Conv", 1, 2..=3, 1..=1, eval_conv).with_infer(infer_conv),
     OpDef::new("ConvTranspose", 1, 2..=3, 1..=1, eval_conv_transpose)
@@ -75,4 +84,14 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("MeanVarianceNormalization", 9, 1..=1, 1..=1, eval_mvn)
         .with_infer(infer_same_as_input),
     OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
+    OpDef::new("QuantizeLinear", 10, 2..=3, 1..=1, eval_quantize).with_infer(infer_quantize),
+    OpDef::new("DequantizeLinear", 10, 2..=3, 1..=1, eval_dequantize).with_infer(infer_dequantize),
+    OpDef::new(
+        "DynamicQuantizeLinear",
+        11,
+        1..=1,
+        3..=3,
+        eval_dynamic_quantize,
+    )
+    .with_infer(infer_dynamic_quantize),
 ];
