@@ -58,8 +58,9 @@ pub enum Error {
     /// A kernel rejected its inputs or attributes at run time (shape mismatch, bad value).
     #[error("{0}")]
     Eval(String),
-    /// Running a node failed; names the node and its operator.
-    #[error("node '{node}' ({op}): {cause}")]
+    /// Running a node failed; names the node (quoted, or by its first output when it has no
+    /// name) and its operator.
+    #[error("node {node} ({op}): {cause}")]
     AtNode {
         node: String,
         op: String,

@@ -530,7 +530,10 @@ fn at_node(node: &Node, e: Error) -> Error {
         // Errors that already name a node (a nested graph's, or the loader's) pass through.
         Error::AtNode { .. } | Error::InvalidNode { .. } | Error::Unsupported(_) => e,
         other => Error::AtNode {
-            node: node.name.clone(),
+            node: match (node.name.as_str(), node.outputs.first()) {
+                ("", Some(out)) => format!("producing '{out}'"),
+                (name, _) => format!("'{name}'"),
+            },
             op: node.qualified_op(),
             cause: Box::new(other),
         },
