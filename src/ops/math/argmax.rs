@@ -1,0 +1,134 @@
+//! `ArgMax` and `ArgMin` (opset 1+; `select_last_index` from 12): the `int64` index of the
+//! largest (smallest) element along `axis` (default 0), the axis kept as size 1 unless
+//! `keepdims = 0`. Ties go to the first index, or the last with `select_last_index`; NaN is never
+//! selected over a number. Every numeric type is accepted; an empty axis is an error.
+
+use crate::error::Result;
+use crate::ir::{Dim, Shape, TensorType};
+use crate::ops::util::{normalize_axis, required, tensor};
+use crate::ops::{EvalCtx, InferCtx};
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::common::{bad_type, dispatch_num, split_at_axis, Arith, Num};
+
+/// The attributes of a node: the axis (normalized for `rank`), keepdims and select_last_index.
+fn attrs(node: &crate::ir::Node, rank: usize) -> Result<(usize, bool, bool)> {
+    let axis = normalize_axis(node.attr_int("axis", 0)?, rank)?;
+    let keepdims = node.attr_int("keepdims", 1)? != 0;
+    let last = node.attr_int("select_last_index", 0)? != 0;
+    Ok((axis, keepdims, last))
+}
+
+/// The output shape: `shape` with `axis` kept as 1 or removed.
+fn reduced<D: Clone>(shape: &[D], axis: usize, keepdims: bool, one: D) -> Vec<D> {
+    let mut out = shape.to_vec();
+    if keepdims {
+        out[axis] = one;
+    } else {
+        out.remove(axis);
+    }
+    out
+}
+
+/// The index of the largest (`maximum`) or smallest element of each row along the node's axis.
+fn arg<T: Num>(ctx: &EvalCtx<'_>, x: &Tensor, maximum: bool) -> Result<Tensor> {
+    let (axis, keepdims, last) = attrs(ctx.node, x.rank())?;
+    let (outer, size, inner) = split_at_axis(x.shape(), axis);
+    if size == 0 {
+        return Err(ctx.error(format!("axis {axis} is empty")));
+    }
+    let v = x.as_slice::<T>()?;
+    let mut out = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for k in 0..inner {
+            let at = |i: usize| v[(o * size + i) * inner + k].widen();
+            let mut best = 0;
+            for i in 1..size {
+                let (c, b) = (at(i), at(best));
+                let wins = if maximum { c > b } else { c < b };
+                let ties = last && c == b;
+                // A NaN best is replaced by the first number.
+                if wins || ties || (b.is_nan() && !c.is_nan()) {
+                    best = i;
+                }
+            }
+            out.push(best as i64);
+        }
+    }
+    let shape = reduced(x.shape(), axis, keepdims, 1);
+    tensor(DataType::Int64, &shape, out)
+}
+
+fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], maximum: bool) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    dispatch_num!(x.dtype(), T => Ok(vec![arg::<T>(ctx, x, maximum)?]),
+        _ => Err(bad_type(ctx, x.dtype())))
+}
+
+pub(super) fn eval_argmax(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    eval(ctx, inputs, true)
+}
+
+pub(super) fn eval_argmin(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    eval(ctx, inputs, false)
+}
+
+pub(super) fn infer_arg(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let shape = match ctx.input(0).and_then(|t| t.shape.as_ref()) {
+        Some(s) => {
+            let (axis, keepdims, _) = attrs(ctx.node, s.rank())?;
+            Some(Shape::new(reduced(&s.dims, axis, keepdims, Dim::Known(1))))
+        }
+        None => None,
+    };
+    Ok(vec![TensorType {
+        elem: Some(DataType::Int64),
+        shape,
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+    use crate::tensor::Tensor;
+    use crate::DataType;
+
+    fn run(op: &str, attrs: &[(&str, i64)], x: &Tensor) -> crate::Result<Tensor> {
+        let mut node = Node::new(op, "a", ["x"], ["y"]);
+        for (k, v) in attrs {
+            node = node.with_attr(k, AttrValue::Int(*v));
+        }
+        Ok(eval_node(&node, 13, &[Some(x)])?.remove(0))
+    }
+
+    fn x() -> Tensor {
+        Tensor::from_vec(DataType::Float, &[2, 2], vec![2.0f32, 2.0, 3.0, -1.0]).unwrap()
+    }
+
+    #[test]
+    fn argmax_follows_the_onnx_example() {
+        let y = run("ArgMax", &[("axis", 1)], &x()).unwrap();
+        assert_eq!(y.shape(), &[2, 1]);
+        assert_eq!(y.to_vec::<i64>().unwrap(), [0, 0]);
+        let y = run(
+            "ArgMax",
+            &[("axis", 1), ("select_last_index", 1), ("keepdims", 0)],
+            &x(),
+        )
+        .unwrap();
+        assert_eq!(y.shape(), &[2]);
+        assert_eq!(y.to_vec::<i64>().unwrap(), [1, 0]);
+    }
+
+    #[test]
+    fn argmin_over_the_default_axis() {
+        let y = run("ArgMin", &[], &x()).unwrap();
+        assert_eq!(y.shape(), &[1, 2]);
+        assert_eq!(y.to_vec::<i64>().unwrap(), [0, 1]);
+        let empty = Tensor::from_vec(DataType::Int32, &[0, 2], Vec::<i32>::new()).unwrap();
+        let err = run("ArgMin", &[], &empty).unwrap_err();
+        assert!(err.to_string().contains("empty"), "{err}");
+    }
+}

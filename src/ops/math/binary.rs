@@ -1,0 +1,440 @@
+//! Elementwise operators of two inputs with multidirectional (numpy) broadcasting: arithmetic
+//! (`Add`, `Sub`, `Mul`, `Div`, `Mod`, `Pow`, `PRelu`), bitwise operators and shifts, comparisons
+//! and logical operators.
+//!
+//! Integer arithmetic wraps. Integer `Div` truncates toward zero and `Mod` with `fmod = 0` takes
+//! the divisor's sign (Python's `%`), with `fmod = 1` the dividend's (C's `fmod`); a zero integer
+//! divisor is an error, never a trap. `Pow` takes an exponent of any numeric type and computes in
+//! `f64`. Comparisons return `bool`; `Equal` (and the others) also compare `bool` and `string`
+//! tensors. Opset 1 to 6 forms (the `broadcast`/`axis` attributes) are not registered.
+
+use crate::error::Result;
+use crate::ops::util::{broadcast_binary, required, tensor};
+use crate::ops::EvalCtx;
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::common::{bad_type, dispatch_num, real_values, same_types, zip_num, Arith, Num};
+
+/// The two inputs of a binary operator, with their common element type.
+fn operands<'t>(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&'t Tensor>],
+) -> Result<(&'t Tensor, &'t Tensor, DataType)> {
+    let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
+    let dtype = same_types(ctx, &[a, b])?;
+    Ok((a, b, dtype))
+}
+
+/// Fails when an integer divisor tensor holds a zero.
+fn check_divisor<T: Num>(ctx: &EvalCtx<'_>, b: &Tensor) -> Result<()> {
+    let zero = <T::Work as Arith>::ZERO;
+    if !<T::Work as Arith>::IS_FLOAT && b.as_slice::<T>()?.iter().any(|v| v.widen() == zero) {
+        return Err(ctx.error("integer division by zero"));
+    }
+    Ok(())
+}
+
+/// An arithmetic operation on every numeric type.
+pub(super) trait BinArith {
+    /// True when an integer zero divisor must be rejected.
+    const DIVIDES: bool = false;
+    fn apply<A: Arith>(a: A, b: A) -> A;
+}
+
+pub(super) struct Add;
+pub(super) struct Sub;
+pub(super) struct Mul;
+pub(super) struct Div;
+
+impl BinArith for Add {
+    fn apply<A: Arith>(a: A, b: A) -> A {
+        a.add(b)
+    }
+}
+
+impl BinArith for Sub {
+    fn apply<A: Arith>(a: A, b: A) -> A {
+        a.sub(b)
+    }
+}
+
+impl BinArith for Mul {
+    fn apply<A: Arith>(a: A, b: A) -> A {
+        a.mul(b)
+    }
+}
+
+impl BinArith for Div {
+    const DIVIDES: bool = true;
+    fn apply<A: Arith>(a: A, b: A) -> A {
+        a.div(b)
+    }
+}
+
+/// The kernel of a [`BinArith`] operation.
+pub(super) fn eval_arith<Op: BinArith>(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, b, dtype) = operands(ctx, inputs)?;
+    dispatch_num!(dtype, T => {
+        if Op::DIVIDES {
+            check_divisor::<T>(ctx, b)?;
+        }
+        Ok(vec![zip_num::<T, T>(a, b, dtype, |x, y| T::narrow(Op::apply(x, y)))?])
+    }, _ => Err(bad_type(ctx, dtype)))
+}
+
+/// The remainder with the divisor's sign (Python's `%`).
+fn floor_mod<A: Arith>(a: A, b: A) -> A {
+    let r = a.rem(b);
+    if r != A::ZERO && ((r < A::ZERO) != (b < A::ZERO)) {
+        r.add(b)
+    } else {
+        r
+    }
+}
+
+pub(super) fn eval_mod(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let (a, b, dtype) = operands(ctx, inputs)?;
+    let fmod = ctx.node.attr_int("fmod", 0)? != 0;
+    dispatch_num!(dtype, T => {
+        if <<T as Num>::Work as Arith>::IS_FLOAT && !fmod {
+            return Err(ctx.error("fmod must be 1 for floating-point inputs"));
+        }
+        check_divisor::<T>(ctx, b)?;
+        let f = if fmod { Arith::rem } else { floor_mod };
+        Ok(vec![zip_num::<T, T>(a, b, dtype, |x, y| T::narrow(f(x, y)))?])
+    }, _ => Err(bad_type(ctx, dtype)))
+}
+
+pub(super) fn eval_pow(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let (x, y) = (required(inputs, 0)?, required(inputs, 1)?);
+    let exponents = real_values(y)?;
+    dispatch_num!(x.dtype(), T => {
+        let (values, shape) = broadcast_binary(
+            x.as_slice::<T>()?,
+            x.shape(),
+            &exponents,
+            y.shape(),
+            |b: T, e: f64| T::narrow(Arith::from_real(b.widen().to_real().powf(e))),
+        )?;
+        Ok(vec![tensor(x.dtype(), &shape, values)?])
+    }, _ => Err(bad_type(ctx, x.dtype())))
+}
+
+pub(super) fn eval_prelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let (x, slope, dtype) = operands(ctx, inputs)?;
+    dispatch_num!(dtype, T => {
+        let f = |v: <T as Num>::Work, s| T::narrow(if v < Arith::ZERO { v.mul(s) } else { v });
+        Ok(vec![zip_num::<T, T>(x, slope, dtype, f)?])
+    }, _ => Err(bad_type(ctx, dtype)))
+}
+
+/// Bit operations of the integer types.
+pub(super) trait Bits: Copy {
+    fn and(self, o: Self) -> Self;
+    fn or(self, o: Self) -> Self;
+    fn xor(self, o: Self) -> Self;
+    /// `self << n`, 0 once `n` reaches the width.
+    fn shl(self, n: Self) -> Self;
+    /// `self >> n` (logical for unsigned types), 0 once `n` reaches the width.
+    fn shr(self, n: Self) -> Self;
+}
+
+macro_rules! impl_bits {
+    ($($t:ty),*) => {$(
+        impl Bits for $t {
+            fn and(self, o: Self) -> Self { self & o }
+            fn or(self, o: Self) -> Self { self | o }
+            fn xor(self, o: Self) -> Self { self ^ o }
+            fn shl(self, n: Self) -> Self {
+                u32::try_from(n).ok().and_then(|n| self.checked_shl(n)).unwrap_or(0)
+            }
+            fn shr(self, n: Self) -> Self {
+                u32::try_from(n).ok().and_then(|n| self.checked_shr(n)).unwrap_or(0)
+            }
+        }
+    )*};
+}
+
+impl_bits!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+/// A bitwise operation on the integer types.
+pub(super) trait BitOp {
+    fn apply<B: Bits>(a: B, b: B) -> B;
+}
+
+pub(super) struct BitAnd;
+pub(super) struct BitOr;
+pub(super) struct BitXor;
+
+impl BitOp for BitAnd {
+    fn apply<B: Bits>(a: B, b: B) -> B {
+        a.and(b)
+    }
+}
+
+impl BitOp for BitOr {
+    fn apply<B: Bits>(a: B, b: B) -> B {
+        a.or(b)
+    }
+}
+
+impl BitOp for BitXor {
+    fn apply<B: Bits>(a: B, b: B) -> B {
+        a.xor(b)
+    }
+}
+
+/// The kernel of a [`BitOp`].
+pub(super) fn eval_bitwise<Op: BitOp>(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, b, dtype) = operands(ctx, inputs)?;
+    crate::dispatch_int!(dtype, T => {
+        Ok(vec![zip_num::<T, T>(a, b, dtype, Op::apply::<T>)?])
+    }, _ => Err(bad_type(ctx, dtype)))
+}
+
+pub(super) fn eval_bit_shift(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let (a, b, dtype) = operands(ctx, inputs)?;
+    let left = match ctx.node.attr_string("direction")? {
+        Some("LEFT") => true,
+        Some("RIGHT") => false,
+        Some(other) => {
+            return Err(ctx.error(format!("direction must be LEFT or RIGHT, found '{other}'")))
+        }
+        None => return Err(ctx.error("the direction attribute is required")),
+    };
+    crate::dispatch_int!(dtype, T => {
+        let f = if left { Bits::shl } else { Bits::shr };
+        Ok(vec![zip_num::<T, T>(a, b, dtype, f)?])
+    }, _ => Err(bad_type(ctx, dtype)))
+}
+
+/// A comparison of two elements.
+pub(super) trait Compare {
+    fn test<T: PartialOrd>(a: T, b: T) -> bool;
+}
+
+pub(super) struct Equal;
+pub(super) struct Less;
+pub(super) struct LessOrEqual;
+pub(super) struct Greater;
+pub(super) struct GreaterOrEqual;
+
+impl Compare for Equal {
+    fn test<T: PartialOrd>(a: T, b: T) -> bool {
+        a == b
+    }
+}
+
+impl Compare for Less {
+    fn test<T: PartialOrd>(a: T, b: T) -> bool {
+        a < b
+    }
+}
+
+impl Compare for LessOrEqual {
+    fn test<T: PartialOrd>(a: T, b: T) -> bool {
+        a <= b
+    }
+}
+
+impl Compare for Greater {
+    fn test<T: PartialOrd>(a: T, b: T) -> bool {
+        a > b
+    }
+}
+
+impl Compare for GreaterOrEqual {
+    fn test<T: PartialOrd>(a: T, b: T) -> bool {
+        a >= b
+    }
+}
+
+/// The kernel of a [`Compare`]: numeric, `bool` and `string` inputs, `bool` output.
+pub(super) fn eval_compare<Op: Compare>(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, b, dtype) = operands(ctx, inputs)?;
+    let out = match dtype {
+        DataType::Bool => zip_num::<u8, u8>(a, b, DataType::Bool, |x, y| u8::from(Op::test(x, y)))?,
+        DataType::String => {
+            let (sa, sb): (Vec<&[u8]>, Vec<&[u8]>) = (
+                a.as_strings()?.iter().map(Vec::as_slice).collect(),
+                b.as_strings()?.iter().map(Vec::as_slice).collect(),
+            );
+            let f = |x: &[u8], y: &[u8]| u8::from(Op::test(x, y));
+            let (values, shape) = broadcast_binary(&sa, a.shape(), &sb, b.shape(), f)?;
+            tensor(DataType::Bool, &shape, values)?
+        }
+        _ => dispatch_num!(dtype, T => {
+            zip_num::<T, u8>(a, b, DataType::Bool, |x, y| u8::from(Op::test(x, y)))?
+        }, _ => return Err(bad_type(ctx, dtype))),
+    };
+    Ok(vec![out])
+}
+
+/// A logical operation on booleans.
+pub(super) trait Logic {
+    fn apply(a: bool, b: bool) -> bool;
+}
+
+pub(super) struct And;
+pub(super) struct Or;
+pub(super) struct Xor;
+
+impl Logic for And {
+    fn apply(a: bool, b: bool) -> bool {
+        a && b
+    }
+}
+
+impl Logic for Or {
+    fn apply(a: bool, b: bool) -> bool {
+        a || b
+    }
+}
+
+impl Logic for Xor {
+    fn apply(a: bool, b: bool) -> bool {
+        a != b
+    }
+}
+
+/// The kernel of a [`Logic`] operation on `bool` tensors.
+pub(super) fn eval_logic<Op: Logic>(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, b, dtype) = operands(ctx, inputs)?;
+    if dtype != DataType::Bool {
+        return Err(bad_type(ctx, dtype));
+    }
+    let f = |x: u8, y: u8| u8::from(Op::apply(x != 0, y != 0));
+    Ok(vec![zip_num::<u8, u8>(a, b, DataType::Bool, f)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+    use crate::tensor::Tensor;
+    use crate::DataType;
+
+    fn run(node: Node, a: &Tensor, b: &Tensor) -> crate::Result<Tensor> {
+        Ok(eval_node(&node, 22, &[Some(a), Some(b)])?.remove(0))
+    }
+
+    fn node(op: &str) -> Node {
+        Node::new(op, "n", ["a", "b"], ["y"])
+    }
+
+    fn i32s(shape: &[usize], v: &[i32]) -> Tensor {
+        Tensor::from_vec(DataType::Int32, shape, v.to_vec()).unwrap()
+    }
+
+    fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
+        Tensor::from_vec(DataType::Float, shape, v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn add_broadcasts_both_ways() {
+        let y = run(
+            node("Add"),
+            &i32s(&[2, 1], &[1, 2]),
+            &i32s(&[3], &[10, 20, 30]),
+        )
+        .unwrap();
+        assert_eq!(y.shape(), &[2, 3]);
+        assert_eq!(y.to_vec::<i32>().unwrap(), [11, 21, 31, 12, 22, 32]);
+        let err = run(node("Add"), &i32s(&[2], &[1, 2]), &i32s(&[3], &[1, 2, 3])).unwrap_err();
+        assert!(err.to_string().contains("do not broadcast"), "{err}");
+        let err = run(node("Add"), &i32s(&[1], &[1]), &f32s(&[1], &[1.0])).unwrap_err();
+        assert!(err.to_string().contains("one element type"), "{err}");
+    }
+
+    #[test]
+    fn integer_division_truncates_and_rejects_zero() {
+        let y = run(node("Div"), &i32s(&[2], &[7, -7]), &i32s(&[1], &[2])).unwrap();
+        assert_eq!(y.to_vec::<i32>().unwrap(), [3, -3]);
+        let err = run(node("Div"), &i32s(&[1], &[1]), &i32s(&[1], &[0])).unwrap_err();
+        assert!(err.to_string().contains("division by zero"), "{err}");
+        let y = run(node("Div"), &f32s(&[1], &[1.0]), &f32s(&[1], &[0.0])).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), [f32::INFINITY]);
+    }
+
+    #[test]
+    fn mod_follows_the_divisor_or_the_dividend() {
+        let a = i32s(&[4], &[-4, 7, 5, -5]);
+        let b = i32s(&[4], &[3, -3, 2, -2]);
+        let y = run(node("Mod"), &a, &b).unwrap();
+        assert_eq!(y.to_vec::<i32>().unwrap(), [2, -2, 1, -1]);
+        let fmod = node("Mod").with_attr("fmod", AttrValue::Int(1));
+        let y = run(fmod.clone(), &a, &b).unwrap();
+        assert_eq!(y.to_vec::<i32>().unwrap(), [-1, 1, 1, -1]);
+        let y = run(fmod, &f32s(&[1], &[-4.5]), &f32s(&[1], &[2.0])).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), [-0.5]);
+        let err = run(node("Mod"), &f32s(&[1], &[1.0]), &f32s(&[1], &[2.0])).unwrap_err();
+        assert!(err.to_string().contains("fmod must be 1"), "{err}");
+    }
+
+    #[test]
+    fn pow_takes_mixed_exponent_types() {
+        let e = Tensor::from_vec(DataType::Int64, &[3], vec![1i64, 2, 3]).unwrap();
+        let y = run(node("Pow"), &f32s(&[3], &[1.0, 2.0, 3.0]), &e).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), [1.0, 4.0, 27.0]);
+        let y = run(node("Pow"), &i32s(&[1], &[2]), &f32s(&[1], &[10.0])).unwrap();
+        assert_eq!(y.to_vec::<i32>().unwrap(), [1024]);
+    }
+
+    #[test]
+    fn comparisons_and_logic_give_bool() {
+        let y = run(node("Less"), &i32s(&[3], &[1, 2, 3]), &i32s(&[], &[2])).unwrap();
+        assert_eq!(y.dtype(), DataType::Bool);
+        assert_eq!(y.to_vec::<u8>().unwrap(), [1, 0, 0]);
+        let s = |v: &[&str]| {
+            Tensor::from_strings(
+                &[v.len()],
+                v.iter().map(|s| s.as_bytes().to_vec()).collect(),
+            )
+            .unwrap()
+        };
+        let y = run(node("Equal"), &s(&["a", "b"]), &s(&["a", "c"])).unwrap();
+        assert_eq!(y.to_vec::<u8>().unwrap(), [1, 0]);
+        let b = |v: &[u8]| Tensor::from_vec(DataType::Bool, &[v.len()], v.to_vec()).unwrap();
+        let y = run(node("Xor"), &b(&[1, 1, 0]), &b(&[1, 0, 0])).unwrap();
+        assert_eq!(y.to_vec::<u8>().unwrap(), [0, 1, 0]);
+    }
+
+    #[test]
+    fn shifts_and_bitwise_operators() {
+        let a = Tensor::from_vec(DataType::Uint8, &[3], vec![16u8, 4, 1]).unwrap();
+        let b = Tensor::from_vec(DataType::Uint8, &[3], vec![1u8, 2, 9]).unwrap();
+        let right = node("BitShift").with_attr("direction", AttrValue::String(b"RIGHT".to_vec()));
+        assert_eq!(
+            run(right, &a, &b).unwrap().to_vec::<u8>().unwrap(),
+            [8, 1, 0]
+        );
+        let left = node("BitShift").with_attr("direction", AttrValue::String(b"LEFT".to_vec()));
+        assert_eq!(
+            run(left, &a, &b).unwrap().to_vec::<u8>().unwrap(),
+            [32, 16, 0]
+        );
+        let y = run(node("BitwiseXor"), &a, &b).unwrap();
+        assert_eq!(y.to_vec::<u8>().unwrap(), [17, 6, 8]);
+    }
+
+    #[test]
+    fn prelu_broadcasts_the_slope() {
+        let x = f32s(&[2, 2], &[-1.0, 2.0, -3.0, 4.0]);
+        let slope = f32s(&[2], &[0.5, 0.25]);
+        let y = run(node("PRelu"), &x, &slope).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), [-0.5, 2.0, -1.5, 4.0]);
+    }
+}

@@ -1,0 +1,160 @@
+//! `Softmax`, `LogSoftmax` and `Hardmax` (opset 1+, float types).
+//!
+//! Spec: <https://onnx.ai/onnx/operators/onnx__Softmax.html> (and its siblings).
+//!
+//! Up to opset 12 the input is coerced to 2-D at `axis` (default 1): the rows are everything
+//! before `axis`, the reduction runs over everything from it. From opset 13 the reduction runs
+//! along `axis` alone (default -1). Rows are computed in `f64` with the row's maximum subtracted
+//! before exponentiating; `Hardmax` marks the first maximum of each row.
+
+use crate::error::Result;
+use crate::ops::util::{normalize_axis, required, tensor, Float};
+use crate::ops::EvalCtx;
+use crate::tensor::Tensor;
+
+use super::common::{bad_type, split_at_axis};
+
+/// Which function a kernel applies to each row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Softmax,
+    LogSoftmax,
+    Hardmax,
+}
+
+/// The rows of a node's input: `(outer, size, inner)` as in [`split_at_axis`].
+fn rows(ctx: &EvalCtx<'_>, shape: &[usize]) -> Result<(usize, usize, usize)> {
+    if ctx.opset < 13 {
+        let axis = ctx.node.attr_int("axis", 1)?;
+        // The coerced axis may equal the rank: one row per element.
+        let rank = shape.len() as i64;
+        let a = if axis < 0 { axis + rank } else { axis };
+        if !(0..=rank).contains(&a) {
+            return Err(ctx.error(format!("axis {axis} is out of range for rank {rank}")));
+        }
+        let axis = a as usize;
+        let outer = shape[..axis].iter().product();
+        Ok((outer, shape[axis..].iter().product(), 1))
+    } else {
+        let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, shape.len())?;
+        Ok(split_at_axis(shape, axis))
+    }
+}
+
+/// Replaces a row of values by the function's result.
+fn apply(kind: Kind, row: &mut [f64]) {
+    let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match kind {
+        Kind::Hardmax => {
+            let first = row.iter().position(|&v| v == max);
+            for (i, v) in row.iter_mut().enumerate() {
+                *v = if Some(i) == first { 1.0 } else { 0.0 };
+            }
+        }
+        Kind::Softmax | Kind::LogSoftmax => {
+            let shift = if max.is_finite() { max } else { 0.0 };
+            let sum: f64 = row.iter().map(|&v| (v - shift).exp()).sum();
+            for v in row.iter_mut() {
+                *v = if kind == Kind::Softmax {
+                    (*v - shift).exp() / sum
+                } else {
+                    *v - shift - sum.ln()
+                };
+            }
+        }
+    }
+}
+
+fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    let (outer, size, inner) = rows(ctx, x.shape())?;
+    crate::dispatch_float!(x.dtype(), T => {
+        let src = x.as_slice::<T>()?;
+        let mut out = vec![T::from_f64(0.0); src.len()];
+        let mut row = vec![0.0f64; size];
+        for o in 0..outer {
+            for k in 0..inner {
+                let at = |i: usize| (o * size + i) * inner + k;
+                for (i, r) in row.iter_mut().enumerate() {
+                    *r = src[at(i)].to_f64();
+                }
+                apply(kind, &mut row);
+                for (i, &r) in row.iter().enumerate() {
+                    out[at(i)] = T::from_f64(r);
+                }
+            }
+        }
+        Ok(vec![tensor(T::DTYPE, x.shape(), out)?])
+    }, _ => Err(bad_type(ctx, x.dtype())))
+}
+
+pub(super) fn eval_softmax(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    eval(ctx, inputs, Kind::Softmax)
+}
+
+pub(super) fn eval_log_softmax(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    eval(ctx, inputs, Kind::LogSoftmax)
+}
+
+pub(super) fn eval_hardmax(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    eval(ctx, inputs, Kind::Hardmax)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+    use crate::tensor::Tensor;
+    use crate::DataType;
+
+    fn run(op: &str, opset: i64, axis: Option<i64>, x: &Tensor) -> crate::Result<Vec<f32>> {
+        let mut node = Node::new(op, "s", ["x"], ["y"]);
+        if let Some(a) = axis {
+            node = node.with_attr("axis", AttrValue::Int(a));
+        }
+        Ok(eval_node(&node, opset, &[Some(x)])?
+            .remove(0)
+            .to_vec::<f32>()?)
+    }
+
+    fn x() -> Tensor {
+        Tensor::from_vec(DataType::Float, &[2, 2], vec![1.0f32, 2.0, 3.0, 3.0]).unwrap()
+    }
+
+    #[test]
+    fn softmax_runs_along_the_last_axis_from_opset_13() {
+        let y = run("Softmax", 13, None, &x()).unwrap();
+        let e = 1.0 / (1.0 + std::f32::consts::E);
+        assert!((y[0] - e).abs() < 1e-6 && (y[1] - (1.0 - e)).abs() < 1e-6);
+        assert_eq!(&y[2..], [0.5, 0.5]);
+        let y = run("LogSoftmax", 13, Some(0), &x()).unwrap();
+        assert!((y[1] - (-(1.0f32 + 1.0f32.exp()).ln())).abs() < 1e-6);
+    }
+
+    #[test]
+    fn before_opset_13_the_input_is_coerced_to_2d() {
+        let y = run("Softmax", 11, Some(0), &x()).unwrap();
+        let sum: f32 = y.iter().sum();
+        assert!((sum - 1.0).abs() < 1e-6);
+        let y = run("Hardmax", 11, Some(0), &x()).unwrap();
+        assert_eq!(y, [0.0, 0.0, 1.0, 0.0]);
+        let err = run("Softmax", 11, Some(3), &x()).unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
+    }
+
+    #[test]
+    fn hardmax_marks_the_first_maximum() {
+        let y = run("Hardmax", 13, None, &x()).unwrap();
+        assert_eq!(y, [0.0, 1.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn large_values_do_not_overflow() {
+        let x = Tensor::from_vec(DataType::Float, &[2], vec![10000.0f32, 10001.0]).unwrap();
+        let y = run("Softmax", 13, None, &x).unwrap();
+        assert!((y[0] - 0.268_941_43).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,422 @@
+//! Elementwise operators of one input: rounding, powers and logarithms, trigonometric and
+//! hyperbolic functions, activations with their attributes, sign-related operators on every
+//! numeric type, logical and bitwise negation, and the NaN/infinity predicates.
+//!
+//! Floating-point functions are evaluated in `f64` and rounded once to the element type, so `f16`
+//! and `bf16` results are correctly rounded and `f32` results agree with onnxruntime within float
+//! tolerance. `Round` rounds half to even; `Erf` uses a series and a continued fraction accurate to
+//! about 1e-15 (Rust's standard library has no `erf`).
+
+use crate::error::Result;
+use crate::ops::util::{required, tensor, Float};
+use crate::ops::EvalCtx;
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::common::{bad_type, dispatch_num, map_num, Arith, Num};
+
+/// Applies a real function to every element of a floating-point tensor.
+pub(super) fn float_map(ctx: &EvalCtx<'_>, x: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor> {
+    crate::dispatch_float!(x.dtype(), T => {
+        let v: Vec<T> = x.as_slice::<T>()?.iter().map(|&e| T::from_f64(f(e.to_f64()))).collect();
+        tensor(x.dtype(), x.shape(), v)
+    }, _ => Err(bad_type(ctx, x.dtype())))
+}
+
+/// A kernel applying a real function to input 0.
+fn unary_float(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+    f: impl Fn(f64) -> f64,
+) -> Result<Vec<Tensor>> {
+    Ok(vec![float_map(ctx, required(inputs, 0)?, f)?])
+}
+
+/// Declares kernels that apply a real function without attributes.
+macro_rules! float_kernels {
+    ($($name:ident => $f:expr;)*) => {$(
+        pub(super) fn $name(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+            unary_float(ctx, inputs, $f)
+        }
+    )*};
+}
+
+float_kernels! {
+    eval_floor => f64::floor;
+    eval_ceil => f64::ceil;
+    eval_round => f64::round_ties_even;
+    eval_reciprocal => f64::recip;
+    eval_sqrt => f64::sqrt;
+    eval_exp => f64::exp;
+    eval_log => f64::ln;
+    eval_tanh => f64::tanh;
+    eval_sigmoid => sigmoid;
+    eval_erf => erf;
+    eval_sin => f64::sin;
+    eval_cos => f64::cos;
+    eval_tan => f64::tan;
+    eval_asin => f64::asin;
+    eval_acos => f64::acos;
+    eval_atan => f64::atan;
+    eval_sinh => f64::sinh;
+    eval_cosh => f64::cosh;
+    eval_asinh => f64::asinh;
+    eval_acosh => f64::acosh;
+    eval_atanh => f64::atanh;
+    eval_softplus => softplus;
+    eval_softsign => |x| x / (1.0 + x.abs());
+    eval_mish => |x| x * softplus(x).tanh();
+    eval_hard_swish => |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0);
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `ln(1 + e^x)` without overflow for large `x`.
+fn softplus(x: f64) -> f64 {
+    if x > 0.0 {
+        x + (-x).exp().ln_1p()
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// The error function.
+///
+/// Below 3 it sums `2/√π · e^(-x²) · Σ 2ⁿ x^(2n+1) / (1·3·…·(2n+1))`, whose terms are all
+/// positive (no cancellation); above, it evaluates the continued fraction of `erfc`, which
+/// converges fast there. From 6 on, `erf` is 1 in `f64`.
+pub(super) fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    let two_over_sqrt_pi = std::f64::consts::FRAC_2_SQRT_PI;
+    let r = if a < 3.0 {
+        let x2 = a * a;
+        let (mut term, mut sum) = (a, a);
+        for n in 1..200 {
+            term *= 2.0 * x2 / (2 * n + 1) as f64;
+            sum += term;
+            if term <= sum * 1e-17 {
+                break;
+            }
+        }
+        two_over_sqrt_pi * (-x2).exp() * sum
+    } else if a < 6.0 {
+        // erfc(a) = e^(-a²)/√π / (a + (1/2)/(a + (2/2)/(a + (3/2)/(a + ...)))), from the tail in.
+        let mut f = a;
+        for k in (1..=60).rev() {
+            f = a + (k as f64 / 2.0) / f;
+        }
+        1.0 - two_over_sqrt_pi / 2.0 * (-a * a).exp() / f
+    } else {
+        1.0
+    };
+    r.copysign(x)
+}
+
+pub(super) fn eval_leaky_relu(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let alpha = f64::from(ctx.node.attr_float("alpha", 0.01)?);
+    unary_float(ctx, inputs, |x| if x < 0.0 { alpha * x } else { x })
+}
+
+pub(super) fn eval_elu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let alpha = f64::from(ctx.node.attr_float("alpha", 1.0)?);
+    unary_float(
+        ctx,
+        inputs,
+        |x| {
+            if x < 0.0 {
+                alpha * x.exp_m1()
+            } else {
+                x
+            }
+        },
+    )
+}
+
+pub(super) fn eval_selu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let alpha = f64::from(ctx.node.attr_float("alpha", 1.673_263_2)?);
+    let gamma = f64::from(ctx.node.attr_float("gamma", 1.050_701)?);
+    unary_float(ctx, inputs, |x| {
+        if x > 0.0 {
+            gamma * x
+        } else {
+            gamma * alpha * x.exp_m1()
+        }
+    })
+}
+
+pub(super) fn eval_celu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let alpha = f64::from(ctx.node.attr_float("alpha", 1.0)?);
+    if alpha == 0.0 {
+        return Err(ctx.error("alpha must not be 0"));
+    }
+    unary_float(ctx, inputs, |x| {
+        x.max(0.0) + (alpha * (x / alpha).exp_m1()).min(0.0)
+    })
+}
+
+pub(super) fn eval_thresholded_relu(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let alpha = f64::from(ctx.node.attr_float("alpha", 1.0)?);
+    unary_float(ctx, inputs, |x| if x > alpha { x } else { 0.0 })
+}
+
+pub(super) fn eval_hard_sigmoid(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let alpha = f64::from(ctx.node.attr_float("alpha", 0.2)?);
+    let beta = f64::from(ctx.node.attr_float("beta", 0.5)?);
+    unary_float(ctx, inputs, |x| (alpha * x + beta).clamp(0.0, 1.0))
+}
+
+pub(super) fn eval_gelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    match ctx.node.attr_string("approximate")?.unwrap_or("none") {
+        "none" => unary_float(ctx, inputs, |x| {
+            0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2))
+        }),
+        "tanh" => {
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            unary_float(ctx, inputs, |x| {
+                0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+            })
+        }
+        other => Err(ctx.error(format!(
+            "approximate must be 'none' or 'tanh', found '{other}'"
+        ))),
+    }
+}
+
+/// A unary operation defined on every numeric type.
+pub(super) trait NumUnary {
+    fn apply<A: Arith>(x: A) -> A;
+}
+
+pub(super) struct Abs;
+pub(super) struct Neg;
+pub(super) struct Sign;
+pub(super) struct Relu;
+
+impl NumUnary for Abs {
+    fn apply<A: Arith>(x: A) -> A {
+        x.abs()
+    }
+}
+
+impl NumUnary for Neg {
+    fn apply<A: Arith>(x: A) -> A {
+        x.neg()
+    }
+}
+
+impl NumUnary for Sign {
+    /// -1, 0 or 1; NaN stays NaN.
+    fn apply<A: Arith>(x: A) -> A {
+        if x > A::ZERO {
+            A::ONE
+        } else if x < A::ZERO {
+            A::ONE.neg()
+        } else {
+            x
+        }
+    }
+}
+
+impl NumUnary for Relu {
+    /// `max(x, 0)`; NaN stays NaN.
+    fn apply<A: Arith>(x: A) -> A {
+        if x < A::ZERO {
+            A::ZERO
+        } else {
+            x
+        }
+    }
+}
+
+/// The kernel of a [`NumUnary`] operation.
+pub(super) fn eval_num_unary<Op: NumUnary>(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    dispatch_num!(x.dtype(), T => Ok(vec![map_num::<T>(x, Op::apply::<<T as Num>::Work>)?]),
+        _ => Err(bad_type(ctx, x.dtype())))
+}
+
+pub(super) fn eval_not(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    if x.dtype() != DataType::Bool {
+        return Err(bad_type(ctx, x.dtype()));
+    }
+    let v: Vec<u8> = x
+        .as_slice::<u8>()?
+        .iter()
+        .map(|&b| u8::from(b == 0))
+        .collect();
+    Ok(vec![tensor(DataType::Bool, x.shape(), v)?])
+}
+
+pub(super) fn eval_bitwise_not(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    crate::dispatch_int!(x.dtype(), T => {
+        let v: Vec<T> = x.as_slice::<T>()?.iter().map(|&e| !e).collect();
+        Ok(vec![tensor(x.dtype(), x.shape(), v)?])
+    }, _ => Err(bad_type(ctx, x.dtype())))
+}
+
+/// A `bool` tensor of `x`'s shape from a predicate on its (floating-point) elements.
+fn float_predicate(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+    p: impl Fn(f64) -> bool,
+) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    let v: Vec<u8> = crate::dispatch_float!(x.dtype(), T => {
+        x.as_slice::<T>()?.iter().map(|&e| u8::from(p(e.to_f64()))).collect()
+    }, _ => return Err(bad_type(ctx, x.dtype())));
+    Ok(vec![tensor(DataType::Bool, x.shape(), v)?])
+}
+
+pub(super) fn eval_is_nan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    float_predicate(ctx, inputs, f64::is_nan)
+}
+
+pub(super) fn eval_is_inf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let positive = ctx.node.attr_int("detect_positive", 1)? != 0;
+    let negative = ctx.node.attr_int("detect_negative", 1)? != 0;
+    float_predicate(ctx, inputs, |x| {
+        x.is_infinite() && if x > 0.0 { positive } else { negative }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+    use crate::tensor::Tensor;
+    use crate::DataType;
+
+    fn run(op: &str, attrs: &[(&str, AttrValue)], x: &Tensor) -> crate::Result<Tensor> {
+        let mut node = Node::new(op, "n", ["x"], ["y"]);
+        for (k, v) in attrs {
+            node = node.with_attr(k, v.clone());
+        }
+        Ok(eval_node(&node, 22, &[Some(x)])?.remove(0))
+    }
+
+    fn f32s(v: &[f32]) -> Tensor {
+        Tensor::from_vec(DataType::Float, &[v.len()], v.to_vec()).unwrap()
+    }
+
+    fn close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "{got:?} vs {want:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn erf_matches_tabulated_values() {
+        let table = [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (2.0, 0.995_322_265_018_952_7),
+            (3.5, 0.999_999_256_901_627_7),
+            (-1.0, -0.842_700_792_949_714_9),
+        ];
+        for (x, want) in table {
+            assert!((super::erf(x) - want).abs() < 1e-14, "erf({x})");
+        }
+    }
+
+    #[test]
+    fn round_is_half_to_even() {
+        let y = run("Round", &[], &f32s(&[0.5, 1.5, 2.5, -2.5, -0.4, 2.6])).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), [0.0, 2.0, 2.0, -2.0, -0.0, 3.0]);
+    }
+
+    #[test]
+    fn activations_follow_their_definitions() {
+        let x = f32s(&[-1.0, 0.0, 1.0]);
+        let y = run("LeakyRelu", &[("alpha", AttrValue::Float(0.1))], &x).unwrap();
+        close(&y.to_vec::<f32>().unwrap(), &[-0.1, 0.0, 1.0]);
+        let y = run("Elu", &[("alpha", AttrValue::Float(2.0))], &x).unwrap();
+        close(&y.to_vec::<f32>().unwrap(), &[-1.264_241_1, 0.0, 1.0]);
+        let y = run("HardSigmoid", &[], &x).unwrap();
+        close(&y.to_vec::<f32>().unwrap(), &[0.3, 0.5, 0.7]);
+        let y = run(
+            "Gelu",
+            &[("approximate", AttrValue::String(b"tanh".to_vec()))],
+            &x,
+        )
+        .unwrap();
+        close(&y.to_vec::<f32>().unwrap(), &[-0.158_808, 0.0, 0.841_192]);
+        let y = run("Gelu", &[], &x).unwrap();
+        close(
+            &y.to_vec::<f32>().unwrap(),
+            &[-0.158_655_25, 0.0, 0.841_344_7],
+        );
+        let err = run(
+            "Gelu",
+            &[("approximate", AttrValue::String(b"x".to_vec()))],
+            &x,
+        );
+        assert!(err.unwrap_err().to_string().contains("approximate"));
+    }
+
+    #[test]
+    fn sign_abs_and_relu_take_integers() {
+        let x = Tensor::from_vec(DataType::Int8, &[3], vec![-128i8, 0, 5]).unwrap();
+        let y = run("Sign", &[], &x).unwrap();
+        assert_eq!(y.to_vec::<i8>().unwrap(), [-1, 0, 1]);
+        let y = run("Abs", &[], &x).unwrap();
+        assert_eq!(y.to_vec::<i8>().unwrap(), [-128, 0, 5]);
+        let y = run("Relu", &[], &x).unwrap();
+        assert_eq!(y.to_vec::<i8>().unwrap(), [0, 0, 5]);
+    }
+
+    #[test]
+    fn halves_are_computed_in_wider_floats() {
+        let x = Tensor::from_vec(DataType::Float16, &[1], vec![half::f16::from_f32(2.0)]).unwrap();
+        let y = run("Sqrt", &[], &x).unwrap();
+        assert_eq!(
+            y.to_vec::<half::f16>().unwrap()[0],
+            half::f16::from_f64(2f64.sqrt())
+        );
+    }
+
+    #[test]
+    fn predicates_and_negations() {
+        let x = f32s(&[f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1.0]);
+        let attrs = [("detect_negative", AttrValue::Int(0))];
+        let y = run("IsInf", &attrs, &x).unwrap();
+        assert_eq!(y.to_vec::<u8>().unwrap(), [1, 0, 0, 0]);
+        let y = run("IsNaN", &[], &x).unwrap();
+        assert_eq!(y.to_vec::<u8>().unwrap(), [0, 0, 1, 0]);
+        let b = Tensor::from_vec(DataType::Bool, &[2], vec![1u8, 0]).unwrap();
+        assert_eq!(run("Not", &[], &b).unwrap().to_vec::<u8>().unwrap(), [0, 1]);
+        let i = Tensor::from_vec(DataType::Uint8, &[1], vec![5u8]).unwrap();
+        assert_eq!(
+            run("BitwiseNot", &[], &i).unwrap().to_vec::<u8>().unwrap(),
+            [250]
+        );
+        let err = run("Exp", &[], &i).unwrap_err();
+        assert!(err.to_string().contains("does not take uint8"), "{err}");
+    }
+}
