@@ -6,15 +6,17 @@
 //! file in the destination directory, syncs it and renames it over the target, so a failure never
 //! leaves a partial output and never touches the input.
 
+mod checks;
+
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::ir::{AttrValue, ExternalData, Graph, Model, Payload, StoredTensor};
+use crate::ir::{AttrValue, Attribute, ExternalData, Graph, Model, Payload, StoredTensor};
 use crate::proto::{self, DecodeLimits};
 
 /// Limits and checks applied while loading.
@@ -28,6 +30,10 @@ pub struct LoadOptions {
     pub max_nodes: usize,
     /// Deepest subgraph nesting.
     pub max_depth: usize,
+    /// Check the model's structure after decoding: the graph invariants, no recursive functions,
+    /// and the arity and attribute types of known operators (see the `checks` module). Only a
+    /// caller that wants to look at an invalid model turns this off.
+    pub check: bool,
 }
 
 impl Default for LoadOptions {
@@ -37,6 +43,7 @@ impl Default for LoadOptions {
             max_tensor_bytes: 1 << 40,
             max_nodes: 10_000_000,
             max_depth: 64,
+            check: true,
         }
     }
 }
@@ -53,17 +60,35 @@ pub fn load(path: impl AsRef<Path>) -> Result<Model> {
 }
 
 /// Loads a model from a file. External data resolves against the file's directory.
+///
+/// A regular file is mapped; anything else that can be read (a pipe, as in
+/// `multigather inspect <(gunzip -c model.onnx.gz)`) is read into memory, up to the size limit.
 pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Model> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    if len > options.max_file_bytes {
-        return Err(Error::Limit(format!(
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    let too_big = |len: u64| {
+        Error::Limit(format!(
             "{}: {len} bytes is larger than the limit of {} bytes",
             path.display(),
             options.max_file_bytes
-        )));
+        ))
+    };
+    if meta.len() > options.max_file_bytes {
+        return Err(too_big(meta.len()));
     }
-    let bytes = map_file(&file, path)?;
+    let bytes = if meta.is_file() {
+        map_file(&file, path)?
+    } else {
+        let mut bytes = Vec::new();
+        // One byte past the limit tells "at the limit" from "over it" without reading it all.
+        file.take(options.max_file_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io(path, e))?;
+        if bytes.len() as u64 > options.max_file_bytes {
+            return Err(too_big(bytes.len() as u64));
+        }
+        Bytes::from(bytes)
+    };
     let base = path
         .parent()
         .map(|p| {
@@ -116,6 +141,9 @@ fn decode_with(bytes: Bytes, base: Option<PathBuf>, options: &LoadOptions) -> Re
         }
         t.check_size()
     })?;
+    if options.check {
+        checks::check_model(&model)?;
+    }
     model.base_dir = base;
     Ok(model)
 }
@@ -144,30 +172,31 @@ pub fn for_each_tensor(
                 continue;
             }
             let mut node = g.node_mut(id);
-            for a in &mut node.attributes {
-                match &mut a.value {
-                    AttrValue::Tensor(t) => f(t)?,
-                    AttrValue::Tensors(ts) => ts.iter_mut().try_for_each(&mut *f)?,
-                    AttrValue::Graph(sub) => graph(sub, f)?,
-                    AttrValue::Graphs(subs) => subs.iter_mut().try_for_each(|s| graph(s, f))?,
-                    _ => {}
-                }
-            }
+            node.attributes
+                .iter_mut()
+                .try_for_each(|a| attribute(a, f))?;
         }
         Ok(())
+    }
+    fn attribute(
+        a: &mut Attribute,
+        f: &mut dyn FnMut(&mut StoredTensor) -> Result<()>,
+    ) -> Result<()> {
+        match &mut a.value {
+            AttrValue::Tensor(t) => f(t),
+            AttrValue::Tensors(ts) => ts.iter_mut().try_for_each(&mut *f),
+            AttrValue::Graph(sub) => graph(sub, f),
+            AttrValue::Graphs(subs) => subs.iter_mut().try_for_each(|s| graph(s, f)),
+            _ => Ok(()),
+        }
     }
     graph(&mut model.graph, f)?;
     for func in &mut model.functions {
         graph(&mut func.body, f)?;
-    }
-    for a in model
-        .functions
-        .iter_mut()
-        .flat_map(|f| &mut f.attribute_defaults)
-    {
-        if let AttrValue::Tensor(t) = &mut a.value {
-            f(t)?;
-        }
+        // Defaults may hold tensors and graphs too; they are saved like any other.
+        func.attribute_defaults
+            .iter_mut()
+            .try_for_each(|a| attribute(a, f))?;
     }
     Ok(())
 }
@@ -195,7 +224,11 @@ impl ExternalResolver {
             reason,
         };
         let (mut location, mut offset, mut length) = (None, None, None);
-        for (key, value) in &e.entries {
+        for (i, (key, value)) in e.entries.iter().enumerate() {
+            // Readers disagree on which of two entries wins; refuse the ambiguity.
+            if e.entries[..i].iter().any(|(k, _)| k == key) {
+                return Err(bad(format!("'{key}' is given twice")));
+            }
             let parse = |v: &str| {
                 v.parse::<u64>()
                     .map_err(|_| bad(format!("{key} '{v}' is not a non-negative integer")))
@@ -272,8 +305,9 @@ pub fn check_location(location: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Opens `base/location`, refusing symlinks anywhere below `base` and hard-linked files, and maps it.
-/// What is checked is the file that was opened: its identity is compared with the checked path.
+/// Opens `base/location`, refusing symlinks anywhere below `base`, anything but a regular file,
+/// and hard-linked files, and maps it. What is checked is the file that was opened: its identity
+/// is compared with the checked path.
 fn open_inside(base: &Path, location: &str) -> std::result::Result<Bytes, String> {
     let mut path = base.to_path_buf();
     for c in Path::new(location).components() {
@@ -288,6 +322,12 @@ fn open_inside(base: &Path, location: &str) -> std::result::Result<Bytes, String
                 ));
             }
         }
+    }
+    // Checked before opening: opening a FIFO for reading blocks until a writer comes, and a
+    // device can be endless.
+    let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("'{location}': {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("'{location}' is not a regular file"));
     }
     let file = File::open(&path).map_err(|e| format!("'{location}': {e}"))?;
     let meta = file.metadata().map_err(|e| format!("'{location}': {e}"))?;

@@ -505,21 +505,39 @@ impl Graph {
         }
         let mut defined: HashSet<String> = outer.clone();
         let mut defined_here: HashSet<&str> = HashSet::new();
-        let locals = self
-            .inputs
-            .iter()
-            .map(|v| v.name.as_str())
-            .chain(self.initializers.iter().filter_map(|t| t.name.as_deref()))
-            .chain(self.sparse_initializers.iter().map(|t| t.name.as_str()));
-        for name in locals {
-            if !name.is_empty() {
-                defined.insert(name.to_owned());
-                defined_here.insert(name);
+        // An initializer may share its name with a graph input (it is the input's default), but
+        // two inputs, or two initializers, of one name leave the value ambiguous.
+        let mut inputs = HashSet::new();
+        for name in self.inputs.iter().map(|v| v.name.as_str()) {
+            if !name.is_empty() && !inputs.insert(name) {
+                return fail(format!("graph input '{name}' is defined twice"));
             }
+        }
+        let mut initializers = HashSet::new();
+        let stored = self
+            .initializers
+            .iter()
+            .filter_map(|t| t.name.as_deref())
+            .chain(self.sparse_initializers.iter().map(|t| t.name.as_str()));
+        for name in stored {
+            if !name.is_empty() && !initializers.insert(name) {
+                return fail(format!("initializer '{name}' is defined twice"));
+            }
+        }
+        for name in inputs.into_iter().chain(initializers) {
+            defined.insert(name.to_owned());
+            defined_here.insert(name);
         }
         for id in order {
             let node = self.node(id);
             for input in node.inputs.iter().filter(|i| !i.is_empty()) {
+                if node.outputs.contains(input) {
+                    return fail(format!(
+                        "node '{}' ({}) is on a cycle: it reads its own output '{input}'",
+                        node.name,
+                        node.qualified_op()
+                    ));
+                }
                 if !defined.contains(input) {
                     return fail(format!(
                         "node '{}' ({}) reads '{input}', which nothing defines",

@@ -11,6 +11,17 @@ use crate::DataType;
 use super::super::util::{strides, to_i64s, Float};
 use super::super::InferCtx;
 
+/// The most elements an output may have, so that a buffer of any element type (strings
+/// included) or of `f64` working values stays addressable.
+pub(super) const MAX_ELEMENTS: usize = isize::MAX as usize / 32;
+
+/// The element count of an output of `shape`, which must not exceed [`MAX_ELEMENTS`].
+pub(super) fn checked_len(shape: &[usize]) -> Result<usize> {
+    element_count(shape)
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or_else(|| Error::Eval(format!("output shape {shape:?} is too large")))
+}
+
 /// Builds an output tensor front to back from runs of elements of source tensors.
 ///
 /// Fixed-width elements are copied as bytes, strings cloned, packed sub-byte elements moved one
@@ -38,8 +49,7 @@ impl<'a> Writer<'a> {
                 s.dtype()
             )));
         }
-        let total = element_count(shape)
-            .ok_or_else(|| Error::Eval(format!("output shape {shape:?} is too large")))?;
+        let total = checked_len(shape)?;
         let out = match dtype.byte_size() {
             _ if dtype == DataType::String => Out::Strings(Vec::new(), shape.to_vec()),
             Some(w) => Out::Bytes(Tensor::zeros(dtype, shape)?, w),
@@ -133,72 +143,84 @@ impl<'a> Writer<'a> {
     }
 }
 
-/// A tensor of `shape` whose element `i` is element 1 of `values` where `flags[i]` holds and
+/// A tensor of `shape` whose element `i` is element 1 of `values` where `flag(i)` holds and
 /// element 0 elsewhere, for any element type.
-pub(super) fn two_valued(values: &Tensor, shape: &[usize], flags: &[bool]) -> Result<Tensor> {
+pub(super) fn two_valued(
+    values: &Tensor,
+    shape: &[usize],
+    flag: impl Fn(usize) -> bool,
+) -> Result<Tensor> {
     let sources = [values];
     let mut out = Writer::new(values.dtype(), shape, &sources)?;
-    for run in flags.chunk_by(|a, b| a == b) {
-        out.repeat(0, usize::from(run[0]), run.len())?;
+    let total = out.total;
+    // Runs of equal flags are written as one repeat.
+    let mut start = 0;
+    while start < total {
+        let on = flag(start);
+        let end = (start + 1..total).find(|&i| flag(i) != on).unwrap_or(total);
+        out.repeat(0, usize::from(on), end - start)?;
+        start = end;
     }
     out.finish()
 }
 
-/// How one output axis reads the input: the input position along some input axis of each output
-/// position (`None` reads the fill value), and the input stride of that axis in elements.
-pub(super) struct AxisRead {
-    pub index: Vec<Option<usize>>,
-    pub stride: usize,
+/// How one output axis reads the input: its length, the input position along some input axis
+/// that each output position reads (`None` reads the fill value), and the input stride of that
+/// axis in elements. Positions are computed only once the whole output is known to fit, so an
+/// axis may be long when another is empty.
+pub(super) struct AxisRead<'f> {
+    len: usize,
+    stride: usize,
+    index: Box<dyn Fn(usize) -> Option<usize> + 'f>,
 }
 
-impl AxisRead {
+impl<'f> AxisRead<'f> {
     /// Output position `i` reads input position `i`.
-    pub fn identity(len: usize, stride: usize) -> AxisRead {
-        AxisRead {
-            index: (0..len).map(Some).collect(),
-            stride,
-        }
+    pub fn identity(len: usize, stride: usize) -> AxisRead<'f> {
+        AxisRead::map(len, stride, Some)
     }
 
     /// Output position `i` reads input position `f(i)`, or the fill value when `None`.
-    pub fn map(len: usize, stride: usize, f: impl Fn(usize) -> Option<usize>) -> AxisRead {
+    pub fn map(len: usize, stride: usize, f: impl Fn(usize) -> Option<usize> + 'f) -> AxisRead<'f> {
         AxisRead {
-            index: (0..len).map(f).collect(),
+            len,
             stride,
+            index: Box::new(f),
         }
-    }
-
-    fn is_identity(&self) -> bool {
-        self.index.iter().enumerate().all(|(i, &j)| j == Some(i))
     }
 }
 
 /// The tensor whose element at output coordinates `(i0, i1, ...)` is the element of `data` at
-/// offset `sum(axes[d].index[i_d] * axes[d].stride)`, or element 0 of `fill` when any index is
-/// `None`. Slices, transposes, tiles, broadcasts, pads and nearest resizes are all this one
-/// gather; trailing axes that read whole contiguous input rows are copied as one block.
+/// offset `sum(index_d(i_d) * stride_d)` over the axis reads, or element 0 of `fill` when any
+/// index is `None`. Slices, transposes, tiles, broadcasts, pads and nearest resizes are all this
+/// one gather; trailing axes that read whole contiguous input rows are copied as one block.
 pub(super) fn gather_axes(
     data: &Tensor,
-    axes: &[AxisRead],
+    axes: &[AxisRead<'_>],
     fill: Option<&Tensor>,
 ) -> Result<Tensor> {
-    let shape: Vec<usize> = axes.iter().map(|a| a.index.len()).collect();
+    let shape: Vec<usize> = axes.iter().map(|a| a.len).collect();
     let sources: Vec<&Tensor> = std::iter::once(data).chain(fill).collect();
     let mut out = Writer::new(data.dtype(), &shape, &sources)?;
-    if shape.contains(&0) {
+    if out.total == 0 {
         return out.finish();
     }
+    // The output is not empty, so no axis is longer than the (checked) output.
+    let maps: Vec<Vec<Option<usize>>> = axes
+        .iter()
+        .map(|a| (0..a.len).map(&a.index).collect())
+        .collect();
+    let strides: Vec<usize> = axes.iter().map(|a| a.stride).collect();
+    let is_identity = |m: &[Option<usize>]| m.iter().enumerate().all(|(i, &j)| j == Some(i));
     let mut outer = axes.len();
     let mut block = 1usize;
-    while outer > 0 && axes[outer - 1].stride == block && axes[outer - 1].is_identity() {
-        block = block
-            .checked_mul(shape[outer - 1])
-            .ok_or_else(|| Error::Eval("output is too large".into()))?;
+    while outer > 0 && strides[outer - 1] == block && is_identity(&maps[outer - 1]) {
+        block *= shape[outer - 1];
         outer -= 1;
     }
     let mut coord = vec![0usize; outer];
     loop {
-        match offset(&axes[..outer], &coord)? {
+        match offset(&maps[..outer], &strides, &coord)? {
             Some(start) => out.copy(0, start, block)?,
             None => out.repeat(1, 0, block)?,
         }
@@ -210,14 +232,18 @@ pub(super) fn gather_axes(
 }
 
 /// The input offset of output coordinates `coord`, or `None` when some axis reads the fill.
-fn offset(axes: &[AxisRead], coord: &[usize]) -> Result<Option<usize>> {
+fn offset(
+    maps: &[Vec<Option<usize>>],
+    strides: &[usize],
+    coord: &[usize],
+) -> Result<Option<usize>> {
     let mut sum = 0usize;
-    for (a, &c) in axes.iter().zip(coord) {
-        let Some(i) = a.index[c] else {
+    for ((map, &stride), &c) in maps.iter().zip(strides).zip(coord) {
+        let Some(i) = map[c] else {
             return Ok(None);
         };
         sum = i
-            .checked_mul(a.stride)
+            .checked_mul(stride)
             .and_then(|v| v.checked_add(sum))
             .ok_or_else(|| Error::Eval("input offset overflows".into()))?;
     }
@@ -545,6 +571,13 @@ mod tests {
             AxisRead::identity(2, 3),
             AxisRead::map(4, 1, |i| i.checked_sub(1).filter(|&j| j < 3)),
         ];
+        let huge = [AxisRead::identity(0, 1), AxisRead::identity(usize::MAX, 1)];
+        assert_eq!(
+            gather_axes(&t, &huge, None).unwrap().shape(),
+            &[0, usize::MAX]
+        );
+        let e = gather_axes(&t, &[AxisRead::identity(usize::MAX, 1)], None).unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
         let out = gather_axes(&t, &axes, Some(&fill)).unwrap();
         assert_eq!(out.shape(), &[2, 4]);
         assert_eq!(out.to_vec::<i32>().unwrap(), [-1, 0, 1, 2, -1, 3, 4, 5]);

@@ -169,7 +169,7 @@ pub(super) fn eval_split(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resul
     for size in sizes {
         let axes: Vec<AxisRead> = (0..shape.len())
             .map(|d| match d == axis {
-                true => AxisRead::map(size, st[d], |i| Some(start + i)),
+                true => AxisRead::map(size, st[d], move |i| Some(start + i)),
                 false => AxisRead::identity(shape[d], st[d]),
             })
             .collect();

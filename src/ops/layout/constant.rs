@@ -84,11 +84,9 @@ pub(super) fn eval_eye_like(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
     };
     let dtype = eye_type(ctx.node, Some(input.dtype()))?.unwrap_or(input.dtype());
     let k = ctx.node.attr_int("k", 0)?;
-    let flags: Vec<bool> = (0..rows * cols)
-        .map(|p| (p % cols) as i64 - (p / cols) as i64 == k)
-        .collect();
     let values = from_f64s(dtype, &[2], &[0.0, 1.0])?;
-    Ok(vec![two_valued(&values, &[rows, cols], &flags)?])
+    let on_diagonal = |p: usize| (p % cols) as i64 - (p / cols) as i64 == k;
+    Ok(vec![two_valued(&values, &[rows, cols], on_diagonal)?])
 }
 
 pub(super) fn infer_eye_like(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {

@@ -42,7 +42,7 @@ pub(super) fn eval_dropout(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Res
     if ctx.node.outputs.len() > 1 {
         let dtype = mask_type(ctx.opset, Some(data.dtype())).unwrap_or(DataType::Bool);
         let values = from_f64s(dtype, &[2], &[0.0, 1.0])?;
-        outputs.push(two_valued(&values, data.shape(), &vec![true; data.len()])?);
+        outputs.push(two_valued(&values, data.shape(), |_| true)?);
     }
     Ok(outputs)
 }

@@ -99,7 +99,7 @@ pub(super) fn eval_tile(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
             let len = n
                 .checked_mul(reps[d])
                 .ok_or_else(|| ctx.error("output is too large"))?;
-            Ok(AxisRead::map(len, st[d], |i| Some(i % n)))
+            Ok(AxisRead::map(len, st[d], move |i| Some(i % n)))
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(vec![gather_axes(data, &axes, None)?])

@@ -50,15 +50,10 @@ pub(super) fn eval_one_hot(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Res
             v.filter(|v| (0..d).contains(v)).map(|v| v as usize)
         })
         .collect();
-    let total =
-        crate::tensor::element_count(&shape).ok_or_else(|| ctx.error("output is too large"))?;
-    let flags: Vec<bool> = (0..total)
-        .map(|p| {
-            let (o, rest) = (p / (depth * inner), p % (depth * inner));
-            picks[o * inner + rest % inner] == Some(rest / inner)
-        })
-        .collect();
-    Ok(vec![two_valued(&values, &shape, &flags)?])
+    // Only evaluated for a non-empty output, whose size was checked: no overflow.
+    let block = depth.saturating_mul(inner);
+    let hot = |p: usize| picks[(p / block) * inner + p % inner] == Some(p % block / inner);
+    Ok(vec![two_valued(&values, &shape, hot)?])
 }
 
 pub(super) fn infer_one_hot(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {

@@ -40,8 +40,9 @@ fn mode(node: &crate::ir::Node) -> Result<Mode> {
 /// The input position output position `i` of a padded axis reads, for an axis of `n` padded by
 /// `begin` in front; `None` reads the constant.
 fn source(i: usize, begin: i64, n: usize, mode: Mode) -> Option<usize> {
-    let j = i as i64 - begin;
-    let n = n as i64;
+    // In `i128`: `begin` may be any `i64` when the end count makes up for it.
+    let j = i as i128 - i128::from(begin);
+    let n = n as i128;
     let k = match mode {
         _ if (0..n).contains(&j) => j,
         Mode::Constant => return None,
@@ -131,7 +132,7 @@ pub(super) fn eval_pad(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
             if n == 0 && len > 0 && mode != Mode::Constant {
                 return Err(ctx.error(format!("cannot pad the empty axis {d} in this mode")));
             }
-            Ok(AxisRead::map(len, st[d], |i| source(i, b, n, mode)))
+            Ok(AxisRead::map(len, st[d], move |i| source(i, b, n, mode)))
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(vec![gather_axes(data, &reads, Some(&fill))?])

@@ -14,7 +14,7 @@ use crate::DataType;
 
 use super::super::util::{required, to_i64s};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{from_f64s, in_elem, to_f64s, typed};
+use super::common::{from_f64s, in_elem, to_f64s, typed, MAX_ELEMENTS};
 
 /// The scalar inputs of a `Range` node, exact for integers.
 enum Bounds {
@@ -50,9 +50,6 @@ fn bounds(start: &Tensor, limit: &Tensor, delta: &Tensor) -> Result<Bounds> {
     Ok(b)
 }
 
-/// The most elements a range may have: more could not be allocated.
-const MAX_LEN: usize = isize::MAX as usize / 16;
-
 /// The number of elements of the range.
 fn count(b: &Bounds) -> Result<usize> {
     let too_long = || Error::Eval("the range is too long".into());
@@ -68,12 +65,12 @@ fn count(b: &Bounds) -> Result<usize> {
             };
             usize::try_from(n)
                 .ok()
-                .filter(|&n| n <= MAX_LEN)
+                .filter(|&n| n <= MAX_ELEMENTS)
                 .ok_or_else(too_long)
         }
         Bounds::Float(s, l, d) => {
             let n = ((l - s) / d).ceil().max(0.0);
-            if n.is_finite() && n <= MAX_LEN as f64 {
+            if n.is_finite() && n <= MAX_ELEMENTS as f64 {
                 Ok(n as usize)
             } else {
                 Err(too_long())

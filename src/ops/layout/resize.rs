@@ -34,8 +34,8 @@ use crate::tensor::Tensor;
 use super::super::util::{optional, required, strides, to_i64s};
 use super::super::{EvalCtx, InferCtx};
 use super::common::{
-    const_ints, from_f64s, gather_axes, in_dims, in_elem, normalize_axes, to_f64s, typed,
-    unknown_dims, AxisRead,
+    checked_len, const_ints, from_f64s, gather_axes, in_dims, in_elem, normalize_axes, to_f64s,
+    typed, unknown_dims, AxisRead, MAX_ELEMENTS,
 };
 
 /// How nearest positions round.
@@ -275,7 +275,7 @@ fn plan(shape: &[usize], target: &Target, coord: Coord) -> Result<Vec<AxisPlan>>
 
 /// An output length from a computed value, which must be a non-negative count.
 fn output_len(v: f64) -> Result<usize> {
-    if (0.0..=(isize::MAX as f64) / 16.0).contains(&v) {
+    if (0.0..=MAX_ELEMENTS as f64).contains(&v) {
         Ok(v as usize)
     } else {
         Err(Error::Eval(format!("output dim {v} is invalid")))
@@ -348,7 +348,7 @@ fn nearest_index(x: f64, rule: Nearest, scale: f64, n: usize) -> usize {
 }
 
 /// The taps of a linear or cubic filter at `x` on an axis of `n` (`n > 0`).
-fn filter_taps(x: f64, p: &AxisPlan, params: &Params) -> Vec<(usize, f64)> {
+fn filter_taps(x: f64, p: &AxisPlan, params: &Params) -> Result<Vec<(usize, f64)>> {
     // `x = base + ratio` with `ratio` in (0, 1], so an exact position is the second tap.
     let mut base = x.floor();
     let mut ratio = x - base;
@@ -362,9 +362,18 @@ fn filter_taps(x: f64, p: &AxisPlan, params: &Params) -> Vec<(usize, f64)> {
         1.0
     };
     let support = if params.mode == Mode::Cubic { 2.0 } else { 1.0 };
-    let first = (-support / stretch).floor() as i64 + 1;
-    let count = 2 - 2 * first;
     let n = p.in_len as i64;
+    // An antialiased filter reaches `support / scale` positions each way. Downsampling to one
+    // position needs about `support * n`; a filter much wider than the axis (an ROI far larger
+    // than the input) is refused rather than built.
+    let reach = (support / stretch).ceil();
+    if reach.is_nan() || reach > (2 * p.in_len + 4) as f64 {
+        return Err(Error::Eval(format!(
+            "a resampling filter reaching {reach} positions is too wide for an axis of {n}"
+        )));
+    }
+    let first = 1 - reach as i64;
+    let count = 2 - 2 * first;
     let mut taps: Vec<(i64, f64)> = (first..first + count)
         .map(|i| {
             let d = (i as f64 - ratio) * stretch;
@@ -372,7 +381,7 @@ fn filter_taps(x: f64, p: &AxisPlan, params: &Params) -> Vec<(usize, f64)> {
                 Mode::Cubic => cubic(d, params.cubic_a),
                 _ => (1.0 - d.abs()).max(0.0),
             };
-            (base as i64 + i, w)
+            ((base as i64).saturating_add(i), w)
         })
         .collect();
     if params.antialias {
@@ -384,9 +393,10 @@ fn filter_taps(x: f64, p: &AxisPlan, params: &Params) -> Vec<(usize, f64)> {
         }
         normalize(&mut taps);
     }
-    taps.into_iter()
+    Ok(taps
+        .into_iter()
         .map(|(i, w)| (i.clamp(0, n - 1) as usize, w))
-        .collect()
+        .collect())
 }
 
 /// Scales weights to sum to 1 (left alone when they sum to 0).
@@ -398,20 +408,20 @@ fn normalize(taps: &mut [(i64, f64)]) {
 }
 
 /// The samples of every output position of an axis.
-fn samples(p: &AxisPlan, params: &Params) -> Vec<Sample> {
+fn samples(p: &AxisPlan, params: &Params) -> Result<Vec<Sample>> {
     (0..p.out_len)
         .map(|y| {
             let x = source_coord(params.coord, y, p);
             let outside = x < 0.0 || x > p.in_len as f64 - 1.0;
             if params.coord == Coord::TfCropAndResize && outside {
-                return Sample::Extrapolate;
+                return Ok(Sample::Extrapolate);
             }
-            match params.mode {
+            Ok(match params.mode {
                 Mode::Nearest(rule) => {
                     Sample::Taps(vec![(nearest_index(x, rule, p.scale, p.in_len), 1.0)])
                 }
-                _ => Sample::Taps(filter_taps(x, p, params)),
-            }
+                _ => Sample::Taps(filter_taps(x, p, params)?),
+            })
         })
         .collect()
 }
@@ -425,7 +435,7 @@ fn resize_nearest(data: &Tensor, plans: &[AxisPlan], params: &Params) -> Result<
         .collect();
     let mut extrapolates = false;
     for p in plans.iter().filter(|p| !p.is_identity()) {
-        let index: Vec<Option<usize>> = samples(p, params)
+        let index: Vec<Option<usize>> = samples(p, params)?
             .into_iter()
             .map(|s| match s {
                 Sample::Taps(t) => t.first().map(|t| t.0),
@@ -433,10 +443,7 @@ fn resize_nearest(data: &Tensor, plans: &[AxisPlan], params: &Params) -> Result<
             })
             .collect();
         extrapolates |= index.contains(&None);
-        reads[p.axis] = AxisRead {
-            index,
-            stride: st[p.axis],
-        };
+        reads[p.axis] = AxisRead::map(p.out_len, st[p.axis], move |i| index[i]);
     }
     let fill = match extrapolates {
         true => Some(from_f64s(data.dtype(), &[1], &[params.extrapolation])?),
@@ -452,7 +459,7 @@ fn resize_filtered(data: &Tensor, plans: &[AxisPlan], params: &Params) -> Result
     for p in plans.iter().filter(|p| !p.is_identity()) {
         let outer: usize = shape[..p.axis].iter().product();
         let inner: usize = shape[p.axis + 1..].iter().product();
-        let samples = samples(p, params);
+        let samples = samples(p, params)?;
         let mut out = vec![0.0f64; outer * p.out_len * inner];
         if inner > 0 {
             let src_rows = values.chunks_exact(p.in_len * inner);
@@ -479,6 +486,14 @@ fn resize_filtered(data: &Tensor, plans: &[AxisPlan], params: &Params) -> Result
 /// Runs a resize of `data` to `target`.
 fn resize(data: &Tensor, target: &Target, params: &Params) -> Result<Tensor> {
     let plans = plan(data.shape(), target, params.coord)?;
+    let mut out_shape = data.shape().to_vec();
+    for p in &plans {
+        out_shape[p.axis] = p.out_len;
+    }
+    // Checked before any per-position work, which is then bounded by the output size.
+    if checked_len(&out_shape)? == 0 {
+        return Ok(Tensor::zeros(data.dtype(), &out_shape)?);
+    }
     match params.mode {
         Mode::Nearest(_) => resize_nearest(data, &plans, params),
         _ => resize_filtered(data, &plans, params),
