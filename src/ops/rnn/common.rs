@@ -693,3 +693,191 @@ fn hidden_dim(ctx: &InferCtx<'_>, gates: usize) -> Result<Dim> {
         None => Dim::Unknown,
     })
 }
+
+/// Helpers for the tests of the three operators.
+#[cfg(test)]
+pub(super) mod testing {
+    use crate::ir::{AttrValue, Node};
+    use crate::tensor::Tensor;
+    use crate::DataType;
+
+    /// A float tensor.
+    pub fn f32s(shape: &[usize], values: &[f32]) -> Tensor {
+        Tensor::from_vec(DataType::Float, shape, values.to_vec()).unwrap()
+    }
+
+    /// An int32 tensor.
+    pub fn i32s(values: &[i32]) -> Tensor {
+        Tensor::from_vec(DataType::Int32, &[values.len()], values.to_vec()).unwrap()
+    }
+
+    /// A node named `n` with the given inputs (`""` for an omitted one), the usual outputs and
+    /// attributes.
+    pub fn node(op: &str, inputs: &[&str], attrs: &[(&str, AttrValue)]) -> Node {
+        let outputs = if op == "LSTM" {
+            &["Y", "Y_h", "Y_c"][..]
+        } else {
+            &["Y", "Y_h"][..]
+        };
+        attrs.iter().fold(
+            Node::new(op, "n", inputs.iter().copied(), outputs.iter().copied()),
+            |n, (name, value)| n.with_attr(name, value.clone()),
+        )
+    }
+
+    /// A string attribute value.
+    pub fn string(s: &str) -> AttrValue {
+        AttrValue::String(s.as_bytes().to_vec())
+    }
+
+    /// Asserts that `t` is a float tensor of `shape` within 1e-5 of `expected`.
+    pub fn assert_close(t: &Tensor, shape: &[usize], expected: &[f32]) {
+        assert_eq!(t.shape(), shape);
+        let got = t.as_slice::<f32>().unwrap();
+        assert_eq!(got.len(), expected.len());
+        for (k, (g, e)) in got.iter().zip(expected).enumerate() {
+            assert!((g - e).abs() <= 1e-5, "element {k}: got {g}, expected {e}");
+        }
+    }
+
+    /// `values` of shape `[a, b, rest]` with its first two axes swapped.
+    pub fn swap01(values: &[f32], a: usize, b: usize) -> Vec<f32> {
+        let rest = values.len() / (a * b);
+        (0..b)
+            .flat_map(|j| (0..a).flat_map(move |i| (0..rest).map(move |k| (i, j, k))))
+            .map(|(i, j, k)| values[(i * b + j) * rest + k])
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+    use crate::ir::Node;
+    use crate::ops::infer_node;
+
+    fn dims(t: &TensorType) -> Vec<Dim> {
+        t.shape.as_ref().unwrap().dims.clone()
+    }
+
+    fn sym(s: &str) -> Dim {
+        Dim::Symbolic(s.into())
+    }
+
+    #[test]
+    fn shapes_carry_symbolic_dims_in_both_layouts() {
+        let x = TensorType::new(
+            DataType::Float,
+            vec![sym("seq"), sym("batch"), Dim::Known(3)],
+        );
+        let r = TensorType::new(
+            DataType::Float,
+            vec![Dim::Known(2), Dim::Known(20), Dim::Known(5)],
+        );
+        let inputs = [Some(x), None, Some(r)];
+        let n = node(
+            "LSTM",
+            &["X", "W", "R"],
+            &[("direction", string("bidirectional"))],
+        );
+        let types = infer_node(&n, 14, &inputs, &[]);
+        assert_eq!(types.len(), 3);
+        let two = Dim::Known(2);
+        let five = Dim::Known(5);
+        assert_eq!(
+            dims(&types[0]),
+            vec![sym("seq"), two.clone(), sym("batch"), five.clone()]
+        );
+        assert_eq!(
+            dims(&types[1]),
+            vec![two.clone(), sym("batch"), five.clone()]
+        );
+        assert_eq!(types[2].elem, Some(DataType::Float));
+
+        let n = node(
+            "GRU",
+            &["X", "W", "R"],
+            &[
+                ("layout", AttrValue::Int(1)),
+                ("hidden_size", AttrValue::Int(7)),
+            ],
+        );
+        let types = infer_node(&n, 14, &inputs, &[]);
+        let one = Dim::Known(1);
+        let seven = Dim::Known(7);
+        // With layout 1, X is [batch, seq, input]: its first dim is the batch.
+        assert_eq!(
+            dims(&types[0]),
+            vec![sym("seq"), sym("batch"), one.clone(), seven.clone()]
+        );
+        assert_eq!(dims(&types[1]), vec![sym("seq"), one, seven]);
+    }
+
+    #[test]
+    fn shapes_take_the_hidden_size_from_w_when_r_is_unknown() {
+        let w = TensorType::new(
+            DataType::Double,
+            vec![Dim::Known(1), Dim::Known(12), Dim::Known(4)],
+        );
+        let n = node("GRU", &["X", "W", "R"], &[]);
+        let types = infer_node(&n, 7, &[None, Some(w)], &[]);
+        assert_eq!(
+            dims(&types[1]),
+            vec![Dim::Known(1), Dim::Unknown, Dim::Known(4)]
+        );
+        assert_eq!(types[0].elem, None);
+    }
+
+    #[test]
+    fn attributes_are_checked() {
+        let bad = node("RNN", &["X"], &[("direction", string("sideways"))]);
+        assert!(Direction::of(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("sideways"));
+        let bad = node("RNN", &["X"], &[("layout", AttrValue::Int(2))]);
+        assert!(batch_major(&bad, 14)
+            .unwrap_err()
+            .to_string()
+            .contains("layout"));
+        // Before opset 14 there is no layout attribute to read.
+        assert!(!batch_major(&bad, 7).unwrap());
+        let n = Node::new("LSTM", "n", ["X"], ["Y"]);
+        assert_eq!(Direction::of(&n).unwrap(), Direction::Forward);
+    }
+
+    #[test]
+    fn activation_lists_have_one_entry_per_function_and_direction() {
+        let n = node("GRU", &["X"], &[]);
+        let acts = activations(&n, &["Sigmoid", "Tanh"], 2).unwrap();
+        assert_eq!(
+            acts,
+            vec![
+                Activation::Sigmoid,
+                Activation::Tanh,
+                Activation::Sigmoid,
+                Activation::Tanh
+            ]
+        );
+        let names = AttrValue::Strings(vec![b"Tanh".to_vec()]);
+        let n = node("GRU", &["X"], &[("activations", names)]);
+        let err = activations(&n, &["Sigmoid", "Tanh"], 1).unwrap_err();
+        assert!(err.to_string().contains("expected 2"), "{err}");
+    }
+
+    #[test]
+    fn sequence_lengths_must_fit_the_sequence() {
+        assert_eq!(sequence_lens(None, 4, 2).unwrap(), vec![4, 4]);
+        assert_eq!(
+            sequence_lens(Some(&i32s(&[0, 4])), 4, 2).unwrap(),
+            vec![0, 4]
+        );
+        let err = sequence_lens(Some(&i32s(&[5, 1])), 4, 2).unwrap_err();
+        assert!(err.to_string().contains("outside [0, 4]"), "{err}");
+        let err = sequence_lens(Some(&i32s(&[-1, 1])), 4, 2).unwrap_err();
+        assert!(err.to_string().contains("-1"), "{err}");
+        let err = sequence_lens(Some(&i32s(&[1])), 4, 2).unwrap_err();
+        assert!(err.to_string().contains("[batch_size]"), "{err}");
+    }
+}

@@ -112,3 +112,59 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Trac
     })?;
     Ok(Track { y, states: vec![h] })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::common::testing::*;
+    use crate::ir::AttrValue;
+    use crate::ops::eval_node;
+
+    // seq_length 2, batch 1, input 2, hidden 2; expected values from onnx.reference, which
+    // onnxruntime matches within 9e-8.
+    const X: &[f32] = &[-0.7, -0.0, 0.2, -0.9];
+    const W: &[f32] = &[
+        -0.7, 0.9, -0.9, -0.7, 0.9, 0.2, -0.3, 0.0, 0.3, -0.4, -0.7, 0.6,
+    ];
+    const R: &[f32] = &[
+        0.3, 0.0, 0.6, 0.1, 1.0, -0.6, 0.1, -0.0, -0.3, 0.2, -0.5, 0.6,
+    ];
+    const B: &[f32] = &[
+        0.7, -0.7, -0.1, -0.4, -0.8, 0.8, -0.1, -0.7, 0.3, -0.6, 0.8, -0.6,
+    ];
+    const Y_RESET_FIRST: &[f32] = &[-0.05207656, 0.4087332, 0.2269745, -0.161388];
+    const Y_LINEAR_FIRST: &[f32] = &[-0.1512207, 0.547819, -0.04229223, 0.1998974];
+
+    fn run(linear_before_reset: i64, opset: i64) -> Vec<crate::tensor::Tensor> {
+        let n = node(
+            "GRU",
+            &["X", "W", "R", "B"],
+            &[("linear_before_reset", AttrValue::Int(linear_before_reset))],
+        );
+        let (x, w, r, b) = (
+            f32s(&[2, 1, 2], X),
+            f32s(&[1, 6, 2], W),
+            f32s(&[1, 6, 2], R),
+            f32s(&[1, 12], B),
+        );
+        eval_node(&n, opset, &[Some(&x), Some(&w), Some(&r), Some(&b)]).unwrap()
+    }
+
+    #[test]
+    fn reset_before_the_recurrent_product() {
+        let out = run(0, 14);
+        assert_close(&out[0], &[2, 1, 1, 2], Y_RESET_FIRST);
+        assert_close(&out[1], &[1, 1, 2], &Y_RESET_FIRST[2..]);
+    }
+
+    #[test]
+    fn linear_before_reset() {
+        let out = run(1, 14);
+        assert_close(&out[0], &[2, 1, 1, 2], Y_LINEAR_FIRST);
+        assert_close(&out[1], &[1, 1, 2], &Y_LINEAR_FIRST[2..]);
+    }
+
+    #[test]
+    fn opset_1_has_no_linear_before_reset() {
+        assert_close(&run(1, 1)[0], &[2, 1, 1, 2], Y_RESET_FIRST);
+    }
+}

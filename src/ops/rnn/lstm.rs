@@ -133,3 +133,283 @@ fn direction<T: Real>(
         states: vec![h, c],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::common::testing::*;
+    use crate::ir::AttrValue;
+    use crate::ops::eval_node;
+    use crate::tensor::Tensor;
+    use crate::DataType;
+
+    // A bidirectional LSTM with biases and initial states, seq_length 3, batch 2, input 2,
+    // hidden 2.
+    const X: &[f32] = &[
+        0.3, 0.8, 0.6, -0.5, -0.4, 0.7, -1.0, 0.6, 0.6, -0.1, -0.4, -0.4,
+    ];
+    const W: &[f32] = &[
+        -0.5, -0.1, 0.0, 0.1, 1.0, 0.6, 0.2, 1.0, -0.6, -0.7, 0.2, -0.9, -0.9, 0.0, -0.1, 0.8, 0.3,
+        0.0, -0.0, -0.5, -1.0, -0.6, 0.4, -0.6, -0.3, -1.0, 0.7, -0.7, -0.5, 0.8, 0.0, 0.7,
+    ];
+    const R: &[f32] = &[
+        0.3, 0.5, -0.8, 0.1, 0.0, 0.7, -0.3, 0.2, -0.9, -0.2, -0.4, -0.7, 0.6, -0.2, 1.0, 0.2, 0.2,
+        0.3, 0.4, -0.7, -0.1, -0.5, -0.2, -0.8, 0.9, -0.6, 0.3, -0.4, 0.7, 0.3, -0.7, 0.7,
+    ];
+    const B: &[f32] = &[
+        0.9, 0.8, 0.1, -0.7, -0.6, 0.9, 0.1, -0.6, 0.8, 0.3, 0.1, -0.2, -0.2, -0.5, -0.9, 0.8,
+        -0.1, 0.1, -0.4, 0.5, -0.9, -0.3, -0.9, -0.8, 0.9, 0.3, -0.1, 0.0, 0.7, -0.3, 0.2, 0.4,
+    ];
+    const H0: &[f32] = &[-0.3, 0.0, 0.5, 0.8, -0.7, 0.9, -1.0, 0.5];
+    const C0: &[f32] = &[0.6, -0.7, -0.2, 0.6, -1.0, 0.3, 0.6, 0.0];
+    const LENS: &[i32] = &[3, 2];
+
+    // Computed with onnx.reference (which ignores sequence_lens) on each batch entry's valid
+    // prefix, then padded with zeros; onnxruntime with sequence_lens agrees within 6e-8.
+    const Y: &[f32] = &[
+        -0.3618667,
+        0.02709866,
+        -0.481853,
+        0.1158324,
+        -0.04441636,
+        0.09307925,
+        -0.1776809,
+        -0.1588778,
+        -0.3275412,
+        0.1592178,
+        -0.2001082,
+        0.1985901,
+        -0.07449014,
+        0.08848702,
+        -0.03392674,
+        0.1022988,
+        -0.5147271,
+        0.01662587,
+        0.0,
+        0.0,
+        -0.1333075,
+        0.172764,
+        0.0,
+        0.0,
+    ];
+    const Y_H: &[f32] = &[
+        -0.5147271,
+        0.01662587,
+        -0.2001082,
+        0.1985901,
+        -0.04441636,
+        0.09307925,
+        -0.1776809,
+        -0.1588778,
+    ];
+    const Y_C: &[f32] = &[
+        -0.9382342, 0.05186555, -0.5316205, 0.5170919, -0.2133318, 0.1805878, -0.681448, -0.2230371,
+    ];
+
+    fn bidirectional(layout: i64) -> crate::ir::Node {
+        node(
+            "LSTM",
+            &[
+                "X",
+                "W",
+                "R",
+                "B",
+                "sequence_lens",
+                "initial_h",
+                "initial_c",
+            ],
+            &[
+                ("direction", string("bidirectional")),
+                ("hidden_size", AttrValue::Int(2)),
+                ("layout", AttrValue::Int(layout)),
+            ],
+        )
+    }
+
+    fn run(node: &crate::ir::Node, inputs: &[Tensor]) -> crate::error::Result<Vec<Tensor>> {
+        let refs: Vec<Option<&Tensor>> = inputs.iter().map(Some).collect();
+        eval_node(node, 14, &refs)
+    }
+
+    fn weights() -> [Tensor; 3] {
+        [f32s(&[2, 8, 2], W), f32s(&[2, 8, 2], R), f32s(&[2, 16], B)]
+    }
+
+    #[test]
+    fn bidirectional_with_sequence_lens_matches_onnx_reference() {
+        let [w, r, b] = weights();
+        let inputs = [
+            f32s(&[3, 2, 2], X),
+            w,
+            r,
+            b,
+            i32s(LENS),
+            f32s(&[2, 2, 2], H0),
+            f32s(&[2, 2, 2], C0),
+        ];
+        let out = run(&bidirectional(0), &inputs).unwrap();
+        assert_eq!(out.len(), 3);
+        assert_close(&out[0], &[3, 2, 2, 2], Y);
+        assert_close(&out[1], &[2, 2, 2], Y_H);
+        assert_close(&out[2], &[2, 2, 2], Y_C);
+    }
+
+    #[test]
+    fn batch_major_layout_moves_the_batch_first() {
+        let [w, r, b] = weights();
+        let inputs = [
+            f32s(&[2, 3, 2], &swap01(X, 3, 2)),
+            w,
+            r,
+            b,
+            i32s(LENS),
+            f32s(&[2, 2, 2], &swap01(H0, 2, 2)),
+            f32s(&[2, 2, 2], &swap01(C0, 2, 2)),
+        ];
+        let out = run(&bidirectional(1), &inputs).unwrap();
+        // Y is [batch, seq, num_directions, hidden]: [seq, dir, batch] with batch moved first.
+        let y_bsd: Vec<f32> = (0..2)
+            .flat_map(|b| {
+                (0..3).flat_map(move |t| {
+                    (0..2).flat_map(move |d| (0..2).map(move |j| ((t * 2 + d) * 2 + b) * 2 + j))
+                })
+            })
+            .map(|k| Y[k])
+            .collect();
+        assert_close(&out[0], &[2, 3, 2, 2], &y_bsd);
+        assert_close(&out[1], &[2, 2, 2], &swap01(Y_H, 2, 2));
+        assert_close(&out[2], &[2, 2, 2], &swap01(Y_C, 2, 2));
+    }
+
+    #[test]
+    fn double_and_half_compute_the_same_values() {
+        let widen = |t: &Tensor, dtype: DataType| -> Tensor {
+            let v = t.as_slice::<f32>().unwrap();
+            match dtype {
+                DataType::Double => {
+                    Tensor::from_vec(dtype, t.shape(), v.iter().map(|&x| x as f64).collect())
+                }
+                _ => Tensor::from_vec(
+                    dtype,
+                    t.shape(),
+                    v.iter().map(|&x| half::f16::from_f32(x)).collect(),
+                ),
+            }
+            .unwrap()
+        };
+        let [w, r, b] = weights();
+        let floats = [f32s(&[3, 2, 2], X), w, r, b];
+        for (dtype, tolerance) in [(DataType::Double, 1e-6), (DataType::Float16, 2e-2)] {
+            let mut inputs: Vec<Tensor> = floats.iter().map(|t| widen(t, dtype)).collect();
+            inputs.push(i32s(LENS));
+            inputs.push(widen(&f32s(&[2, 2, 2], H0), dtype));
+            inputs.push(widen(&f32s(&[2, 2, 2], C0), dtype));
+            let out = run(&bidirectional(0), &inputs).unwrap();
+            assert_eq!(out[0].dtype(), dtype);
+            let got: Vec<f64> = match dtype {
+                DataType::Double => out[0].to_vec::<f64>().unwrap(),
+                _ => out[0]
+                    .as_slice::<half::f16>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_f64())
+                    .collect(),
+            };
+            for (g, &e) in got.iter().zip(Y) {
+                assert!(
+                    (g - e as f64).abs() < tolerance,
+                    "{dtype}: got {g}, expected {e}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn coupled_input_and_forget_gates_with_peepholes() {
+        // One step, hidden 1, all gate inputs zero except through the peepholes:
+        // i = sigmoid(Pi * c0), f = 1 - i, C = f * c0 + i * tanh(0), o = sigmoid(Po * C),
+        // H = o * tanh(C).
+        let n = node(
+            "LSTM",
+            &["X", "W", "R", "", "", "", "initial_c", "P"],
+            &[("input_forget", AttrValue::Int(1))],
+        );
+        let inputs = [
+            Some(f32s(&[1, 1, 1], &[1.0])),
+            Some(f32s(&[1, 4, 1], &[0.0; 4])),
+            Some(f32s(&[1, 4, 1], &[0.0; 4])),
+            None,
+            None,
+            None,
+            Some(f32s(&[1, 1, 1], &[2.0])),
+            Some(f32s(&[1, 3], &[0.5, -1.0, 3.0])),
+        ];
+        let refs: Vec<Option<&Tensor>> = inputs.iter().map(Option::as_ref).collect();
+        let out = eval_node(&n, 7, &refs).unwrap();
+        let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
+        let i = sigmoid(0.5 * 2.0);
+        let c = (1.0 - i) * 2.0;
+        let h = sigmoid(-c) * c.tanh();
+        assert_close(&out[1], &[1, 1, 1], &[h]);
+        assert_close(&out[2], &[1, 1, 1], &[c]);
+    }
+
+    #[test]
+    fn malformed_inputs_fail_with_a_reason() {
+        let [w, r, b] = weights();
+        let x = f32s(&[3, 2, 2], X);
+        let n = bidirectional(0);
+        let bad_p = node(
+            "LSTM",
+            &["X", "W", "R", "B", "", "", "", "P"],
+            &[("direction", string("bidirectional"))],
+        );
+        let p = f32s(&[2, 5], &[0.0; 10]);
+        let refs = [
+            Some(&x),
+            Some(&w),
+            Some(&r),
+            Some(&b),
+            None,
+            None,
+            None,
+            Some(&p),
+        ];
+        let err = eval_node(&bad_p, 14, &refs).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("P has shape [2, 5], expected [2, 6]"),
+            "{err}"
+        );
+
+        let forward = node("LSTM", &["X", "W", "R"], &[]);
+        let err = eval_node(&forward, 14, &[Some(&x), Some(&w), Some(&r)]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("R has shape [2, 8, 2], expected [1, 8, 2]"),
+            "{err}"
+        );
+
+        let lens = i32s(&[3, 4]);
+        let err = run(&n, &[x.clone(), w.clone(), r.clone(), b.clone(), lens]).unwrap_err();
+        assert!(err.to_string().contains("sequence length 4"), "{err}");
+
+        let x64 = Tensor::from_vec(DataType::Double, &[3, 2, 2], vec![0.0f64; 12]).unwrap();
+        let err = run(&n, &[x64, w.clone(), r.clone()]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("input 1 is float, but X is double"),
+            "{err}"
+        );
+
+        let sized = node(
+            "LSTM",
+            &["X", "W", "R"],
+            &[
+                ("direction", string("bidirectional")),
+                ("hidden_size", AttrValue::Int(3)),
+            ],
+        );
+        let err = run(&sized, &[x, w, r]).unwrap_err();
+        assert!(err.to_string().contains("hidden_size is 3"), "{err}");
+    }
+}

@@ -397,3 +397,161 @@ pub(super) fn min<T: Real>(a: T, b: T) -> T {
         a
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn activations_compute_their_onnx_definitions() {
+        let cases: &[(Activation, f64, f64)] = &[
+            (Activation::Relu, -2.0, 0.0),
+            (Activation::Relu, 2.0, 2.0),
+            (Activation::Tanh, 0.5, 0.5f64.tanh()),
+            (Activation::Sigmoid, 0.0, 0.5),
+            (
+                Activation::Affine {
+                    alpha: 2.0,
+                    beta: 1.0,
+                },
+                3.0,
+                7.0,
+            ),
+            (Activation::LeakyRelu { alpha: 0.5 }, -2.0, -1.0),
+            (Activation::ThresholdedRelu { alpha: 1.0 }, 0.5, 0.0),
+            (Activation::ThresholdedRelu { alpha: 1.0 }, 1.5, 1.5),
+            (
+                Activation::ScaledTanh {
+                    alpha: 2.0,
+                    beta: 0.5,
+                },
+                1.0,
+                2.0 * 0.5f64.tanh(),
+            ),
+            (
+                Activation::HardSigmoid {
+                    alpha: 0.2,
+                    beta: 0.5,
+                },
+                1.0,
+                0.7,
+            ),
+            (
+                Activation::HardSigmoid {
+                    alpha: 0.2,
+                    beta: 0.5,
+                },
+                5.0,
+                1.0,
+            ),
+            (Activation::Elu { alpha: 1.0 }, -1.0, (-1.0f64).exp() - 1.0),
+            (Activation::Softsign, -3.0, -0.75),
+            (Activation::Softplus, 0.0, 2f64.ln()),
+            // No overflow where e^x does.
+            (Activation::Softplus, 1000.0, 1000.0),
+        ];
+        for &(f, x, want) in cases {
+            let got = f.eval(x);
+            assert!(
+                (got - want).abs() < 1e-6,
+                "{f:?}({x}) = {got}, expected {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn parameters_are_consumed_in_order_by_the_functions_that_take_them() {
+        let acts = Activation::parse_all(
+            &names(&["Tanh", "affine", "LeakyRelu", "HardSigmoid"]),
+            &[0.5, 0.25],
+            &[2.0],
+        )
+        .unwrap();
+        assert_eq!(
+            acts,
+            vec![
+                Activation::Tanh,
+                Activation::Affine {
+                    alpha: 0.5,
+                    beta: 2.0
+                },
+                Activation::LeakyRelu { alpha: 0.25 },
+                // Both lists are exhausted: the defaults of the ONNX operator.
+                Activation::HardSigmoid {
+                    alpha: 0.2,
+                    beta: 0.5
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_or_underspecified_activations_fail() {
+        let err = Activation::parse_all(&names(&["Swish"]), &[], &[]).unwrap_err();
+        assert!(err.to_string().contains("'Swish'"), "{err}");
+        let err = Activation::parse_all(&names(&["ScaledTanh"]), &[1.0], &[]).unwrap_err();
+        assert!(err.to_string().contains("beta"), "{err}");
+    }
+
+    /// `A B + beta C` computed naively.
+    fn naive(a: &[f64], b: &[f64], c: &[f64], m: usize, k: usize, n: usize, beta: f64) -> Vec<f64> {
+        (0..m * n)
+            .map(|ij| {
+                let (i, j) = (ij / n, ij % n);
+                beta * c[ij] + (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum::<f64>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_product_path_agrees_with_the_definition() {
+        let (k, n) = (11, 6);
+        for m in [1, 2, 3, 5, 9] {
+            let a: Vec<f64> = (0..m * k).map(|v| (v % 7) as f64 - 3.0).collect();
+            let b: Vec<f64> = (0..k * n).map(|v| (v % 5) as f64 * 0.5).collect();
+            let c0: Vec<f64> = (0..m * n).map(|v| v as f64).collect();
+            let bt = transposed(&b, k, n);
+            for beta in [0.0, 1.0, 0.5] {
+                let want = naive(&a, &b, &c0, m, k, n, beta);
+                // B with contiguous rows, then B as the transpose of a row-major matrix.
+                for view in [View::rows(&b, k, n), View::rows(&bt, n, k).t()] {
+                    let mut c = c0.clone();
+                    gemm(View::rows(&a, m, k), view, beta, &mut c, n).unwrap();
+                    assert_eq!(c, want, "m={m} beta={beta}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn products_write_a_column_block_and_ignore_c_when_beta_is_zero() {
+        // B = [I | 2I] (2x4); the product with its last two columns lands in a 2-wide block.
+        let b = [1.0, 0.0, 2.0, 0.0, 0.0, 1.0, 0.0, 2.0];
+        let right = View::rows(&b[..], 2, 4).columns(2, 2);
+        let mut c = [f64::NAN, f64::NAN, 9.0];
+        gemm(View::rows(&[3.0, 4.0][..], 1, 2), right, 0.0, &mut c, 3).unwrap();
+        assert_eq!(c, [6.0, 8.0, 9.0]);
+    }
+
+    #[test]
+    fn products_that_do_not_fit_fail() {
+        let a = [1.0f32; 4];
+        let mut c = [0.0f32; 2];
+        let err = gemm(
+            View::rows(&a[..], 2, 2),
+            View::rows(&a[..], 2, 2),
+            0.0,
+            &mut c,
+            2,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("out of bounds"), "{err}");
+        let past = View::rows(&a[..], 2, 2).columns(5, 1);
+        let err = gemm(View::rows(&a[..], 1, 2), past, 0.0, &mut c, 1).unwrap_err();
+        assert!(err.to_string().contains("out of bounds"), "{err}");
+    }
+}
