@@ -10,11 +10,13 @@
 //!
 //! Cases found by fuzzing (`tests/fuzz/`) are at the end, named after the crash they reproduce.
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+#[path = "malformed/harness.rs"]
+mod harness;
 
+use std::path::Path;
+use std::process::Command;
+
+use harness::{run_in, snapshot};
 use pb::Msg;
 
 /// A minimal protobuf writer: enough of the wire format to spell any ONNX message by hand.
@@ -243,85 +245,14 @@ fn external_model(entries: &[(&str, &str)]) -> Vec<u8> {
 // ---------------------------------------------------------------------------------------------
 // The harness.
 
-/// Every file under `dir` (relative path) with its kind and contents, to prove nothing changed.
-fn snapshot(dir: &Path) -> BTreeMap<String, String> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let path = e.path();
-            let rel = path.strip_prefix(root).unwrap().display().to_string();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            let what = if meta.file_type().is_symlink() {
-                format!(
-                    "symlink to {}",
-                    std::fs::read_link(&path).unwrap().display()
-                )
-            } else if meta.is_dir() {
-                walk(root, &path, out);
-                "dir".to_owned()
-            } else if meta.is_file() {
-                format!("file {:?}", std::fs::read(&path).unwrap())
-            } else {
-                "special".to_owned()
-            };
-            out.insert(rel, what);
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
-
-/// What a run of the binary printed and how it ended.
-struct Run {
-    code: Option<i32>,
-    stderr: String,
-}
-
-/// Runs the binary in `dir` with a time limit (a hostile file must not make it hang).
-fn run_in(dir: &Path, args: &[&str]) -> Run {
-    let logs = tempfile::tempdir().unwrap();
-    let err_path = logs.path().join("stderr");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_multigather"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .expect("the binary starts");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("multigather {args:?} did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Run {
-        code: status.code(),
-        stderr: std::fs::read_to_string(&err_path).unwrap(),
-    }
-}
-
 /// Runs `multigather rewrite bad.onnx -o out.onnx` in `dir` and checks that it was refused with
 /// an error containing every one of `expected`, and that nothing in `dir` changed.
 fn assert_refused_in(dir: &Path, expected: &[&str]) -> String {
     let before = snapshot(dir);
     let run = run_in(dir, &["rewrite", "bad.onnx", "-o", "out.onnx"]);
+    run.assert_error(expected);
     let err = run.stderr;
-    assert_eq!(run.code, Some(2), "exit code; stderr: {err}");
-    assert_eq!(err.lines().count(), 1, "one line on stderr: {err}");
-    assert!(err.starts_with("error: "), "{err}");
     assert!(err.contains("bad.onnx"), "the error names the file: {err}");
-    for word in expected {
-        assert!(err.contains(word), "expected {word:?} in: {err}");
-    }
     assert!(!dir.join("out.onnx").exists(), "no output is written");
     assert_eq!(snapshot(dir), before, "the directory is unchanged");
     err
@@ -354,7 +285,7 @@ fn with_weights(bytes: &[u8]) -> tempfile::TempDir {
 fn control_the_base_model_rewrites() {
     let dir = scratch(&lookup_model(good_table()));
     let run = run_in(dir.path(), &["rewrite", "bad.onnx", "-o", "out.onnx"]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    run.assert_success();
     assert!(dir.path().join("out.onnx").exists());
 }
 
@@ -362,7 +293,7 @@ fn control_the_base_model_rewrites() {
 fn control_the_external_data_model_rewrites() {
     let dir = with_weights(&external_model(&[("location", "weights.bin")]));
     let run = run_in(dir.path(), &["rewrite", "bad.onnx", "-o", "out.onnx"]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    run.assert_success();
     let out = multigather::io::load(dir.path().join("out.onnx")).unwrap();
     let table = out.graph.initializer("table").unwrap();
     assert_eq!(table.le_bytes().unwrap().as_ref(), table_bytes().as_slice());
