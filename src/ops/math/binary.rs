@@ -3,8 +3,10 @@
 //! and logical operators.
 //!
 //! Integer arithmetic wraps. Integer `Div` truncates toward zero and `Mod` with `fmod = 0` takes
-//! the divisor's sign (Python's `%`), with `fmod = 1` the dividend's (C's `fmod`); a zero integer
-//! divisor is an error, never a trap. `Pow` takes an exponent of any numeric type and computes in
+//! the divisor's sign (numpy's `mod`, also for floats), with `fmod = 1` the dividend's (C's
+//! `fmod`); a zero integer divisor is an error, never a trap. `BitShift` takes signed types too
+//! (opset 28): right shifts are arithmetic, and a shift that is negative or reaches the width
+//! leaves only the sign fill. `Pow` takes an exponent of any numeric type and computes in
 //! `f64`. Comparisons return `bool`; `Equal` (and the others) also compare `bool` and `string`
 //! tensors. Opset 1 to 6 forms (the `broadcast`/`axis` attributes) are not registered.
 
@@ -86,10 +88,13 @@ pub(super) fn eval_arith<Op: BinArith>(
     }, _ => Err(bad_type(ctx, dtype)))
 }
 
-/// The remainder with the divisor's sign (Python's `%`).
+/// The remainder with the divisor's sign (Python's `%`, numpy's `mod`): a zero remainder takes
+/// the divisor's sign too.
 fn floor_mod<A: Arith>(a: A, b: A) -> A {
     let r = a.rem(b);
-    if r != A::ZERO && ((r < A::ZERO) != (b < A::ZERO)) {
+    if r == A::ZERO {
+        b.signed_zero()
+    } else if (r < A::ZERO) != (b < A::ZERO) {
         r.add(b)
     } else {
         r
@@ -100,9 +105,6 @@ pub(super) fn eval_mod(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
     let (a, b, dtype) = operands(ctx, inputs)?;
     let fmod = ctx.node.attr_int("fmod", 0)? != 0;
     dispatch_num!(dtype, T => {
-        if <<T as Num>::Work as Arith>::IS_FLOAT && !fmod {
-            return Err(ctx.error("fmod must be 1 for floating-point inputs"));
-        }
         check_divisor::<T>(ctx, b)?;
         let f = if fmod { Arith::rem } else { floor_mod };
         Ok(vec![zip_num::<T, T>(a, b, dtype, |x, y| T::narrow(f(x, y)))?])
@@ -137,9 +139,11 @@ pub(super) trait Bits: Copy {
     fn and(self, o: Self) -> Self;
     fn or(self, o: Self) -> Self;
     fn xor(self, o: Self) -> Self;
-    /// `self << n`, 0 once `n` reaches the width.
+    /// `self << n` (bits past the top, sign bit included, are lost); 0 once `n` is negative or
+    /// reaches the width.
     fn shl(self, n: Self) -> Self;
-    /// `self >> n` (logical for unsigned types), 0 once `n` reaches the width.
+    /// `self >> n` (arithmetic for signed types); once `n` is negative or reaches the width, the
+    /// sign fill alone: -1 for a negative `self`, else 0.
     fn shr(self, n: Self) -> Self;
 }
 
@@ -153,7 +157,9 @@ macro_rules! impl_bits {
                 u32::try_from(n).ok().and_then(|n| self.checked_shl(n)).unwrap_or(0)
             }
             fn shr(self, n: Self) -> Self {
-                u32::try_from(n).ok().and_then(|n| self.checked_shr(n)).unwrap_or(0)
+                // The sign fill: all ones for a negative signed value, else 0.
+                let fill = ((self as i128) >> 127) as $t;
+                u32::try_from(n).ok().and_then(|n| self.checked_shr(n)).unwrap_or(fill)
             }
         }
     )*};
@@ -380,8 +386,19 @@ mod tests {
         assert_eq!(y.to_vec::<i32>().unwrap(), [-1, 1, 1, -1]);
         let y = run(fmod, &f32s(&[1], &[-4.5]), &f32s(&[1], &[2.0])).unwrap();
         assert_eq!(y.to_vec::<f32>().unwrap(), [-0.5]);
-        let err = run(node("Mod"), &f32s(&[1], &[1.0]), &f32s(&[1], &[2.0])).unwrap_err();
-        assert!(err.to_string().contains("fmod must be 1"), "{err}");
+        let a = f32s(&[3], &[-4.5, 0.0, 3.0]);
+        let y = run(
+            node("Mod"),
+            &a,
+            &f32s(&[3], &[2.0, -1.0, f32::NEG_INFINITY]),
+        )
+        .unwrap();
+        let y = y.to_vec::<f32>().unwrap();
+        assert_eq!(y[0], 1.5);
+        assert!(y[1] == 0.0 && y[1].is_sign_negative());
+        assert_eq!(y[2], f32::NEG_INFINITY);
+        let err = run(node("Mod"), &a, &i32s(&[1], &[2])).unwrap_err();
+        assert!(err.to_string().contains("one element type"), "{err}");
     }
 
     #[test]
@@ -425,6 +442,18 @@ mod tests {
         assert_eq!(
             run(left, &a, &b).unwrap().to_vec::<u8>().unwrap(),
             [32, 16, 0]
+        );
+        let s = Tensor::from_vec(DataType::Int8, &[3], vec![-16i8, -16, 64]).unwrap();
+        let n = Tensor::from_vec(DataType::Int8, &[3], vec![2i8, 8, -1]).unwrap();
+        let right = node("BitShift").with_attr("direction", AttrValue::String(b"RIGHT".to_vec()));
+        assert_eq!(
+            run(right, &s, &n).unwrap().to_vec::<i8>().unwrap(),
+            [-4, -1, 0]
+        );
+        let left = node("BitShift").with_attr("direction", AttrValue::String(b"LEFT".to_vec()));
+        assert_eq!(
+            run(left, &s, &n).unwrap().to_vec::<i8>().unwrap(),
+            [-64, 0, 0]
         );
         let y = run(node("BitwiseXor"), &a, &b).unwrap();
         assert_eq!(y.to_vec::<u8>().unwrap(), [17, 6, 8]);

@@ -48,6 +48,8 @@ pub(super) trait Arith: Copy + PartialOrd + Send + Sync + 'static {
     fn neg(self) -> Self;
     /// True for a floating-point NaN.
     fn is_nan(self) -> bool;
+    /// A zero with the sign of `self` (`+0.0` or `-0.0` for floats, 0 for integers).
+    fn signed_zero(self) -> Self;
     /// The value as a real number (rounded for integers wider than 53 bits).
     fn to_real(self) -> f64;
     /// A real number as this type: rounded for floats, truncated toward zero and saturated for
@@ -72,6 +74,7 @@ macro_rules! impl_arith_int {
             fn abs(self) -> Self { $abs(self) }
             fn neg(self) -> Self { self.wrapping_neg() }
             fn is_nan(self) -> bool { false }
+            fn signed_zero(self) -> Self { 0 }
             fn to_real(self) -> f64 { self as f64 }
             fn from_real(v: f64) -> Self { v as $t }
         }
@@ -105,6 +108,7 @@ macro_rules! impl_arith_float {
             fn abs(self) -> Self { <$t>::abs(self) }
             fn neg(self) -> Self { -self }
             fn is_nan(self) -> bool { <$t>::is_nan(self) }
+            fn signed_zero(self) -> Self { <$t>::copysign(0.0, self) }
             fn to_real(self) -> f64 { self as f64 }
             fn from_real(v: f64) -> Self { v as $t }
         }
