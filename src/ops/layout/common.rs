@@ -494,6 +494,31 @@ pub(super) fn dim_quotient(num: &[Dim], den: &[Dim]) -> Dim {
     }
 }
 
+/// For shape-function tests: the inferred dims of output 0 of `node` at `opset`, given input
+/// dims written as `"N"` (a symbol), `"?"` (unknown) or a number, and constant inputs.
+#[cfg(test)]
+pub(super) fn infer_dims_for(
+    node: &crate::ir::Node,
+    opset: i64,
+    inputs: &[Option<&[&str]>],
+    constants: &[Option<&Tensor>],
+) -> Option<Vec<String>> {
+    let parse = |d: &&str| match d.parse::<i64>() {
+        Ok(v) => Dim::Known(v),
+        Err(_) if *d == "?" => Dim::Unknown,
+        Err(_) => Dim::Symbolic((*d).to_owned()),
+    };
+    let types: Vec<Option<TensorType>> = inputs
+        .iter()
+        .map(|i| i.map(|dims| TensorType::new(DataType::Float, dims.iter().map(parse).collect())))
+        .collect();
+    let mut consts = constants.to_vec();
+    consts.resize(types.len(), None);
+    let out = crate::ops::infer_node(node, opset, &types, &consts);
+    let shape = out.first()?.shape.as_ref()?;
+    Some(shape.dims.iter().map(|d| d.to_string()).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -274,4 +274,15 @@ mod tests {
         let out = eval_node(&node, 11, &[Some(&m)]).unwrap();
         assert_eq!(out[1].to_vec::<i32>().unwrap(), [2, 4]);
     }
+
+    #[test]
+    fn concat_and_split_shape_functions() {
+        use super::super::common::infer_dims_for;
+        let node = Node::new("Concat", "c", ["a", "b"], ["y"]).with_attr("axis", AttrValue::Int(1));
+        let out = infer_dims_for(&node, 13, &[Some(&["N", "3"]), Some(&["?", "5"])], &[]);
+        assert_eq!(out.unwrap(), ["N", "8"]);
+        let node = Node::new("Split", "s", ["x"], ["a", "b"]).with_attr("axis", AttrValue::Int(1));
+        let out = infer_dims_for(&node, 13, &[Some(&["N", "6"])], &[]);
+        assert_eq!(out.unwrap(), ["N", "3"]);
+    }
 }

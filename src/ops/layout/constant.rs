@@ -143,4 +143,11 @@ mod tests {
             .to_string()
             .contains("2-D"));
     }
+
+    #[test]
+    fn constant_of_shape_shape_function() {
+        let node = Node::new("ConstantOfShape", "c", ["s"], ["y"]);
+        let out = crate::ops::layout::common::infer_dims_for(&node, 9, &[Some(&["3"])], &[]);
+        assert_eq!(out.unwrap(), ["?", "?", "?"]);
+    }
 }

@@ -85,4 +85,11 @@ mod tests {
             x
         );
     }
+
+    #[test]
+    fn dropout_shape_function_copies_the_input() {
+        let node = Node::new("Dropout", "d", ["x"], ["y", "m"]);
+        let out = crate::ops::layout::common::infer_dims_for(&node, 13, &[Some(&["N", "3"])], &[]);
+        assert_eq!(out.unwrap(), ["N", "3"]);
+    }
 }

@@ -163,4 +163,17 @@ mod tests {
         let out = eval_node(&node, 1, &[Some(&x), Some(&n), Some(&a)]).unwrap();
         assert_eq!(out[0].shape(), &[6, 2]);
     }
+
+    #[test]
+    fn expand_and_tile_shape_functions() {
+        use crate::ops::layout::common::infer_dims_for;
+        let node = Node::new("Expand", "e", ["x", "s"], ["y"]);
+        let s = i64s(&[1, 5]);
+        let out = infer_dims_for(&node, 13, &[Some(&["N", "1"]), None], &[None, Some(&s)]);
+        assert_eq!(out.unwrap(), ["N", "5"]);
+        let node = Node::new("Tile", "t", ["x", "r"], ["y"]);
+        let r = i64s(&[1, 3]);
+        let out = infer_dims_for(&node, 13, &[Some(&["N", "2"]), None], &[None, Some(&r)]);
+        assert_eq!(out.unwrap(), ["N", "6"]);
+    }
 }

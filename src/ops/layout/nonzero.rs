@@ -65,4 +65,11 @@ mod tests {
         let out = eval_node(&node, 13, &[Some(&s)]).unwrap().remove(0);
         assert_eq!(out.shape(), &[1, 1]);
     }
+
+    #[test]
+    fn nonzero_shape_function_knows_the_rank() {
+        let node = Node::new("NonZero", "n", ["x"], ["y"]);
+        let out = crate::ops::layout::common::infer_dims_for(&node, 13, &[Some(&["N", "3"])], &[]);
+        assert_eq!(out.unwrap(), ["2", "?"]);
+    }
 }

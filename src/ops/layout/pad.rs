@@ -246,4 +246,14 @@ mod tests {
         let out = eval_node(&node, 18, &[Some(&x), Some(&p), None, Some(&a)]).unwrap();
         assert_eq!(out[0].to_vec::<f32>().unwrap(), [1.0, 2.0, 0.0, 0.0]);
     }
+
+    #[test]
+    fn pad_shape_function_adds_constant_pads() {
+        let node = Node::new("Pad", "p", ["x", "p"], ["y"]);
+        let p = Tensor::from_vec(DataType::Int64, &[4], vec![0i64, 1, 0, 1]).unwrap();
+        let x: &[&str] = &["N", "3"];
+        let out =
+            super::super::common::infer_dims_for(&node, 13, &[Some(x), None], &[None, Some(&p)]);
+        assert_eq!(out.unwrap(), ["N", "5"]);
+    }
 }

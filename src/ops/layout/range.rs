@@ -142,4 +142,18 @@ mod tests {
         let e = range(DataType::Int64, i64::MIN, i64::MAX, 1).unwrap_err();
         assert!(e.to_string().contains("too long"), "{e}");
     }
+
+    #[test]
+    fn range_shape_function_counts_constants() {
+        let node = Node::new("Range", "r", ["s", "l", "d"], ["y"]);
+        let t = |v: i64| Tensor::scalar(DataType::Int64, v).unwrap();
+        let (s, l, d) = (t(0), t(10), t(3));
+        let out = crate::ops::layout::common::infer_dims_for(
+            &node,
+            11,
+            &[None, None, None],
+            &[Some(&s), Some(&l), Some(&d)],
+        );
+        assert_eq!(out.unwrap(), ["4"]);
+    }
 }

@@ -378,4 +378,28 @@ mod tests {
         let out = crate::ops::infer_node(&node, 14, &[Some(x), None], &[None, Some(&s)]);
         assert_eq!(out[0].shape.as_ref().unwrap().dims, [n, Dim::Known(12)]);
     }
+
+    #[test]
+    fn flatten_squeeze_unsqueeze_keep_symbols() {
+        use super::super::common::infer_dims_for;
+        let x: &[&str] = &["N", "3", "4"];
+        let node = Node::new("Flatten", "f", ["x"], ["y"]);
+        assert_eq!(
+            infer_dims_for(&node, 13, &[Some(x)], &[]).unwrap(),
+            ["N", "12"]
+        );
+        let node = Node::new("Unsqueeze", "u", ["x", "a"], ["y"]);
+        let a = i64s(&[1], &[0]);
+        let out = infer_dims_for(&node, 13, &[Some(x), Some(&["1"])], &[None, Some(&a)]);
+        assert_eq!(out.unwrap(), ["1", "N", "3", "4"]);
+        let out = infer_dims_for(&node, 13, &[Some(x), Some(&["2"])], &[]);
+        assert_eq!(out.unwrap(), ["?", "?", "?", "?", "?"]);
+        let node =
+            Node::new("Squeeze", "s", ["x"], ["y"]).with_attr("axes", AttrValue::Ints(vec![1]));
+        let out = infer_dims_for(&node, 11, &[Some(&["N", "1", "4"])], &[]);
+        assert_eq!(out.unwrap(), ["N", "4"]);
+        let node = Node::new("Reshape", "r", ["x", "s"], ["y"]);
+        let out = infer_dims_for(&node, 14, &[Some(x), Some(&["3"])], &[]);
+        assert_eq!(out.unwrap(), ["?", "?", "?"]);
+    }
 }

@@ -786,4 +786,16 @@ mod tests {
         assert_eq!(nearest_index(0.5, Nearest::RoundPreferFloor, 1.0, 4), 0);
         assert_eq!(nearest_index(-0.7, Nearest::Floor, 1.0, 4), 0);
     }
+
+    #[test]
+    fn resize_shape_function_scales_known_dims_and_keeps_the_rank() {
+        use super::super::common::infer_dims_for;
+        let n = Node::new("Resize", "r", ["x", "", "s"], ["y"]);
+        let s = f32s(&[4], &[1.0, 1.0, 2.0, 0.5]);
+        let x: &[&str] = &["N", "3", "H", "10"];
+        let out = infer_dims_for(&n, 19, &[Some(x), None, None], &[None, None, Some(&s)]);
+        assert_eq!(out.unwrap(), ["N", "3", "?", "5"]);
+        let out = infer_dims_for(&n, 19, &[Some(x), None, None], &[]);
+        assert_eq!(out.unwrap(), ["?", "?", "?", "?"]);
+    }
 }

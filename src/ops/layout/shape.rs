@@ -95,4 +95,17 @@ mod tests {
         assert_eq!(out.shape(), &[] as &[usize]);
         assert_eq!(out.to_vec::<i64>().unwrap(), [6]);
     }
+
+    #[test]
+    fn shape_functions_give_lengths_and_scalars() {
+        use crate::ops::layout::common::infer_dims_for;
+        let node = Node::new("Shape", "s", ["x"], ["y"]).with_attr("start", AttrValue::Int(1));
+        let out = infer_dims_for(&node, 15, &[Some(&["N", "3", "4"])], &[]);
+        assert_eq!(out.unwrap(), ["2"]);
+        let node = Node::new("Size", "s", ["x"], ["y"]);
+        assert_eq!(
+            infer_dims_for(&node, 13, &[None], &[]).unwrap(),
+            Vec::<String>::new()
+        );
+    }
 }

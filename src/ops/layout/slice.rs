@@ -342,4 +342,26 @@ mod tests {
         let e = eval_node(&node, 11, &[Some(&x), Some(&long)]).unwrap_err();
         assert!(e.to_string().contains("position 3"), "{e}");
     }
+
+    #[test]
+    fn slice_shape_function_uses_constant_bounds() {
+        use super::super::common::infer_dims_for;
+        let node = Node::new("Slice", "s", ["x", "s", "e", "a"], ["y"]);
+        let (s, e, a) = (i64s(&[2]), i64s(&[5]), i64s(&[1]));
+        let x: &[&str] = &["N", "10"];
+        let out = infer_dims_for(
+            &node,
+            13,
+            &[Some(x), None, None, None],
+            &[None, Some(&s), Some(&e), Some(&a)],
+        );
+        assert_eq!(out.unwrap(), ["N", "3"]);
+        let out = infer_dims_for(
+            &node,
+            13,
+            &[Some(x), None, None, None],
+            &[None, None, None, Some(&a)],
+        );
+        assert_eq!(out.unwrap(), ["N", "?"]);
+    }
 }

@@ -82,4 +82,12 @@ mod tests {
         let e = eval_node(&node, 13, &[Some(&s)]).unwrap_err();
         assert!(e.to_string().contains("not a permutation"), "{e}");
     }
+
+    #[test]
+    fn transpose_permutes_symbolic_dims() {
+        let node = Node::new("Transpose", "t", ["x"], ["y"])
+            .with_attr("perm", AttrValue::Ints(vec![2, 0, 1]));
+        let out = super::super::common::infer_dims_for(&node, 13, &[Some(&["N", "3", "4"])], &[]);
+        assert_eq!(out.unwrap(), ["4", "N", "3"]);
+    }
 }
