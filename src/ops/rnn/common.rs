@@ -579,14 +579,21 @@ impl<'a, T: Real> Problem<'a, T> {
                 }
             }
         }
-        let mut y = vec![T::ZERO; checked_len::<T>(&[seq, nd, batch, hidden])?];
-        for (d, track) in tracks.iter().enumerate() {
-            for (k, row) in track.y.chunks_exact(hidden).enumerate() {
-                let (t, b) = (k / batch, k % batch);
-                let at = self.output_row(t, d, b) * hidden;
-                y[at..at + hidden].copy_from_slice(row);
+        let y = match tracks.as_mut_slice() {
+            // One time-major direction is already in `Y`'s order.
+            [track] if !self.batch_major => std::mem::take(&mut track.y),
+            _ => {
+                let mut y = vec![T::ZERO; checked_len::<T>(&[seq, nd, batch, hidden])?];
+                for (d, track) in tracks.iter().enumerate() {
+                    for (k, row) in track.y.chunks_exact(hidden).enumerate() {
+                        let (t, b) = (k / batch, k % batch);
+                        let at = self.output_row(t, d, b) * hidden;
+                        y[at..at + hidden].copy_from_slice(row);
+                    }
+                }
+                y
             }
-        }
+        };
         let (y_shape, state_shape) = if self.batch_major {
             (vec![batch, seq, nd, hidden], vec![batch, nd, hidden])
         } else {

@@ -4,9 +4,11 @@
 //!
 //! Design note: `matrixmultiply` packs both operands on every call, which costs as much as the
 //! product itself when `A` has one row (a batch of one, as in streaming speech models, where the
-//! recurrent product of every step is a vector times a matrix). Products with fewer than
-//! [`SMALL_ROWS`] rows therefore run as row-by-row dot products or scaled row sums, whichever
-//! reads `B` contiguously.
+//! recurrent product of every step is a vector times a matrix). Products with a few rows
+//! therefore run row by row: as sums of `B`'s rows scaled by `A`'s (when `B`'s rows are
+//! contiguous, as for the transposed recurrent weights; up to [`AXPY_ROWS`] rows), or as dot
+//! products (when `B`'s columns and `A`'s rows are contiguous, as for `X W^T`; up to
+//! [`DOT_ROWS`] rows). The limits are where `matrixmultiply` wins on 128 to 512 wide weights.
 
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
@@ -151,8 +153,10 @@ fn fits(len: usize, rows: usize, cols: usize, rs: usize, cs: usize) -> Option<(i
     (last < len).then_some(strides)
 }
 
-/// Products whose `A` has fewer rows than this skip `matrixmultiply` (see the module notes).
-const SMALL_ROWS: usize = 4;
+/// Products with contiguous rows of `B` and at most this many rows skip `matrixmultiply`.
+const AXPY_ROWS: usize = 5;
+/// Products with contiguous columns of `B` and at most this many rows skip `matrixmultiply`.
+const DOT_ROWS: usize = 2;
 
 /// `C <- A B + beta C`, where `C` is the row-major block of `a.rows` rows of `b.cols` elements
 /// with row stride `ldc` at the start of `c`.
@@ -179,8 +183,9 @@ pub(super) fn gemm<T: Real>(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    if k == 0 || m < SMALL_ROWS && (b.cs == 1 || (b.rs == 1 && a.cs == 1)) {
-        small_gemm(a, b, beta, c, ldc);
+    let scaled_rows = b.cs == 1 && m <= AXPY_ROWS;
+    if k == 0 || scaled_rows || (b.rs == 1 && a.cs == 1 && m <= DOT_ROWS) {
+        small_gemm(a, b, beta, c, ldc, scaled_rows);
         return Ok(());
     }
     // SAFETY: `fits` checked that every addressed element of A, B and C is inside its slice;
@@ -200,9 +205,16 @@ pub(super) fn gemm<T: Real>(
 }
 
 /// [`gemm`] row by row, for views already checked to fit: each row of `C` is a sum of rows of
-/// `B` scaled by `A`'s row (when `B`'s rows are contiguous) or a dot product per element (when
-/// its columns and `A`'s rows are).
-fn small_gemm<T: Real>(a: View<'_, T>, b: View<'_, T>, beta: T, c: &mut [T], ldc: usize) {
+/// `B` scaled by `A`'s row (`scaled_rows`, which needs `B`'s rows contiguous) or a dot product
+/// per element (which needs `B`'s columns and `A`'s rows contiguous).
+fn small_gemm<T: Real>(
+    a: View<'_, T>,
+    b: View<'_, T>,
+    beta: T,
+    c: &mut [T],
+    ldc: usize,
+    scaled_rows: bool,
+) {
     let (k, n) = (a.cols, b.cols);
     for (i, row) in c.chunks_mut(ldc).take(a.rows).enumerate() {
         let row = &mut row[..n];
@@ -215,7 +227,7 @@ fn small_gemm<T: Real>(a: View<'_, T>, b: View<'_, T>, beta: T, c: &mut [T], ldc
         if k == 0 {
             continue;
         }
-        if b.cs == 1 {
+        if scaled_rows {
             for p in 0..k {
                 let scale = a.data[i * a.rs + p * a.cs];
                 let b_row = &b.data[p * b.rs..p * b.rs + n];
