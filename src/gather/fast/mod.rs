@@ -28,6 +28,7 @@ mod canon;
 mod offsets;
 mod rows;
 mod simd;
+mod staged;
 
 use std::mem::MaybeUninit;
 
@@ -50,8 +51,9 @@ pub struct FastOptions {
     /// Minimum output bytes per parallel task; outputs under two grains run serially
     /// (default 64 KiB).
     pub grain_bytes: usize,
-    /// Highest SIMD level to use for element gathers; `None` (default) means
-    /// [`SimdLevel::detected`]. A level above what the CPU has is lowered to it.
+    /// Highest SIMD level to use: element gathers use exactly this level, the index pre-pass
+    /// at most this level. `None` (default) means [`SimdLevel::preferred`] for the gathers and
+    /// [`SimdLevel::detected`] for the pre-pass. A level above what the CPU has is lowered to it.
     pub simd: Option<SimdLevel>,
 }
 
@@ -80,7 +82,15 @@ impl FastOptions {
         self
     }
 
-    fn simd_level(&self) -> SimdLevel {
+    /// The level of the element gathers.
+    fn gather_level(&self) -> SimdLevel {
+        self.simd
+            .unwrap_or_else(SimdLevel::preferred)
+            .min(SimdLevel::detected())
+    }
+
+    /// The level of the index pre-pass.
+    fn vector_level(&self) -> SimdLevel {
         self.simd
             .unwrap_or_else(SimdLevel::detected)
             .min(SimdLevel::detected())
@@ -283,7 +293,10 @@ impl Call<'_> {
         let input: &[W] =
             bytemuck::try_cast_slice(payload).map_err(|_| internal("misaligned input"))?;
         let out = cast_uninit::<W>(out).ok_or_else(|| internal("misaligned output"))?;
-        let simd = W::simd_gather(self.options.simd_level());
+        if let Some(columns) = staged::Columns::new(&self.layout, size_of::<W>()) {
+            return self.run_staged(&columns, input, out);
+        }
+        let simd = W::simd_gather(self.options.gather_level());
         let bits = 8 * size_of::<W>();
         self.execute(
             table,
@@ -295,6 +308,62 @@ impl Call<'_> {
         )
     }
 
+    /// A staged column gather ([`staged`]): one range of column tiles per thread, so each
+    /// thread stages only its own columns.
+    fn run_staged<W: Word>(
+        &self,
+        columns: &staged::Columns,
+        input: &[W],
+        out: &mut [MaybeUninit<W>],
+    ) -> Result<(), GatherError> {
+        let tiles = columns.tiles();
+        let serial = self.chunk_len(out.len(), 1, size_of::<W>()) >= out.len();
+        let tasks = if serial {
+            1
+        } else {
+            rayon::current_num_threads().min(tiles)
+        };
+        let out = staged::Columnar::new(out);
+        let run = |k: usize| {
+            let range = tiles * k / tasks..tiles * (k + 1) / tasks;
+            columns.run(
+                input,
+                self.indices,
+                range,
+                &out,
+                self.options.vector_level(),
+            )
+        };
+        let ok = if tasks == 1 {
+            run(0)
+        } else {
+            (0..tasks).into_par_iter().all(run)
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(self.first_bad_index())
+        }
+    }
+
+    /// The error for the first bad index in row-major order, found with the pre-pass (for
+    /// kernels that validate indices in another order).
+    #[cold]
+    fn first_bad_index(&self) -> GatherError {
+        let count = self.layout.t.count;
+        let mut tile = vec![0u64; TILE];
+        let mut p = 0;
+        while p < count {
+            let n = TILE.min(count - p);
+            let level = self.options.vector_level();
+            if let Err(bad) = self.layout.t.fill(self.indices, p, &mut tile[..n], level) {
+                return self.error(Stop::Bad(bad));
+            }
+            p += n;
+        }
+        internal("a kernel reported a bad index that the pre-pass did not find")
+    }
+
     /// Builds the whole offset table (in parallel when it is large).
     fn build_table<O: Offset>(&self) -> Result<Table<O>, GatherError> {
         let count = self.layout.t.count;
@@ -303,7 +372,7 @@ impl Call<'_> {
         let fill = |(i, part): (usize, &mut [O])| {
             self.layout
                 .t
-                .fill(self.indices, i * chunk, part)
+                .fill(self.indices, i * chunk, part, self.options.vector_level())
                 .map_err(Stop::Bad)
         };
         let results: Vec<Result<Option<usize>, Stop>> = if chunk >= count {
@@ -425,7 +494,7 @@ impl Call<'_> {
             let max = self
                 .layout
                 .t
-                .fill(self.indices, p, part)
+                .fill(self.indices, p, part, self.options.vector_level())
                 .map_err(Stop::Bad)?;
             sink.allow_simd(self.check_bound(max)?);
             drive(
@@ -488,4 +557,161 @@ fn cast_uninit<W: Word>(bytes: &mut [MaybeUninit<u8>]) -> Option<&mut [MaybeUnin
             bytes.len() / size,
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The paths that only large or unusual calls take (staged columns, software prefetch,
+    //! multi-coordinate 32-bit pre-pass), against the reference kernel, serial and on two
+    //! threads. The property tests cover small calls of every shape.
+
+    use super::*;
+    use crate::gather::reference;
+
+    /// SplitMix64 values.
+    fn values(seed: u64, n: usize) -> impl Iterator<Item = u64> {
+        (0..n as u64).map(move |i| {
+            let mut z = seed.wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        })
+    }
+
+    fn data(shape: &[usize]) -> Tensor {
+        let n = shape.iter().product();
+        Tensor::from_vec(
+            DataType::Float,
+            shape,
+            values(1, n).map(|v| v as u32).collect(),
+        )
+        .unwrap()
+    }
+
+    /// Index values uniform in `[-d, d)` (negative ones count from the end) for coordinate `k`
+    /// of each tuple, with `dims[k % len] = d`.
+    fn indices(shape: &[usize], dims: &[usize], int32: bool) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<i64> = values(2, n)
+            .enumerate()
+            .map(|(i, r)| {
+                let d = dims[i % dims.len()] as i64;
+                (r % (2 * d as u64)) as i64 - d
+            })
+            .collect();
+        if int32 {
+            let v = v.into_iter().map(|x| x as i32).collect();
+            Tensor::from_vec(DataType::Int32, shape, v).unwrap()
+        } else {
+            Tensor::from_vec(DataType::Int64, shape, v).unwrap()
+        }
+    }
+
+    fn with_value(t: &Tensor, at: usize, value: i64) -> Tensor {
+        let mut t = t.clone();
+        match t.dtype() {
+            DataType::Int32 => t.as_slice_mut::<i32>().unwrap()[at] = value as i32,
+            _ => t.as_slice_mut::<i64>().unwrap()[at] = value,
+        }
+        t
+    }
+
+    /// The fast kernel, serial and on two threads, gives the reference's result or error.
+    fn check(input: &Tensor, indices: &Tensor, spec: &GatherSpec) {
+        let want = reference::gather_multiaxis(input, indices, spec);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let threaded = FastOptions {
+            grain_bytes: 4096,
+            ..FastOptions::default()
+        };
+        for options in [FastOptions::serial(), threaded] {
+            for level in [SimdLevel::Scalar, SimdLevel::detected()] {
+                let options = options.clone().with_simd(level);
+                let got = pool.install(|| gather_multiaxis_with(input, indices, spec, &options));
+                assert_eq!(
+                    got,
+                    want,
+                    "{:?} {:?} {spec:?} {options:?}",
+                    input.shape(),
+                    indices.shape()
+                );
+            }
+        }
+    }
+
+    /// The canonical form of a call, for checking which path it takes.
+    fn layout(input: &Tensor, indices: &Tensor, spec: &GatherSpec) -> Layout {
+        let out = crate::gather::output_shape(input.shape(), indices.shape(), spec).unwrap();
+        Layout::new(input.shape(), indices.shape(), spec, &out).unwrap()
+    }
+
+    #[test]
+    fn staged_columns_match_the_reference() {
+        // Two outer positions, rows of 1100 (a partial last tile), 8 KiB between coordinates.
+        let input = data(&[2, 1024, 1100]);
+        let spec = GatherSpec::new(vec![1]);
+        for int32 in [false, true] {
+            let idx = indices(&[2, 300, 1100], &[1024], int32);
+            assert!(staged::Columns::new(&layout(&input, &idx, &spec), 4).is_some());
+            check(&input, &idx, &spec);
+            // The first bad index in row-major order, whichever tile meets one first.
+            let bad = with_value(&with_value(&idx, 500_000, 1024), 2_000, -1025);
+            check(&input, &bad, &spec);
+            check(&input, &with_value(&idx, 659_999, 5000), &spec);
+            let clamp = spec.clone().with_mode(OutOfRange::Clamp);
+            check(&input, &with_value(&bad, 7, i64::from(i32::MIN)), &clamp);
+        }
+        // Mode zero is not staged.
+        let idx = indices(&[2, 300, 1100], &[1024], false);
+        let zero = spec.clone().with_mode(OutOfRange::Zero);
+        assert!(staged::Columns::new(&layout(&input, &idx, &zero), 4).is_none());
+    }
+
+    #[test]
+    fn prefetched_gathers_match_the_reference() {
+        // Element gathers from a 9 MiB input (GatherElements along the last axis).
+        let input = data(&[2048, 1152]);
+        let spec = GatherSpec::new(vec![1]);
+        let idx = indices(&[2048, 64], &[1152], false);
+        check(&input, &idx, &spec);
+        check(&input, &with_value(&idx, 70_000, -1153), &spec);
+        // Block rows of 1 KiB (an embedding lookup), and rows of 40 bytes.
+        let rows = data(&[9000, 256]);
+        check(
+            &rows,
+            &indices(&[5000, 1], &[9000], false),
+            &GatherSpec::new(vec![0]),
+        );
+        let narrow = data(&[230_000, 10]);
+        let idx = indices(&[3000, 1], &[230_000], true);
+        check(&narrow, &idx, &GatherSpec::new(vec![0]));
+        check(
+            &narrow,
+            &with_value(&idx, 2999, 230_000),
+            &GatherSpec::new(vec![0]),
+        );
+    }
+
+    #[test]
+    fn multi_coordinate_tuples_match_the_reference() {
+        // (input shape, indices shape, axes): GatherND rows, points with 2 and 3 coordinates.
+        let calls: [(&[usize], &[usize], &[usize]); 3] = [
+            (&[37, 64, 16], &[5000, 1, 2], &[0, 1]),
+            (&[37, 64], &[5000, 2], &[1, 0]),
+            (&[37, 64, 16], &[5000, 1, 3], &[2, 0, 1]),
+        ];
+        for (input_shape, indices_shape, axes) in calls {
+            let input = data(input_shape);
+            let dims: Vec<usize> = axes.iter().map(|&a| input_shape[a]).collect();
+            let idx = indices(indices_shape, &dims, false);
+            let spec = GatherSpec::new(axes.to_vec());
+            check(&input, &idx, &spec);
+            check(&input, &with_value(&idx, 4001, -100), &spec);
+            let clamp = spec.clone().with_mode(OutOfRange::Clamp);
+            check(&input, &with_value(&idx, 4001, 1 << 40), &clamp);
+        }
+    }
 }

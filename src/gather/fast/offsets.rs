@@ -11,6 +11,7 @@
 //! merged by position.
 
 use super::canon::{AxisInfo, TLayout};
+use super::simd::SimdLevel;
 use crate::gather::OutOfRange;
 
 /// An entry of the offset table.
@@ -21,6 +22,8 @@ pub(crate) trait Offset: Copy + Send + Sync + Default + PartialEq + 'static {
     fn to_usize(self) -> usize;
     /// The table as 32-bit offsets, for hardware gathers; `None` for 64-bit tables.
     fn as_u32(t: &[Self]) -> Option<&[u32]>;
+    /// The table as mutable 32-bit offsets, for the 32-bit pre-pass; `None` for 64-bit tables.
+    fn as_u32_mut(t: &mut [Self]) -> Option<&mut [u32]>;
 }
 
 impl Offset for u32 {
@@ -36,6 +39,9 @@ impl Offset for u32 {
     fn as_u32(t: &[u32]) -> Option<&[u32]> {
         Some(t)
     }
+    fn as_u32_mut(t: &mut [u32]) -> Option<&mut [u32]> {
+        Some(t)
+    }
 }
 
 impl Offset for u64 {
@@ -49,6 +55,9 @@ impl Offset for u64 {
         self as usize
     }
     fn as_u32(_: &[u64]) -> Option<&[u32]> {
+        None
+    }
+    fn as_u32_mut(_: &mut [u64]) -> Option<&mut [u32]> {
         None
     }
 }
@@ -106,7 +115,8 @@ fn resolve(value: i64, dim: usize, clamp: bool) -> Option<usize> {
 }
 
 impl TLayout {
-    /// Fills `out` with the offsets of tuples `start .. start + out.len()`.
+    /// Fills `out` with the offsets of tuples `start .. start + out.len()`, with vector
+    /// instructions up to `simd` (at most [`SimdLevel::detected`]).
     ///
     /// Returns the largest offset written (ignoring `NONE`), or the first bad index.
     pub fn fill<O: Offset>(
@@ -114,10 +124,11 @@ impl TLayout {
         indices: Indices<'_>,
         start: usize,
         out: &mut [O],
+        simd: SimdLevel,
     ) -> Result<Option<usize>, BadIndex> {
         match indices {
-            Indices::I32(v) => self.fill_typed(v, start, out),
-            Indices::I64(v) => self.fill_typed(v, start, out),
+            Indices::I32(v) => self.fill_typed(v, start, out, simd),
+            Indices::I64(v) => self.fill_typed(v, start, out, simd),
         }
     }
 
@@ -126,11 +137,20 @@ impl TLayout {
         idx: &[I],
         start: usize,
         out: &mut [O],
+        simd: SimdLevel,
     ) -> Result<Option<usize>, BadIndex> {
         let (outer, inner) = self.dims.split_at(self.dims.len() - 1);
         let inner = inner[0];
-        // Odometer over the outer dimensions, started at the run containing `start`.
-        let mut coord = vec![0usize; outer.len()];
+        // Odometer over the outer dimensions, started at the run containing `start`. Streamed
+        // tables call this once per small tile, so the usual ranks avoid an allocation.
+        let mut on_stack = [0usize; 8];
+        let mut on_heap = Vec::new();
+        let coord: &mut [usize] = if outer.len() <= on_stack.len() {
+            &mut on_stack[..outer.len()]
+        } else {
+            on_heap.resize(outer.len(), 0);
+            &mut on_heap
+        };
         let mut rest = start / inner.size;
         let mut base = 0usize;
         for d in (0..outer.len()).rev() {
@@ -148,7 +168,7 @@ impl TLayout {
                 base: base + j * inner.fold,
                 step: inner.fold,
             };
-            let run_max = self.fill_run(idx, run, &mut out[done..done + n])?;
+            let run_max = self.fill_run(idx, run, &mut out[done..done + n], simd)?;
             max = max.max(run_max);
             done += n;
             j = 0;
@@ -172,6 +192,7 @@ impl TLayout {
         idx: &[I],
         run: Run,
         out: &mut [O],
+        simd: SimdLevel,
     ) -> Result<Option<usize>, BadIndex> {
         let clamp = self.mode == OutOfRange::Clamp;
         let zero = self.mode == OutOfRange::Zero;
@@ -186,8 +207,18 @@ impl TLayout {
                     .checked_sub(1)
                     .map(|last| run.base + last * run.step))
             }
-            ([axis], false) => fill_one(idx, run, *axis, clamp, out),
-            (axes, _) => fill_tuples(idx, run, axes, self.coordinate_size, self.mode, out),
+            (axes, false) => {
+                if let Some(out32) = O::as_u32_mut(out) {
+                    if let Some(result) = fill_u32(idx, run, axes, clamp, simd, out32) {
+                        return result;
+                    }
+                }
+                match axes {
+                    [axis] => fill_one(idx, run, *axis, clamp, out),
+                    _ => fill_tuples(idx, run, axes, self.coordinate_size, self.mode, out),
+                }
+            }
+            (axes, true) => fill_tuples(idx, run, axes, self.coordinate_size, self.mode, out),
         }
     }
 }
@@ -248,6 +279,177 @@ fn fill_one<I: IndexValue, O: Offset>(
         }
     }
     Ok((!out.is_empty()).then_some(max))
+}
+
+/// Tuples per block of the 32-bit pre-pass: the bad-index flag is checked once per block.
+const BLOCK32: usize = 256;
+
+/// Runs in modes `error` and `clamp` of tables with 32-bit entries, for tuples of 1 to 3
+/// coordinates: the hot loop of nearly every gather. `None` when the call is not one of those
+/// (the callers then use the general loops).
+///
+/// The loop has no branch and no 64-bit multiply, so it vectorises (with AVX2 where the CPU has
+/// it): the offset is computed in wrapping 32-bit arithmetic, which is exact whenever every index
+/// of the block is valid, because the true offset is then below the input size and the input
+/// size fits 32 bits (that is when tables are 32-bit). A block with a bad index is an error
+/// whatever was written, so its wrapped offsets are never used. Every offset written still counts
+/// toward the returned maximum, which the caller checks against the input size before any read.
+#[inline]
+fn fill_u32<I: IndexValue>(
+    idx: &[I],
+    run: Run,
+    axes: &[AxisInfo],
+    clamp: bool,
+    simd: SimdLevel,
+    out: &mut [u32],
+) -> Option<Result<Option<usize>, BadIndex>> {
+    // An empty axis has nothing to clamp to: the general loops report its indices.
+    if clamp && axes.iter().any(|a| a.dim == 0) {
+        return None;
+    }
+    Some(match (axes.len(), clamp) {
+        (1, false) => fill_u32_c::<I, 1, false>(idx, run, axes, simd, out),
+        (1, true) => fill_u32_c::<I, 1, true>(idx, run, axes, simd, out),
+        (2, false) => fill_u32_c::<I, 2, false>(idx, run, axes, simd, out),
+        (2, true) => fill_u32_c::<I, 2, true>(idx, run, axes, simd, out),
+        (3, false) => fill_u32_c::<I, 3, false>(idx, run, axes, simd, out),
+        (3, true) => fill_u32_c::<I, 3, true>(idx, run, axes, simd, out),
+        _ => return None,
+    })
+}
+
+/// The constants of one 32-bit block loop: the axis sizes and strides.
+#[derive(Clone, Copy)]
+pub(crate) struct Axes32<const C: usize> {
+    pub dims: [i64; C],
+    pub strides: [u32; C],
+}
+
+/// [`fill_u32`] for `C` coordinates per tuple (`axes.len() == C`).
+fn fill_u32_c<I: IndexValue, const C: usize, const CLAMP: bool>(
+    idx: &[I],
+    run: Run,
+    axes: &[AxisInfo],
+    simd: SimdLevel,
+    out: &mut [u32],
+) -> Result<Option<usize>, BadIndex> {
+    let values = &idx[run.first * C..(run.first + out.len()) * C];
+    let consts = Axes32::<C> {
+        // Axis sizes fit i64 (tensor sizes are below isize::MAX); strides are below the input
+        // size, which fits 32 bits for 32-bit tables.
+        dims: std::array::from_fn(|k| axes[k].dim as i64),
+        strides: std::array::from_fn(|k| axes[k].stride as u32),
+    };
+    let mut max = 0u32;
+    for (b, (slots, vals)) in out
+        .chunks_mut(BLOCK32)
+        .zip(values.chunks(BLOCK32 * C))
+        .enumerate()
+    {
+        let base = run.base + b * BLOCK32 * run.step;
+        let (bad, block_max) = fill_block::<I, C, CLAMP>(vals, base, run.step, consts, simd, slots);
+        max = max.max(block_max);
+        if bad {
+            let first = run.first + b * BLOCK32;
+            return Err(first_bad(vals, axes, first, C));
+        }
+    }
+    Ok((!out.is_empty()).then_some(max as usize))
+}
+
+/// One block of 32-bit offsets `base + e * step + sum_k coordinate_k * strides[k]` for the
+/// tuples of `vals` (see [`fill_u32`]), with AVX2 when allowed and available; returns whether
+/// some index was out of range (never when `CLAMP`; every axis must then be non-empty) and the
+/// largest offset written.
+#[inline(always)]
+pub(crate) fn fill_block<I: IndexValue, const C: usize, const CLAMP: bool>(
+    vals: &[I],
+    base: usize,
+    step: usize,
+    consts: Axes32<C>,
+    simd: SimdLevel,
+    out: &mut [u32],
+) -> (bool, u32) {
+    #[cfg(target_arch = "x86_64")]
+    if simd >= SimdLevel::Avx2 && SimdLevel::detected() >= SimdLevel::Avx2 {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { fill_block_avx2::<I, C, CLAMP>(vals, base, step, consts, out) };
+    }
+    let _ = simd;
+    fill_block_body::<I, C, CLAMP>(vals, base, step, consts, out)
+}
+
+/// [`fill_block_body`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fill_block_avx2<I: IndexValue, const C: usize, const CLAMP: bool>(
+    vals: &[I],
+    base: usize,
+    step: usize,
+    consts: Axes32<C>,
+    out: &mut [u32],
+) -> (bool, u32) {
+    fill_block_body::<I, C, CLAMP>(vals, base, step, consts, out)
+}
+
+/// Offsets of one block of tuples in wrapping 32-bit arithmetic (see [`fill_u32`]); returns
+/// whether some index was out of range (never in mode `clamp`) and the largest offset written.
+#[inline(always)]
+fn fill_block_body<I: IndexValue, const C: usize, const CLAMP: bool>(
+    vals: &[I],
+    base: usize,
+    step: usize,
+    consts: Axes32<C>,
+    out: &mut [u32],
+) -> (bool, u32) {
+    let (base, step) = (base as u32, step as u32);
+    let mut bad = false;
+    let mut max = 0u32;
+    for (e, (slot, tuple)) in out.iter_mut().zip(vals.chunks_exact(C)).enumerate() {
+        let mut offset = base.wrapping_add((e as u32).wrapping_mul(step));
+        let axes = consts.dims.iter().zip(&consts.strides);
+        for (v, (&d, &stride)) in tuple.iter().zip(axes) {
+            let v = v.get();
+            let wrapped = if v < 0 { v.wrapping_add(d) } else { v };
+            let coordinate = if CLAMP {
+                // `d > 0`: callers send empty axes in mode clamp elsewhere.
+                wrapped.clamp(0, d - 1)
+            } else {
+                bad |= (wrapped as u64) >= d as u64;
+                wrapped
+            };
+            offset = offset.wrapping_add((coordinate as u32).wrapping_mul(stride));
+        }
+        max = max.max(offset);
+        *slot = offset;
+    }
+    (bad, max)
+}
+
+/// The first out-of-range index of a block of `c`-coordinate tuples whose first tuple is
+/// `first` (mode `error`: clamped blocks have none).
+#[cold]
+fn first_bad<I: IndexValue>(vals: &[I], axes: &[AxisInfo], first: usize, c: usize) -> BadIndex {
+    for (e, tuple) in vals.chunks_exact(c).enumerate() {
+        for (k, (axis, v)) in axes.iter().zip(tuple).enumerate() {
+            if resolve(v.get(), axis.dim, false).is_none() {
+                return BadIndex {
+                    flat: (first + e) * c + k,
+                    component: k,
+                    value: v.get(),
+                };
+            }
+        }
+    }
+    // Unreachable when the block loop reported a bad index; a harmless stand-in otherwise.
+    BadIndex {
+        flat: first * c,
+        component: 0,
+        value: vals.first().map_or(0, |v| v.get()),
+    }
 }
 
 /// Runs of tuples with several coordinates, and every run in mode `zero`.
@@ -343,7 +545,7 @@ mod tests {
         idx[400] = 10;
         let mut out = vec![0u32; 500];
         assert_eq!(
-            layout.fill(Indices::I64(&idx), 100, &mut out),
+            layout.fill(Indices::I64(&idx), 100, &mut out, SimdLevel::Scalar),
             Err(BadIndex {
                 flat: 300,
                 component: 0,
@@ -351,6 +553,9 @@ mod tests {
             })
         );
         let mut out = vec![0u32; 100];
-        assert_eq!(layout.fill(Indices::I64(&idx), 0, &mut out), Ok(Some(3)));
+        assert_eq!(
+            layout.fill(Indices::I64(&idx), 0, &mut out, SimdLevel::Scalar),
+            Ok(Some(3))
+        );
     }
 }

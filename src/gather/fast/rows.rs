@@ -22,7 +22,7 @@ use std::mem::MaybeUninit;
 
 use super::canon::Dim;
 use super::offsets::Offset;
-use super::simd::GatherFn;
+use super::simd::{prefetch, GatherFn};
 use crate::tensor::packed::{self, BitWriter};
 
 /// What the innermost canonical dimension is.
@@ -55,12 +55,24 @@ pub(crate) trait RowSink<O: Offset> {
     /// and `tb` is "negative" (wrapped); only `tb + j` for `j0 <= j < j1` is a valid position,
     /// so it must be computed with `wrapping_add`.
     fn row(&mut self, t: &[O], base: usize, tb: usize, j0: usize, j1: usize);
+    /// Writes `count` whole rows of `n` elements of a block dimension; row `k` uses table
+    /// entry `t[tb + k * step]` (`tb` as in [`RowSink::row`]).
+    #[inline]
+    fn block_rows(&mut self, t: &[O], base: usize, tb: usize, step: usize, count: usize, n: usize) {
+        for k in 0..count {
+            self.row(t, base, tb.wrapping_add(k * step), 0, n);
+        }
+    }
     /// Whether the offset-table slice about to be used allows 32-bit hardware gathers.
     fn allow_simd(&mut self, allow: bool);
 }
 
 /// Walks output elements `e0..e1`, feeding rows to `sink`; `t[0]` is table entry `t_origin`.
 /// `coord` is scratch space.
+///
+/// When the innermost dimension is a block and the next one an index dimension (embedding
+/// lookups, GatherND rows, middle-axis gathers), whole rows go to [`RowSink::block_rows`] in runs
+/// along that index dimension, so the sink's loop sees many rows at once.
 pub(crate) fn drive<O: Offset, S: RowSink<O>>(
     dims: &[Dim],
     e0: usize,
@@ -84,24 +96,44 @@ pub(crate) fn drive<O: Offset, S: RowSink<O>>(
         base += coord[d] * outer[d].in_stride;
         tb += coord[d] * outer[d].t_stride;
     }
+    let batch = inner.t_stride == 0 && outer.last().is_some_and(|m| m.t_stride > 0);
     let mut j0 = e0 % n;
     let mut e = e0;
     while e < e1 {
+        if batch && j0 == 0 {
+            let m = outer.len() - 1;
+            let rows = (outer[m].size - coord[m]).min((e1 - e) / n);
+            if rows > 0 {
+                let step = outer[m].t_stride;
+                sink.block_rows(t, base, tb.wrapping_sub(t_origin), step, rows, n);
+                e += rows * n;
+                coord[m] += rows - 1;
+                tb += (rows - 1) * step;
+                advance(outer, coord, &mut base, &mut tb);
+                continue;
+            }
+        }
         let j1 = n.min(j0 + (e1 - e));
         sink.row(t, base, tb.wrapping_sub(t_origin), j0, j1);
         e += j1 - j0;
         j0 = 0;
-        for d in (0..outer.len()).rev() {
-            coord[d] += 1;
-            base += outer[d].in_stride;
-            tb += outer[d].t_stride;
-            if coord[d] < outer[d].size {
-                break;
-            }
-            coord[d] = 0;
-            base -= outer[d].in_stride * outer[d].size;
-            tb -= outer[d].t_stride * outer[d].size;
+        advance(outer, coord, &mut base, &mut tb);
+    }
+}
+
+/// One step of the odometer over the outer dimensions.
+#[inline(always)]
+fn advance(outer: &[Dim], coord: &mut [usize], base: &mut usize, tb: &mut usize) {
+    for d in (0..outer.len()).rev() {
+        coord[d] += 1;
+        *base += outer[d].in_stride;
+        *tb += outer[d].t_stride;
+        if coord[d] < outer[d].size {
+            break;
         }
+        coord[d] = 0;
+        *base -= outer[d].in_stride * outer[d].size;
+        *tb -= outer[d].t_stride * outer[d].size;
     }
 }
 
@@ -123,7 +155,20 @@ pub(crate) struct ByteSink<'a, W: Word> {
     zero: bool,
     simd: Option<GatherFn<W>>,
     simd_allowed: bool,
+    /// Prefetch the sources of upcoming elements and rows: the input is too large to stay in
+    /// the caches, and the random order defeats the hardware prefetchers.
+    prefetch: bool,
 }
+
+/// Inputs larger than this are prefetched in software (see [`ByteSink`]); smaller ones mostly
+/// sit in L2 or L3, where the extra instructions cost more than they save.
+const PREFETCH_MIN_BYTES: usize = 8 << 20;
+/// Element gathers prefetch the source of the element this many table entries ahead.
+const PREFETCH_ELEMENTS: usize = 64;
+/// Block rows prefetch the row about this many bytes ahead.
+const PREFETCH_ROW_BYTES: usize = 2048;
+/// Cache line size for row prefetches.
+const LINE: usize = 64;
 
 impl<'a, W: Word> ByteSink<'a, W> {
     pub fn new(
@@ -143,6 +188,7 @@ impl<'a, W: Word> ByteSink<'a, W> {
             zero,
             simd,
             simd_allowed: false,
+            prefetch: std::mem::size_of_val(input) >= PREFETCH_MIN_BYTES,
         }
     }
 
@@ -219,7 +265,11 @@ impl<W: Word, O: Offset> RowSink<O> for ByteSink<'_, W> {
                     }
                     return;
                 }
-                gather_scalar(input, base, ts, out);
+                if self.prefetch {
+                    gather_scalar_prefetch(input, base, ts, out);
+                } else {
+                    gather_scalar(input, base, ts, out);
+                }
             }
             Inner::Block => {
                 let x = t[tb];
@@ -244,6 +294,43 @@ impl<W: Word, O: Offset> RowSink<O> for ByteSink<'_, W> {
                     }
                 }
             }
+        }
+    }
+
+    #[inline]
+    fn block_rows(&mut self, t: &[O], base: usize, tb: usize, step: usize, count: usize, n: usize) {
+        if self.zero || self.inner != Inner::Block {
+            for k in 0..count {
+                self.row(t, base, tb.wrapping_add(k * step), 0, n);
+            }
+            return;
+        }
+        let dst = self.at;
+        let total = count * n;
+        // Checked here so the unsafe copies below only rely on the bound check.
+        let _ = &self.out[dst..dst + total];
+        self.at += total;
+        let entry = |k: usize| t[tb.wrapping_add(k * step)].to_usize();
+        if !self.prefetch {
+            for k in 0..count {
+                self.copy_block(base + entry(k), dst + k * n, n);
+            }
+            return;
+        }
+        let row_bytes = n * std::mem::size_of::<W>();
+        let ahead = PREFETCH_ROW_BYTES.div_ceil(row_bytes).clamp(1, 16);
+        for k in 0..count {
+            if k + ahead < count {
+                let p = self
+                    .input
+                    .as_ptr()
+                    .wrapping_add(base + entry(k + ahead))
+                    .cast::<u8>();
+                for line in (0..row_bytes).step_by(LINE) {
+                    prefetch(p.wrapping_add(line));
+                }
+            }
+            self.copy_block(base + entry(k), dst + k * n, n);
         }
     }
 
@@ -274,6 +361,39 @@ fn gather_scalar<W: Word, O: Offset>(
     for (o, &x) in outs.into_remainder().iter_mut().zip(xs.remainder()) {
         o.write(read(x));
     }
+}
+
+/// [`gather_scalar`] with a software prefetch of the source `PREFETCH_ELEMENTS` entries ahead.
+#[inline(always)]
+fn gather_scalar_prefetch<W: Word, O: Offset>(
+    input: &[W],
+    base: usize,
+    ts: &[O],
+    out: &mut [MaybeUninit<W>],
+) {
+    let split = ts.len().saturating_sub(PREFETCH_ELEMENTS) / 4 * 4;
+    let (head, tail) = ts.split_at(split);
+    let (out_head, out_tail) = out.split_at_mut(split);
+    let ahead = &ts[PREFETCH_ELEMENTS.min(ts.len())..];
+    // SAFETY (all reads): bound check (module docs).
+    let read = |x: O| unsafe { *input.get_unchecked(base + x.to_usize()) };
+    let at = |x: O| input.as_ptr().wrapping_add(base + x.to_usize());
+    for ((o, x), y) in out_head
+        .chunks_exact_mut(4)
+        .zip(head.chunks_exact(4))
+        .zip(ahead.chunks_exact(4))
+    {
+        prefetch(at(y[0]));
+        prefetch(at(y[1]));
+        prefetch(at(y[2]));
+        prefetch(at(y[3]));
+        let (a, b, c, d) = (read(x[0]), read(x[1]), read(x[2]), read(x[3]));
+        o[0].write(a);
+        o[1].write(b);
+        o[2].write(c);
+        o[3].write(d);
+    }
+    gather_scalar(input, base, tail, out_tail);
 }
 
 /// Output for packed 2-, 4- and 6-bit elements.

@@ -1,0 +1,245 @@
+//! Staged column gathers: `GatherElements` along an outer axis of a large input (PyTorch
+//! `gather(dim=0)`), where every output element reads a random row of the input.
+//!
+//! Read directly, each element is a cache miss on a random page (a 16 MiB input with 16 KiB
+//! rows spends most of its time in TLB misses and page walks, whatever the order of the reads).
+//! Here the work is cut into column tiles instead: for each tile, the tile's columns of every
+//! coordinate of the axis are first copied into a small contiguous buffer (the *stage*, at most
+//! [`STAGE_BYTES`]), then every output row reads its tile from the stage, which stays in L2.
+//! The input is read once per tile, a few cache lines at a time, and the random reads hit L2.
+//!
+//! The canonical form ([`super::canon`]) must be a single index dimension whose logical indices
+//! end in `[.., K, W]`, where the `W` innermost tuples read consecutive input elements (fold 1)
+//! and the `K` before them only move through the index values (fold 0): the output is rows of
+//! `W` elements, row `(o, i)` reading `input[base(o) + coordinate(o, i, j) * S + j]`.
+//!
+//! Indices are validated as they are used; any bad index stops the chunk, and the caller then
+//! finds the first bad index in row-major order with the ordinary pre-pass.
+
+use std::mem::MaybeUninit;
+
+use super::canon::Layout;
+use super::offsets::{fill_block, Axes32, IndexValue, Indices};
+use super::rows::Word;
+use super::simd::SimdLevel;
+use crate::gather::OutOfRange;
+
+/// Size of the stage: fits L2 with room for the indices and the output.
+const STAGE_BYTES: usize = 256 << 10;
+/// Inputs smaller than this mostly sit in the caches, where direct reads are as fast.
+const MIN_INPUT_BYTES: usize = 8 << 20;
+/// Axis strides below a page keep neighbouring rows on few pages: no need to stage.
+const MIN_STRIDE_BYTES: usize = 4096;
+
+/// The output of a staged gather, shared by tasks that each write their own column tiles of
+/// every row.
+pub(crate) struct Columnar<'a, W> {
+    ptr: *mut MaybeUninit<W>,
+    len: usize,
+    _out: std::marker::PhantomData<&'a mut [MaybeUninit<W>]>,
+}
+
+// SAFETY: the buffer is only written through `segment`, whose callers promise disjoint ranges.
+unsafe impl<W: Send> Sync for Columnar<'_, W> {}
+
+impl<'a, W> Columnar<'a, W> {
+    pub fn new(out: &'a mut [MaybeUninit<W>]) -> Self {
+        Columnar {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+            _out: std::marker::PhantomData,
+        }
+    }
+
+    /// Elements `at .. at + n` (panics if out of range).
+    ///
+    /// # Safety
+    /// No two live segments may overlap.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn segment(&self, at: usize, n: usize) -> &mut [MaybeUninit<W>] {
+        assert!(at <= self.len && n <= self.len - at, "segment out of range");
+        // SAFETY: in bounds (checked), exclusive by the caller's promise, and alive for `'a`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), n) }
+    }
+}
+
+/// A staged column gather, when the call has the required shape and staging pays off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Columns {
+    /// Input offset of each outer position (the folds of the outer logical dimensions).
+    outer: Vec<usize>,
+    /// Rows per outer position (`K`).
+    rows: usize,
+    /// Elements per row (`W`).
+    width: usize,
+    /// Size and input stride of the axis.
+    dim: usize,
+    stride: usize,
+    /// Columns per tile.
+    tile: usize,
+    clamp: bool,
+}
+
+impl Columns {
+    /// The plan for this call, or `None` when it is not a staged column gather or staging would
+    /// not pay off. `element` is the element size in bytes.
+    pub fn new(layout: &Layout, element: usize) -> Option<Columns> {
+        let t = &layout.t;
+        let [dim] = layout.dims[..] else {
+            return None;
+        };
+        let [axis] = t.axes[..] else {
+            return None;
+        };
+        let (inner, rest) = t.dims.split_last()?;
+        let (middle, outer) = rest.split_last()?;
+        let clamp = match t.mode {
+            OutOfRange::Error => false,
+            OutOfRange::Clamp => true,
+            OutOfRange::Zero => return None,
+        };
+        let shaped = dim.t_stride == 1
+            && t.coordinate_size == 1
+            && inner.fold == 1
+            && middle.fold == 0
+            && axis.dim > 0;
+        if !shaped {
+            return None;
+        }
+        // Staging copies `dim * width` elements per outer position and saves one random read
+        // per element of its `rows * width` outputs: worth it when the rows are not much fewer
+        // than the coordinates, the rows are at least a page apart, the input is large, and a
+        // stage of at least one cache line per coordinate fits.
+        let line = 64usize.div_ceil(element);
+        let fits = axis.dim.checked_mul(line * element)? <= STAGE_BYTES;
+        let worth = middle.size * 8 >= axis.dim
+            && axis.stride * element >= MIN_STRIDE_BYTES
+            && layout.n_in * element >= MIN_INPUT_BYTES;
+        if !fits || !worth {
+            return None;
+        }
+        let tile = (STAGE_BYTES / (axis.dim * element)) / line * line;
+        let tile = tile.min(inner.size.div_ceil(line) * line);
+        // Outer positions: an odometer over the outer logical dimensions.
+        let count: usize = outer.iter().map(|d| d.size).product();
+        let mut offsets = Vec::with_capacity(count);
+        for p in 0..count {
+            let mut rest = p;
+            let mut base = 0usize;
+            for d in outer.iter().rev() {
+                base += (rest % d.size) * d.fold;
+                rest /= d.size;
+            }
+            offsets.push(base);
+        }
+        // Every staged read must be inside the input: the largest is the last column of the
+        // last coordinate at the largest outer offset.
+        let last = offsets.iter().max().copied().unwrap_or(0)
+            + (axis.dim - 1) * axis.stride
+            + (inner.size - 1);
+        if last >= layout.n_in {
+            return None;
+        }
+        Some(Columns {
+            outer: offsets,
+            rows: middle.size,
+            width: inner.size,
+            dim: axis.dim,
+            stride: axis.stride,
+            tile,
+            clamp,
+        })
+    }
+
+    /// Number of column tiles per row.
+    pub fn tiles(&self) -> usize {
+        self.width.div_ceil(self.tile)
+    }
+
+    /// Writes column tiles `tiles` of every output row into `out`. Returns `false`, with `out`
+    /// partly written, when an index was out of range.
+    pub fn run<W: Word>(
+        &self,
+        input: &[W],
+        indices: Indices<'_>,
+        tiles: std::ops::Range<usize>,
+        out: &Columnar<'_, W>,
+        simd: SimdLevel,
+    ) -> bool {
+        match indices {
+            Indices::I32(v) => self.run_typed(input, v, tiles, out, simd),
+            Indices::I64(v) => self.run_typed(input, v, tiles, out, simd),
+        }
+    }
+
+    fn run_typed<W: Word, I: IndexValue>(
+        &self,
+        input: &[W],
+        idx: &[I],
+        tiles: std::ops::Range<usize>,
+        out: &Columnar<'_, W>,
+        simd: SimdLevel,
+    ) -> bool {
+        let width = self.width;
+        let mut stage = vec![W::default(); self.dim * self.tile];
+        let mut positions = vec![0u32; self.tile];
+        for (o, &base) in self.outer.iter().enumerate() {
+            for tile in tiles.clone() {
+                let j0 = tile * self.tile;
+                let n = self.tile.min(width - j0);
+                self.fill_stage(input, base + j0, n, &mut stage);
+                for row in o * self.rows..(o + 1) * self.rows {
+                    let at = row * width + j0;
+                    // SAFETY: tasks get disjoint tile ranges, so no other task touches
+                    // `at .. at + n`; `Columnar::segment` checks the range.
+                    let segment = unsafe { out.segment(at, n) };
+                    let values = &idx[at..at + n];
+                    if !self.gather_row(&stage, values, &mut positions, simd, segment) {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Copies columns `start .. start + n` (as input offsets) of every coordinate into the
+    /// stage, `tile` elements apart.
+    fn fill_stage<W: Word>(&self, input: &[W], start: usize, n: usize, stage: &mut [W]) {
+        for (c, slot) in stage.chunks_exact_mut(self.tile).enumerate() {
+            let from = start + c * self.stride;
+            slot[..n].copy_from_slice(&input[from..from + n]);
+        }
+    }
+
+    /// One row segment from the stage; `false` if an index was out of range. The stage
+    /// positions of the segment are computed first by the vectorised pre-pass loop.
+    #[inline]
+    fn gather_row<W: Word, I: IndexValue>(
+        &self,
+        stage: &[W],
+        values: &[I],
+        positions: &mut [u32],
+        simd: SimdLevel,
+        out: &mut [MaybeUninit<W>],
+    ) -> bool {
+        let consts = Axes32 {
+            dims: [self.dim as i64],
+            strides: [self.tile as u32],
+        };
+        let positions = &mut positions[..values.len()];
+        let (bad, max) = if self.clamp {
+            fill_block::<I, 1, true>(values, 0, 1, consts, simd, positions)
+        } else {
+            fill_block::<I, 1, false>(values, 0, 1, consts, simd, positions)
+        };
+        if bad || max as usize >= stage.len() {
+            return false;
+        }
+        for (o, &p) in out.iter_mut().zip(positions.iter()) {
+            // SAFETY: every position is at most `max`, which is inside the stage.
+            o.write(unsafe { *stage.get_unchecked(p as usize) });
+        }
+        true
+    }
+}
