@@ -391,11 +391,16 @@ pub fn save(model: &Model, path: impl AsRef<Path>) -> Result<()> {
 
 /// Saves a model atomically: temporary files in the destination directory, synced, then renamed.
 /// The model itself is not modified or copied; payloads are redirected while encoding.
+///
+/// What a save never does: leave a partial file, touch a file the model reads its data from,
+/// replace a directory, device or pipe with a file (a device or pipe is written to instead, so
+/// `-o /dev/null` works), or leave a new external data file beside an old model when the model
+/// itself could not be renamed into place (the previous data file is put back).
 pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let dir = parent_dir(path);
+    let sources = data_sources(model);
+    refuse_source(&sources, path)?;
+    let target = Target::of(path)?;
     let (bytes, data_file) = match &options.external {
         ExternalPolicy::Inline => (proto::encode_with(model, &inline)?, None),
         ExternalPolicy::Keep => {
@@ -415,6 +420,13 @@ pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()
                 tensor: "*".into(),
                 reason,
             })?;
+            if target == Target::Stream {
+                return Err(Error::io(
+                    path,
+                    std::io::Error::other("external data needs the output to be a regular file"),
+                ));
+            }
+            check_data_target(&dir.join(file), path, &sources)?;
             let (tmp, moved) = write_external(model, &dir, file, *threshold)?;
             let bytes = proto::encode_with(model, &|t| {
                 moved
@@ -425,14 +437,175 @@ pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()
             (bytes, Some((tmp, dir.join(file))))
         }
     };
-    let mut tmp = temp_in(&dir)?;
-    tmp.as_file_mut()
-        .write_all(&bytes)
-        .map_err(|e| Error::io(path, e))?;
-    if let Some((data, data_path)) = data_file {
-        persist(data, &data_path)?;
+    if target == Target::Stream {
+        return write_stream(path, &bytes);
     }
-    persist(tmp, path)
+    // Both files are complete and synced before either is renamed, so running out of space
+    // changes nothing.
+    let tmp = staged(path, &bytes)?;
+    match data_file {
+        None => rename_into(tmp, path),
+        Some((data, data_path)) => replace_pair(data, &data_path, tmp, path),
+    }
+}
+
+/// The directory a file is saved in.
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// How a save reaches its destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// A new or regular file (or a symbolic link, which is replaced): a temporary file renamed
+    /// over it.
+    Replace,
+    /// A device or pipe (`/dev/null`, a shell's `>(...)`): written to directly, since renaming a
+    /// file over it would replace the device node itself.
+    Stream,
+}
+
+impl Target {
+    fn of(path: &Path) -> Result<Target> {
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Target::Replace),
+            Err(e) => Err(Error::io(path, e)),
+            Ok(m) if m.is_dir() => Err(Error::io(
+                path,
+                std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory"),
+            )),
+            Ok(m) if m.is_file() => Ok(Target::Replace),
+            Ok(_) => Ok(Target::Stream),
+        }
+    }
+}
+
+/// The files the model's external payloads are read from, canonicalized.
+fn data_sources(model: &Model) -> Vec<PathBuf> {
+    let Some(base) = &model.base_dir else {
+        return Vec::new();
+    };
+    let mut sources = Vec::new();
+    let _ = visit_tensors(model, &mut |t| {
+        if let Payload::External(e) = &t.payload {
+            if let Ok(p) = base.join(&e.location).canonicalize() {
+                if !sources.contains(&p) {
+                    sources.push(p);
+                }
+            }
+        }
+        Ok(())
+    });
+    sources
+}
+
+/// Refuses to write over a file the model reads tensor data from: the model being saved, and
+/// the one it was loaded from, would lose their weights.
+fn refuse_source(sources: &[PathBuf], path: &Path) -> Result<()> {
+    if path.canonicalize().is_ok_and(|p| sources.contains(&p)) {
+        return Err(Error::io(
+            path,
+            std::io::Error::other("the model reads tensor data from this file; not overwriting it"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks where an external data file is about to be written: not over the model output, not
+/// over a file the model reads from, not through a symbolic link and not over anything but a
+/// regular file.
+fn check_data_target(data_path: &Path, model_path: &Path, sources: &[PathBuf]) -> Result<()> {
+    let fail = |reason: &str| {
+        Err(Error::io(
+            data_path,
+            std::io::Error::other(reason.to_owned()),
+        ))
+    };
+    let dir_of = |p: &Path| parent_dir(p).canonicalize().ok();
+    if data_path.file_name() == model_path.file_name()
+        && dir_of(data_path).is_some()
+        && dir_of(data_path) == dir_of(model_path)
+    {
+        return fail("the external data file would be the output model itself");
+    }
+    refuse_source(sources, data_path)?;
+    match std::fs::symlink_metadata(data_path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(data_path, e)),
+        Ok(m) if m.file_type().is_symlink() => fail("is a symbolic link; not replacing it"),
+        Ok(m) if !m.is_file() => fail("is not a regular file; not replacing it"),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Writes `bytes` to a synced temporary file beside `path`.
+fn staged(path: &Path, bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
+    let mut tmp = temp_in(&parent_dir(path))?;
+    tmp.as_file_mut()
+        .write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| Error::io(path, e))?;
+    Ok(tmp)
+}
+
+/// Writes `bytes` straight into a device or pipe.
+fn write_stream(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.flush()))
+        .map_err(|e| Error::io(path, e))
+}
+
+/// Renames the external data file into place, then the model. If the model cannot be renamed,
+/// the data file that was there before is put back (or the new one removed), so a failed save
+/// leaves both files as they were.
+fn replace_pair(
+    data: tempfile::NamedTempFile,
+    data_path: &Path,
+    model: tempfile::NamedTempFile,
+    path: &Path,
+) -> Result<()> {
+    data.as_file()
+        .sync_all()
+        .map_err(|e| Error::io(data_path, e))?;
+    let previous = keep_previous(data_path)?;
+    rename_into(data, data_path)?;
+    let Err(err) = rename_into(model, path) else {
+        return Ok(());
+    };
+    let restored = match previous {
+        Some(old) => old.persist(data_path).map(drop).map_err(|e| e.error),
+        None => std::fs::remove_file(data_path),
+    };
+    match restored {
+        Ok(()) => Err(err),
+        Err(e) => Err(Error::io(
+            data_path,
+            std::io::Error::other(format!(
+                "{err}; putting back the previous data file failed too: {e}"
+            )),
+        )),
+    }
+}
+
+/// A second name for the file at `path` (a hard link, or a copy where links are not supported),
+/// deleted when dropped, so the file can be put back after it is replaced.
+fn keep_previous(path: &Path) -> Result<Option<tempfile::NamedTempFile<()>>> {
+    if std::fs::symlink_metadata(path).is_err() {
+        return Ok(None);
+    }
+    tempfile::Builder::new()
+        .prefix(".multigather-")
+        .suffix(".previous")
+        .make_in(parent_dir(path), |p| {
+            std::fs::hard_link(path, p).or_else(|_| std::fs::copy(path, p).map(drop))
+        })
+        .map(Some)
+        .map_err(|e| Error::io(path, e))
 }
 
 /// Writes every non-string tensor of at least `threshold` bytes into a temporary file for
@@ -480,27 +653,25 @@ fn write_external(
 pub fn visit_tensors(model: &Model, f: &mut dyn FnMut(&StoredTensor) -> Result<()>) -> Result<()> {
     fn graph(g: &Graph, f: &mut dyn FnMut(&StoredTensor) -> Result<()>) -> Result<()> {
         g.initializers.iter().try_for_each(&mut *f)?;
-        for node in g.nodes_unordered() {
-            for a in &node.attributes {
-                match &a.value {
-                    AttrValue::Tensor(t) => f(t)?,
-                    AttrValue::Tensors(ts) => ts.iter().try_for_each(&mut *f)?,
-                    AttrValue::Graph(sub) => graph(sub, f)?,
-                    AttrValue::Graphs(subs) => subs.iter().try_for_each(|s| graph(s, f))?,
-                    _ => {}
-                }
-            }
+        g.nodes_unordered()
+            .flat_map(|node| &node.attributes)
+            .try_for_each(|a| attribute(a, f))
+    }
+    fn attribute(a: &Attribute, f: &mut dyn FnMut(&StoredTensor) -> Result<()>) -> Result<()> {
+        match &a.value {
+            AttrValue::Tensor(t) => f(t),
+            AttrValue::Tensors(ts) => ts.iter().try_for_each(&mut *f),
+            AttrValue::Graph(sub) => graph(sub, f),
+            AttrValue::Graphs(subs) => subs.iter().try_for_each(|s| graph(s, f)),
+            _ => Ok(()),
         }
-        Ok(())
     }
     graph(&model.graph, f)?;
     for func in &model.functions {
         graph(&func.body, f)?;
-        for a in &func.attribute_defaults {
-            if let AttrValue::Tensor(t) = &a.value {
-                f(t)?;
-            }
-        }
+        func.attribute_defaults
+            .iter()
+            .try_for_each(|a| attribute(a, f))?;
     }
     Ok(())
 }
@@ -513,23 +684,18 @@ fn temp_in(dir: &Path) -> Result<tempfile::NamedTempFile> {
         .map_err(|e| Error::io(dir, e))
 }
 
-fn persist(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
-    tmp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
+fn rename_into(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
 }
 
-/// Writes bytes to `path` atomically (temporary file, sync, rename).
+/// Writes bytes to `path` atomically (temporary file, sync, rename), or straight into it when it
+/// is a device or pipe.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let mut tmp = temp_in(&dir)?;
-    tmp.as_file_mut()
-        .write_all(bytes)
-        .map_err(|e| Error::io(path, e))?;
-    persist(tmp, path)
+    match Target::of(path)? {
+        Target::Stream => write_stream(path, bytes),
+        Target::Replace => rename_into(staged(path, bytes)?, path),
+    }
 }
 
 #[cfg(test)]
