@@ -20,6 +20,10 @@
 //! interleaved on small tiles that stay in L1 ("streamed"); otherwise the offset table, which is
 //! then smaller than the output, is built first.
 //!
+//! Two shapes of `GatherElements` have kernels of their own, with steps 2 and 3 fused:
+//! [`rowwise`] (along the last axis: rows are prefetched whole, one ahead) and [`staged`] (along
+//! an outer axis of a large input: column tiles of every row are staged in L2 first).
+//!
 //! Parallelism: the output is cut into chunks of at least [`FastOptions::grain_bytes`], processed
 //! on the current rayon pool (`pool.install(|| gather_multiaxis(..))` bounds the threads); below
 //! two grains it runs serially on the calling thread.
@@ -27,6 +31,7 @@
 mod canon;
 mod offsets;
 mod rows;
+mod rowwise;
 mod simd;
 mod staged;
 
@@ -293,6 +298,9 @@ impl Call<'_> {
         let input: &[W] =
             bytemuck::try_cast_slice(payload).map_err(|_| internal("misaligned input"))?;
         let out = cast_uninit::<W>(out).ok_or_else(|| internal("misaligned output"))?;
+        if let Some(rows) = rowwise::Rows::new(&self.layout, size_of::<W>()) {
+            return self.run_rows(&rows, input, out);
+        }
         if let Some(columns) = staged::Columns::new(&self.layout, size_of::<W>()) {
             return self.run_staged(&columns, input, out);
         }
@@ -306,6 +314,30 @@ impl Call<'_> {
             |chunk| ByteSink::new(input, padded, chunk, inner, zero, simd),
             |_| {},
         )
+    }
+
+    /// A row-wise element gather ([`rowwise`]), in chunks of output elements.
+    fn run_rows<W: Word>(
+        &self,
+        rows: &rowwise::Rows,
+        input: &[W],
+        out: &mut [MaybeUninit<W>],
+    ) -> Result<(), GatherError> {
+        let n = out.len();
+        let chunk = self.chunk_len(n, 1, size_of::<W>());
+        let run = |(i, part): (usize, &mut [MaybeUninit<W>])| {
+            rows.run(input, self.indices, i * chunk, part)
+        };
+        let ok = if chunk >= n {
+            run((0, out))
+        } else {
+            out.par_chunks_mut(chunk).enumerate().all(run)
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(self.first_bad_index())
+        }
     }
 
     /// A staged column gather ([`staged`]): one range of column tiles per thread, so each
@@ -668,6 +700,27 @@ mod tests {
         let idx = indices(&[2, 300, 1100], &[1024], false);
         let zero = spec.clone().with_mode(OutOfRange::Zero);
         assert!(staged::Columns::new(&layout(&input, &idx, &zero), 4).is_none());
+    }
+
+    #[test]
+    fn rowwise_gathers_match_the_reference() {
+        // GatherElements along the last axis, with two outer dimensions and runs of 300 that
+        // chunk boundaries cut.
+        let input = data(&[3, 70, 200]);
+        let spec = GatherSpec::new(vec![2]);
+        for int32 in [false, true] {
+            let idx = indices(&[3, 70, 300], &[200], int32);
+            assert!(rowwise::Rows::new(&layout(&input, &idx, &spec), 4).is_some());
+            check(&input, &idx, &spec);
+            let bad = with_value(&with_value(&idx, 50_000, 200), 30_001, -201);
+            check(&input, &bad, &spec);
+            let clamp = spec.clone().with_mode(OutOfRange::Clamp);
+            check(&input, &with_value(&bad, 7, i64::from(i32::MAX)), &clamp);
+        }
+        // Rows too long to prefetch once per run are left to the general loops.
+        let idx = indices(&[3, 70, 2], &[200], false);
+        assert!(rowwise::Rows::new(&layout(&input, &idx, &spec), 4).is_none());
+        check(&input, &idx, &spec);
     }
 
     #[test]
