@@ -30,7 +30,7 @@ impl<'a, T> Mat<'a, T> {
             let last = (rows - 1)
                 .checked_mul(rs)
                 .and_then(|r| (cols - 1).checked_mul(cs).and_then(|c| r.checked_add(c)));
-            if !last.is_some_and(|l| l < data.len())
+            if last.is_none_or(|l| l >= data.len())
                 || rs > isize::MAX as usize
                 || cs > isize::MAX as usize
             {
@@ -76,6 +76,16 @@ impl<'a, T> Mat<'a, T> {
         }
     }
 
+    /// Row `i` (which must exist) as a vector of `cols` values.
+    pub fn row(&self, i: usize) -> Vec<T>
+    where
+        T: Copy,
+    {
+        (0..self.cols)
+            .map(|j| self.data[i * self.rs + j * self.cs])
+            .collect()
+    }
+
     /// The number of rows.
     pub fn rows(&self) -> usize {
         self.rows
@@ -111,7 +121,7 @@ pub(super) fn gemm<T: Real>(
         .checked_mul(ldc)
         .and_then(|r| r.checked_add(n))
         .filter(|_| ldc >= n && ldc <= isize::MAX as usize);
-    if !needed.is_some_and(|l| l <= c.len()) {
+    if needed.is_none_or(|l| l > c.len()) {
         return Err(Error::Eval(format!(
             "a {m}x{n} product does not fit in {} elements with row stride {ldc}",
             c.len()

@@ -42,6 +42,7 @@ impl Ring for i64 {
 /// `f64`.
 pub(super) trait Real:
     Ring
+    + bytemuck::Pod
     + PartialOrd
     + Add<Output = Self>
     + Sub<Output = Self>
@@ -52,6 +53,8 @@ pub(super) trait Real:
     + MulAssign
     + Sum
 {
+    /// The element type stored exactly as this type.
+    const NATIVE: DataType;
     /// Zero.
     const ZERO: Self;
     /// One.
@@ -113,6 +116,7 @@ macro_rules! real_impl {
         }
 
         impl Real for $t {
+            const NATIVE: DataType = <$t as Widen>::NATIVE;
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             fn from_f64(v: f64) -> Self {
@@ -255,6 +259,24 @@ fn store_impl<T: Widen + bytemuck::Pod>(
         other => return Err(unsupported_type("this kernel", other)),
     };
     Ok(t)
+}
+
+/// A zeroed output tensor of `dtype` and `shape` that `fill` writes in the compute type `R`:
+/// in place when `R` is the element type, through one buffer rounded once otherwise.
+pub(super) fn output<R: Real>(
+    dtype: DataType,
+    shape: &[usize],
+    fill: impl FnOnce(&mut [R]) -> Result<()>,
+) -> Result<Tensor> {
+    if dtype == R::NATIVE {
+        let mut t = Tensor::zeros(dtype, shape)?;
+        fill(t.as_slice_mut::<R>()?)?;
+        Ok(t)
+    } else {
+        let mut v = vec![R::ZERO; checked_product(shape)?];
+        fill(&mut v)?;
+        R::store(dtype, shape, v)
+    }
 }
 
 /// Runs `$body` with `$R` bound to the [`Real`] type a floating-point `$dtype` computes in

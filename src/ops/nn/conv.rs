@@ -24,8 +24,8 @@ use super::super::util::{optional, required, to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
-    checked_product, dispatch_real, input_dims, shifted_f64s, tensor_type, to_f32s, zero_at,
-    zero_points, Real,
+    checked_product, dispatch_real, input_dims, output, shifted_f64s, tensor_type, to_f32s,
+    zero_at, zero_points, Real,
 };
 use super::matmul::{requantize, scales, single};
 use super::window::{inside, Geometry3, Window};
@@ -61,7 +61,7 @@ impl ConvShape {
             .filter(|&g| g > 0)
             .ok_or_else(|| ctx.error("group must be positive"))?;
         let (batch, c_in, c_out) = (x[0], x[1], w[0]);
-        if w[1].checked_mul(group) != Some(c_in) || c_out % group != 0 {
+        if w[1].checked_mul(group) != Some(c_in) || !c_out.is_multiple_of(group) {
             return Err(ctx.error(format!("X {x:?} and W {w:?} do not fit {group} groups")));
         }
         let window = Window::of(ctx.node, x.len() - 2, Some(&w[2..]))?;
@@ -96,104 +96,171 @@ impl ConvShape {
         g.taps() == 1 && g.strides == [1; 3] && g.pad_begin == [0; 3] && g.input == g.output
     }
 
-    /// `conv(x, w) + bias` in `T`.
-    pub fn run<T: Real>(&self, x: &[T], w: &[T], bias: Option<&[T]>) -> Result<Vec<T>> {
+    /// Writes `conv(x, w) + bias` into `out` (the output, zeroed), all in `T`.
+    pub fn run<T: Real>(&self, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) -> Result<()> {
         let (cg, mg) = (self.cg(), self.mg());
         let (in_plane, out_plane, taps) =
             (self.geo.in_plane(), self.geo.out_plane(), self.geo.taps());
         let kc = cg * taps;
-        if x.len() != self.batch * self.c_in * in_plane || w.len() != self.c_out * kc {
-            return Err(Error::Eval("X or W does not hold its shape".into()));
+        if x.len() != self.batch * self.c_in * in_plane
+            || w.len() != self.c_out * kc
+            || out.len() != self.batch * self.c_out * out_plane
+        {
+            return Err(Error::Eval("X, W or Y does not hold its shape".into()));
         }
         if bias.is_some_and(|b| b.len() != self.c_out) {
             return Err(Error::Eval(format!("B must hold {} values", self.c_out)));
         }
-        let mut out = vec![T::ZERO; checked_product(&self.out_shape)?];
         let slab = mg * out_plane;
         if slab == 0 {
-            return Ok(out);
+            return Ok(());
         }
-        let task = |(t, y): (usize, &mut [T]), parallel_tiles: bool| -> Result<()> {
+        let task = |(t, y): (usize, &mut [T]), parallel: bool| -> Result<()> {
             let (n, g) = (t / self.group, t % self.group);
             let xg = &x[(n * self.c_in + g * cg) * in_plane..][..cg * in_plane];
             let wg = Mat::row_major(&w[g * mg * kc..(g + 1) * mg * kc], mg, kc)?;
             let bg = bias.map(|b| &b[g * mg..(g + 1) * mg]);
-            self.run_group(xg, wg, bg, y, parallel_tiles)
+            self.run_group(xg, wg, bg, y, parallel)
         };
         let tasks = self.batch * self.group;
-        if tasks >= rayon::current_num_threads() && tasks > 1 {
+        let threads = rayon::current_num_threads();
+        if tasks >= threads && tasks > 1 && threads > 1 {
             out.par_chunks_mut(slab)
                 .enumerate()
                 .try_for_each(|ty| task(ty, false))?;
         } else {
             out.chunks_mut(slab)
                 .enumerate()
-                .try_for_each(|ty| task(ty, true))?;
+                .try_for_each(|ty| task(ty, threads > 1))?;
         }
-        Ok(out)
+        Ok(())
     }
 
-    /// One group of one image: `y (mg x out_plane) = wg * im2col(xg) + bias`.
+    /// One group of one image: `y (mg x out_plane) = wg * im2col(xg) + bias`; `parallel` lets
+    /// tiles of output positions run on several threads.
     fn run_group<T: Real>(
         &self,
         xg: &[T],
         wg: Mat<'_, T>,
         bias: Option<&[T]>,
         y: &mut [T],
-        parallel_tiles: bool,
+        parallel: bool,
     ) -> Result<()> {
         let p = self.geo.out_plane();
         let kc = wg.cols();
         if self.is_pointwise() {
             gemm(T::ONE, wg, Mat::row_major(xg, kc, p)?, T::ZERO, y, p)?;
-            add_bias(y, bias, p);
-            return Ok(());
-        }
-        let tile = (TILE_ELEMS / kc.max(1)).max(MIN_TILE).min(p);
-        let tiles: Vec<usize> = (0..p).step_by(tile).collect();
-        let one = |p0: usize, col: &mut Vec<T>, out: &mut Vec<T>| -> Result<()> {
-            let p1 = (p0 + tile).min(p);
-            let t = p1 - p0;
-            col.resize(kc * t, T::ZERO);
-            out.resize(wg.rows() * t, T::ZERO);
-            im2col(xg, &self.geo, self.cg(), p0, p1, col);
-            gemm(T::ONE, wg, Mat::row_major(col, kc, t)?, T::ZERO, out, t)?;
-            Ok(())
-        };
-        let scatter = |p0: usize, out: &[T], y: &mut [T]| {
-            let t = ((p0 + tile).min(p)) - p0;
-            for (row, src) in y.chunks_mut(p).zip(out.chunks(t)) {
-                row[p0..p0 + t].copy_from_slice(src);
-            }
-        };
-        if parallel_tiles && tiles.len() > 1 {
-            let results = tiles
-                .par_iter()
-                .map(|&p0| {
-                    let (mut col, mut out) = (Vec::new(), Vec::new());
-                    one(p0, &mut col, &mut out).map(|_| out)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            for (&p0, out) in tiles.iter().zip(&results) {
-                scatter(p0, out, y);
+        } else if self.cg() == 1 {
+            // One input channel per group (depthwise): a product with one row per filter would
+            // waste most of the GEMM kernel, so accumulate the taps directly.
+            for (m, ym) in y.chunks_mut(p).enumerate() {
+                single_channel(xg, &wg.row(m), &self.geo, ym);
             }
         } else {
-            let (mut col, mut out) = (Vec::new(), Vec::new());
-            for &p0 in &tiles {
-                one(p0, &mut col, &mut out)?;
-                scatter(p0, &out, y);
+            self.tiled(xg, wg, y, parallel)?;
+        }
+        if let Some(b) = bias {
+            for (row, &bv) in y.chunks_mut(p).zip(b) {
+                row.iter_mut().for_each(|v| *v += bv);
             }
         }
-        add_bias(y, bias, p);
+        Ok(())
+    }
+
+    /// `y = wg * im2col(xg)`, building im2col a tile of output positions at a time.
+    fn tiled<T: Real>(&self, xg: &[T], wg: Mat<'_, T>, y: &mut [T], parallel: bool) -> Result<()> {
+        let p = self.geo.out_plane();
+        let kc = wg.cols();
+        let tile = (TILE_ELEMS / kc.max(1)).max(MIN_TILE).min(p);
+        let tiles: Vec<usize> = (0..p).step_by(tile).collect();
+        let width = |p0: usize| (p0 + tile).min(p) - p0;
+        if !parallel || tiles.len() < 2 {
+            // Each tile's product lands straight in its columns of `y`.
+            let mut col = vec![T::ZERO; kc * tile];
+            for &p0 in &tiles {
+                let t = width(p0);
+                im2col(xg, &self.geo, self.cg(), p0, p0 + t, &mut col[..kc * t]);
+                gemm(
+                    T::ONE,
+                    wg,
+                    Mat::row_major(&col[..kc * t], kc, t)?,
+                    T::ZERO,
+                    &mut y[p0..],
+                    p,
+                )?;
+            }
+            return Ok(());
+        }
+        // Tiles own disjoint columns of `y`, which are not disjoint slices: each thread computes
+        // into its own block, copied into place afterwards.
+        let blocks = tiles
+            .par_iter()
+            .map(|&p0| -> Result<Vec<T>> {
+                let t = width(p0);
+                let mut col = vec![T::ZERO; kc * t];
+                im2col(xg, &self.geo, self.cg(), p0, p0 + t, &mut col);
+                let mut block = vec![T::ZERO; wg.rows() * t];
+                gemm(
+                    T::ONE,
+                    wg,
+                    Mat::row_major(&col, kc, t)?,
+                    T::ZERO,
+                    &mut block,
+                    t,
+                )?;
+                Ok(block)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (&p0, block) in tiles.iter().zip(&blocks) {
+            let t = width(p0);
+            for (row, src) in y.chunks_mut(p).zip(block.chunks(t)) {
+                row[p0..p0 + t].copy_from_slice(src);
+            }
+        }
         Ok(())
     }
 }
 
-/// Adds `bias[m]` to row `m` of `y` (rows of `p` elements).
-fn add_bias<T: Real>(y: &mut [T], bias: Option<&[T]>, p: usize) {
-    if let Some(b) = bias {
-        for (row, &bv) in y.chunks_mut(p).zip(b) {
-            row.iter_mut().for_each(|v| *v += bv);
+/// Adds the convolution of one input channel `x` by one filter `w` (one weight per tap) into the
+/// output plane `y`.
+fn single_channel<T: Real>(x: &[T], w: &[T], g: &Geometry3, y: &mut [T]) {
+    let [od, oh, ow] = g.output;
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [sd, sh, sw] = g.strides;
+    let [dd, dh, dw] = g.dilations;
+    let [pd, ph, pw] = g.pad_begin;
+    let mut taps = w.iter();
+    for kz in 0..kd {
+        let (z0, z1) = inside(od, id, sd, kz * dd, pd);
+        for ky in 0..kh {
+            let (y0, y1) = inside(oh, ih, sh, ky * dh, ph);
+            for kx in 0..kw {
+                let Some(&wv) = taps.next() else { return };
+                let (x0, x1) = inside(ow, iw, sw, kx * dw, pw);
+                if x0 == x1 {
+                    continue;
+                }
+                // `inside` keeps every input position below in bounds.
+                let first = x0 * sw + kx * dw - pw;
+                for oz in z0..z1 {
+                    let iz = oz * sd + kz * dd - pd;
+                    for oy in y0..y1 {
+                        let iy = oy * sh + ky * dh - ph;
+                        let src = &x[(iz * ih + iy) * iw..][..iw];
+                        let dst = &mut y[(oz * oh + oy) * ow..][x0..x1];
+                        if sw == 1 {
+                            for (d, &s) in dst.iter_mut().zip(&src[first..]) {
+                                *d += wv * s;
+                            }
+                        } else {
+                            for (d, &s) in dst.iter_mut().zip(src[first..].iter().step_by(sw)) {
+                                *d += wv * s;
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -270,9 +337,9 @@ pub(super) fn eval_conv(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     }
     let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
     let y = dispatch_real!(dtype, R => {
+        let (xv, wv) = (R::load(x)?, R::load(w)?);
         let bias = b.map(R::load).transpose()?;
-        let v = shape.run::<R>(&R::load(x)?, &R::load(w)?, bias.as_deref())?;
-        R::store(dtype, &shape.out_shape, v)?
+        output::<R>(dtype, &shape.out_shape, |y| shape.run(&xv, &wv, bias.as_deref(), y))?
     }, _ => return Err(unsupported_type("Conv", dtype)));
     Ok(vec![y])
 }
@@ -301,7 +368,8 @@ fn integer_conv(
     let xv = shifted_f64s(x, |_| zx(0))?;
     let wv = shifted_f64s(w, |i| zw(i / per_filter.max(1)))?;
     let bv = bias.map(|b| shifted_f64s(b, |_| 0)).transpose()?;
-    let acc = shape.run::<f64>(&xv, &wv, bv.as_deref())?;
+    let mut acc = vec![0.0; checked_product(&shape.out_shape)?];
+    shape.run::<f64>(&xv, &wv, bv.as_deref(), &mut acc)?;
     Ok((shape, acc))
 }
 

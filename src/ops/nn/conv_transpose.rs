@@ -21,7 +21,9 @@ use crate::tensor::Tensor;
 use super::super::util::{optional, required, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{checked_product, dispatch_real, input_dims, known_sizes, tensor_type, Real};
+use super::common::{
+    checked_product, dispatch_real, input_dims, known_sizes, output, tensor_type, Real,
+};
 use super::window::{inside, AutoPad, Geometry, Geometry3, Window};
 
 /// `output_padding` or `output_shape` as `rank` spatial values, if present.
@@ -135,7 +137,7 @@ impl Layout {
             .ok()
             .filter(|&g| g > 0)
             .ok_or_else(|| ctx.error("group must be positive"))?;
-        if w[0] != x[1] || x[1] % group != 0 {
+        if w[0] != x[1] || !x[1].is_multiple_of(group) {
             return Err(ctx.error(format!("X {x:?} and W {w:?} do not fit {group} groups")));
         }
         let c_out = w[1]
@@ -158,19 +160,22 @@ impl Layout {
         })
     }
 
-    fn run<T: Real>(&self, x: &[T], w: &[T], bias: Option<&[T]>) -> Result<Vec<T>> {
+    /// Writes the transposed convolution plus bias into `out` (the output, zeroed).
+    fn run<T: Real>(&self, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) -> Result<()> {
         let (cg, mg) = (self.c_in / self.group, self.c_out / self.group);
         let (pin, pout, taps) = (self.geo.in_plane(), self.geo.out_plane(), self.geo.taps());
-        if x.len() != self.batch * self.c_in * pin || w.len() != self.c_in * mg * taps {
-            return Err(Error::Eval("X or W does not hold its shape".into()));
+        if x.len() != self.batch * self.c_in * pin
+            || w.len() != self.c_in * mg * taps
+            || out.len() != self.batch * self.c_out * pout
+        {
+            return Err(Error::Eval("X, W or Y does not hold its shape".into()));
         }
         if bias.is_some_and(|b| b.len() != self.c_out) {
             return Err(Error::Eval(format!("B must hold {} values", self.c_out)));
         }
-        let mut out = vec![T::ZERO; checked_product(&self.out_shape)?];
         let slab = mg * pout;
         if slab == 0 {
-            return Ok(out);
+            return Ok(());
         }
         let mut col = vec![T::ZERO; mg * taps * pin];
         for (t, y) in out.chunks_mut(slab).enumerate() {
@@ -192,7 +197,7 @@ impl Layout {
                 }
             });
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -246,9 +251,9 @@ pub(super) fn eval_conv_transpose(
     }
     let layout = Layout::new(ctx, x.shape(), w.shape())?;
     let y = dispatch_real!(dtype, R => {
+        let (xv, wv) = (R::load(x)?, R::load(w)?);
         let bias = b.map(R::load).transpose()?;
-        let v = layout.run::<R>(&R::load(x)?, &R::load(w)?, bias.as_deref())?;
-        R::store(dtype, &layout.out_shape, v)?
+        output::<R>(dtype, &layout.out_shape, |y| layout.run(&xv, &wv, bias.as_deref(), y))?
     }, _ => return Err(unsupported_type("ConvTranspose", dtype)));
     Ok(vec![y])
 }

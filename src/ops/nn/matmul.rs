@@ -24,8 +24,8 @@ use super::super::util::{
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
-    dispatch_real, input_dims, is_int, round_to, shifted_f64s, store_ints, tensor_type, to_f32s,
-    zero_at, zero_points, Real, Ring,
+    dispatch_real, input_dims, is_int, output, round_to, shifted_f64s, store_ints, tensor_type,
+    to_f32s, zero_at, zero_points, Real, Ring,
 };
 
 /// Batches with at least this many multiply-adds in all run in parallel.
@@ -111,21 +111,23 @@ impl Plan {
         Ok(())
     }
 
-    /// `A @ B` in a floating-point type, through `matrixmultiply`.
-    pub fn run_real<T: Real>(&self, a: &[T], b: &[T]) -> Result<Vec<T>> {
+    /// Writes `A @ B` into `out` (the output), in a floating-point type, through
+    /// `matrixmultiply`.
+    pub fn run_real_into<T: Real>(&self, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
         self.check_lens(a, b)?;
         let (m, k, n) = (self.m, self.k, self.n);
-        let mut out = vec![T::ZERO; self.out_len()];
+        if out.len() != self.out_len() {
+            return Err(Error::Eval("the output does not hold its shape".into()));
+        }
         if out.is_empty() {
-            return Ok(out);
+            return Ok(());
         }
         if self.folds_into_rows() {
             let rows = self.pairs.len() * m;
             let bi = self.pairs[0].1;
             let a_all = Mat::row_major(&a[..rows * k], rows, k)?;
             let b_mat = Mat::row_major(&b[bi * k * n..(bi + 1) * k * n], k, n)?;
-            gemm(T::ONE, a_all, b_mat, T::ZERO, &mut out, n)?;
-            return Ok(out);
+            return gemm(T::ONE, a_all, b_mat, T::ZERO, out, n);
         }
         let one = |(c, &(ai, bi)): (&mut [T], &(usize, usize))| -> Result<()> {
             let am = Mat::row_major(&a[ai * m * k..(ai + 1) * m * k], m, k)?;
@@ -133,12 +135,16 @@ impl Plan {
             gemm(T::ONE, am, bm, T::ZERO, c, n)
         };
         if self.out_len().saturating_mul(k) >= PARALLEL_FLOPS {
-            out.par_chunks_mut(m * n)
-                .zip(&self.pairs)
-                .try_for_each(one)?;
+            out.par_chunks_mut(m * n).zip(&self.pairs).try_for_each(one)
         } else {
-            out.chunks_mut(m * n).zip(&self.pairs).try_for_each(one)?;
+            out.chunks_mut(m * n).zip(&self.pairs).try_for_each(one)
         }
+    }
+
+    /// `A @ B` in a floating-point type.
+    pub fn run_real<T: Real>(&self, a: &[T], b: &[T]) -> Result<Vec<T>> {
+        let mut out = vec![T::ZERO; self.out_len()];
+        self.run_real_into(a, b, &mut out)?;
         Ok(out)
     }
 
@@ -177,8 +183,8 @@ pub(super) fn eval_matmul(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     let plan = Plan::new(a.shape(), b.shape())?;
     let dtype = a.dtype();
     let out = dispatch_real!(dtype, R => {
-        let values = plan.run_real::<R>(&R::load(a)?, &R::load(b)?)?;
-        R::store(dtype, &plan.out_shape, values)?
+        let (av, bv) = (R::load(a)?, R::load(b)?);
+        output::<R>(dtype, &plan.out_shape, |y| plan.run_real_into(&av, &bv, y))?
     }, _ => {
         if !is_int(dtype) {
             return Err(unsupported_type("MatMul", dtype));

@@ -100,11 +100,7 @@ pub(super) fn eval_batch_norm(
     } else {
         per_sample
     };
-    let inner = if channels == 0 {
-        0
-    } else {
-        per_sample / channels
-    };
+    let inner = per_sample.checked_div(channels).unwrap_or(0);
     let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
     let momentum = ctx.node.attr_float("momentum", 0.9)? as f64;
     let dtype = x.dtype();
@@ -224,7 +220,7 @@ pub(super) fn eval_group_norm(
     let channels = shape[1];
     let groups = usize::try_from(ctx.node.attr_int("num_groups", 0)?)
         .ok()
-        .filter(|&g| g > 0 && channels % g == 0)
+        .filter(|&g| g > 0 && channels.is_multiple_of(g))
         .ok_or_else(|| {
             ctx.error(format!(
                 "num_groups must be a positive divisor of the {channels} channels"

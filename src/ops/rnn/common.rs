@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use crate::error::{Error, Result};
 use crate::ir::{AttrValue, Dim, Node, Shape, TensorType};
 use crate::ops::util::{optional, required, to_i64s, Float};
-use crate::ops::{EvalCtx, InferCtx};
+use crate::ops::{EvalCtx, EvalFn, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -164,18 +164,17 @@ pub(super) struct Problem<'a, T: Real> {
     pub initial_h: Option<Cow<'a, [T]>>,
 }
 
-/// The element type `X` computes in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Precision {
-    F32,
-    F64,
-}
-
-/// The compute type of a node, from the element type of `X`.
-pub(super) fn precision(inputs: &[Option<&Tensor>]) -> Result<Precision> {
+/// Runs `f32_run` or `f64_run` by the element type of `X` (`float16` and `bfloat16` compute in
+/// `f32`).
+pub(super) fn by_precision(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+    f32_run: EvalFn,
+    f64_run: EvalFn,
+) -> Result<Vec<Tensor>> {
     match required(inputs, X)?.dtype() {
-        DataType::Float | DataType::Float16 | DataType::Bfloat16 => Ok(Precision::F32),
-        DataType::Double => Ok(Precision::F64),
+        DataType::Float | DataType::Float16 | DataType::Bfloat16 => f32_run(ctx, inputs),
+        DataType::Double => f64_run(ctx, inputs),
         other => Err(crate::ops::util::unsupported_type(
             "a recurrent operator",
             other,
@@ -327,8 +326,10 @@ impl<'a, T: Real> Problem<'a, T> {
             directions,
             gates: spec.gates,
         };
-        // Every buffer of a run is at most this large per direction.
+        // Every buffer of a run is at most one of these large (per direction); `X` may be
+        // empty while its batch is not, so the second does not follow from the first.
         checked_len::<T>(&[seq, batch, gh.max(input)])?;
+        checked_len::<T>(&[directions, batch, gh])?;
         let lens = sequence_lens(optional(inputs, SEQUENCE_LENS), seq, batch)?;
         let mut problem = Problem {
             dims,
@@ -429,6 +430,12 @@ impl<'a, T: Real> Problem<'a, T> {
             }
             None => (vec![T::ZERO; gh], vec![T::ZERO; gh]),
         }
+    }
+
+    /// Direction `d`'s two biases summed, for gates where both are plain additive terms.
+    pub fn summed_biases(&self, d: usize) -> Vec<T> {
+        let (wb, rb) = self.biases(d);
+        wb.iter().zip(&rb).map(|(&a, &b)| a + b).collect()
     }
 
     /// Direction `d`'s activation functions.

@@ -16,7 +16,7 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, precision, Precision, Problem, Spec, Track};
+use super::common::{self, Problem, Spec, Track};
 use super::math::{gemm, transposed, Real, View};
 
 const SPEC: Spec = Spec {
@@ -25,10 +25,7 @@ const SPEC: Spec = Spec {
 };
 
 pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    match precision(inputs)? {
-        Precision::F32 => run::<f32>(ctx, inputs),
-        Precision::F64 => run::<f64>(ctx, inputs),
-    }
+    common::by_precision(ctx, inputs, run::<f32>, run::<f64>)
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {

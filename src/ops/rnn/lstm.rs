@@ -12,7 +12,7 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, precision, Precision, Problem, Spec, Track};
+use super::common::{self, Problem, Spec, Track};
 use super::math::{gemm, transposed, Activation, Real, View};
 
 /// Position of `initial_c` among the inputs.
@@ -26,10 +26,7 @@ const SPEC: Spec = Spec {
 };
 
 pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    match precision(inputs)? {
-        Precision::F32 => run::<f32>(ctx, inputs),
-        Precision::F64 => run::<f64>(ctx, inputs),
-    }
+    common::by_precision(ctx, inputs, run::<f32>, run::<f64>)
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
@@ -106,9 +103,7 @@ fn direction<T: Real>(
     let width = 4 * hidden;
     let (w, r) = p.weights(d);
     let rt = transposed(r, width, hidden);
-    let (wb, rb) = p.biases(d);
-    let bias: Vec<T> = wb.iter().zip(&rb).map(|(&a, &b)| a + b).collect();
-    let xw = p.project(w, &bias)?;
+    let xw = p.project(w, &p.summed_biases(d))?;
     let mut c = p.initial(initial_c, d);
     let h = p.initial(p.initial_h.as_deref(), d);
     let (y, h) = p.scan(d, &xw, width, h, |active, g, h| {

@@ -11,9 +11,21 @@
 //! `float16` and `bfloat16` run (the last two computed in `f32`).
 //!
 //! Every kernel returns all its outputs (`Y`, `Y_h`, and `Y_c` for LSTM); the interpreter keeps
-//! those the node names. Activation parameters are consumed in the order of the activations by
-//! those that take them, as onnxruntime does; the defaults are those of the ONNX operators of the
-//! same name (see [`common`]).
+//! those the node names.
+//!
+//! Where the specification is silent or runtimes differ:
+//! - `activation_alpha`/`activation_beta` are consumed in the order of the activations, each value
+//!   by the next function that takes that parameter (as onnxruntime reads them).
+//! - A missing parameter takes the default of the ONNX operator of the same name, as the
+//!   specification says: `LeakyRelu` 0.01, `HardSigmoid` 0.2 and 0.5, `Elu` 1 (as onnxruntime),
+//!   `Affine` 1 and 0, `ThresholdedRelu` 1 (onnxruntime uses 0 for both). `ScaledTanh` has no
+//!   default, so its parameters are required (onnxruntime uses 0).
+//! - `clip` bounds the input of every gate activation, not the cell state that `h` reads (as
+//!   onnxruntime).
+//! - Past a sequence's length `Y` is zero and `Y_h`/`Y_c` keep the state of its last step; a
+//!   sequence of length zero has zero final states (as onnxruntime).
+//! - `ThresholdedRelu` passes `x > alpha`, as the ONNX operator (the recurrent operators' table
+//!   writes `>=`).
 
 use super::OpDef;
 

@@ -6,7 +6,7 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, precision, Precision, Problem, Spec, Track};
+use super::common::{self, Problem, Spec, Track};
 use super::math::{gemm, transposed, Real, View};
 
 const SPEC: Spec = Spec {
@@ -15,10 +15,7 @@ const SPEC: Spec = Spec {
 };
 
 pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    match precision(inputs)? {
-        Precision::F32 => run::<f32>(ctx, inputs),
-        Precision::F64 => run::<f64>(ctx, inputs),
-    }
+    common::by_precision(ctx, inputs, run::<f32>, run::<f64>)
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
@@ -36,9 +33,7 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize) -> Result<Track<T>> {
     let f = p.activations(d)[0];
     let (w, r) = p.weights(d);
     let rt = transposed(r, n, n);
-    let (wb, rb) = p.biases(d);
-    let bias: Vec<T> = wb.iter().zip(&rb).map(|(&a, &b)| a + b).collect();
-    let xw = p.project(w, &bias)?;
+    let xw = p.project(w, &p.summed_biases(d))?;
     let h = p.initial(p.initial_h.as_deref(), d);
     let (y, h) = p.scan(d, &xw, n, h, |active, g, h| {
         gemm(View::rows(h, batch, n), View::rows(&rt, n, n), T::ONE, g, n)?;
