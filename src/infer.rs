@@ -234,8 +234,7 @@ impl Constants {
             .iter()
             .zip(values)
             .all(|(name, v)| name.is_empty() || v.is_some());
-        if !all_known || node.subgraphs().next().is_some() || node.domain == crate::gather::DOMAIN
-        {
+        if !all_known || node.subgraphs().next().is_some() || node.domain == crate::gather::DOMAIN {
             return None;
         }
         let outputs = ops::eval_node(node, opset, values).ok()?;

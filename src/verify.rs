@@ -418,9 +418,12 @@ pub fn close_enough(expected: &Tensor, actual: &Tensor) -> std::result::Result<(
     }
     let values = |t: &Tensor| -> Option<Vec<f64>> {
         Some(match t.dtype() {
-            DataType::Float | DataType::Complex64 => {
-                t.as_slice::<f32>().ok()?.iter().map(|&v| v as f64).collect()
-            }
+            DataType::Float | DataType::Complex64 => t
+                .as_slice::<f32>()
+                .ok()?
+                .iter()
+                .map(|&v| v as f64)
+                .collect(),
             DataType::Double | DataType::Complex128 => t.as_slice::<f64>().ok()?.to_vec(),
             DataType::Float16 => t
                 .as_slice::<half::f16>()
@@ -453,13 +456,15 @@ pub fn close_enough(expected: &Tensor, actual: &Tensor) -> std::result::Result<(
                 !same
             })
             .unwrap_or(0);
-        return Err(format!("{} values differ from element {first}", expected.dtype()));
+        return Err(format!(
+            "{} values differ from element {first}",
+            expected.dtype()
+        ));
     };
     let tol = Tolerance::for_type(expected.dtype());
     for (i, (&w, &g)) in want.iter().zip(&got).enumerate() {
-        let ok = (w.is_nan() && g.is_nan())
-            || w == g
-            || (w - g).abs() <= tol.atol + tol.rtol * w.abs();
+        let ok =
+            (w.is_nan() && g.is_nan()) || w == g || (w - g).abs() <= tol.atol + tol.rtol * w.abs();
         if !ok {
             return Err(format!("element {i}: expected {w}, got {g}"));
         }

@@ -202,7 +202,9 @@ fn verify_proves_a_rewrite_bit_for_bit() {
         "verify",
         fixture("gather_elements_smaller_indices").to_str().unwrap(),
         "--inputs",
-        data_set("gather_elements_smaller_indices").to_str().unwrap(),
+        data_set("gather_elements_smaller_indices")
+            .to_str()
+            .unwrap(),
         "--json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -230,9 +232,15 @@ fn verify_fails_with_exit_1_when_the_rewritten_model_differs() {
     let mut model = multigather::io::load(&original).unwrap();
     multigather::pass::GatherToMultiaxis::rewrite(&mut model, Default::default()).unwrap();
     let table = &mut model.graph.initializers[0];
-    let bytes = table.le_bytes().unwrap().iter().map(|b| b ^ 0x40).collect::<Vec<u8>>();
+    let bytes = table
+        .le_bytes()
+        .unwrap()
+        .iter()
+        .map(|b| b ^ 0x40)
+        .collect::<Vec<u8>>();
     table.payload = multigather::ir::Payload::Raw(bytes.into());
-    let tampered = std::env::temp_dir().join(format!("mg-cli-tampered-{}.onnx", std::process::id()));
+    let tampered =
+        std::env::temp_dir().join(format!("mg-cli-tampered-{}.onnx", std::process::id()));
     multigather::io::save(&model, &tampered).unwrap();
     let out = multigather(&[
         "verify",

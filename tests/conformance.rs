@@ -31,7 +31,8 @@ fn run_test(dir: &Path) -> Result<(), String> {
         let actual = session.run(inputs).map_err(|e| e.to_string())?;
         for (k, want) in expected.iter().enumerate() {
             let (_, got) = actual.get(k).ok_or(format!("output {k} missing"))?;
-            close_enough(want, got).map_err(|why| format!("{}: output {k}: {why}", set.display()))?;
+            close_enough(want, got)
+                .map_err(|why| format!("{}: output {k}: {why}", set.display()))?;
         }
     }
     Ok(())

@@ -70,5 +70,8 @@ fn every_fixture_keeps_its_meaning_through_rewrite_and_lowering() {
     common::models_under(&common::fixtures_dir(), &mut models);
     assert!(models.len() >= 30, "fixtures are missing");
     let rewritten: usize = models.iter().map(|p| check(p)).sum();
-    assert!(rewritten >= models.len() - 2, "too few gathers rewritten: {rewritten}");
+    assert!(
+        rewritten >= models.len() - 2,
+        "too few gathers rewritten: {rewritten}"
+    );
 }

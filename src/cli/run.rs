@@ -86,7 +86,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for (k, (name, t)) in outputs.iter().enumerate() {
             let path = dir.join(format!("output_{k}.pb"));
-            write_tensor_pb(&path, name, t).with_context(|| format!("writing {}", path.display()))?;
+            write_tensor_pb(&path, name, t)
+                .with_context(|| format!("writing {}", path.display()))?;
         }
     }
     times.sort_by(f64::total_cmp);
@@ -137,7 +138,9 @@ fn preview(t: &Tensor) -> String {
 fn element_text(t: &Tensor, i: usize) -> String {
     use multigather::DataType as D;
     fn show<T: ToString>(r: Result<&[T], multigather::tensor::TensorError>, i: usize) -> String {
-        r.ok().and_then(|v| v.get(i)).map_or_else(String::new, T::to_string)
+        r.ok()
+            .and_then(|v| v.get(i))
+            .map_or_else(String::new, T::to_string)
     }
     multigather::dispatch_float!(t.dtype(), T => show(t.as_slice::<T>(), i), _ => {
         multigather::dispatch_int!(t.dtype(), T => show(t.as_slice::<T>(), i), _ => match t.dtype() {

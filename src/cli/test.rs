@@ -28,9 +28,10 @@ pub fn run(dirs: &[PathBuf]) -> Result<Outcome> {
     }
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for test in &tests {
-        let name = test
-            .file_name()
-            .map_or_else(|| test.display().to_string(), |n| n.to_string_lossy().into());
+        let name = test.file_name().map_or_else(
+            || test.display().to_string(),
+            |n| n.to_string_lossy().into(),
+        );
         match run_one(test) {
             Verdict::Pass => {
                 passed += 1;
@@ -66,7 +67,10 @@ fn collect(dir: &Path, tests: &mut Vec<PathBuf>) -> Result<()> {
         .filter(|p| p.join("model.onnx").is_file())
         .collect();
     if subdirs.is_empty() {
-        anyhow::bail!("{}: no model.onnx in it or its subdirectories", dir.display());
+        anyhow::bail!(
+            "{}: no model.onnx in it or its subdirectories",
+            dir.display()
+        );
     }
     subdirs.sort();
     tests.extend(subdirs);

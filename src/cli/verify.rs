@@ -82,7 +82,10 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("{:<32} {:<10} {:<18} {:>10} {:>12}", "output", "dtype", "shape", "mismatches", "max |diff|");
+        println!(
+            "{:<32} {:<10} {:<18} {:>10} {:>12}",
+            "output", "dtype", "shape", "mismatches", "max |diff|"
+        );
         for c in &comparisons {
             println!(
                 "{:<32} {:<10} {:<18} {:>10} {:>12}",
@@ -90,7 +93,8 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
                 c.dtype,
                 format!("{:?}", c.shape),
                 c.mismatches,
-                c.max_abs_diff.map_or_else(|| "-".into(), |d| format!("{d:e}")),
+                c.max_abs_diff
+                    .map_or_else(|| "-".into(), |d| format!("{d:e}")),
             );
             if let Some(p) = &c.problem {
                 println!("  {p}");

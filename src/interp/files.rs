@@ -175,11 +175,7 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor> {
         "b1" => DataType::Bool,
         "c8" => DataType::Complex64,
         "c16" => DataType::Complex128,
-        other => {
-            return Err(Error::Unsupported(format!(
-                ".npy element type '{other}'"
-            )))
-        }
+        other => return Err(Error::Unsupported(format!(".npy element type '{other}'"))),
     };
     Ok(Tensor::from_bytes(dtype, &shape, data)?)
 }
@@ -199,7 +195,10 @@ mod tests {
 
     #[test]
     fn npy_files_parse() {
-        let data: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let data: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let t = read_npy(&npy("<f4", "(2,)", &data)).unwrap();
         assert_eq!(t.shape(), &[2]);
         assert_eq!(t.to_vec::<f32>().unwrap(), [1.5, -2.0]);
@@ -209,7 +208,10 @@ mod tests {
 
     #[test]
     fn npy_errors_are_clear() {
-        assert!(read_npy(b"garbage").unwrap_err().to_string().contains("magic"));
+        assert!(read_npy(b"garbage")
+            .unwrap_err()
+            .to_string()
+            .contains("magic"));
         let short = npy("<f4", "(3,)", &[0u8; 4]);
         assert!(read_npy(&short).is_err());
         let err = read_npy(&npy("<U3", "(1,)", &[0u8; 12])).unwrap_err();

@@ -134,7 +134,12 @@ impl<'m> Session<'m> {
         self.check_graph(&self.model.graph, &self.model.opset_imports, 0)
     }
 
-    fn check_graph(&self, graph: &'m Graph, imports: &'m [OpsetImport], depth: usize) -> Result<()> {
+    fn check_graph(
+        &self,
+        graph: &'m Graph,
+        imports: &'m [OpsetImport],
+        depth: usize,
+    ) -> Result<()> {
         if depth > MAX_CALL_DEPTH {
             return Err(Error::Limit(format!(
                 "subgraphs and function calls nest deeper than {MAX_CALL_DEPTH}"
@@ -162,13 +167,16 @@ impl<'m> Session<'m> {
         let mut values = HashMap::new();
         for (name, t) in inputs {
             let Some(decl) = graph.inputs.iter().find(|v| v.name == name) else {
-                return Err(Error::Eval(format!("the model has no input named '{name}'")));
+                return Err(Error::Eval(format!(
+                    "the model has no input named '{name}'"
+                )));
             };
             check_declared(&name, decl.tensor_type(), &t)?;
             values.insert(name, t);
         }
         let work = || {
-            let outputs = self.run_graph(graph, &self.model.opset_imports, values, None, None, 0)?;
+            let outputs =
+                self.run_graph(graph, &self.model.opset_imports, values, None, None, 0)?;
             Ok(graph
                 .outputs
                 .iter()
@@ -240,7 +248,11 @@ impl<'m> Session<'m> {
             .inputs
             .iter()
             .map(|v| v.name.as_str())
-            .chain(steps.iter().flat_map(|s| s.node.outputs.iter().map(String::as_str)))
+            .chain(
+                steps
+                    .iter()
+                    .flat_map(|s| s.node.outputs.iter().map(String::as_str)),
+            )
             .collect();
         for o in &graph.outputs {
             local.remove(o.name.as_str());

@@ -76,7 +76,7 @@ fn eval_loop(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor
         let mut args = Vec::with_capacity(2 + n_carried);
         args.push(Tensor::scalar(DataType::Int64, i)?);
         args.push(Tensor::scalar(DataType::Bool, 1u8)?);
-        args.extend(carried.drain(..));
+        args.append(&mut carried);
         let mut out = ctx.run_subgraph(body, args)?.into_iter();
         let c = out
             .next()
@@ -166,9 +166,7 @@ fn slice_along(t: &Tensor, axis: usize, i: usize) -> Result<Tensor> {
     let shape = t.shape();
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
-    let starts: Vec<usize> = (0..outer)
-        .map(|o| (o * shape[axis] + i) * inner)
-        .collect();
+    let starts: Vec<usize> = (0..outer).map(|o| (o * shape[axis] + i) * inner).collect();
     let out: Vec<usize> = shape[..axis]
         .iter()
         .chain(&shape[axis + 1..])
@@ -181,7 +179,10 @@ fn axes_attr(ctx: &EvalCtx<'_>, name: &str, count: usize, ranks: &[usize]) -> Re
     let given = ctx.node.attr_ints(name)?.map(<[i64]>::to_vec);
     let values = given.unwrap_or_else(|| vec![0; count]);
     if values.len() != count {
-        return Err(ctx.error(format!("{name} has {} entries, expected {count}", values.len())));
+        return Err(ctx.error(format!(
+            "{name} has {} entries, expected {count}",
+            values.len()
+        )));
     }
     values
         .iter()
@@ -220,9 +221,11 @@ fn eval_scan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor
             )));
         }
     }
-    let n_out_scan = body.outputs.len().checked_sub(n_state).ok_or_else(|| {
-        ctx.error("the body has fewer outputs than state variables")
-    })?;
+    let n_out_scan = body
+        .outputs
+        .len()
+        .checked_sub(n_state)
+        .ok_or_else(|| ctx.error("the body has fewer outputs than state variables"))?;
     let mut state: Vec<Tensor> = state_in.iter().map(|t| (*t).clone()).collect();
     let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_out_scan];
     for i in 0..steps {
@@ -256,10 +259,8 @@ fn eval_scan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor
         }
         let output = &body.outputs[n_state + k];
         let item_rank = parts.first().map_or(0, Tensor::rank);
-        let axis = super::util::normalize_axis(
-            out_axes_raw.get(k).copied().unwrap_or(0),
-            item_rank + 1,
-        )?;
+        let axis =
+            super::util::normalize_axis(out_axes_raw.get(k).copied().unwrap_or(0), item_rank + 1)?;
         outputs.push(stack(&parts, axis, || empty_scan_output(body, output))?);
     }
     Ok(outputs)

@@ -192,14 +192,10 @@ fn eval_gather_nd(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<T
     let per_batch: usize = ds[b..].iter().product();
     let data_strides = super::util::strides(ds);
     let tuples = indices.len() / k;
-    let tuples_per_batch = if batch == 0 { 0 } else { tuples / batch };
+    let tuples_per_batch = tuples.checked_div(batch).unwrap_or(0);
     let mut starts = Vec::with_capacity(tuples);
     for t in 0..tuples {
-        let mut offset = if tuples_per_batch == 0 {
-            0
-        } else {
-            (t / tuples_per_batch) * per_batch
-        };
+        let mut offset = t.checked_div(tuples_per_batch).unwrap_or(0) * per_batch;
         for c in 0..k {
             offset += index(indices, t * k + c, ds[b + c])? * data_strides[b + c];
         }

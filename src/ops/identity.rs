@@ -31,7 +31,10 @@ fn infer_identity(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 /// The value of a `Constant` node's attribute.
 fn constant_value(node: &crate::ir::Node) -> Result<Tensor> {
     let fail = |reason: &str| crate::Error::Eval(reason.to_owned());
-    let mut found = node.attributes.iter().filter(|a| a.name.starts_with("value") || a.name == "sparse_value");
+    let mut found = node
+        .attributes
+        .iter()
+        .filter(|a| a.name.starts_with("value") || a.name == "sparse_value");
     let (Some(attr), None) = (found.next(), found.next()) else {
         return Err(fail("needs exactly one value attribute"));
     };
@@ -46,9 +49,7 @@ fn constant_value(node: &crate::ir::Node) -> Result<Tensor> {
             Tensor::from_vec(DataType::Int64, &[v.len()], v.clone())?
         }
         ("value_string", AttrValue::String(v)) => Tensor::from_strings(&[], vec![v.clone()])?,
-        ("value_strings", AttrValue::Strings(v)) => {
-            Tensor::from_strings(&[v.len()], v.clone())?
-        }
+        ("value_strings", AttrValue::Strings(v)) => Tensor::from_strings(&[v.len()], v.clone())?,
         ("sparse_value", _) => {
             return Err(crate::Error::Unsupported(
                 "Constant with a sparse_value".into(),

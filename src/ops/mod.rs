@@ -235,7 +235,10 @@ pub fn registry() -> &'static Registry {
     REGISTRY.get_or_init(|| {
         let mut by_op: HashMap<_, Vec<&'static OpDef>> = HashMap::new();
         for def in FAMILIES.iter().flat_map(|f| f.iter()) {
-            by_op.entry((def.domain, def.op_type)).or_default().push(def);
+            by_op
+                .entry((def.domain, def.op_type))
+                .or_default()
+                .push(def);
         }
         Registry { by_op }
     })
@@ -307,8 +310,8 @@ mod tests {
         for defs in registry().by_op.values() {
             for (i, a) in defs.iter().enumerate() {
                 for b in &defs[i + 1..] {
-                    let overlap = a.opsets.start() <= b.opsets.end()
-                        && b.opsets.start() <= a.opsets.end();
+                    let overlap =
+                        a.opsets.start() <= b.opsets.end() && b.opsets.start() <= a.opsets.end();
                     assert!(!overlap, "{} has overlapping opset ranges", a.op_type);
                 }
             }

@@ -70,9 +70,7 @@ pub fn scalar_i64(t: &Tensor) -> Result<i64> {
 pub fn to_dims(t: &Tensor) -> Result<Vec<usize>> {
     to_i64s(t)?
         .into_iter()
-        .map(|d| {
-            usize::try_from(d).map_err(|_| Error::Eval(format!("negative dimension {d}")))
-        })
+        .map(|d| usize::try_from(d).map_err(|_| Error::Eval(format!("negative dimension {d}"))))
         .collect()
 }
 
@@ -348,8 +346,7 @@ mod tests {
 
     #[test]
     fn binary_broadcast_matches_numpy() {
-        let (v, s) =
-            broadcast_binary(&[1, 2], &[2, 1], &[10, 20, 30], &[3], |a, b| a + b).unwrap();
+        let (v, s) = broadcast_binary(&[1, 2], &[2, 1], &[10, 20, 30], &[3], |a, b| a + b).unwrap();
         assert_eq!(s, vec![2, 3]);
         assert_eq!(v, vec![11, 21, 31, 12, 22, 32]);
     }

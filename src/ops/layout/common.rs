@@ -218,17 +218,66 @@ pub(super) fn gather_axes(
         block *= shape[outer - 1];
         outer -= 1;
     }
-    let mut coord = vec![0usize; outer];
+    if outer == 0 {
+        out.copy(0, 0, block)?;
+        return out.finish();
+    }
+    // The odometer walks the axes before the last non-contiguous one; that axis runs in an
+    // inner loop whose adjacent blocks merge into single copies (a slice row is one copy).
+    let last = outer - 1;
+    let mut coord = vec![0usize; last];
     loop {
-        match offset(&maps[..outer], &strides, &coord)? {
-            Some(start) => out.copy(0, start, block)?,
-            None => out.repeat(1, 0, block)?,
+        match offset(&maps[..last], &strides, &coord)? {
+            None => out.repeat(1, 0, block * shape[last])?,
+            Some(base) => copy_row(&mut out, base, &maps[last], strides[last], block)?,
         }
-        if !advance(&mut coord, &shape[..outer]) {
+        if !advance(&mut coord, &shape[..last]) {
             break;
         }
     }
     out.finish()
+}
+
+/// Writes the blocks one axis reads from `base`, merging runs that are adjacent in the input
+/// (or all fill) into one copy.
+fn copy_row(
+    out: &mut Writer<'_>,
+    base: usize,
+    map: &[Option<usize>],
+    stride: usize,
+    block: usize,
+) -> Result<()> {
+    let overflow = || Error::Eval("input offset overflows".into());
+    // The pending run: its input start (`None`: fill) and its length in elements.
+    let mut run: Option<(Option<usize>, usize)> = None;
+    for &j in map {
+        let start = match j {
+            Some(j) => Some(
+                j.checked_mul(stride)
+                    .and_then(|o| o.checked_add(base))
+                    .ok_or_else(overflow)?,
+            ),
+            None => None,
+        };
+        run = match run {
+            Some((Some(s), n)) if start == s.checked_add(n) => Some((Some(s), n + block)),
+            Some((None, n)) if start.is_none() => Some((None, n + block)),
+            pending => {
+                flush(out, pending)?;
+                Some((start, block))
+            }
+        };
+    }
+    flush(out, run)
+}
+
+/// Writes a pending run of [`copy_row`].
+fn flush(out: &mut Writer<'_>, run: Option<(Option<usize>, usize)>) -> Result<()> {
+    match run {
+        Some((Some(start), n)) => out.copy(0, start, n),
+        Some((None, n)) => out.repeat(1, 0, n),
+        None => Ok(()),
+    }
 }
 
 /// The input offset of output coordinates `coord`, or `None` when some axis reads the fill.

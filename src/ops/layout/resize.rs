@@ -17,11 +17,16 @@
 //!   once to the element type (integers half to even, saturating);
 //! - with `tf_crop_and_resize`, a coordinate outside the input gives `extrapolation_value`.
 //!
-//! Scales give output dims `floor(dim * scale)` (times the ROI extent for `tf_crop_and_resize`);
-//! sizes give them directly, or through `keep_aspect_ratio_policy` one common scale with dims
-//! rounded half up. Where the spec and the ONNX reference implementation differ in a corner the
-//! tests exercise (`align_corners` and `tf_crop_and_resize` divide by the fractional output
-//! length `dim * scale`), this follows the reference, whose outputs the tests record.
+//! Scales give output dims `floor(dim * scale)`; sizes give them directly, or through
+//! `keep_aspect_ratio_policy` one common scale with dims rounded half up. The spec's text also
+//! multiplies by the ROI extent for `tf_crop_and_resize`, but its shape inference, its reference
+//! implementation and onnxruntime do not, so neither does this.
+//!
+//! Where the spec's formulas and the ONNX reference implementation differ, this follows the
+//! reference, whose outputs the conformance tests record: `align_corners`, `pytorch_half_pixel`
+//! and `tf_crop_and_resize` use the fractional output length `dim * scale`, which differs from
+//! the output dim when a scale does not divide evenly. At a fractional length of exactly 1,
+//! `pytorch_half_pixel` maps to 0 as the spec and onnxruntime say (the reference uses -0.5).
 //!
 //! Opset 10 `Resize` and `Upsample` have neither coordinate modes nor `nearest_mode`: they use
 //! `asymmetric` coordinates and round nearest positions down when upsampling and up when
@@ -221,13 +226,8 @@ fn plan(shape: &[usize], target: &Target, coord: Coord) -> Result<Vec<AxisPlan>>
                 if !(s > 0.0 && s.is_finite()) {
                     return Err(Error::Eval(format!("scale {s} is not positive")));
                 }
-                let extent = if coord == Coord::TfCropAndResize {
-                    p.roi.1 - p.roi.0
-                } else {
-                    1.0
-                };
                 p.scale = s;
-                p.out_len = output_len((p.in_len as f64 * extent * s).floor())?;
+                p.out_len = output_len((p.in_len as f64 * s).floor())?;
             }
         }
         (None, Some(sizes)) => {
@@ -294,20 +294,25 @@ fn source_coord(coord: Coord, y: usize, p: &AxisPlan) -> f64 {
             let offset = n / 2.0 * (1.0 - adjustment);
             offset + (y + 0.5) / s - 0.5
         }
-        Coord::PytorchHalfPixel if p.out_len > 1 => (y + 0.5) / s - 0.5,
+        Coord::PytorchHalfPixel if out > 1.0 => (y + 0.5) / s - 0.5,
         Coord::PytorchHalfPixel => 0.0,
         Coord::AlignCorners if out == 1.0 => 0.0,
         Coord::AlignCorners => y * (n - 1.0) / (out - 1.0),
         Coord::Asymmetric => y / s,
         Coord::TfHalfPixelForNn => (y + 0.5) / s,
         Coord::TfCropAndResize => {
-            let (a, b) = p.roi;
+            // The ROI extent and start offset are rounded to `f32`, as the reference computes
+            // them from a float ROI (and onnxruntime computes everything): whether a border
+            // position extrapolates depends on it.
+            let (a, b) = (p.roi.0 as f32, p.roi.1 as f32);
+            let extent = f64::from(b - a);
+            let start = f64::from(a * (p.in_len as f32 - 1.0));
             let x = if out == 1.0 {
-                (b - a) * (n - 1.0) / 2.0
+                extent * (n - 1.0) / 2.0
             } else {
-                y * (b - a) * (n - 1.0) / (out - 1.0)
+                y * extent * (n - 1.0) / (out - 1.0)
             };
-            x + a * (n - 1.0)
+            x + start
         }
     }
 }
@@ -600,10 +605,6 @@ fn infer_dims(ctx: &InferCtx<'_>, scales_at: usize, sizes_at: Option<usize>) -> 
         .attr_string("keep_aspect_ratio_policy")
         .ok()?
         .unwrap_or("stretch");
-    let coord = ctx
-        .node
-        .attr_string("coordinate_transformation_mode")
-        .ok()?;
     let scales = ctx
         .constant(scales_at)
         .filter(|t| !t.is_empty())
@@ -617,9 +618,7 @@ fn infer_dims(ctx: &InferCtx<'_>, scales_at: usize, sizes_at: Option<usize>) -> 
                 out[a] = Dim::Known(s);
             }
         }
-        (Some(scales), None)
-            if scales.len() == axes.len() && coord != Some("tf_crop_and_resize") =>
-        {
+        (Some(scales), None) if scales.len() == axes.len() => {
             for (&a, s) in axes.iter().zip(scales) {
                 out[a] = match &dims[a] {
                     _ if s == 1.0 => dims[a].clone(),

@@ -123,6 +123,18 @@ mod tests {
     }
 
     #[test]
+    fn inference_gives_int64_of_the_reduced_rank() {
+        use crate::ir::{Dim, TensorType};
+        let n = Dim::Symbolic("n".into());
+        let x = TensorType::new(DataType::Float16, vec![n.clone(), Dim::Known(3)]);
+        let node = Node::new("ArgMax", "a", ["x"], ["y"])
+            .with_attr("axis", AttrValue::Int(-1))
+            .with_attr("keepdims", AttrValue::Int(0));
+        let t = crate::ops::infer_node(&node, 13, &[Some(x)], &[None]);
+        assert_eq!(t[0], TensorType::new(DataType::Int64, vec![n]));
+    }
+
+    #[test]
     fn argmin_over_the_default_axis() {
         let y = run("ArgMin", &[], &x()).unwrap();
         assert_eq!(y.shape(), &[1, 2]);

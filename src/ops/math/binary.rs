@@ -126,11 +126,19 @@ pub(super) fn eval_pow(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
     }, _ => Err(bad_type(ctx, x.dtype())))
 }
 
+/// `x` for non-negative `x`, `slope * x` below zero.
+fn prelu<A: Arith>(x: A, slope: A) -> A {
+    if x < A::ZERO {
+        x.mul(slope)
+    } else {
+        x
+    }
+}
+
 pub(super) fn eval_prelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (x, slope, dtype) = operands(ctx, inputs)?;
     dispatch_num!(dtype, T => {
-        let f = |v: <T as Num>::Work, s| T::narrow(if v < Arith::ZERO { v.mul(s) } else { v });
-        Ok(vec![zip_num::<T, T>(x, slope, dtype, f)?])
+        Ok(vec![zip_num::<T, T>(x, slope, dtype, |v, s| T::narrow(prelu(v, s)))?])
     }, _ => Err(bad_type(ctx, dtype)))
 }
 
@@ -427,6 +435,27 @@ mod tests {
         let b = |v: &[u8]| Tensor::from_vec(DataType::Bool, &[v.len()], v.to_vec()).unwrap();
         let y = run(node("Xor"), &b(&[1, 1, 0]), &b(&[1, 0, 0])).unwrap();
         assert_eq!(y.to_vec::<u8>().unwrap(), [0, 1, 0]);
+    }
+
+    #[test]
+    fn inference_broadcasts_symbolic_dims() {
+        use crate::ir::{Dim, TensorType};
+        let n = Dim::Symbolic("n".into());
+        let a = TensorType::new(DataType::Float, vec![n.clone(), Dim::Known(1)]);
+        let b = TensorType::new(DataType::Float, vec![Dim::Known(4)]);
+        let inputs = [Some(a), Some(b)];
+        let t = crate::ops::infer_node(&node("Less"), 13, &inputs, &[None, None]);
+        assert_eq!(
+            t[0],
+            TensorType::new(DataType::Bool, vec![n.clone(), Dim::Known(4)])
+        );
+        let t = crate::ops::infer_node(&node("Mul"), 13, &inputs, &[None, None]);
+        assert_eq!(
+            t[0],
+            TensorType::new(DataType::Float, vec![n, Dim::Known(4)])
+        );
+        let t = crate::ops::infer_node(&node("Add"), 13, &[None, None], &[None, None]);
+        assert_eq!(t[0].shape, None);
     }
 
     #[test]

@@ -306,11 +306,17 @@ pub(super) fn infer_reduce(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let axes = match ctx.node.inputs.get(1).filter(|n| !n.is_empty()) {
         Some(_) => match ctx.constant(1) {
             Some(t) => Some(to_i64s(t)?),
+            // Unknown axes: with keepdims only the rank is known.
             None => {
+                let keepdims = ctx.node.attr_int("keepdims", 1)? != 0;
+                let shape = input
+                    .shape
+                    .filter(|_| keepdims)
+                    .map(|s| Shape::new(vec![Dim::Unknown; s.rank()]));
                 return Ok(vec![TensorType {
                     elem: input.elem,
-                    shape: None,
-                }])
+                    shape,
+                }]);
             }
         },
         None => ctx.node.attr_ints("axes")?.map(<[i64]>::to_vec),
@@ -454,7 +460,12 @@ mod tests {
         let a = axes(&[1]);
         let node =
             Node::new("ReduceSum", "r", ["x", "a"], ["y"]).with_attr("keepdims", AttrValue::Int(0));
-        let t = crate::ops::infer_node(&node, 13, &[Some(input), None], &[None, Some(&a)]);
+        let t = crate::ops::infer_node(&node, 13, &[Some(input.clone()), None], &[None, Some(&a)]);
         assert_eq!(t[0].shape.as_ref().unwrap().dims, vec![n]);
+        let t = crate::ops::infer_node(&node, 13, &[Some(input.clone()), None], &[None, None]);
+        assert_eq!(t[0].shape, None);
+        let node = Node::new("ReduceSum", "r", ["x", "a"], ["y"]);
+        let t = crate::ops::infer_node(&node, 13, &[Some(input), None], &[None, None]);
+        assert_eq!(t[0].shape.as_ref().unwrap().dims, vec![Dim::Unknown; 2]);
     }
 }

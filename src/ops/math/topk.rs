@@ -98,7 +98,7 @@ pub(super) fn infer_topk(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
         Some(s) => {
             let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, s.rank())?;
             let mut dims = s.dims.clone();
-            dims[axis] = k.map_or(Dim::Unknown, Dim::Known);
+            dims[axis] = k.filter(|&k| k >= 0).map_or(Dim::Unknown, Dim::Known);
             Some(Shape::new(dims))
         }
         None => None,
@@ -158,6 +158,23 @@ mod tests {
         assert!(err.to_string().contains("k = 3"), "{err}");
         let (v, _) = run(1, &x, 0).unwrap();
         assert_eq!(v.shape(), &[0]);
+    }
+
+    #[test]
+    fn inference_sets_the_axis_to_a_constant_k() {
+        use crate::ir::{Dim, TensorType};
+        let n = Dim::Symbolic("n".into());
+        let x = TensorType::new(DataType::Float, vec![n.clone(), Dim::Known(9)]);
+        let k = Tensor::from_vec(DataType::Int64, &[1], vec![4i64]).unwrap();
+        let node = Node::new("TopK", "t", ["x", "k"], ["v", "i"]);
+        let t = crate::ops::infer_node(&node, 11, &[Some(x.clone()), None], &[None, Some(&k)]);
+        assert_eq!(
+            t[0],
+            TensorType::new(DataType::Float, vec![n.clone(), Dim::Known(4)])
+        );
+        assert_eq!(t[1].elem, Some(DataType::Int64));
+        let t = crate::ops::infer_node(&node, 11, &[Some(x), None], &[None, None]);
+        assert_eq!(t[1].shape.as_ref().unwrap().dims, vec![n, Dim::Unknown]);
     }
 
     #[test]
