@@ -6,9 +6,9 @@ For every .onnx model under DIR:
   1. `multigather rewrite` it; the result must pass onnx.checker.check_model(full_check=True) and
      contain no Gather / GatherElements / GatherND anywhere;
   2. run the ORIGINAL in onnxruntime and the REWRITTEN model in `multigather run` on the same
-     inputs (the model's test_data_set_0 when it has one, else random inputs drawn from the
-     declared types, symbolic dims = 1, integer inputs in [0, 2)); outputs must be bit-identical
-     for integer / gather-only graphs and equal within 1e-5 relative otherwise (the interpreter and
+     inputs (the model's test_data_set_0 when it has one, else inputs drawn as check_models.py
+     draws them); outputs must be bit-identical for integer / gather-only graphs and equal within
+     1e-4 relative otherwise (the interpreter and
      onnxruntime may round float arithmetic differently; the rewrite itself is checked bit for bit
      by `multigather verify`).
 Prints one line per model and exits 1 on any failure.
@@ -23,6 +23,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
+
+from check_models import make_inputs
 
 BIN = os.environ.get("MULTIGATHER", "target/release/multigather")
 GATHERS = {"Gather", "GatherElements", "GatherND"}
@@ -41,24 +43,6 @@ def gathers_left(model):
     for f in model.functions:
         nodes += list(f.node)
     return sum(1 for n in nodes if n.op_type in GATHERS and n.domain in ("", "ai.onnx"))
-
-
-def random_inputs(model, rng):
-    inits = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            feeds[vi.name] = rng.integers(0, 2, size=shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[vi.name] = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
 
 
 def stored_inputs(model_path, model):
@@ -85,7 +69,7 @@ def check(path, work):
     if left:
         return f"{left} gather node(s) left after the rewrite"
 
-    feeds = stored_inputs(path, original) or random_inputs(original, np.random.default_rng(0))
+    feeds = stored_inputs(path, original) or make_inputs(original, np.random.default_rng(0))
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     expected = sess.run(None, feeds)
     inputs = os.path.join(work, "inputs")
@@ -103,7 +87,7 @@ def check(path, work):
         if got.shape != want.shape:
             return f"output {k}: shape {got.shape} != onnxruntime's {want.shape}"
         if np.issubdtype(want.dtype, np.floating):
-            if not np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
+            if not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
                 return f"output {k}: max |diff| {np.max(np.abs(got - want))} vs onnxruntime"
         elif not np.array_equal(got, want):
             return f"output {k}: differs from onnxruntime"
