@@ -6,7 +6,8 @@ usage: python scripts/check_models.py DIR... [--repeat N]
 
 For every .onnx file under DIR, inputs are drawn from the declared types with a fixed seed:
 symbolic and unknown dims are 1, except the last dim of a rank-2 float input named `input`
-(audio samples: 512); inputs named `state`, `h`, `c` are zeros; an int64 scalar `sr` is 16000
+(audio samples: 512) and unknown spatial dims of a rank-4 float input (an image: 320, channels 3);
+inputs named `state`, `h`, `c` are zeros; an int64 scalar `sr` is 16000
 (the sample rate the silero-vad models expect). For each model:
   1. onnxruntime and `multigather run` on the original model agree (rtol 1e-4, atol 1e-5);
   2. `multigather verify --inputs` (rewrite in memory, compare bit for bit) succeeds;
@@ -41,6 +42,10 @@ def make_inputs(model, rng):
         if vi.name == "input" and len(dims) == 2 and not tt.shape.dim[1].HasField("dim_value"):
             dims[1] = 512
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dtype, np.floating) and len(dims) == 4:
+            for i, default in ((1, 3), (2, 320), (3, 320)):
+                if not tt.shape.dim[i].HasField("dim_value"):
+                    dims[i] = default
         if vi.name == "sr":
             feeds[vi.name] = np.array(16000, dtype=dtype).reshape(dims)
         elif vi.name in ("state", "h", "c"):

@@ -32,7 +32,7 @@
 pub mod files;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
@@ -57,8 +57,9 @@ pub struct Session<'m> {
     pool: Option<rayon::ThreadPool>,
 }
 
-/// A graph (by address) and, for a function body, the call node whose attributes it binds.
-type PlanKey = (usize, usize);
+/// A graph (by address), for a function body the call node whose attributes it binds, and for
+/// a subgraph the plan of its enclosing graph (whose constants it folds with its own).
+type PlanKey = (usize, usize, usize);
 
 /// One graph, ready to run.
 struct Plan<'m> {
@@ -67,6 +68,11 @@ struct Plan<'m> {
     constants: HashMap<String, Tensor>,
     /// Values to drop before the first step: inputs nothing reads.
     unused_inputs: Vec<String>,
+    /// The names of `constants` no input can override: what subgraphs may fold with.
+    fixed: HashSet<String>,
+    /// The other names the graph defines (inputs and outputs of its steps), which hide the
+    /// enclosing scopes' names.
+    variables: HashSet<String>,
 }
 
 /// One node of a plan.
@@ -195,15 +201,17 @@ impl<'m> Session<'m> {
         graph: &'m Graph,
         imports: &'m [OpsetImport],
         call: Option<(&'m Node, &'m Function)>,
+        parent: Option<&Frame<'_, 'm>>,
     ) -> Result<Arc<Plan<'m>>> {
         let key = (
             graph as *const Graph as usize,
             call.map_or(0, |(n, _)| n as *const Node as usize),
+            parent.map_or(0, |f| Arc::as_ptr(&f.plan) as usize),
         );
         if let Some(plan) = lock(&self.plans).get(&key) {
             return Ok(plan.clone());
         }
-        let plan = Arc::new(self.build_plan(graph, imports, call)?);
+        let plan = Arc::new(self.build_plan(graph, imports, call, parent)?);
         lock(&self.plans).insert(key, plan.clone());
         Ok(plan)
     }
@@ -213,6 +221,7 @@ impl<'m> Session<'m> {
         graph: &'m Graph,
         imports: &'m [OpsetImport],
         call: Option<(&'m Node, &'m Function)>,
+        parent: Option<&Frame<'_, 'm>>,
     ) -> Result<Plan<'m>> {
         let mut constants = HashMap::new();
         for t in &graph.initializers {
@@ -243,8 +252,9 @@ impl<'m> Session<'m> {
                 reason: "the nodes form a cycle".into(),
             });
         }
+        let (mut steps, fixed) = fold_constants(graph, steps, &mut constants, parent);
         // Values defined in this frame, freed after their last use unless they are outputs.
-        let mut local: std::collections::HashSet<&str> = graph
+        let mut local: HashSet<&str> = graph
             .inputs
             .iter()
             .map(|v| v.name.as_str())
@@ -280,10 +290,20 @@ impl<'m> Session<'m> {
         for (name, i) in last_use {
             steps[i].frees.push(name);
         }
+        let variables = graph
+            .inputs
+            .iter()
+            .map(|v| &v.name)
+            .chain(steps.iter().flat_map(|s| &s.node.outputs))
+            .chain(constants.keys().filter(|name| !fixed.contains(*name)))
+            .cloned()
+            .collect();
         Ok(Plan {
             steps,
             constants,
             unused_inputs,
+            fixed,
+            variables,
         })
     }
 
@@ -339,7 +359,7 @@ impl<'m> Session<'m> {
                 "subgraphs and function calls nest deeper than {MAX_CALL_DEPTH}"
             )));
         }
-        let plan = self.plan(graph, imports, call)?;
+        let plan = self.plan(graph, imports, call, parent)?;
         let mut frame = Frame {
             values,
             plan: plan.clone(),
@@ -462,6 +482,135 @@ impl<'m> Session<'m> {
         }
         Ok(outputs.into_iter().take(want).collect())
     }
+}
+
+/// Operators whose outputs are not a function of their inputs and attributes: never folded.
+const NOT_FOLDED: &[&str] = &[
+    "Bernoulli",
+    "Dropout",
+    "Multinomial",
+    "RandomNormal",
+    "RandomNormalLike",
+    "RandomUniform",
+    "RandomUniformLike",
+];
+
+/// Outputs larger than this are computed on every run rather than kept by the plan.
+const MAX_FOLDED_BYTES: usize = 64 << 20;
+
+/// Runs, once, the steps whose inputs are all constants (initializers of the graph that no input
+/// can override, constants of the same kind in the enclosing scopes that nothing hides, and the
+/// outputs of steps folded before), as a runtime folds constants: their outputs join `constants`
+/// and the steps leave the plan. Weights stored as `Constant` nodes, and the shape arithmetic and
+/// weight slicing on them, then cost nothing per run. The same kernels compute the same values,
+/// only earlier, so results do not change. A step that fails stays in the plan, to report its
+/// error when the graph runs. Returns the remaining steps and the names of the constants that
+/// are fixed.
+fn fold_constants<'m>(
+    graph: &Graph,
+    steps: Vec<Step<'m>>,
+    constants: &mut HashMap<String, Tensor>,
+    parent: Option<&Frame<'_, 'm>>,
+) -> (Vec<Step<'m>>, HashSet<String>) {
+    // Names bound at run time, or bound twice, are not constants.
+    let mut produced: HashMap<String, usize> = HashMap::new();
+    for step in &steps {
+        for o in &step.node.outputs {
+            *produced.entry(o.clone()).or_default() += 1;
+        }
+    }
+    let variable = |name: &str| {
+        graph.inputs.iter().any(|v| v.name == name) || produced.get(name).is_some_and(|&n| n > 1)
+    };
+    let mut fixed: HashSet<String> = constants
+        .keys()
+        .filter(|name| !variable(name) && !produced.contains_key(*name))
+        .cloned()
+        .collect();
+    // Names this graph defines hide those of the enclosing scopes.
+    let local: HashSet<String> = graph
+        .inputs
+        .iter()
+        .map(|v| v.name.clone())
+        .chain(constants.keys().cloned())
+        .chain(produced.keys().cloned())
+        .collect();
+    let mut kept = Vec::with_capacity(steps.len());
+    for step in steps {
+        let def = match step.kind {
+            StepKind::Op(def) => def,
+            StepKind::Call(_) => {
+                kept.push(step);
+                continue;
+            }
+        };
+        let node: &Node = &step.node;
+        let eligible = !(node.domain.is_empty() && NOT_FOLDED.contains(&node.op_type.as_str()))
+            && node.subgraphs().next().is_none()
+            && node
+                .outputs
+                .iter()
+                .all(|o| !o.is_empty() && !variable(o) && !constants.contains_key(o));
+        let resolve = |name: &String| -> Option<Option<&Tensor>> {
+            if name.is_empty() {
+                Some(None)
+            } else if fixed.contains(name) {
+                constants.get(name).map(Some)
+            } else if local.contains(name) {
+                None
+            } else {
+                outer_constant(parent, name).map(Some)
+            }
+        };
+        let inputs: Option<Vec<Option<&Tensor>>> = if eligible {
+            node.inputs.iter().map(resolve).collect()
+        } else {
+            None
+        };
+        let Some(inputs) = inputs else {
+            kept.push(step);
+            continue;
+        };
+        let ctx = EvalCtx {
+            node,
+            opset: step.opset,
+            runner: &crate::ops::NoSubgraphs,
+        };
+        let folded = match (def.eval)(&ctx, &inputs) {
+            Ok(outputs)
+                if outputs.len() >= node.outputs.len()
+                    && outputs
+                        .iter()
+                        .all(|t| t.as_bytes().map_or(0, <[u8]>::len) <= MAX_FOLDED_BYTES) =>
+            {
+                outputs
+            }
+            _ => {
+                kept.push(step);
+                continue;
+            }
+        };
+        for (name, t) in node.outputs.iter().zip(folded) {
+            fixed.insert(name.clone());
+            constants.insert(name.clone(), t);
+        }
+    }
+    (kept, fixed)
+}
+
+/// The fixed constant `name` of the nearest enclosing scope that defines it, if that scope
+/// holds it as a fixed constant.
+fn outer_constant<'a>(mut frame: Option<&'a Frame<'_, '_>>, name: &str) -> Option<&'a Tensor> {
+    while let Some(f) = frame {
+        if f.plan.fixed.contains(name) {
+            return f.plan.constants.get(name);
+        }
+        if f.plan.variables.contains(name) {
+            return None;
+        }
+        frame = f.parent;
+    }
+    None
 }
 
 /// How deeply subgraphs and function calls may nest while running.

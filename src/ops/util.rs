@@ -162,11 +162,98 @@ pub fn broadcast_binary<A: Copy, B: Copy, O>(
     } else if a.len() == 1 && out == b_shape {
         b.iter().map(|&y| f(a[0], y)).collect()
     } else {
-        let oa = broadcast_offsets(a_shape, &out);
-        let ob = broadcast_offsets(b_shape, &out);
-        oa.iter().zip(&ob).map(|(&i, &j)| f(a[i], b[j])).collect()
+        broadcast_runs(a, a_shape, b, b_shape, &out, f)
     };
     Ok((values, out))
+}
+
+/// [`broadcast_binary`] over shapes that differ: the output's dims are merged where both
+/// operands step through them alike, and the innermost merged dim runs as one loop over
+/// contiguous or repeated elements (a per-channel scale or bias is one run per channel).
+fn broadcast_runs<A: Copy, B: Copy, O>(
+    a: &[A],
+    a_shape: &[usize],
+    b: &[B],
+    b_shape: &[usize],
+    out: &[usize],
+    mut f: impl FnMut(A, B) -> O,
+) -> Vec<O> {
+    let total: usize = out.iter().product();
+    let mut values = Vec::with_capacity(total);
+    if total == 0 {
+        return values;
+    }
+    // Element strides of an operand along the output's dims: 0 where it is broadcast.
+    let strides = |shape: &[usize]| {
+        let mut st = vec![0; out.len()];
+        let offset = out.len() - shape.len();
+        let mut step = 1;
+        for (i, &n) in shape.iter().enumerate().rev() {
+            if n != 1 {
+                st[offset + i] = step;
+            }
+            step *= n;
+        }
+        st
+    };
+    let (sa, sb) = (strides(a_shape), strides(b_shape));
+    // (count, stride in a, stride in b), outermost first, with dims of one dropped and a dim
+    // merged into the one outside it when both operands continue across them.
+    let mut dims: Vec<(usize, usize, usize)> = Vec::with_capacity(out.len());
+    for (i, &n) in out.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            Some(last) if last.1 == sa[i] * n && last.2 == sb[i] * n => {
+                *last = (last.0 * n, sa[i], sb[i]);
+            }
+            _ => dims.push((n, sa[i], sb[i])),
+        }
+    }
+    let Some(&(n, ra, rb)) = dims.last() else {
+        values.push(f(a[0], b[0]));
+        return values;
+    };
+    let outer = &dims[..dims.len() - 1];
+    let mut index = vec![0; outer.len()];
+    let (mut ia, mut ib) = (0, 0);
+    loop {
+        match (ra, rb) {
+            (1, 1) => values.extend(
+                a[ia..ia + n]
+                    .iter()
+                    .zip(&b[ib..ib + n])
+                    .map(|(&x, &y)| f(x, y)),
+            ),
+            (1, 0) => {
+                let y = b[ib];
+                values.extend(a[ia..ia + n].iter().map(|&x| f(x, y)));
+            }
+            (0, 1) => {
+                let x = a[ia];
+                values.extend(b[ib..ib + n].iter().map(|&y| f(x, y)));
+            }
+            _ => values.extend((0..n).map(|j| f(a[ia + j * ra], b[ib + j * rb]))),
+        }
+        // The next run: an odometer over the outer dims.
+        let mut d = outer.len();
+        loop {
+            if d == 0 {
+                return values;
+            }
+            d -= 1;
+            index[d] += 1;
+            ia += outer[d].1;
+            ib += outer[d].2;
+            if index[d] < outer[d].0 {
+                break;
+            }
+            ia -= outer[d].1 * outer[d].0;
+            ib -= outer[d].2 * outer[d].0;
+            index[d] = 0;
+        }
+    }
 }
 
 /// Floating-point element types, computed through `f32` (`f16`, `bf16`) or natively.
@@ -185,15 +272,19 @@ pub trait Float: Pod + Copy + PartialOrd + Send + Sync + 'static {
 
 impl Float for f32 {
     const DTYPE: DataType = DataType::Float;
+    #[inline]
     fn to_f64(self) -> f64 {
         self as f64
     }
+    #[inline]
     fn from_f64(v: f64) -> Self {
         v as f32
     }
+    #[inline]
     fn to_f32(self) -> f32 {
         self
     }
+    #[inline]
     fn from_f32(v: f32) -> Self {
         v
     }
@@ -201,15 +292,19 @@ impl Float for f32 {
 
 impl Float for f64 {
     const DTYPE: DataType = DataType::Double;
+    #[inline]
     fn to_f64(self) -> f64 {
         self
     }
+    #[inline]
     fn from_f64(v: f64) -> Self {
         v
     }
+    #[inline]
     fn to_f32(self) -> f32 {
         self as f32
     }
+    #[inline]
     fn from_f32(v: f32) -> Self {
         v as f64
     }
@@ -217,15 +312,19 @@ impl Float for f64 {
 
 impl Float for f16 {
     const DTYPE: DataType = DataType::Float16;
+    #[inline]
     fn to_f64(self) -> f64 {
         f16::to_f64(self)
     }
+    #[inline]
     fn from_f64(v: f64) -> Self {
         f16::from_f64(v)
     }
+    #[inline]
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
     }
+    #[inline]
     fn from_f32(v: f32) -> Self {
         f16::from_f32(v)
     }
@@ -233,15 +332,19 @@ impl Float for f16 {
 
 impl Float for bf16 {
     const DTYPE: DataType = DataType::Bfloat16;
+    #[inline]
     fn to_f64(self) -> f64 {
         bf16::to_f64(self)
     }
+    #[inline]
     fn from_f64(v: f64) -> Self {
         bf16::from_f64(v)
     }
+    #[inline]
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
     }
+    #[inline]
     fn from_f32(v: f32) -> Self {
         bf16::from_f32(v)
     }
@@ -329,9 +432,76 @@ pub fn tensor<T: Pod>(dtype: DataType, shape: &[usize], values: Vec<T>) -> Resul
     Ok(Tensor::from_vec(dtype, shape, values)?)
 }
 
+/// A tensor of `dtype` and `shape` whose elements `values` yields in row-major order, written
+/// straight into the tensor's buffer (no zero fill, no intermediate vector). `T` must be as wide
+/// as one element of `dtype`, and `values` must yield exactly the element count.
+pub fn tensor_from_iter<T: Pod>(
+    dtype: DataType,
+    shape: &[usize],
+    values: impl Iterator<Item = T>,
+) -> Result<Tensor> {
+    let mut out = Tensor::uninit(dtype, shape)?;
+    let len = out.len();
+    let bytes = out.bytes_mut();
+    if dtype == DataType::String || bytes.len() != len * std::mem::size_of::<T>() {
+        return Err(Error::Eval(format!(
+            "{dtype} elements cannot be written as {}-byte values",
+            std::mem::size_of::<T>()
+        )));
+    }
+    if std::mem::align_of::<T>() > 8 {
+        return Err(Error::Eval("over-aligned element type".into()));
+    }
+    // SAFETY: the buffer is 8-byte aligned (`Tensor::uninit`), enough for `T` (checked above);
+    // it holds exactly `len` values of `T` (checked above), and `MaybeUninit<T>` has no validity
+    // requirement.
+    let slots: &mut [std::mem::MaybeUninit<T>] =
+        unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), len) };
+    let mut written = 0;
+    for (slot, v) in slots.iter_mut().zip(values) {
+        slot.write(v);
+        written += 1;
+    }
+    if written != len {
+        return Err(Error::Eval(format!(
+            "{written} values were computed for {len} elements"
+        )));
+    }
+    // SAFETY: every one of the `len` elements, i.e. every payload byte, was written above.
+    Ok(unsafe { out.assume_init() })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broadcast_runs_agree_with_offsets() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[1, 3, 4, 5], &[1, 3, 1, 1]),
+            (&[2, 3, 4], &[4]),
+            (&[2, 1, 4], &[3, 1]),
+            (&[3, 1], &[1, 4]),
+            (&[2, 3, 1, 5], &[2, 1, 4, 5]),
+            (&[1], &[2, 3]),
+            (&[2, 0, 3], &[3]),
+            (&[1, 1], &[1]),
+        ];
+        for &(sa, sb) in cases {
+            let a: Vec<i64> = (0..sa.iter().product::<usize>() as i64).collect();
+            let b: Vec<i64> = (0..sb.iter().product::<usize>() as i64)
+                .map(|v| 1000 * v)
+                .collect();
+            let out = broadcast_shapes(&[sa, sb]).unwrap();
+            let (oa, ob) = (broadcast_offsets(sa, &out), broadcast_offsets(sb, &out));
+            let want: Vec<i64> = oa.iter().zip(&ob).map(|(&i, &j)| a[i] + b[j]).collect();
+            let (got, shape) = broadcast_binary(&a, sa, &b, sb, |x, y| x + y).unwrap();
+            assert_eq!(shape, out, "{sa:?} {sb:?}");
+            assert_eq!(got, want, "{sa:?} {sb:?}");
+            let (got, _) = broadcast_binary(&b, sb, &a, sa, |y, x| x + y).unwrap();
+            assert_eq!(got, want, "{sb:?} {sa:?}");
+        }
+    }
 
     #[test]
     fn broadcasting_right_aligns_and_stretches_ones() {

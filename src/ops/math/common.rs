@@ -14,7 +14,7 @@ use half::{bf16, f16};
 use crate::error::{Error, Result};
 use crate::infer::broadcast_dim;
 use crate::ir::{Dim, Shape, TensorType};
-use crate::ops::util::{broadcast_binary, tensor, unsupported_type};
+use crate::ops::util::{broadcast_binary, tensor, tensor_from_iter, unsupported_type};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
@@ -65,18 +65,18 @@ macro_rules! impl_arith_int {
             const LOWEST: Self = <$t>::MIN;
             const HIGHEST: Self = <$t>::MAX;
             const IS_FLOAT: bool = false;
-            fn add(self, o: Self) -> Self { self.wrapping_add(o) }
-            fn sub(self, o: Self) -> Self { self.wrapping_sub(o) }
-            fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            #[inline] fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+            #[inline] fn sub(self, o: Self) -> Self { self.wrapping_sub(o) }
+            #[inline] fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
             // Kernels reject zero divisors first; 0 here only keeps these total.
-            fn div(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_div(o) } }
-            fn rem(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_rem(o) } }
-            fn abs(self) -> Self { $abs(self) }
-            fn neg(self) -> Self { self.wrapping_neg() }
-            fn is_nan(self) -> bool { false }
-            fn signed_zero(self) -> Self { 0 }
-            fn to_real(self) -> f64 { self as f64 }
-            fn from_real(v: f64) -> Self { v as $t }
+            #[inline] fn div(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_div(o) } }
+            #[inline] fn rem(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_rem(o) } }
+            #[inline] fn abs(self) -> Self { $abs(self) }
+            #[inline] fn neg(self) -> Self { self.wrapping_neg() }
+            #[inline] fn is_nan(self) -> bool { false }
+            #[inline] fn signed_zero(self) -> Self { 0 }
+            #[inline] fn to_real(self) -> f64 { self as f64 }
+            #[inline] fn from_real(v: f64) -> Self { v as $t }
         }
     )*};
 }
@@ -100,17 +100,17 @@ macro_rules! impl_arith_float {
             const LOWEST: Self = <$t>::NEG_INFINITY;
             const HIGHEST: Self = <$t>::INFINITY;
             const IS_FLOAT: bool = true;
-            fn add(self, o: Self) -> Self { self + o }
-            fn sub(self, o: Self) -> Self { self - o }
-            fn mul(self, o: Self) -> Self { self * o }
-            fn div(self, o: Self) -> Self { self / o }
-            fn rem(self, o: Self) -> Self { self % o }
-            fn abs(self) -> Self { <$t>::abs(self) }
-            fn neg(self) -> Self { -self }
-            fn is_nan(self) -> bool { <$t>::is_nan(self) }
-            fn signed_zero(self) -> Self { <$t>::copysign(0.0, self) }
-            fn to_real(self) -> f64 { self as f64 }
-            fn from_real(v: f64) -> Self { v as $t }
+            #[inline] fn add(self, o: Self) -> Self { self + o }
+            #[inline] fn sub(self, o: Self) -> Self { self - o }
+            #[inline] fn mul(self, o: Self) -> Self { self * o }
+            #[inline] fn div(self, o: Self) -> Self { self / o }
+            #[inline] fn rem(self, o: Self) -> Self { self % o }
+            #[inline] fn abs(self) -> Self { <$t>::abs(self) }
+            #[inline] fn neg(self) -> Self { -self }
+            #[inline] fn is_nan(self) -> bool { <$t>::is_nan(self) }
+            #[inline] fn signed_zero(self) -> Self { <$t>::copysign(0.0, self) }
+            #[inline] fn to_real(self) -> f64 { self as f64 }
+            #[inline] fn from_real(v: f64) -> Self { v as $t }
         }
     )*};
 }
@@ -134,7 +134,9 @@ macro_rules! impl_num_native {
         impl Num for $t {
             const DTYPE: DataType = DataType::$d;
             type Work = $t;
+            #[inline]
             fn widen(self) -> $t { self }
+            #[inline]
             fn narrow(w: $t) -> $t { w }
         }
     )*};
@@ -150,7 +152,9 @@ macro_rules! impl_num_half {
         impl Num for $t {
             const DTYPE: DataType = DataType::$d;
             type Work = f32;
+            #[inline]
             fn widen(self) -> f32 { self.to_f32() }
+            #[inline]
             fn narrow(w: f32) -> $t { <$t>::from_f32(w) }
         }
     )*};
@@ -197,12 +201,8 @@ pub(super) fn from_work<T: Num>(shape: &[usize], values: Vec<T::Work>) -> Result
 
 /// Applies `f` to every element of a tensor of `T`, in the work type.
 pub(super) fn map_num<T: Num>(x: &Tensor, f: impl Fn(T::Work) -> T::Work) -> Result<Tensor> {
-    let v: Vec<T> = x
-        .as_slice::<T>()?
-        .iter()
-        .map(|&e| T::narrow(f(e.widen())))
-        .collect();
-    tensor(T::DTYPE, x.shape(), v)
+    let v = x.as_slice::<T>()?.iter().map(|&e| T::narrow(f(e.widen())));
+    tensor_from_iter(T::DTYPE, x.shape(), v)
 }
 
 /// Applies `f` to every pair of elements of two broadcast tensors of `T` (in the work type),

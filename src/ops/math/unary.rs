@@ -8,7 +8,7 @@
 //! about 1e-15 (Rust's standard library has no `erf`).
 
 use crate::error::Result;
-use crate::ops::util::{required, tensor, Float};
+use crate::ops::util::{required, tensor, tensor_from_iter, Float};
 use crate::ops::EvalCtx;
 use crate::tensor::Tensor;
 use crate::DataType;
@@ -18,8 +18,8 @@ use super::common::{bad_type, dispatch_num, map_num, Arith, Num};
 /// Applies a real function to every element of a floating-point tensor.
 pub(super) fn float_map(ctx: &EvalCtx<'_>, x: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor> {
     crate::dispatch_float!(x.dtype(), T => {
-        let v: Vec<T> = x.as_slice::<T>()?.iter().map(|&e| T::from_f64(f(e.to_f64()))).collect();
-        tensor(x.dtype(), x.shape(), v)
+        let v = x.as_slice::<T>()?.iter().map(|&e| T::from_f64(f(e.to_f64())));
+        tensor_from_iter(x.dtype(), x.shape(), v)
     }, _ => Err(bad_type(ctx, x.dtype())))
 }
 

@@ -76,11 +76,14 @@ impl<'a, T> Mat<'a, T> {
         }
     }
 
-    /// Row `i` (which must exist) as a vector of `cols` values.
-    pub fn row(&self, i: usize) -> Vec<T>
+    /// Row `i` (which must exist) as `cols` values: borrowed when the row is contiguous.
+    pub fn row(&self, i: usize) -> std::borrow::Cow<'a, [T]>
     where
         T: Copy,
     {
+        if self.cs == 1 {
+            return std::borrow::Cow::Borrowed(&self.data[i * self.rs..][..self.cols]);
+        }
         (0..self.cols)
             .map(|j| self.data[i * self.rs + j * self.cs])
             .collect()

@@ -8,8 +8,10 @@
 //! Design note: every group of every image is one matrix product, `W_g (M/g x C/g*taps)` times the
 //! im2col matrix of the input (`C/g*taps x out_positions`). The im2col matrix is built a tile of
 //! output positions at a time, so its memory stays bounded and tiles run in parallel; with many
-//! groups (depthwise convolutions) the groups run in parallel instead. A 1x1 convolution with unit
-//! strides and no padding multiplies the input directly. The integer convolutions subtract their
+//! groups (depthwise convolutions) the groups run in parallel instead, each accumulating its taps
+//! directly. A 1x1 convolution with unit strides and no padding multiplies the input directly, and
+//! a plane of a few output positions (streaming audio) takes dot products instead of a product
+//! that would pack the whole weight matrix. The integer convolutions subtract their
 //! zero points and run the same code in `f64`, which is exact for 8-bit operands; padding then
 //! contributes zero, which is the zero point before the shift, as the spec asks.
 
@@ -32,6 +34,9 @@ use super::window::{inside, Geometry3, Window};
 
 /// Target size (in elements) of one im2col tile.
 const TILE_ELEMS: usize = 1 << 17;
+
+/// Planes of at most this many output positions run as dot products ([`ConvShape::few_positions`]).
+const FEW_POSITIONS: usize = 8;
 
 /// The fewest output positions in one im2col tile.
 const MIN_TILE: usize = 64;
@@ -148,11 +153,16 @@ impl ConvShape {
     ) -> Result<()> {
         let p = self.geo.out_plane();
         let kc = wg.cols();
-        if self.is_pointwise() {
+        let depthwise = self.cg() == 1 && self.group > 1;
+        if p <= FEW_POSITIONS && !depthwise {
+            self.few_positions(xg, wg, y)?;
+        } else if self.is_pointwise() {
             gemm(T::ONE, wg, Mat::row_major(xg, kc, p)?, T::ZERO, y, p)?;
-        } else if self.cg() == 1 {
+        } else if depthwise {
             // One input channel per group (depthwise): a product with one row per filter would
-            // waste most of the GEMM kernel, so accumulate the taps directly.
+            // waste most of the GEMM kernel, so accumulate the taps directly. (With one group,
+            // as in an STFT by convolution with hundreds of filters and taps over a few output
+            // positions, the product is the better loop.)
             for (m, ym) in y.chunks_mut(p).enumerate() {
                 single_channel(xg, &wg.row(m), &self.geo, ym);
             }
@@ -162,6 +172,38 @@ impl ConvShape {
         if let Some(b) = bias {
             for (row, &bv) in y.chunks_mut(p).zip(b) {
                 row.iter_mut().for_each(|v| *v += bv);
+            }
+        }
+        Ok(())
+    }
+
+    /// `y = wg * im2col(xg)` for a plane of a few positions (streaming audio models convolve a
+    /// handful of frames at a time): one dot product per filter and position, over the filter's
+    /// row and the position's column of im2col, copied into a row. A matrix product would pack
+    /// the whole weight matrix for a few columns of work.
+    fn few_positions<T: Real>(&self, xg: &[T], wg: Mat<'_, T>, y: &mut [T]) -> Result<()> {
+        let p = self.geo.out_plane();
+        let kc = wg.cols();
+        if p == 0 || kc == 0 {
+            y.fill(T::ZERO);
+            return Ok(());
+        }
+        let mut col = vec![T::ZERO; kc * p];
+        if self.is_pointwise() {
+            col.copy_from_slice(&xg[..kc * p]);
+        } else {
+            im2col(xg, &self.geo, self.cg(), 0, p, &mut col);
+        }
+        let mut columns = vec![T::ZERO; p * kc];
+        for (r, row) in col.chunks_exact(p).enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                columns[j * kc + r] = v;
+            }
+        }
+        for (m, ym) in y.chunks_mut(p).enumerate().take(wg.rows()) {
+            let w = wg.row(m);
+            for (v, c) in ym.iter_mut().zip(columns.chunks_exact(kc)) {
+                *v = dot(&w, c);
             }
         }
         Ok(())
@@ -219,6 +261,24 @@ impl ConvShape {
         }
         Ok(())
     }
+}
+
+/// The dot product of two equally long slices, in eight independent sums so that it
+/// vectorizes.
+fn dot<T: Real>(a: &[T], b: &[T]) -> T {
+    let mut sums = [T::ZERO; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .fold(T::ZERO, |s, (&x, &y)| s + x * y);
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            sums[l] += x[l] * y[l];
+        }
+    }
+    sums.iter().fold(tail, |s, &v| s + v)
 }
 
 /// Adds the convolution of one input channel `x` by one filter `w` (one weight per tap) into the

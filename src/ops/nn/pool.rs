@@ -160,6 +160,53 @@ fn max_pool<T: Copy + PartialOrd + Default + Send + Sync>(
     out
 }
 
+/// The maxima alone (no `Indices` output): the same windows, taps in the same order and the same
+/// comparisons as [`max_pool`] (the first tap, then any greater one), read straight from the
+/// input rows without listing positions or computing indices.
+fn max_values<T: Copy + PartialOrd + Default + Send + Sync>(pool: &Pool, x: &[T]) -> Vec<T> {
+    let out_plane = pool.geo.out_plane();
+    let mut out = vec![T::default(); pool.planes * out_plane];
+    if out_plane == 0 {
+        return out;
+    }
+    let x_plane = pool.geo.in_plane();
+    let [_, ih, iw] = pool.geo.input;
+    let [dd, dh, dw] = pool.geo.dilations;
+    out.par_chunks_mut(out_plane)
+        .enumerate()
+        .for_each(|(plane, y)| {
+            let xp = &x[plane * x_plane..][..x_plane];
+            let mut rows = Vec::new();
+            let mut y = y.iter_mut();
+            for sz in &pool.spans[0] {
+                for sy in &pool.spans[1] {
+                    // The start of every input row the windows of this output row read.
+                    rows.clear();
+                    for jz in 0..sz.count {
+                        let z = sz.first + jz * dd;
+                        rows.extend((0..sy.count).map(|jy| (z * ih + sy.first + jy * dh) * iw));
+                    }
+                    for (sx, o) in pool.spans[2].iter().zip(y.by_ref()) {
+                        if sx.count == 0 || rows.is_empty() {
+                            continue;
+                        }
+                        let width = (sx.count - 1) * dw + 1;
+                        let mut best = xp[rows[0] + sx.first];
+                        for &r in &rows {
+                            for &v in xp[r + sx.first..][..width].iter().step_by(dw) {
+                                if v > best {
+                                    best = v;
+                                }
+                            }
+                        }
+                        *o = best;
+                    }
+                }
+            }
+        });
+    out
+}
+
 /// Runs `$body` with `$T` bound to the element type `MaxPool` takes natively.
 macro_rules! dispatch_ordered {
     ($dtype:expr, $T:ident => $body:expr, _ => $other:expr) => {
@@ -198,6 +245,12 @@ pub(super) fn eval_max_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
     let pool = Pool::new(ctx.node, x.shape())?;
     let column_major = ctx.node.attr_int("storage_order", 0)? != 0;
     let dtype = x.dtype();
+    if ctx.node.outputs.len() < 2 {
+        let values = dispatch_ordered!(dtype, T => {
+            Tensor::from_vec(dtype, &pool.out_shape, max_values(&pool, x.as_slice::<T>()?))?
+        }, _ => return Err(unsupported_type("MaxPool", dtype)));
+        return Ok(vec![values]);
+    }
     let (values, indices) = dispatch_ordered!(dtype, T => {
         let out = max_pool(&pool, x.as_slice::<T>()?, column_major);
         let (v, i): (Vec<T>, Vec<i64>) = out.into_iter().unzip();

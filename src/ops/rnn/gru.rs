@@ -17,7 +17,7 @@ use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
 use super::common::{self, Problem, Spec, Track};
-use super::math::{gemm, transposed, Real, View};
+use super::math::{gemm, Real, StepWeights, View};
 
 const SPEC: Spec = Spec {
     gates: 3,
@@ -47,9 +47,9 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Trac
     let (f, g_act) = (acts[0], acts[1]);
     let (w, r) = p.weights(d);
     // `R^T` (`[hidden, 3 * hidden]`): its first `2 * hidden` columns serve `z` and `r`.
-    let rt = transposed(r, width, n);
-    let r_zr = View::rows(&rt, n, width).columns(0, 2 * n);
-    let r_h = View::rows(&rt, n, width).columns(2 * n, n);
+    let rt = StepWeights::new(r, width, n, batch);
+    let r_zr = rt.view().columns(0, 2 * n);
+    let r_h = rt.view().columns(2 * n, n);
     let (wb, rb) = p.biases(d);
     // `Rbh` joins the projection unless the reset gate scales it.
     let folded = if linear { 2 * n } else { width };

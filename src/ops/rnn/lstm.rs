@@ -13,7 +13,7 @@ use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
 use super::common::{self, Problem, Spec, Track};
-use super::math::{gemm, transposed, Activation, Real, View};
+use super::math::{gemm, Activation, Real, StepWeights, View};
 
 /// Position of `initial_c` among the inputs.
 const INITIAL_C: usize = 6;
@@ -102,18 +102,12 @@ fn direction<T: Real>(
     let (batch, hidden) = (p.dims.batch, p.dims.hidden);
     let width = 4 * hidden;
     let (w, r) = p.weights(d);
-    let rt = transposed(r, width, hidden);
+    let rt = StepWeights::new(r, width, hidden, batch);
     let xw = p.project(w, &p.summed_biases(d))?;
     let mut c = p.initial(initial_c, d);
     let h = p.initial(p.initial_h.as_deref(), d);
     let (y, h) = p.scan(d, &xw, width, h, |active, g, h| {
-        gemm(
-            View::rows(h, batch, hidden),
-            View::rows(&rt, hidden, width),
-            T::ONE,
-            g,
-            width,
-        )?;
+        gemm(View::rows(h, batch, hidden), rt.view(), T::ONE, g, width)?;
         let rows = g
             .chunks_exact(width)
             .zip(h.chunks_exact_mut(hidden))

@@ -263,10 +263,64 @@ fn dot<T: Real>(a: &[T], b: &[T]) -> T {
 }
 
 /// The transpose of the row-major `rows x cols` matrix at the start of `data`.
-pub(super) fn transposed<T: Copy>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
-    (0..cols)
-        .flat_map(|j| (0..rows).map(move |i| data[i * cols + j]))
-        .collect()
+pub(super) fn transposed<T: Copy + Default>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
+    let mut out = vec![T::default(); rows * cols];
+    // Blocks of rows, so the reads of one block stay in cache while its columns are written.
+    const BLOCK: usize = 16;
+    for i0 in (0..rows).step_by(BLOCK) {
+        let i1 = (i0 + BLOCK).min(rows);
+        for j in 0..cols {
+            let dst = &mut out[j * rows + i0..j * rows + i1];
+            for (i, v) in (i0..i1).zip(dst) {
+                *v = data[i * cols + j];
+            }
+        }
+    }
+    out
+}
+
+/// The recurrent weights `R` (row-major, `rows` gate units of `cols` hidden inputs) as the
+/// `cols x rows` matrix `R^T` that multiplies the hidden state every step, for a batch of
+/// `batch` rows. [`gemm`] reads `R` itself through a transposed view when it takes dot products
+/// (up to [`DOT_ROWS`] rows) or hands the product to `matrixmultiply` (more than [`AXPY_ROWS`]);
+/// in between it sums scaled rows of `R^T`, which must then be contiguous, so `R` is transposed
+/// once per run. (Transposing for one step of a streaming model costs more than the step.)
+pub(super) enum StepWeights<'a, T> {
+    /// `R` itself, read through a transposed view.
+    Direct {
+        r: &'a [T],
+        rows: usize,
+        cols: usize,
+    },
+    /// `R^T`, row-major.
+    Transposed {
+        rt: Vec<T>,
+        rows: usize,
+        cols: usize,
+    },
+}
+
+impl<'a, T: Copy + Default> StepWeights<'a, T> {
+    /// The weights `r` (`rows x cols`) for products with `batch` rows.
+    pub fn new(r: &'a [T], rows: usize, cols: usize, batch: usize) -> Self {
+        if batch > DOT_ROWS && batch <= AXPY_ROWS {
+            StepWeights::Transposed {
+                rt: transposed(r, rows, cols),
+                rows,
+                cols,
+            }
+        } else {
+            StepWeights::Direct { r, rows, cols }
+        }
+    }
+
+    /// `R^T` as a `cols x rows` view.
+    pub fn view(&self) -> View<'_, T> {
+        match self {
+            StepWeights::Direct { r, rows, cols } => View::rows(r, *rows, *cols).t(),
+            StepWeights::Transposed { rt, rows, cols } => View::rows(rt, *cols, *rows),
+        }
+    }
 }
 
 /// An activation function of a gate, with its alpha and beta.

@@ -7,7 +7,7 @@ use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
 use super::common::{self, Problem, Spec, Track};
-use super::math::{gemm, transposed, Real, View};
+use super::math::{gemm, Real, StepWeights, View};
 
 const SPEC: Spec = Spec {
     gates: 1,
@@ -32,11 +32,11 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize) -> Result<Track<T>> {
     let (batch, n) = (p.dims.batch, p.dims.hidden);
     let f = p.activations(d)[0];
     let (w, r) = p.weights(d);
-    let rt = transposed(r, n, n);
+    let rt = StepWeights::new(r, n, n, batch);
     let xw = p.project(w, &p.summed_biases(d))?;
     let h = p.initial(p.initial_h.as_deref(), d);
     let (y, h) = p.scan(d, &xw, n, h, |active, g, h| {
-        gemm(View::rows(h, batch, n), View::rows(&rt, n, n), T::ONE, g, n)?;
+        gemm(View::rows(h, batch, n), rt.view(), T::ONE, g, n)?;
         for ((g, h), _) in g
             .chunks_exact(n)
             .zip(h.chunks_exact_mut(n))
