@@ -26,6 +26,7 @@ pub mod packed;
 
 use std::fmt;
 use std::mem::{ManuallyDrop, MaybeUninit};
+use std::sync::Arc;
 
 use bytemuck::Pod;
 use thiserror::Error;
@@ -106,16 +107,19 @@ pub struct Tensor {
     data: Data,
 }
 
+/// The elements. Both forms are shared between clones and copied on the first write
+/// (`Arc::make_mut`), so cloning a tensor — what a `Reshape`, `Identity` or a graph input costs
+/// the interpreter — never copies its payload.
 #[derive(Clone)]
 enum Data {
     Bytes(ByteBuf),
-    Strings(Vec<Vec<u8>>),
+    Strings(Arc<Vec<Vec<u8>>>),
 }
 
 /// An 8-byte aligned byte buffer: `len` bytes of payload followed by zeroed slack words.
 #[derive(Clone)]
 struct ByteBuf {
-    words: Vec<u64>,
+    words: Arc<Vec<u64>>,
     len: usize,
 }
 
@@ -128,21 +132,21 @@ fn words_for(len: usize) -> usize {
 impl ByteBuf {
     fn zeroed(len: usize) -> ByteBuf {
         ByteBuf {
-            words: vec![0; words_for(len)],
+            words: Arc::new(vec![0; words_for(len)]),
             len,
         }
     }
 
     fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[..self.len]
+        &bytemuck::cast_slice(self.words.as_slice())[..self.len]
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+        &mut bytemuck::cast_slice_mut(Arc::make_mut(&mut self.words).as_mut_slice())[..self.len]
     }
 
     fn padded(&self) -> &[u8] {
-        bytemuck::cast_slice(&self.words)
+        bytemuck::cast_slice(self.words.as_slice())
     }
 }
 
@@ -242,7 +246,7 @@ impl Tensor {
             dtype: DataType::String,
             shape: shape.to_vec(),
             len,
-            data: Data::Strings(values),
+            data: Data::Strings(Arc::new(values)),
         })
     }
 
@@ -250,7 +254,7 @@ impl Tensor {
     pub fn zeros(dtype: DataType, shape: &[usize]) -> Result<Tensor, TensorError> {
         let (len, nbytes) = checked_storage(dtype, shape)?;
         let data = if dtype == DataType::String {
-            Data::Strings(vec![Vec::new(); len])
+            Data::Strings(Arc::new(vec![Vec::new(); len]))
         } else {
             Data::Bytes(ByteBuf::zeroed(nbytes))
         };
@@ -387,7 +391,7 @@ impl Tensor {
     pub fn as_strings_mut(&mut self) -> Result<&mut [Vec<u8>], TensorError> {
         let err = self.not("string");
         match &mut self.data {
-            Data::Strings(s) => Ok(s),
+            Data::Strings(s) => Ok(Arc::make_mut(s).as_mut_slice()),
             Data::Bytes(_) => Err(err),
         }
     }
@@ -448,7 +452,7 @@ impl Tensor {
         let bits = self.dtype.bits();
         match (&mut self.data, &src.data) {
             (Data::Strings(d), Data::Strings(s)) => {
-                d[dst_index].clone_from(&s[src_index]);
+                Arc::make_mut(d)[dst_index].clone_from(&s[src_index]);
             }
             (Data::Bytes(d), Data::Bytes(s)) if bits.is_multiple_of(8) => {
                 let w = bits / 8;
@@ -773,7 +777,7 @@ impl UninitTensor {
             shape: self.shape,
             len: self.len,
             data: Data::Bytes(ByteBuf {
-                words,
+                words: Arc::new(words),
                 len: self.nbytes,
             }),
         }
