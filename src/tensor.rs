@@ -39,6 +39,9 @@ pub enum TensorError {
     /// The element count or byte size of a shape overflows `usize`.
     #[error("shape {shape:?} of {dtype} is too large to address")]
     TooLarge { dtype: DataType, shape: Vec<usize> },
+    /// The memory for a tensor could not be allocated.
+    #[error("out of memory for a tensor of {bytes} bytes")]
+    OutOfMemory { bytes: usize },
     /// The number of elements given does not match the shape.
     #[error("shape {shape:?} holds {expected} elements but {actual} were given")]
     ElementCount {
@@ -129,12 +132,24 @@ fn words_for(len: usize) -> usize {
     len / 8 + 2
 }
 
+/// `n` copies of `fill`, or an error (not an abort) when the memory cannot be had: a model can
+/// ask for any shape, and a tensor too large for the machine is its error, not ours.
+fn try_filled<T: Clone>(n: usize, fill: T) -> Result<Vec<T>, TensorError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| TensorError::OutOfMemory {
+            bytes: n.saturating_mul(std::mem::size_of::<T>()),
+        })?;
+    v.resize(n, fill);
+    Ok(v)
+}
+
 impl ByteBuf {
-    fn zeroed(len: usize) -> ByteBuf {
-        ByteBuf {
-            words: Arc::new(vec![0; words_for(len)]),
+    fn zeroed(len: usize) -> Result<ByteBuf, TensorError> {
+        Ok(ByteBuf {
+            words: Arc::new(try_filled(words_for(len), 0)?),
             len,
-        }
+        })
     }
 
     fn bytes(&self) -> &[u8] {
@@ -219,7 +234,7 @@ impl Tensor {
                 actual: bytes.len(),
             });
         }
-        let mut buf = ByteBuf::zeroed(nbytes);
+        let mut buf = ByteBuf::zeroed(nbytes)?;
         buf.bytes_mut().copy_from_slice(bytes);
         if let Some(last) = buf.bytes_mut().last_mut() {
             *last &= !packed::padding_mask(dtype.bits(), len);
@@ -254,9 +269,9 @@ impl Tensor {
     pub fn zeros(dtype: DataType, shape: &[usize]) -> Result<Tensor, TensorError> {
         let (len, nbytes) = checked_storage(dtype, shape)?;
         let data = if dtype == DataType::String {
-            Data::Strings(Arc::new(vec![Vec::new(); len]))
+            Data::Strings(Arc::new(try_filled(len, Vec::new())?))
         } else {
-            Data::Bytes(ByteBuf::zeroed(nbytes))
+            Data::Bytes(ByteBuf::zeroed(nbytes)?)
         };
         Ok(Tensor {
             dtype,
@@ -283,7 +298,10 @@ impl Tensor {
         }
         let (len, nbytes) = checked_storage(dtype, shape)?;
         let n = words_for(nbytes);
-        let mut words: Vec<MaybeUninit<u64>> = Vec::with_capacity(n);
+        let mut words: Vec<MaybeUninit<u64>> = Vec::new();
+        words
+            .try_reserve_exact(n)
+            .map_err(|_| TensorError::OutOfMemory { bytes: nbytes })?;
         // The words the payload does not fully cover (the partial last word and the slack word)
         // are zeroed now, so once the kernel has written the `nbytes` payload bytes every word is
         // initialised.
@@ -816,6 +834,13 @@ mod tests {
         assert!(matches!(e, TensorError::TooLarge { .. }));
         let e = Tensor::zeros(DataType::Float, &[usize::MAX / 2]).unwrap_err();
         assert!(matches!(e, TensorError::TooLarge { .. }));
+        // Addressable, but more memory than any machine has: an error, not an abort.
+        let e = Tensor::zeros(DataType::Uint8, &[1 << 60]).unwrap_err();
+        assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
+        let e = Tensor::uninit(DataType::Uint8, &[1 << 60]).err().unwrap();
+        assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
+        let e = Tensor::zeros(DataType::String, &[1 << 60]).unwrap_err();
+        assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
     }
 
     #[test]
