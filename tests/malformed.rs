@@ -8,7 +8,7 @@
 //! single `error:` line on stderr containing the expected words, no `out.onnx`, no temporary files
 //! left behind, and every file in the directory (the input included) unchanged.
 //!
-//! Cases found by fuzzing (`tests/fuzz/`) are at the end, named after the crash they reproduce.
+//! Inputs found by fuzzing (`fuzz/`) have their regression tests in `tests/fuzz_regressions.rs`.
 
 #[path = "malformed/harness.rs"]
 mod harness;

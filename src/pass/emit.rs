@@ -205,9 +205,11 @@ impl<'a> Emitter<'a> {
         }
         let final_dims = ops.iter().fold(dims.clone(), |d, op| apply_dims(op, &d));
         if let (Some(_), Some(sizes)) = (all_known(&dims), all_known(&final_dims)) {
-            let out = self.output_name(last, what, elem, &final_dims);
-            self.reshape(&value, &sizes, &out, what);
-            return (out, final_dims);
+            if self.can_reshape_to(&dims, &sizes) {
+                let out = self.output_name(last, what, elem, &final_dims);
+                self.reshape_to_sizes(&value, &dims, &sizes, &out, what);
+                return (out, final_dims);
+            }
         }
         for (n, op) in ops.iter().enumerate() {
             let next_dims = apply_dims(op, &dims);
@@ -219,7 +221,7 @@ impl<'a> Emitter<'a> {
             match op {
                 ShapeOp::Unsqueeze(axes) => self.axes_op("Unsqueeze", &value, axes, &out, what),
                 ShapeOp::Squeeze(axes) => self.axes_op("Squeeze", &value, axes, &out, what),
-                ShapeOp::Reshape(spec) => self.reshape(&value, spec, &out, what),
+                ShapeOp::Reshape(spec) => self.reshape(&value, spec, &out, what, false),
             }
             value = out;
             dims = next_dims;
@@ -253,16 +255,49 @@ impl<'a> Emitter<'a> {
         self.nodes.push(node);
     }
 
-    /// `Reshape`, with the shape as an input from opset 5 and as an attribute before.
-    pub(crate) fn reshape(&mut self, input: &str, shape: &[i64], out: &str, what: &str) {
+    /// Whether [`Emitter::reshape_to_sizes`] can take a value of `dims` to the known `sizes`. A 0
+    /// in `Reshape`'s shape copies the input dim at its position, so a zero-sized output dim
+    /// needs a zero-sized input dim there, or `allowzero` (opset 14).
+    pub(crate) fn can_reshape_to(&self, dims: &[Dim], sizes: &[i64]) -> bool {
+        self.opset >= 14 || zeros_are_copies(dims, sizes)
+    }
+
+    /// `Reshape` of a value of `dims` to the known `sizes`, with `allowzero` where a 0 in `sizes`
+    /// would otherwise copy a non-zero dim. Check [`Emitter::can_reshape_to`] first.
+    pub(crate) fn reshape_to_sizes(
+        &mut self,
+        input: &str,
+        dims: &[Dim],
+        sizes: &[i64],
+        out: &str,
+        what: &str,
+    ) {
+        let allowzero = !zeros_are_copies(dims, sizes);
+        self.reshape(input, sizes, out, what, allowzero);
+    }
+
+    /// `Reshape`, with the shape as an input from opset 5 and as an attribute before; `allowzero`
+    /// (opset 14) makes a 0 in `shape` a zero-sized dim instead of a copy.
+    pub(crate) fn reshape(
+        &mut self,
+        input: &str,
+        shape: &[i64],
+        out: &str,
+        what: &str,
+        allowzero: bool,
+    ) {
+        debug_assert!(!allowzero || self.opset >= 14, "allowzero needs opset 14");
         let name = self.node_name(&format!("Reshape_{what}"));
-        let node = if self.opset >= 5 {
+        let mut node = if self.opset >= 5 {
             let shape = self.constant(&format!("{what}_shape"), shape);
             Node::new("Reshape", &name, [input.to_owned(), shape], [out])
         } else {
             Node::new("Reshape", &name, [input], [out])
                 .with_attr("shape", AttrValue::Ints(shape.to_vec()))
         };
+        if allowzero {
+            node = node.with_attr("allowzero", AttrValue::Int(1));
+        }
         self.nodes.push(node);
     }
 }
@@ -315,6 +350,15 @@ pub(crate) fn apply_dims(op: &ShapeOp, dims: &[Dim]) -> Vec<Dim> {
             out
         }
     }
+}
+
+/// Whether every 0 in the `Reshape` shape `sizes` stands where `dims` has a known 0, so copying
+/// the input dim (what a 0 means without `allowzero`) gives the zero-sized dim wanted.
+fn zeros_are_copies(dims: &[Dim], sizes: &[i64]) -> bool {
+    sizes
+        .iter()
+        .enumerate()
+        .all(|(j, &s)| s != 0 || dims.get(j).and_then(Dim::known) == Some(0))
 }
 
 /// All sizes, if every dim is known.

@@ -1262,8 +1262,9 @@ impl Lowerer<'_, '_> {
         // A constant shape needs somewhere to live (not an old-opset function body).
         let can_reshape = self.e.constants != Constants::Unavailable || self.e.opset < 5;
         let read = match (source.filter(|_| can_reshape), all_known(&dims)) {
-            (Some(y), Some(sizes)) => {
-                self.e.reshape(&y.name, &sizes, &out, what);
+            (Some(y), Some(sizes)) if self.e.can_reshape_to(&y.dims, &sizes) => {
+                self.e
+                    .reshape_to_sizes(&y.name, &y.dims, &sizes, &out, what);
                 y
             }
             _ => {
