@@ -30,6 +30,7 @@ mod gathers;
 mod identity;
 mod layout;
 mod math;
+mod minifloat;
 mod nn;
 mod rnn;
 

@@ -24,7 +24,7 @@ use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::{packed, Tensor};
 use crate::DataType;
 
-use super::minifloat::{decode_e8m0, encode_e8m0, E8M0Rounding, MiniFloat};
+use crate::ops::minifloat::{decode_e8m0, encode_e8m0, E8M0Rounding, MiniFloat};
 
 /// The elements of a source tensor, read exactly.
 enum Values {

@@ -17,7 +17,6 @@ mod binary;
 mod cast;
 mod common;
 mod cumsum;
-mod minifloat;
 mod reduce;
 mod softmax;
 mod topk;

@@ -13,7 +13,6 @@ mod einsum;
 mod gemm;
 mod lrn;
 mod matmul;
-mod minifloat;
 mod norm;
 mod pool;
 mod quant;

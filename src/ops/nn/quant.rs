@@ -24,7 +24,7 @@ use crate::DataType;
 use super::super::util::{normalize_axis, optional, required, to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
 use super::common::{round_to, store_f64s, store_ints, tensor_type, to_f32s};
-use super::minifloat::{decode_e8m0, Minifloat};
+use crate::ops::minifloat::{decode_e8m0, MiniFloat};
 
 /// A quantized element type.
 #[derive(Clone, Copy, Debug)]
@@ -32,7 +32,7 @@ enum QType {
     /// An integer type of `bits` bits (packed below 8) saturating to `lo..=hi`.
     Int { lo: i64, hi: i64, bits: usize },
     /// A small float format (float4 is packed).
-    Float(Minifloat),
+    Float(MiniFloat),
 }
 
 impl QType {
@@ -49,7 +49,7 @@ impl QType {
             Uint4 => int(0, 15, 4),
             Int2 => int(-2, 1, 2),
             Uint2 => int(0, 3, 2),
-            _ => Minifloat::of(dtype)
+            _ => MiniFloat::of(dtype)
                 .map(QType::Float)
                 .ok_or_else(|| unsupported_type("linear quantization", dtype)),
         }
@@ -86,7 +86,7 @@ fn read_quantized(t: &Tensor) -> Result<Quantized> {
             let bits = dtype.bits();
             let bytes = t.as_bytes()?;
             let v = (0..t.len())
-                .map(|i| f.decode(packed::read(bytes, bits, i).unwrap_or(0)))
+                .map(|i| f.decode(packed::read(bytes, bits, i).unwrap_or(0)) as f32)
                 .collect();
             Quantized::Floats(v)
         }
@@ -99,7 +99,7 @@ fn scale_values(t: &Tensor) -> Result<Vec<f32>> {
         DataType::Float8E8M0 => Ok(t
             .as_slice::<u8>()?
             .iter()
-            .map(|&c| decode_e8m0(c))
+            .map(|&c| decode_e8m0(c) as f32)
             .collect()),
         _ => to_f32s(t),
     }
@@ -206,7 +206,7 @@ fn output_dtype(ctx: &EvalCtx<'_>) -> Result<Option<DataType>> {
 /// Packs quantized codes (integers in range, or float codes) into a tensor of `dtype`.
 fn pack(dtype: DataType, shape: &[usize], codes: &[i64]) -> Result<Tensor> {
     let bits = dtype.bits();
-    if Minifloat::of(dtype).is_some() && bits == 8 {
+    if MiniFloat::of(dtype).is_some() && bits == 8 {
         let v: Vec<u8> = codes.iter().map(|&c| c as u8).collect();
         return Ok(Tensor::from_vec(dtype, shape, v)?);
     }
@@ -285,7 +285,7 @@ pub(super) fn eval_quantize(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
                     } else {
                         quotient(i)
                     };
-                    i64::from(f.encode(q, saturate))
+                    i64::from(f.encode(f64::from(q), saturate))
                 })
                 .collect()
         }

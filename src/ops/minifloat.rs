@@ -1,6 +1,6 @@
 //! Encoding and decoding of the floating-point types of 8 bits or fewer: `float8e4m3fn`,
-//! `float8e4m3fnuz`, `float8e5m2`, `float8e5m2fnuz`, `float4e2m1` and `float8e8m0`, as `Cast`
-//! needs them.
+//! `float8e4m3fnuz`, `float8e5m2`, `float8e5m2fnuz`, `float4e2m1` and `float8e8m0`, as `Cast` and
+//! the quantization operators need them.
 //!
 //! Encoding rounds to nearest, ties to even. With `saturate` (the default), out-of-range values
 //! and infinities become the largest finite value of their sign; without, they become infinity
@@ -26,7 +26,7 @@ enum Specials {
 
 /// A small binary floating-point format: sign, `exp` exponent bits, `mant` mantissa bits.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct MiniFloat {
+pub(crate) struct MiniFloat {
     exp: u32,
     mant: u32,
     bias: i32,
@@ -35,7 +35,7 @@ pub(super) struct MiniFloat {
 
 impl MiniFloat {
     /// The format of `dtype`, if it is one of the small float types with a sign and mantissa.
-    pub(super) fn of(dtype: DataType) -> Option<MiniFloat> {
+    pub(crate) fn of(dtype: DataType) -> Option<MiniFloat> {
         let (exp, mant, bias, specials) = match dtype {
             DataType::Float8E4M3FN => (4, 3, 7, Specials::Fn),
             DataType::Float8E4M3FNUZ => (4, 3, 8, Specials::Fnuz),
@@ -93,7 +93,7 @@ impl MiniFloat {
     }
 
     /// The code of `x`, rounded to nearest even.
-    pub(super) fn encode(&self, x: f64, saturate: bool) -> u8 {
+    pub(crate) fn encode(&self, x: f64, saturate: bool) -> u8 {
         if x.is_nan() {
             return self.nan(x.is_sign_negative());
         }
@@ -144,7 +144,7 @@ impl MiniFloat {
     }
 
     /// The value of `code`.
-    pub(super) fn decode(&self, code: u8) -> f64 {
+    pub(crate) fn decode(&self, code: u8) -> f64 {
         let negative = code & self.sign_bit() != 0;
         let magnitude = code & self.all_ones();
         let e = i32::from(magnitude >> self.mant);
@@ -174,7 +174,7 @@ impl MiniFloat {
 
 /// How a value rounds to `float8e8m0`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum E8M0Rounding {
+pub(crate) enum E8M0Rounding {
     Up,
     Down,
     Nearest,
@@ -182,7 +182,7 @@ pub(super) enum E8M0Rounding {
 
 /// The `float8e8m0` code of `x` (its biased exponent), following the ONNX reference: NaN and
 /// infinity give the NaN code 0xFF; `saturate` keeps rounding from reaching it.
-pub(super) fn encode_e8m0(x: f32, saturate: bool, rounding: E8M0Rounding) -> u8 {
+pub(crate) fn encode_e8m0(x: f32, saturate: bool, rounding: E8M0Rounding) -> u8 {
     let bits = x.to_bits();
     let exponent = (bits >> 23) & 0xFF;
     if exponent == 0xFF {
@@ -202,7 +202,7 @@ pub(super) fn encode_e8m0(x: f32, saturate: bool, rounding: E8M0Rounding) -> u8 
 }
 
 /// The value of a `float8e8m0` code: `2^(code - 127)`, NaN for 0xFF.
-pub(super) fn decode_e8m0(code: u8) -> f64 {
+pub(crate) fn decode_e8m0(code: u8) -> f64 {
     if code == 0xFF {
         f64::NAN
     } else {
