@@ -386,6 +386,21 @@ fn im2col<T: Real>(x: &[T], g: &Geometry3, cg: usize, p0: usize, p1: usize, col:
 }
 
 pub(super) fn eval_conv(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let (x, w, b, dtype) = conv_operands(ctx, inputs)?;
+    let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
+    let y = dispatch_real!(dtype, R => {
+        let (xv, wv) = (R::load(x)?, R::load(w)?);
+        let bias = b.map(R::load).transpose()?;
+        output::<R>(dtype, &shape.out_shape, |y| shape.run(&xv, &wv, bias.as_deref(), y))?
+    }, _ => return Err(unsupported_type("Conv", dtype)));
+    Ok(vec![y])
+}
+
+/// `X`, `W` and the optional `B` of a convolution, which must share one element type.
+pub(super) fn conv_operands<'t>(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&'t Tensor>],
+) -> Result<(&'t Tensor, &'t Tensor, Option<&'t Tensor>, DataType)> {
     let (x, w, b) = (
         required(inputs, 0)?,
         required(inputs, 1)?,
@@ -395,13 +410,7 @@ pub(super) fn eval_conv(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     if w.dtype() != dtype || b.is_some_and(|b| b.dtype() != dtype) {
         return Err(ctx.error("X, W and B must have one element type"));
     }
-    let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
-    let y = dispatch_real!(dtype, R => {
-        let (xv, wv) = (R::load(x)?, R::load(w)?);
-        let bias = b.map(R::load).transpose()?;
-        output::<R>(dtype, &shape.out_shape, |y| shape.run(&xv, &wv, bias.as_deref(), y))?
-    }, _ => return Err(unsupported_type("Conv", dtype)));
-    Ok(vec![y])
+    Ok((x, w, b, dtype))
 }
 
 /// The exact integer convolution of `x - x_zero` and `w - w_zero` (per tensor, or per output

@@ -18,12 +18,13 @@ use crate::error::{Error, Result};
 use crate::ir::{Dim, Node, TensorType};
 use crate::tensor::Tensor;
 
-use super::super::util::{optional, required, unsupported_type};
+use super::super::util::unsupported_type;
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
     checked_product, dispatch_real, input_dims, known_sizes, output, tensor_type, Real,
 };
+use super::conv::conv_operands;
 use super::window::{inside, AutoPad, Geometry, Geometry3, Window};
 
 /// `output_padding` or `output_shape` as `rank` spatial values, if present.
@@ -240,15 +241,7 @@ pub(super) fn eval_conv_transpose(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let (x, w, b) = (
-        required(inputs, 0)?,
-        required(inputs, 1)?,
-        optional(inputs, 2),
-    );
-    let dtype = x.dtype();
-    if w.dtype() != dtype || b.is_some_and(|b| b.dtype() != dtype) {
-        return Err(ctx.error("X, W and B must have one element type"));
-    }
+    let (x, w, b, dtype) = conv_operands(ctx, inputs)?;
     let layout = Layout::new(ctx, x.shape(), w.shape())?;
     let y = dispatch_real!(dtype, R => {
         let (xv, wv) = (R::load(x)?, R::load(w)?);
