@@ -42,6 +42,7 @@ impl Ring for i64 {
 /// `f64`.
 pub(super) trait Real:
     Ring
+    + Default
     + bytemuck::Pod
     + PartialOrd
     + Add<Output = Self>

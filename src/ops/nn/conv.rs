@@ -22,7 +22,7 @@ use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::super::util::{optional, required, to_i64s, unsupported_type};
+use super::super::util::{dot, optional, required, to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
@@ -261,24 +261,6 @@ impl ConvShape {
         }
         Ok(())
     }
-}
-
-/// The dot product of two equally long slices, in eight independent sums so that it
-/// vectorizes.
-fn dot<T: Real>(a: &[T], b: &[T]) -> T {
-    let mut sums = [T::ZERO; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .fold(T::ZERO, |s, (&x, &y)| s + x * y);
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            sums[l] += x[l] * y[l];
-        }
-    }
-    sums.iter().fold(tail, |s, &v| s + v)
 }
 
 /// Adds the convolution of one input channel `x` by one filter `w` (one weight per tap) into the

@@ -178,19 +178,25 @@ fn normalize_rows<R: Real>(
     (y, means, invs)
 }
 
+/// `X`, `scale` and `B` of a per-channel normalization; `X` must have a batch and a channel dim.
+fn channel_operands<'t>(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&'t Tensor>],
+) -> Result<(&'t Tensor, &'t Tensor, &'t Tensor)> {
+    let x = required(inputs, 0)?;
+    if x.rank() < 2 {
+        let shape = x.shape();
+        return Err(ctx.error(format!("X {shape:?} needs a batch and a channel dim")));
+    }
+    Ok((x, required(inputs, 1)?, required(inputs, 2)?))
+}
+
 pub(super) fn eval_instance_norm(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let (x, scale, bias) = (
-        required(inputs, 0)?,
-        required(inputs, 1)?,
-        required(inputs, 2)?,
-    );
+    let (x, scale, bias) = channel_operands(ctx, inputs)?;
     let shape = x.shape();
-    if shape.len() < 2 {
-        return Err(ctx.error(format!("X {shape:?} needs a batch and a channel dim")));
-    }
     let channels = shape[1];
     let plane: usize = shape[2..].iter().product();
     let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
@@ -208,15 +214,8 @@ pub(super) fn eval_group_norm(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let (x, scale, bias) = (
-        required(inputs, 0)?,
-        required(inputs, 1)?,
-        required(inputs, 2)?,
-    );
+    let (x, scale, bias) = channel_operands(ctx, inputs)?;
     let shape = x.shape();
-    if shape.len() < 2 {
-        return Err(ctx.error(format!("X {shape:?} needs a batch and a channel dim")));
-    }
     let channels = shape[1];
     let groups = usize::try_from(ctx.node.attr_int("num_groups", 0)?)
         .ok()

@@ -13,7 +13,7 @@
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 use crate::error::{Error, Result};
-use crate::ops::util::Float;
+use crate::ops::util::{dot, Float};
 /// The element types the recurrences compute in: `f32` (also for `float16` and `bfloat16`
 /// tensors, converted on the way in and out) and `f64`.
 pub(super) trait Real:
@@ -242,24 +242,6 @@ fn small_gemm<T: Real>(
             }
         }
     }
-}
-
-/// The dot product of two equally long slices, in eight independent sums so that it
-/// vectorizes.
-fn dot<T: Real>(a: &[T], b: &[T]) -> T {
-    let mut sums = [T::ZERO; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .fold(T::ZERO, |s, (&x, &y)| s + x * y);
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            sums[l] = sums[l] + x[l] * y[l];
-        }
-    }
-    sums.iter().fold(tail, |s, &v| s + v)
 }
 
 /// The transpose of the row-major `rows x cols` matrix at the start of `data`.
