@@ -237,6 +237,13 @@ impl Constants {
         if !all_known || node.subgraphs().next().is_some() || node.domain == crate::gather::DOMAIN {
             return None;
         }
+        // Only what is known to be small is computed: a dead `ConstantOfShape([6e9])` beside the
+        // graph costs a shape function, not six gigabytes.
+        let def = ops::registry().lookup(&node.domain, &node.op_type, opset)?;
+        let bytes = ops::planned_output_bytes(def, node, opset, values)?;
+        if bytes > Self::MAX_ELEMENTS * 16 {
+            return None;
+        }
         let outputs = ops::eval_node(node, opset, values).ok()?;
         outputs
             .iter()

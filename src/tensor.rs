@@ -22,7 +22,10 @@
 //! zero-fill; the one `unsafe` step, [`UninitTensor::assume_init`], is the kernel's promise that
 //! it wrote every byte.
 
+mod arena;
 pub mod packed;
+
+pub use arena::{default_budget, try_vec, try_with_capacity, Arena};
 
 use std::fmt;
 use std::mem::{ManuallyDrop, MaybeUninit};
@@ -42,6 +45,18 @@ pub enum TensorError {
     /// The memory for a tensor could not be allocated.
     #[error("out of memory for a tensor of {bytes} bytes")]
     OutOfMemory { bytes: usize },
+    /// A buffer that would take the memory in use past the budget (see [`Arena`]).
+    #[error(
+        "{} ({bytes} bytes) more would exceed the memory budget of {} ({} in use); raise it with --max-memory",
+        human_bytes(*bytes),
+        human_bytes(*limit),
+        human_bytes(*live)
+    )]
+    OverBudget {
+        bytes: usize,
+        live: usize,
+        limit: usize,
+    },
     /// The number of elements given does not match the shape.
     #[error("shape {shape:?} holds {expected} elements but {actual} were given")]
     ElementCount {
@@ -122,8 +137,26 @@ enum Data {
 /// An 8-byte aligned byte buffer: `len` bytes of payload followed by zeroed slack words.
 #[derive(Clone)]
 struct ByteBuf {
-    words: Arc<Vec<u64>>,
+    words: Arc<Words>,
     len: usize,
+}
+
+/// The words of a buffer taken from an [`Arena`], given back to it when the last tensor
+/// sharing them is dropped. Every word is initialised.
+struct Words {
+    vec: Vec<u64>,
+    home: Arc<Arena>,
+}
+
+impl Drop for Words {
+    fn drop(&mut self) {
+        let mut v = ManuallyDrop::new(std::mem::take(&mut self.vec));
+        let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
+        // SAFETY: `u64` and `MaybeUninit<u64>` have the same size and alignment, and the vector
+        // is re-owned exactly once (the original is not dropped).
+        let v = unsafe { Vec::from_raw_parts(ptr.cast::<MaybeUninit<u64>>(), len, cap) };
+        self.home.give_back(v);
+    }
 }
 
 /// Number of `u64` words backing `len` payload bytes: the payload rounded up, plus one slack
@@ -132,36 +165,101 @@ fn words_for(len: usize) -> usize {
     len / 8 + 2
 }
 
-/// `n` copies of `fill`, or an error (not an abort) when the memory cannot be had: a model can
-/// ask for any shape, and a tensor too large for the machine is its error, not ours.
+/// `n` copies of `fill` for a string tensor, checked against the budget; strings are counted
+/// by their handles (the bytes of each string are the caller's).
 fn try_filled<T: Clone>(n: usize, fill: T) -> Result<Vec<T>, TensorError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| TensorError::OutOfMemory {
-            bytes: n.saturating_mul(std::mem::size_of::<T>()),
-        })?;
-    v.resize(n, fill);
-    Ok(v)
+    arena::try_vec(n, fill)
+}
+
+/// Words for a payload of `nbytes` bytes from the current arena, with the words the payload
+/// does not fully cover (the partial last word and the slack word) zeroed, so that once the
+/// `nbytes` payload bytes are written every word is initialised.
+fn uninit_words(nbytes: usize) -> Result<(Vec<MaybeUninit<u64>>, Arc<Arena>), TensorError> {
+    let home = Arena::current();
+    let n = words_for(nbytes);
+    let mut words = home.take(n)?;
+    // SAFETY: `MaybeUninit<u64>` needs no initialisation and `nbytes / 8 < n <= capacity`.
+    unsafe { words.set_len(nbytes / 8) };
+    words.resize(n, MaybeUninit::new(0));
+    Ok((words, home))
+}
+
+/// Re-owns fully initialised words as a buffer.
+///
+/// # Safety
+/// Every word of `words` must be initialised.
+unsafe fn finish_words(words: Vec<MaybeUninit<u64>>, home: Arc<Arena>, len: usize) -> ByteBuf {
+    let mut words = ManuallyDrop::new(words);
+    let (ptr, n, cap) = (words.as_mut_ptr(), words.len(), words.capacity());
+    // SAFETY: `MaybeUninit<u64>` and `u64` have the same size and alignment, so the allocation
+    // can be re-owned as `Vec<u64>`; the caller promises every word is initialised.
+    let vec = unsafe { Vec::from_raw_parts(ptr.cast::<u64>(), n, cap) };
+    ByteBuf {
+        words: Arc::new(Words { vec, home }),
+        len,
+    }
 }
 
 impl ByteBuf {
+    /// A buffer holding a copy of `src`, from the current arena.
+    fn copied(src: &[u8]) -> Result<ByteBuf, TensorError> {
+        let (mut words, home) = uninit_words(src.len())?;
+        // SAFETY: `src.len() <= 8 * words.len()` (see `words_for`), and the fresh words do not
+        // overlap `src`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), words.as_mut_ptr().cast::<u8>(), src.len())
+        };
+        // SAFETY: the payload bytes were written just now, the rest by `uninit_words`.
+        Ok(unsafe { finish_words(words, home, src.len()) })
+    }
+
     fn zeroed(len: usize) -> Result<ByteBuf, TensorError> {
-        Ok(ByteBuf {
-            words: Arc::new(try_filled(words_for(len), 0)?),
-            len,
-        })
+        let (mut words, home) = uninit_words(len)?;
+        words.iter_mut().for_each(|w| {
+            w.write(0);
+        });
+        // SAFETY: every word was written just now.
+        Ok(unsafe { finish_words(words, home, len) })
     }
 
     fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(self.words.as_slice())[..self.len]
+        &bytemuck::cast_slice(self.words.vec.as_slice())[..self.len]
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(Arc::make_mut(&mut self.words).as_mut_slice())[..self.len]
+    /// The payload, writable: shared words are copied first (fallibly, from the arena).
+    fn bytes_mut(&mut self) -> Result<&mut [u8], TensorError> {
+        if Arc::get_mut(&mut self.words).is_none() {
+            let copy = ByteBuf::copied(self.padded())?;
+            self.words = copy.words;
+        }
+        let words = Arc::get_mut(&mut self.words).ok_or(TensorError::OutOfMemory { bytes: 0 })?;
+        Ok(&mut bytemuck::cast_slice_mut(words.vec.as_mut_slice())[..self.len])
     }
 
     fn padded(&self) -> &[u8] {
-        bytemuck::cast_slice(self.words.as_slice())
+        bytemuck::cast_slice(self.words.vec.as_slice())
+    }
+}
+
+/// A byte count for people: `4.0 TiB`, `512 B`.
+///
+/// # Example
+/// ```
+/// assert_eq!(multigather::tensor::human_bytes(3 << 40), "3.0 TiB");
+/// assert_eq!(multigather::tensor::human_bytes(1000), "1000 B");
+/// ```
+pub fn human_bytes(bytes: usize) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
     }
 }
 
@@ -234,9 +332,8 @@ impl Tensor {
                 actual: bytes.len(),
             });
         }
-        let mut buf = ByteBuf::zeroed(nbytes)?;
-        buf.bytes_mut().copy_from_slice(bytes);
-        if let Some(last) = buf.bytes_mut().last_mut() {
+        let mut buf = ByteBuf::copied(bytes)?;
+        if let Some(last) = buf.bytes_mut()?.last_mut() {
             *last &= !packed::padding_mask(dtype.bits(), len);
         }
         Ok(Tensor {
@@ -281,6 +378,18 @@ impl Tensor {
         })
     }
 
+    /// Checks, without allocating, that a tensor of `dtype` and `shape` is addressable and fits
+    /// in the current arena's budget: for callers that build the elements before the tensor.
+    pub fn check_size(dtype: DataType, shape: &[usize]) -> Result<(), TensorError> {
+        let (len, nbytes) = checked_storage(dtype, shape)?;
+        let bytes = if dtype == DataType::String {
+            len.saturating_mul(std::mem::size_of::<Vec<u8>>())
+        } else {
+            nbytes
+        };
+        Arena::current().check(bytes)
+    }
+
     /// A rank-0 tensor holding `value`.
     pub fn scalar<T: Pod>(dtype: DataType, value: T) -> Result<Tensor, TensorError> {
         Tensor::from_vec(dtype, &[], vec![value])
@@ -297,23 +406,14 @@ impl Tensor {
             });
         }
         let (len, nbytes) = checked_storage(dtype, shape)?;
-        let n = words_for(nbytes);
-        let mut words: Vec<MaybeUninit<u64>> = Vec::new();
-        words
-            .try_reserve_exact(n)
-            .map_err(|_| TensorError::OutOfMemory { bytes: nbytes })?;
-        // The words the payload does not fully cover (the partial last word and the slack word)
-        // are zeroed now, so once the kernel has written the `nbytes` payload bytes every word is
-        // initialised.
-        // SAFETY: `MaybeUninit<u64>` needs no initialisation and `nbytes / 8 < n <= capacity`.
-        unsafe { words.set_len(nbytes / 8) };
-        words.resize(n, MaybeUninit::new(0));
+        let (words, home) = uninit_words(nbytes)?;
         Ok(UninitTensor {
             dtype,
             shape: shape.to_vec(),
             len,
             nbytes,
             words,
+            home: Some(home),
         })
     }
 
@@ -354,7 +454,7 @@ impl Tensor {
     pub fn as_bytes_mut(&mut self) -> Result<&mut [u8], TensorError> {
         let err = self.not("fixed-width");
         match &mut self.data {
-            Data::Bytes(b) => Ok(b.bytes_mut()),
+            Data::Bytes(b) => b.bytes_mut(),
             Data::Strings(_) => Err(err),
         }
     }
@@ -474,12 +574,12 @@ impl Tensor {
             }
             (Data::Bytes(d), Data::Bytes(s)) if bits.is_multiple_of(8) => {
                 let w = bits / 8;
-                d.bytes_mut()[dst_index * w..(dst_index + 1) * w]
+                d.bytes_mut()?[dst_index * w..(dst_index + 1) * w]
                     .copy_from_slice(&s.bytes()[src_index * w..(src_index + 1) * w]);
             }
             (Data::Bytes(d), Data::Bytes(s)) => {
                 let v = packed::read(s.bytes(), bits, src_index).ok_or(oob(src_index, src_len))?;
-                packed::write(d.bytes_mut(), bits, dst_index, v).ok_or(oob(dst_index, dst_len))?;
+                packed::write(d.bytes_mut()?, bits, dst_index, v).ok_or(oob(dst_index, dst_len))?;
             }
             _ => return Err(self_not_matching(self.dtype)),
         }
@@ -537,7 +637,7 @@ impl Tensor {
             Data::Bytes(src) if bits.is_multiple_of(8) => {
                 let w = bits / 8;
                 let run = block * w;
-                let mut bytes = Vec::with_capacity(len * w);
+                let mut bytes = try_with_capacity(len * w)?;
                 for &k in starts {
                     bytes.extend_from_slice(&src.bytes()[k * w..k * w + run]);
                 }
@@ -741,6 +841,16 @@ pub struct UninitTensor {
     len: usize,
     nbytes: usize,
     words: Vec<MaybeUninit<u64>>,
+    /// The arena the words came from (taken by `assume_init`, given back on drop otherwise).
+    home: Option<Arc<Arena>>,
+}
+
+impl Drop for UninitTensor {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.take() {
+            home.give_back(std::mem::take(&mut self.words));
+        }
+    }
 }
 
 impl UninitTensor {
@@ -777,27 +887,72 @@ impl UninitTensor {
         }
     }
 
+    /// The finished tensor, its elements written by `fill`, which must return the initialised
+    /// view of the whole slice it is given (as the loops of `ops::vector` do); anything else is
+    /// an error, so no unwritten element can be read.
+    ///
+    /// # Example
+    /// ```
+    /// use std::mem::MaybeUninit;
+    /// use multigather::{DataType, Tensor};
+    /// let out = Tensor::uninit(DataType::Int32, &[3])?;
+    /// let t = out.fill(|slots: &mut [MaybeUninit<i32>]| {
+    ///     for (i, s) in slots.iter_mut().enumerate() {
+    ///         s.write(i as i32);
+    ///     }
+    ///     // SAFETY: every slot was written just now.
+    ///     unsafe { &mut *(slots as *mut [MaybeUninit<i32>] as *mut [i32]) }
+    /// })?;
+    /// assert_eq!(t.as_slice::<i32>()?, &[0, 1, 2]);
+    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// ```
+    pub fn fill<T: Pod>(
+        mut self,
+        fill: impl FnOnce(&mut [MaybeUninit<T>]) -> &mut [T],
+    ) -> Result<Tensor, TensorError> {
+        check_width::<T>(self.dtype)?;
+        if std::mem::align_of::<T>() > 8 {
+            return Err(TensorError::Alignment {
+                dtype: self.dtype,
+                align: std::mem::align_of::<T>(),
+            });
+        }
+        let len = self.len;
+        let bytes = self.bytes_mut();
+        // SAFETY: the buffer is 8-byte aligned, enough for `T` (checked above), and holds
+        // exactly `len` elements of `T`'s width (checked above); `MaybeUninit<T>` has no
+        // validity requirement.
+        let slots: &mut [MaybeUninit<T>] =
+            unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), len) };
+        let start = slots.as_ptr().cast::<T>();
+        let done = fill(slots);
+        if done.len() != len || (len > 0 && done.as_ptr() != start) {
+            return Err(TensorError::ElementCount {
+                shape: self.shape.clone(),
+                expected: len,
+                actual: done.len(),
+            });
+        }
+        // SAFETY: `done`, an initialised `&mut [T]`, covers exactly the `len` elements of the
+        // buffer, so every payload byte is written.
+        Ok(unsafe { self.assume_init() })
+    }
+
     /// The finished tensor.
     ///
     /// # Safety
     /// Every byte of [`UninitTensor::bytes_mut`] must have been written, and for packed sub-byte
     /// types the padding bits of the last byte must be zero.
-    pub unsafe fn assume_init(self) -> Tensor {
-        let mut words = ManuallyDrop::new(self.words);
-        let (ptr, len, cap) = (words.as_mut_ptr(), words.len(), words.capacity());
-        // SAFETY: `MaybeUninit<u64>` and `u64` have the same size and alignment, so the
-        // allocation can be re-owned as `Vec<u64>`. The words past the payload were zeroed in
-        // `Tensor::uninit` and the caller promises the payload bytes are written, so every word is
-        // initialised.
-        let words = unsafe { Vec::from_raw_parts(ptr.cast::<u64>(), len, cap) };
+    pub unsafe fn assume_init(mut self) -> Tensor {
+        let words = std::mem::take(&mut self.words);
+        let home = self.home.take().unwrap_or_else(Arena::current);
         Tensor {
             dtype: self.dtype,
-            shape: self.shape,
+            shape: std::mem::take(&mut self.shape),
             len: self.len,
-            data: Data::Bytes(ByteBuf {
-                words: Arc::new(words),
-                len: self.nbytes,
-            }),
+            // SAFETY: the words past the payload were zeroed in `Tensor::uninit` and the caller
+            // promises the payload bytes are written, so every word is initialised.
+            data: Data::Bytes(unsafe { finish_words(words, home, self.nbytes) }),
         }
     }
 }
@@ -834,12 +989,19 @@ mod tests {
         assert!(matches!(e, TensorError::TooLarge { .. }));
         let e = Tensor::zeros(DataType::Float, &[usize::MAX / 2]).unwrap_err();
         assert!(matches!(e, TensorError::TooLarge { .. }));
-        // Addressable, but more memory than any machine has: an error, not an abort.
+        // Addressable, but more memory than any machine has: an error, not an abort, refused
+        // by the budget before anything is allocated.
         let e = Tensor::zeros(DataType::Uint8, &[1 << 60]).unwrap_err();
-        assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
+        assert!(matches!(e, TensorError::OverBudget { .. }), "{e}");
         let e = Tensor::uninit(DataType::Uint8, &[1 << 60]).err().unwrap();
-        assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
+        assert!(matches!(e, TensorError::OverBudget { .. }), "{e}");
         let e = Tensor::zeros(DataType::String, &[1 << 60]).unwrap_err();
+        assert!(matches!(e, TensorError::OverBudget { .. }), "{e}");
+        // Within the budget but beyond what the allocator can give: still an error.
+        let unlimited = Arena::new(usize::MAX, false);
+        let e = unlimited
+            .enter(|| Tensor::zeros(DataType::Uint8, &[1 << 60]))
+            .unwrap_err();
         assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
     }
 

@@ -184,6 +184,7 @@ fn random_tensor(
     range: Option<&Vec<(i64, i64)>>,
     rng: &mut Rng,
 ) -> Result<Tensor> {
+    Tensor::check_size(elem, shape)?;
     let count: usize = shape.iter().product();
     let mut int = |i: usize, low: i64, high: i64| -> i64 {
         match range {

@@ -121,6 +121,10 @@ pub enum Command {
         /// Print timings and output shapes as JSON.
         #[arg(long)]
         json: bool,
+        /// Memory budget for the tensors of a run, e.g. 8G, 512M or a byte count (default: the
+        /// machine's physical memory).
+        #[arg(long, value_parser = parse_size)]
+        max_memory: Option<usize>,
     },
     /// Rewrite in memory, run both models on the same inputs, compare every output bit for bit.
     Verify {
@@ -144,6 +148,9 @@ pub enum Command {
         /// Print the comparison as JSON.
         #[arg(long)]
         json: bool,
+        /// Memory budget for the tensors of each run, as for `run`.
+        #[arg(long, value_parser = parse_size)]
+        max_memory: Option<usize>,
     },
     /// Run ONNX test-data directories (model.onnx + test_data_set_N/) and compare outputs.
     Test {
@@ -198,6 +205,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             repeat,
             threads,
             json,
+            max_memory,
         } => run::run(run::RunArgs {
             model: &model,
             inputs: inputs.as_deref(),
@@ -206,6 +214,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             repeat,
             threads,
             json,
+            max_memory,
         }),
         Command::Verify {
             model,
@@ -215,6 +224,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             seed,
             dim,
             json,
+            max_memory,
         } => verify::run(verify::VerifyArgs {
             model: &model,
             rewritten: rewritten.as_deref(),
@@ -223,9 +233,33 @@ pub fn run(args: Args) -> Result<Outcome> {
             seed,
             dims: &dim,
             json,
+            max_memory,
         }),
         Command::Test { dirs } => test::run(&dirs),
     }
+}
+
+/// A byte count as given on the command line: a number with an optional K, M, G or T suffix
+/// (powers of 1024, an optional trailing `B` or `iB`).
+fn parse_size(text: &str) -> std::result::Result<usize, String> {
+    let t = text.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 30),
+        Some((i, 'T' | 't')) => (&t[..i], 40),
+        _ => (t, 0),
+    };
+    let n: usize = digits
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size (examples: 8G, 512M, 1000000)"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("'{text}' is too large"))
 }
 
 /// Loads a model, with a spinner on a terminal for large files; errors name the file.

@@ -21,6 +21,7 @@ pub struct RunArgs<'a> {
     pub output_dir: Option<&'a Path>,
     pub repeat: usize,
     pub threads: Option<usize>,
+    pub max_memory: Option<usize>,
     pub json: bool,
 }
 
@@ -71,6 +72,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         &model,
         RunOptions {
             threads: args.threads,
+            max_memory: args.max_memory,
         },
     );
     let context = || format!("running {}", args.model.display());

@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use multigather::interp::Session;
+use multigather::interp::{RunOptions, Session};
 use multigather::pass::{GatherToMultiaxis, RewriteConfig};
+use multigather::tensor::{default_budget, Arena};
 use multigather::verify::{compare, random_inputs, OutputComparison};
 use serde::Serialize;
 
@@ -22,6 +23,7 @@ pub struct VerifyArgs<'a> {
     pub seed: u64,
     pub dims: &'a [String],
     pub json: bool,
+    pub max_memory: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -59,14 +61,23 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
             (m, count)
         }
     };
+    let options = RunOptions {
+        threads: None,
+        max_memory: args.max_memory,
+    };
+    let budget = Arena::new(args.max_memory.unwrap_or_else(default_budget), false);
     let inputs = match (args.inputs, args.random) {
         (Some(_), true) => bail!("give either --inputs or --random, not both"),
         (Some(dir), false) => super::run::gather_inputs(&original, Some(dir), &[])?,
-        (None, _) => random_inputs(&original, args.seed, &dim_sizes(args.dims)?)
-            .context("drawing random inputs")?,
+        (None, _) => {
+            let dims = dim_sizes(args.dims)?;
+            budget
+                .enter(|| random_inputs(&original, args.seed, &dims))
+                .context("drawing random inputs")?
+        }
     };
     let run = |model, what: &str| {
-        Session::new(model)
+        Session::with_options(model, options.clone())
             .run(inputs.clone())
             .with_context(|| format!("running the {what} model"))
     };

@@ -39,14 +39,18 @@ use crate::error::{Error, Result};
 use crate::ir::{
     opset_version, AttrValue, Attribute, Function, Graph, Model, Node, OpsetImport, StoredTensor,
 };
-use crate::ops::{registry, EvalCtx, OpDef, SubgraphRunner};
-use crate::tensor::Tensor;
+use crate::ops::{planned_output_bytes, registry, EvalCtx, OpDef, SubgraphRunner};
+use crate::tensor::{default_budget, Arena, Tensor};
 
 /// How a session runs.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
     /// Worker threads for the kernels (`None`: every core).
     pub threads: Option<usize>,
+    /// The memory budget in bytes for the tensors of a run (`None`: the machine's physical
+    /// memory, [`crate::tensor::default_budget`]). A node whose tensors would take the memory in
+    /// use past it fails with an error naming the node and the size.
+    pub max_memory: Option<usize>,
 }
 
 /// A model ready to run, with the plans of the graphs it has run cached.
@@ -55,19 +59,27 @@ pub struct Session<'m> {
     options: RunOptions,
     plans: Mutex<HashMap<PlanKey, Arc<Plan<'m>>>>,
     pool: Option<rayon::ThreadPool>,
+    /// Where the tensors of every run come from: buffers freed by one step or run are reused by
+    /// the next, within the memory budget.
+    arena: Arc<Arena>,
 }
 
 /// A graph (by address), for a function body the call node whose attributes it binds, and for
 /// a subgraph the plan of its enclosing graph (whose constants it folds with its own).
 type PlanKey = (usize, usize, usize);
 
-/// One graph, ready to run.
+/// One graph, ready to run: every value of the graph numbered into a slot of its frame, so the
+/// run loop indexes vectors and never hashes a name.
 struct Plan<'m> {
     steps: Vec<Step<'m>>,
-    /// Initializers as tensors, by name.
+    /// Initializers (and values folded at planning) as tensors, by name.
     constants: HashMap<String, Tensor>,
-    /// Values to drop before the first step: inputs nothing reads.
-    unused_inputs: Vec<String>,
+    /// The slot of each name the graph defines at run time (its inputs and its steps' outputs).
+    slots: HashMap<String, usize>,
+    /// The slot of each graph input, in order.
+    input_slots: Vec<usize>,
+    /// Slots to free before the first step: inputs nothing reads.
+    unused_inputs: Vec<usize>,
     /// The names of `constants` no input can override: what subgraphs may fold with.
     fixed: HashSet<String>,
     /// The other names the graph defines (inputs and outputs of its steps), which hide the
@@ -81,8 +93,25 @@ struct Step<'m> {
     node: Cow<'m, Node>,
     kind: StepKind<'m>,
     opset: i64,
-    /// Values of this frame whose last use is this step.
-    frees: Vec<String>,
+    /// Where each input comes from, in the node's order.
+    inputs: Vec<Source>,
+    /// The slot of each output (`None` for an omitted one).
+    outputs: Vec<Option<usize>>,
+    /// Slots of this frame whose last use is this step.
+    frees: Vec<usize>,
+}
+
+/// Where a step's input is found.
+#[derive(Clone, Debug)]
+enum Source {
+    /// An omitted optional input.
+    Omitted,
+    /// A value of this frame.
+    Slot(usize),
+    /// A constant of this plan, by name.
+    Constant(String),
+    /// A value of an enclosing scope, by name.
+    Outer(String),
 }
 
 enum StepKind<'m> {
@@ -90,19 +119,34 @@ enum StepKind<'m> {
     Call(&'m Function),
 }
 
-/// The values of one running graph; `parent` is the enclosing scope of a subgraph.
+/// The values of one running graph, by slot; `parent` is the enclosing scope of a subgraph.
 struct Frame<'f, 'm> {
-    values: HashMap<String, Tensor>,
+    values: Vec<Option<Tensor>>,
     plan: Arc<Plan<'m>>,
     parent: Option<&'f Frame<'f, 'm>>,
 }
 
 impl<'f, 'm> Frame<'f, 'm> {
+    /// The value `name` as this scope sees it: its own values, its constants, then the
+    /// enclosing scopes'.
     fn get(&self, name: &str) -> Option<&Tensor> {
-        self.values
-            .get(name)
-            .or_else(|| self.plan.constants.get(name))
-            .or_else(|| self.parent.and_then(|p| p.get(name)))
+        match self.plan.slots.get(name) {
+            Some(&slot) => self.values[slot].as_ref(),
+            None => self
+                .plan
+                .constants
+                .get(name)
+                .or_else(|| self.parent.and_then(|p| p.get(name))),
+        }
+    }
+
+    fn source(&self, source: &Source) -> Option<Option<&Tensor>> {
+        match source {
+            Source::Omitted => Some(None),
+            Source::Slot(slot) => self.values[*slot].as_ref().map(Some),
+            Source::Constant(name) => self.plan.constants.get(name).map(Some),
+            Source::Outer(name) => self.parent.and_then(|p| p.get(name)).map(Some),
+        }
     }
 }
 
@@ -115,18 +159,25 @@ impl<'m> Session<'m> {
     /// A session on `model` with `options`. A thread count that cannot be honoured falls back to
     /// the global pool.
     pub fn with_options(model: &'m Model, options: RunOptions) -> Session<'m> {
-        let pool = options.threads.and_then(|n| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n.max(1))
-                .build()
-                .ok()
-        });
+        let arena = Arena::new(options.max_memory.unwrap_or_else(default_budget), true);
+        let worker_arena = arena.clone();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(options.threads.unwrap_or(0))
+            .start_handler(move |_| worker_arena.install_on_thread())
+            .build()
+            .ok();
         Session {
             model,
             options,
             plans: Mutex::new(HashMap::new()),
             pool,
+            arena,
         }
+    }
+
+    /// The arena the session's tensors come from (its budget, and the buffers it keeps).
+    pub fn arena(&self) -> &Arc<Arena> {
+        &self.arena
     }
 
     /// The options the session runs with.
@@ -170,15 +221,16 @@ impl<'m> Session<'m> {
     /// returns every graph output, by name, in order.
     pub fn run(&self, inputs: Vec<(String, Tensor)>) -> Result<Vec<(String, Tensor)>> {
         let graph = &self.model.graph;
-        let mut values = HashMap::new();
+        let mut values: Vec<Option<Tensor>> = Vec::new();
+        values.resize_with(graph.inputs.len(), || None);
         for (name, t) in inputs {
-            let Some(decl) = graph.inputs.iter().find(|v| v.name == name) else {
+            let Some(position) = graph.inputs.iter().position(|v| v.name == name) else {
                 return Err(Error::Eval(format!(
                     "the model has no input named '{name}'"
                 )));
             };
-            check_declared(&name, decl.tensor_type(), &t)?;
-            values.insert(name, t);
+            check_declared(&name, graph.inputs[position].tensor_type(), &t)?;
+            values[position] = Some(t);
         }
         let work = || {
             let outputs =
@@ -190,6 +242,7 @@ impl<'m> Session<'m> {
                 .zip(outputs)
                 .collect())
         };
+        let work = || self.arena.enter(work);
         match &self.pool {
             Some(pool) => pool.install(work),
             None => work(),
@@ -243,6 +296,8 @@ impl<'m> Session<'m> {
                 node,
                 kind,
                 opset,
+                inputs: Vec::new(),
+                outputs: Vec::new(),
                 frees: Vec::new(),
             });
         }
@@ -253,42 +308,76 @@ impl<'m> Session<'m> {
             });
         }
         let (mut steps, fixed) = fold_constants(graph, steps, &mut constants, parent);
-        // Values defined in this frame, freed after their last use unless they are outputs.
-        let mut local: HashSet<&str> = graph
-            .inputs
-            .iter()
-            .map(|v| v.name.as_str())
-            .chain(
-                steps
-                    .iter()
-                    .flat_map(|s| s.node.outputs.iter().map(String::as_str)),
-            )
-            .collect();
-        for o in &graph.outputs {
-            local.remove(o.name.as_str());
+        // Slots: graph inputs first (in order), then every output of a step.
+        let mut slots: HashMap<String, usize> = HashMap::new();
+        let mut input_slots = Vec::with_capacity(graph.inputs.len());
+        for v in &graph.inputs {
+            let next = slots.len();
+            input_slots.push(*slots.entry(v.name.clone()).or_insert(next));
         }
-        let mut last_use: HashMap<String, usize> = HashMap::new();
+        for step in &steps {
+            for o in &step.node.outputs {
+                if !o.is_empty() && !slots.contains_key(o) {
+                    slots.insert(o.clone(), slots.len());
+                }
+            }
+        }
+        let source = |name: &String| {
+            if name.is_empty() {
+                Source::Omitted
+            } else if let Some(&slot) = slots.get(name) {
+                Source::Slot(slot)
+            } else if constants.contains_key(name) {
+                Source::Constant(name.clone())
+            } else {
+                Source::Outer(name.clone())
+            }
+        };
+        for step in &mut steps {
+            step.inputs = step.node.inputs.iter().map(source).collect();
+            step.outputs = step
+                .node
+                .outputs
+                .iter()
+                .map(|o| slots.get(o).copied())
+                .collect();
+        }
+        // Slots freed after their last use, unless they are graph outputs.
+        let mut freeable = vec![true; slots.len()];
+        for o in &graph.outputs {
+            if let Some(&slot) = slots.get(&o.name) {
+                freeable[slot] = false;
+            }
+        }
+        let mut last_use: Vec<Option<usize>> = vec![None; slots.len()];
         for (i, step) in steps.iter().enumerate() {
-            for name in step.node.uses() {
-                if local.contains(name.as_str()) {
-                    last_use.insert(name, i);
+            for input in &step.inputs {
+                if let Source::Slot(slot) = input {
+                    last_use[*slot] = Some(i);
+                }
+            }
+            // Values the node's subgraphs read from this scope live until the node has run.
+            if step.node.subgraphs().next().is_some() {
+                for name in step.node.uses() {
+                    if let Some(&slot) = slots.get(&name) {
+                        last_use[slot] = Some(i);
+                    }
                 }
             }
             // Outputs nothing reads are freed right after the step that makes them.
-            for o in &step.node.outputs {
-                if local.contains(o.as_str()) {
-                    last_use.entry(o.clone()).or_insert(i);
-                }
+            for &slot in step.outputs.iter().flatten() {
+                last_use[slot].get_or_insert(i);
             }
         }
-        let unused_inputs = graph
-            .inputs
+        let unused_inputs = input_slots
             .iter()
-            .filter(|v| local.contains(v.name.as_str()) && !last_use.contains_key(&v.name))
-            .map(|v| v.name.clone())
+            .copied()
+            .filter(|&slot| freeable[slot] && last_use[slot].is_none())
             .collect();
-        for (name, i) in last_use {
-            steps[i].frees.push(name);
+        for (slot, used) in last_use.into_iter().enumerate() {
+            if let Some(i) = used.filter(|_| freeable[slot]) {
+                steps[i].frees.push(slot);
+            }
         }
         let variables = graph
             .inputs
@@ -301,6 +390,8 @@ impl<'m> Session<'m> {
         Ok(Plan {
             steps,
             constants,
+            slots,
+            input_slots,
             unused_inputs,
             fixed,
             variables,
@@ -344,12 +435,13 @@ impl<'m> Session<'m> {
         }
     }
 
-    /// Runs `graph` with `values` bound (its inputs) and returns its outputs in order.
+    /// Runs `graph` with `inputs` bound to its inputs in order (`None`: not given, so an
+    /// initializer of the same name or an error) and returns its outputs in order.
     fn run_graph(
         &self,
         graph: &'m Graph,
         imports: &'m [OpsetImport],
-        values: HashMap<String, Tensor>,
+        inputs: Vec<Option<Tensor>>,
         parent: Option<&Frame<'_, 'm>>,
         call: Option<(&'m Node, &'m Function)>,
         depth: usize,
@@ -360,50 +452,60 @@ impl<'m> Session<'m> {
             )));
         }
         let plan = self.plan(graph, imports, call, parent)?;
+        let mut values: Vec<Option<Tensor>> = Vec::new();
+        values.resize_with(plan.slots.len(), || None);
+        let mut given = inputs.into_iter();
+        for (v, &slot) in graph.inputs.iter().zip(&plan.input_slots) {
+            let value = given
+                .next()
+                .flatten()
+                .or_else(|| plan.constants.get(&v.name).cloned());
+            match value {
+                Some(t) => values[slot] = Some(t),
+                None if values[slot].is_some() => {}
+                None => {
+                    return Err(Error::Eval(format!(
+                        "graph '{}': input '{}' is not given",
+                        graph.name, v.name
+                    )))
+                }
+            }
+        }
         let mut frame = Frame {
             values,
             plan: plan.clone(),
             parent,
         };
-        for v in &graph.inputs {
-            if frame.get(&v.name).is_none() {
-                return Err(Error::Eval(format!(
-                    "graph '{}': input '{}' is not given",
-                    graph.name, v.name
-                )));
-            }
-        }
-        for name in &plan.unused_inputs {
-            frame.values.remove(name);
+        for &slot in &plan.unused_inputs {
+            frame.values[slot] = None;
         }
         for step in &plan.steps {
             let outputs = self
                 .run_step(step, imports, &frame, depth)
                 .map_err(|e| at_node(&step.node, e))?;
-            for (name, t) in step.node.outputs.iter().zip(outputs) {
-                if !name.is_empty() {
-                    frame.values.insert(name.clone(), t);
+            for (&slot, t) in step.outputs.iter().zip(outputs) {
+                if let Some(slot) = slot {
+                    frame.values[slot] = Some(t);
                 }
             }
-            for name in &step.frees {
-                frame.values.remove(name);
+            for &slot in &step.frees {
+                frame.values[slot] = None;
             }
         }
         graph
             .outputs
             .iter()
             .map(|o| {
-                frame.values.remove(&o.name).map_or_else(
-                    || {
-                        frame.get(&o.name).cloned().ok_or_else(|| {
-                            Error::Eval(format!(
-                                "graph '{}': output '{}' was not computed",
-                                graph.name, o.name
-                            ))
-                        })
-                    },
-                    Ok,
-                )
+                let own = plan
+                    .slots
+                    .get(&o.name)
+                    .and_then(|&slot| frame.values[slot].take());
+                own.or_else(|| frame.get(&o.name).cloned()).ok_or_else(|| {
+                    Error::Eval(format!(
+                        "graph '{}': output '{}' was not computed",
+                        graph.name, o.name
+                    ))
+                })
             })
             .collect()
     }
@@ -416,21 +518,21 @@ impl<'m> Session<'m> {
         depth: usize,
     ) -> Result<Vec<Tensor>> {
         let node: &Node = &step.node;
-        let inputs: Vec<Option<&Tensor>> = node
+        let inputs: Vec<Option<&Tensor>> = step
             .inputs
             .iter()
-            .map(|name| {
-                if name.is_empty() {
-                    return Ok(None);
-                }
+            .zip(&node.inputs)
+            .map(|(source, name)| {
                 frame
-                    .get(name)
-                    .map(Some)
+                    .source(source)
                     .ok_or_else(|| Error::Eval(format!("input '{name}' is not defined")))
             })
             .collect::<Result<_>>()?;
         let outputs = match step.kind {
             StepKind::Op(def) => {
+                if let Some(bytes) = planned_output_bytes(def, node, step.opset, &inputs) {
+                    self.arena.check(bytes)?;
+                }
                 let runner = Scope {
                     session: self,
                     imports,
@@ -446,12 +548,13 @@ impl<'m> Session<'m> {
                 (def.eval)(&ctx, &inputs)?
             }
             StepKind::Call(f) => {
-                let mut bound = HashMap::new();
-                for (formal, actual) in f.body.inputs.iter().zip(&inputs) {
-                    if let Some(t) = actual {
-                        bound.insert(formal.name.clone(), (*t).clone());
-                    }
-                }
+                let bound = f
+                    .body
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, _)| inputs.get(i).copied().flatten().cloned())
+                    .collect();
                 let site = match &step.node {
                     Cow::Borrowed(n) => *n,
                     // A call inside a function body whose own attributes were bound: bind the
@@ -571,6 +674,12 @@ fn fold_constants<'m>(
             kept.push(step);
             continue;
         };
+        // Outputs too large to keep are not computed at all: the step stays in the plan.
+        let planned = planned_output_bytes(def, node, step.opset, &inputs);
+        if planned.is_none_or(|bytes| bytes > MAX_FOLDED_BYTES) {
+            kept.push(step);
+            continue;
+        }
         let ctx = EvalCtx {
             node,
             opset: step.opset,
@@ -639,12 +748,7 @@ impl SubgraphRunner for Scope<'_, '_, '_> {
                 inputs.len()
             )));
         }
-        let values = graph
-            .inputs
-            .iter()
-            .map(|v| v.name.clone())
-            .zip(inputs)
-            .collect();
+        let values = inputs.into_iter().map(Some).collect();
         self.session.run_graph(
             graph,
             self.imports,

@@ -10,6 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::Graph;
+use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -150,7 +151,7 @@ pub(super) fn stack(
     }
     let outer: usize = item[..axis].iter().product();
     let inner: usize = item[axis..].iter().product();
-    let mut starts = Vec::with_capacity(outer * n);
+    let mut starts = try_with_capacity(outer * n)?;
     for o in 0..outer {
         for k in 0..n {
             starts.push(k * first.len() + o * inner);

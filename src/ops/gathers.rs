@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::gather::{self, GatherSpec};
 use crate::infer;
 use crate::ir::{Dim, Shape, TensorType};
+use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 
 use super::util::{normalize_axis, required};
@@ -72,7 +73,7 @@ fn eval_gather(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
     let picks = (0..indices.len())
         .map(|k| index(indices, k, dim))
         .collect::<Result<Vec<_>>>()?;
-    let mut starts = Vec::with_capacity(outer * picks.len());
+    let mut starts = try_with_capacity(outer * picks.len())?;
     for o in 0..outer {
         for &p in &picks {
             starts.push((o * dim + p) * inner);
@@ -130,7 +131,7 @@ fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     }
     let data_strides = super::util::strides(ds);
     let mut coord = vec![0usize; is.len()];
-    let mut starts = Vec::with_capacity(indices.len());
+    let mut starts = try_with_capacity(indices.len())?;
     for k in 0..indices.len() {
         let p = index(indices, k, ds[axis])?;
         let offset: usize = coord
@@ -193,7 +194,7 @@ fn eval_gather_nd(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<T
     let data_strides = super::util::strides(ds);
     let tuples = indices.len() / k;
     let tuples_per_batch = tuples.checked_div(batch).unwrap_or(0);
-    let mut starts = Vec::with_capacity(tuples);
+    let mut starts = try_with_capacity(tuples)?;
     for t in 0..tuples {
         let mut offset = t.checked_div(tuples_per_batch).unwrap_or(0) * per_batch;
         for c in 0..k {

@@ -20,7 +20,7 @@ use std::ops::RangeInclusive;
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
-use crate::ir::{Graph, Node, TensorType};
+use crate::ir::{Dim, Graph, Node, TensorType};
 use crate::tensor::Tensor;
 
 pub mod util;
@@ -33,6 +33,7 @@ mod math;
 mod minifloat;
 mod nn;
 mod rnn;
+pub(crate) mod vector;
 
 /// A kernel: runs one node on its inputs and returns one tensor per output.
 pub type EvalFn = fn(&EvalCtx<'_>, &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
@@ -212,6 +213,77 @@ pub fn eval_node(node: &Node, opset: i64, inputs: &[Option<&Tensor>]) -> Result<
         runner: &NoSubgraphs,
     };
     (def.eval)(&ctx, inputs)
+}
+
+/// Inputs with at most this many elements are shown to shape functions as values (shapes, axes,
+/// sizes, repeats), as constants are.
+const SHAPE_VALUE_ELEMENTS: usize = 4096;
+
+/// The bytes the outputs of `node` will take when its kernel runs on `inputs`, from the
+/// operator's shape function: known before anything is allocated, so that a model asking for a
+/// huge tensor is refused before the kernel starts. `None` when the shape function does not
+/// determine every output; `usize::MAX` when the size overflows. Strings count their handles.
+///
+/// # Example
+/// ```
+/// use multigather::ir::{AttrValue, Node};
+/// use multigather::ops::{planned_output_bytes, registry};
+/// use multigather::{DataType, Tensor};
+/// let node = Node::new("Expand", "e", ["x", "shape"], ["y"]);
+/// let def = registry().lookup("", "Expand", 13).unwrap();
+/// let x = Tensor::from_vec(DataType::Float, &[1], vec![1.0f32])?;
+/// let shape = Tensor::from_vec(DataType::Int64, &[2], vec![1000i64, 1000])?;
+/// assert_eq!(planned_output_bytes(def, &node, 13, &[Some(&x), Some(&shape)]), Some(4_000_000));
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub fn planned_output_bytes(
+    def: &OpDef,
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<&Tensor>],
+) -> Option<usize> {
+    let infer = def.infer?;
+    let types: Vec<Option<TensorType>> = inputs
+        .iter()
+        .map(|t| {
+            t.map(|t| {
+                let dims = t.shape().iter().map(|&d| Dim::Known(d as i64)).collect();
+                TensorType::new(t.dtype(), dims)
+            })
+        })
+        .collect();
+    let values: Vec<Option<&Tensor>> = inputs
+        .iter()
+        .map(|t| {
+            t.filter(|t| t.len() <= SHAPE_VALUE_ELEMENTS && t.dtype() != crate::DataType::String)
+        })
+        .collect();
+    let ctx = InferCtx {
+        node,
+        opset,
+        inputs: &types,
+        constants: &values,
+    };
+    let outputs = infer(&ctx).ok()?;
+    if outputs.len() < node.outputs.len() {
+        return None;
+    }
+    let mut total = 0usize;
+    for t in &outputs {
+        let elem = t.elem?;
+        let mut count = 1usize;
+        for d in &t.shape.as_ref()?.dims {
+            let d = usize::try_from(d.known()?).ok()?;
+            count = count.saturating_mul(d);
+        }
+        let bytes = if elem == crate::DataType::String {
+            count.saturating_mul(std::mem::size_of::<Vec<u8>>())
+        } else {
+            elem.storage_bytes(count).unwrap_or(usize::MAX)
+        };
+        total = total.saturating_add(bytes);
+    }
+    Some(total)
 }
 
 /// The operator tables of every family, in one list.

@@ -256,6 +256,69 @@ fn broadcast_runs<A: Copy, B: Copy, O>(
     }
 }
 
+/// Two operands broadcast to an output shape, as runs: the output's dims are merged where both
+/// operands step through them alike (dims of one dropped), the innermost merged dim is one run,
+/// and run `k` can be located directly, so runs can be computed in any order or in parallel.
+#[derive(Clone, Debug)]
+pub struct BroadcastRuns {
+    /// `(count, stride in a, stride in b)` of the dims outside the run, outermost first.
+    outer: Vec<(usize, usize, usize)>,
+    /// `(length, stride in a, stride in b)` of the run.
+    run: (usize, usize, usize),
+}
+
+impl BroadcastRuns {
+    /// The runs of `a_shape` and `b_shape` broadcast to `out` (which must be their broadcast).
+    pub fn new(a_shape: &[usize], b_shape: &[usize], out: &[usize]) -> BroadcastRuns {
+        // Element strides of an operand along the output's dims: 0 where it is broadcast.
+        let strides = |shape: &[usize]| {
+            let mut st = vec![0; out.len()];
+            let offset = out.len() - shape.len().min(out.len());
+            let mut step = 1;
+            for (i, &n) in shape.iter().enumerate().rev() {
+                if n != 1 && offset + i < out.len() {
+                    st[offset + i] = step;
+                }
+                step *= n;
+            }
+            st
+        };
+        let (sa, sb) = (strides(a_shape), strides(b_shape));
+        let mut dims: Vec<(usize, usize, usize)> = Vec::with_capacity(out.len());
+        for (i, &n) in out.iter().enumerate() {
+            if n == 1 {
+                continue;
+            }
+            match dims.last_mut() {
+                Some(last) if last.1 == sa[i] * n && last.2 == sb[i] * n => {
+                    *last = (last.0 * n, sa[i], sb[i]);
+                }
+                _ => dims.push((n, sa[i], sb[i])),
+            }
+        }
+        let run = dims.pop().unwrap_or((1, 0, 0));
+        BroadcastRuns { outer: dims, run }
+    }
+
+    /// The number of output elements of one run.
+    pub fn run_len(&self) -> usize {
+        self.run.0
+    }
+
+    /// Run `k`: its first element's offsets in `a` and `b`, and the strides of `a` and `b`
+    /// along it (0 for a broadcast operand, 1 for a contiguous one).
+    pub fn run(&self, mut k: usize) -> (usize, usize, usize, usize) {
+        let (mut ia, mut ib) = (0, 0);
+        for &(count, sa, sb) in self.outer.iter().rev() {
+            let i = k % count;
+            k /= count;
+            ia += i * sa;
+            ib += i * sb;
+        }
+        (ia, self.run.1, ib, self.run.2)
+    }
+}
+
 /// Floating-point element types, computed through `f32` (`f16`, `bf16`) or natively.
 pub trait Float: Pod + Copy + PartialOrd + Send + Sync + 'static {
     /// The element type.

@@ -35,6 +35,7 @@ mod rowwise;
 mod simd;
 mod staged;
 
+use crate::tensor::try_vec;
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
@@ -399,7 +400,7 @@ impl Call<'_> {
     /// Builds the whole offset table (in parallel when it is large).
     fn build_table<O: Offset>(&self) -> Result<Table<O>, GatherError> {
         let count = self.layout.t.count;
-        let mut t = vec![O::default(); count];
+        let mut t = try_vec(count, O::default())?;
         let chunk = self.chunk_len(count, 1, 8);
         let fill = |(i, part): (usize, &mut [O])| {
             self.layout

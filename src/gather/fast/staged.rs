@@ -16,6 +16,7 @@
 //! Indices are validated as they are used; any bad index stops the chunk, and the caller then
 //! finds the first bad index in row-major order with the ordinary pre-pass.
 
+use crate::tensor::try_with_capacity;
 use std::mem::MaybeUninit;
 
 use super::canon::Layout;
@@ -122,7 +123,7 @@ impl Columns {
         let tile = tile.min(inner.size.div_ceil(line) * line);
         // Outer positions: an odometer over the outer logical dimensions.
         let count: usize = outer.iter().map(|d| d.size).product();
-        let mut offsets = Vec::with_capacity(count);
+        let mut offsets = try_with_capacity(count).ok()?;
         for p in 0..count {
             let mut rest = p;
             let mut base = 0usize;

@@ -313,6 +313,70 @@ pub(super) fn advance(coord: &mut [usize], dims: &[usize]) -> bool {
 
 /// `data` with its axes permuted: output axis `d` is input axis `perm[d]`.
 pub(super) fn permute(data: &Tensor, perm: &[usize]) -> Result<Tensor> {
+    match data.dtype().byte_size() {
+        Some(1) if data.dtype() != DataType::String => permute_typed::<u8>(data, perm),
+        Some(2) => permute_typed::<u16>(data, perm),
+        Some(4) => permute_typed::<u32>(data, perm),
+        Some(8) => permute_typed::<u64>(data, perm),
+        _ => permute_runs(data, perm),
+    }
+}
+
+/// [`permute`] of elements of `T`'s width: the output is written in order, with the dims merged
+/// where the source steps through them contiguously, the innermost dim read with its stride (or
+/// copied when contiguous), and the outer rows split over the thread pool when large.
+fn permute_typed<T: bytemuck::Pod + Send + Sync>(data: &Tensor, perm: &[usize]) -> Result<Tensor> {
+    let shape = data.shape();
+    let src = data.as_slice::<T>()?;
+    let st = strides(shape);
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    // (count, source stride) per output dim, outermost first, merged where contiguous.
+    let mut dims: Vec<(usize, usize)> = Vec::with_capacity(perm.len());
+    for &p in perm {
+        if shape[p] == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            Some(last) if last.1 == st[p] * shape[p] => *last = (last.0 * shape[p], st[p]),
+            _ => dims.push((shape[p], st[p])),
+        }
+    }
+    let (n, stride) = dims.pop().unwrap_or((1, 1));
+    let out = Tensor::uninit(data.dtype(), &out_shape)?;
+    let total = out.len();
+    Ok(out.fill(|dst: &mut [std::mem::MaybeUninit<T>]| {
+        if total == 0 {
+            return &mut [];
+        }
+        let row = |(k, d): (usize, &mut [std::mem::MaybeUninit<T>])| {
+            let mut at = 0;
+            let mut k = k;
+            for &(count, s) in dims.iter().rev() {
+                at += (k % count) * s;
+                k /= count;
+            }
+            for (j, v) in d.iter_mut().enumerate() {
+                v.write(src[at + j * stride]);
+            }
+        };
+        if total >= crate::ops::vector::GRAIN {
+            use rayon::prelude::*;
+            let grain = (crate::ops::vector::GRAIN / n).max(1);
+            dst.par_chunks_mut(n)
+                .enumerate()
+                .with_min_len(grain)
+                .for_each(row);
+        } else {
+            dst.chunks_mut(n).enumerate().for_each(row);
+        }
+        // SAFETY: each row writes its `n` elements, and the rows of `n` elements cover the
+        // output (`total`, the product of the dims, is a multiple of the merged run `n`).
+        unsafe { crate::ops::vector::assume_written(dst) }
+    })?)
+}
+
+/// [`permute`] through the checked run writer, for every element type.
+fn permute_runs(data: &Tensor, perm: &[usize]) -> Result<Tensor> {
     let shape = data.shape();
     let st = strides(shape);
     let axes: Vec<AxisRead> = perm

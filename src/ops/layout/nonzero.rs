@@ -8,6 +8,7 @@
 
 use crate::error::Result;
 use crate::ir::{Dim, TensorType};
+use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -28,7 +29,7 @@ pub(super) fn eval_nonzero(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resul
         .enumerate()
         .filter_map(|(i, &nz)| nz.then_some(i))
         .collect();
-    let mut coords = Vec::with_capacity(shape.len() * hits.len());
+    let mut coords = try_with_capacity(shape.len() * hits.len())?;
     for (d, &s) in st.iter().enumerate() {
         coords.extend(hits.iter().map(|&p| ((p / s) % shape[d]) as i64));
     }

@@ -34,6 +34,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
+use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 
 use super::super::util::{optional, required, strides, to_i64s};
@@ -465,7 +466,7 @@ fn resize_filtered(data: &Tensor, plans: &[AxisPlan], params: &Params) -> Result
         let outer: usize = shape[..p.axis].iter().product();
         let inner: usize = shape[p.axis + 1..].iter().product();
         let samples = samples(p, params)?;
-        let mut out = vec![0.0f64; outer * p.out_len * inner];
+        let mut out = try_vec(outer * p.out_len * inner, 0.0f64)?;
         if inner > 0 {
             let src_rows = values.chunks_exact(p.in_len * inner);
             for (src, dst) in src_rows.zip(out.chunks_exact_mut(p.out_len * inner)) {

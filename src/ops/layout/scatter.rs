@@ -14,6 +14,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::TensorType;
+use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 
 use super::super::util::{normalize_axis, required, strides, Float};
@@ -140,7 +141,7 @@ fn element_pairs(
     }
     let st = strides(ds);
     let mut coord = vec![0usize; is.len()];
-    let mut pairs = Vec::with_capacity(indices.len());
+    let mut pairs = try_with_capacity(indices.len())?;
     for k in 0..indices.len() {
         let p = resolve(indices.index_at(k)?, ds[axis])?;
         let dst = coord
@@ -176,7 +177,7 @@ fn nd_pairs(data: &Tensor, indices: &Tensor, updates: &Tensor) -> Result<Vec<(us
     let st = strides(ds);
     let inner: usize = ds[k..].iter().product();
     let tuples: usize = batch.iter().product();
-    let mut pairs = Vec::with_capacity(tuples * inner);
+    let mut pairs = try_with_capacity(tuples * inner)?;
     for t in 0..tuples {
         let mut base = 0;
         for c in 0..k {

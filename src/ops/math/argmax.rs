@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::ir::{Dim, Shape, TensorType};
 use crate::ops::util::{normalize_axis, required, tensor};
 use crate::ops::{EvalCtx, InferCtx};
+use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -39,7 +40,7 @@ fn arg<T: Num>(ctx: &EvalCtx<'_>, x: &Tensor, maximum: bool) -> Result<Tensor> {
         return Err(ctx.error(format!("axis {axis} is empty")));
     }
     let v = x.as_slice::<T>()?;
-    let mut out = Vec::with_capacity(outer * inner);
+    let mut out = try_with_capacity(outer * inner)?;
     for o in 0..outer {
         for k in 0..inner {
             let at = |i: usize| v[(o * size + i) * inner + k].widen();

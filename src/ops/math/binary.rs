@@ -11,7 +11,8 @@
 //! tensors. Opset 1 to 6 forms (the `broadcast`/`axis` attributes) are not registered.
 
 use crate::error::Result;
-use crate::ops::util::{broadcast_binary, required, tensor};
+use crate::ops::util::{broadcast_binary, broadcast_shapes, required, tensor};
+use crate::ops::vector;
 use crate::ops::EvalCtx;
 use crate::tensor::Tensor;
 use crate::DataType;
@@ -80,12 +81,28 @@ pub(super) fn eval_arith<Op: BinArith>(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let (a, b, dtype) = operands(ctx, inputs)?;
+    if dtype == DataType::Float {
+        return Ok(vec![zip_f32(a, b, |x, y| Op::apply(x, y))?]);
+    }
     dispatch_num!(dtype, T => {
         if Op::DIVIDES {
             check_divisor::<T>(ctx, b)?;
         }
         Ok(vec![zip_num::<T, T>(a, b, dtype, |x, y| T::narrow(Op::apply(x, y)))?])
     }, _ => Err(bad_type(ctx, dtype)))
+}
+
+/// `f` applied to two broadcast `float` tensors with the vectorised loops of
+/// [`crate::ops::vector`].
+pub(crate) fn zip_f32(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(f32, f32) -> f32 + Sync + Send + Copy,
+) -> Result<Tensor> {
+    let shape = broadcast_shapes(&[a.shape(), b.shape()])?;
+    let (x, y) = (a.as_slice::<f32>()?, b.as_slice::<f32>()?);
+    let out = Tensor::uninit(DataType::Float, &shape)?;
+    Ok(out.fill(|dst| vector::broadcast_zip((x, a.shape()), (y, b.shape()), &shape, dst, f))?)
 }
 
 /// The remainder with the divisor's sign (Python's `%`, numpy's `mod`): a zero remainder takes

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::ir::{AttrValue, TensorType};
 use crate::ops::util::{required, tensor, Float};
 use crate::ops::{EvalCtx, InferCtx};
+use crate::tensor::try_vec;
 use crate::tensor::{packed, Tensor};
 use crate::DataType;
 
@@ -111,7 +112,7 @@ fn read(t: &Tensor) -> Result<Values> {
 fn packed_tensor(to: DataType, shape: &[usize], codes: impl Iterator<Item = u8>) -> Result<Tensor> {
     let n: usize = shape.iter().product();
     let bytes_len = to.storage_bytes(n).ok_or_else(|| unsupported(to))?;
-    let mut bytes = vec![0u8; bytes_len];
+    let mut bytes = try_vec(bytes_len, 0u8)?;
     for (i, c) in codes.enumerate() {
         packed::write(&mut bytes, to.bits(), i, c)
             .ok_or_else(|| Error::Eval(format!("element {i} is outside a {to} buffer")))?;

@@ -23,6 +23,9 @@ mod topk;
 mod unary;
 mod variadic;
 
+#[cfg(test)]
+pub(crate) use unary::erf as erf_f64;
+
 use binary::{
     eval_arith, eval_bit_shift, eval_bitwise, eval_compare, eval_logic, eval_mod, eval_pow,
     eval_prelu,

@@ -21,6 +21,7 @@ use crate::ops::util::{
     broadcast_offsets, normalize_axis, optional, required, tensor, to_i64s, Float,
 };
 use crate::ops::{EvalCtx, InferCtx};
+use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -170,7 +171,7 @@ fn plan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], shape: &[usize]) -> Resul
 
 /// Runs reduction `kind` of `x` (elements in accumulator type) over `plan`; `lowest` and
 /// `highest` are the element type's extremes (the identities of max and min).
-fn reduce<A: Acc>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Vec<A> {
+fn reduce<A: Acc>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Result<Vec<A>> {
     let init = match kind {
         Kind::Prod => A::ONE,
         Kind::Max => lowest,
@@ -179,7 +180,7 @@ fn reduce<A: Acc>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Ve
     };
     // LogSumExp subtracts each output's largest finite element before exponentiating.
     let shift = if kind == Kind::LogSumExp {
-        let mut m = vec![f64::NEG_INFINITY; plan.out_len];
+        let mut m = try_vec(plan.out_len, f64::NEG_INFINITY)?;
         for (&o, &v) in plan.targets.iter().zip(x) {
             let v = v.real();
             if v.is_finite() && v > m[o] {
@@ -192,7 +193,7 @@ fn reduce<A: Acc>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Ve
     } else {
         Vec::new()
     };
-    let mut acc = vec![init; plan.out_len];
+    let mut acc = try_vec(plan.out_len, init)?;
     for (&o, &v) in plan.targets.iter().zip(x) {
         let a = acc[o];
         acc[o] = match kind {
@@ -206,7 +207,7 @@ fn reduce<A: Acc>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Ve
             Kind::LogSumExp => a.add(A::of_real((v.real() - shift[o]).exp())),
         };
     }
-    match kind {
+    Ok(match kind {
         Kind::Mean => acc.iter().map(|a| a.mean(plan.count)).collect(),
         Kind::L2 => acc.iter().map(|a| A::of_real(a.real().sqrt())).collect(),
         Kind::LogSum => acc.iter().map(|a| A::of_real(a.real().ln())).collect(),
@@ -216,7 +217,7 @@ fn reduce<A: Acc>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Ve
             .map(|(a, s)| A::of_real(a.real().ln() + s))
             .collect(),
         _ => acc,
-    }
+    })
 }
 
 /// The extremes of an integer or `bool` element type, widened.
@@ -239,17 +240,17 @@ fn eval_reduce(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Res
     }
     let out = crate::dispatch_float!(dtype, T => {
         let v: Vec<f64> = x.as_slice::<T>()?.iter().map(|e| e.to_f64()).collect();
-        let r = reduce(kind, &v, &plan, f64::NEG_INFINITY, f64::INFINITY);
+        let r = reduce(kind, &v, &plan, f64::NEG_INFINITY, f64::INFINITY)?;
         tensor(dtype, shape, r.into_iter().map(T::from_f64).collect())?
     }, _ => {
         let (lowest, highest) = int_bounds(dtype).ok_or_else(|| bad_type(ctx, dtype))?;
         let exact = !matches!(kind, Kind::L2 | Kind::LogSum | Kind::LogSumExp);
         let r: Vec<i128> = if exact {
             let v: Vec<i128> = int_values(x)?;
-            reduce(kind, &v, &plan, lowest, highest)
+            reduce(kind, &v, &plan, lowest, highest)?
         } else {
             let v = real_values(x)?;
-            let r = reduce(kind, &v, &plan, lowest as f64, highest as f64);
+            let r = reduce(kind, &v, &plan, lowest as f64, highest as f64)?;
             r.into_iter().map(|f| f as i128).collect()
         };
         if is_bool {

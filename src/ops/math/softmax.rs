@@ -9,8 +9,11 @@
 
 use crate::error::Result;
 use crate::ops::util::{normalize_axis, required, tensor, Float};
+use crate::ops::vector;
 use crate::ops::EvalCtx;
+use crate::tensor::try_vec;
 use crate::tensor::Tensor;
+use crate::DataType;
 
 use super::common::{bad_type, split_at_axis};
 
@@ -68,10 +71,15 @@ fn apply(kind: Kind, row: &mut [f64]) {
 fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
     let (outer, size, inner) = rows(ctx, x.shape())?;
+    if kind == Kind::Softmax && inner == 1 && x.dtype() == DataType::Float {
+        let src = x.as_slice::<f32>()?;
+        let out = Tensor::uninit(DataType::Float, x.shape())?;
+        return Ok(vec![out.fill(|dst| vector::softmax_rows(src, size, dst))?]);
+    }
     crate::dispatch_float!(x.dtype(), T => {
         let src = x.as_slice::<T>()?;
-        let mut out = vec![T::from_f64(0.0); src.len()];
-        let mut row = vec![0.0f64; size];
+        let mut out = try_vec(src.len(), T::from_f64(0.0))?;
+        let mut row = try_vec(size, 0.0f64)?;
         for o in 0..outer {
             for k in 0..inner {
                 let at = |i: usize| (o * size + i) * inner + k;

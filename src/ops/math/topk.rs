@@ -6,6 +6,7 @@
 //! first, as the specification and onnxruntime do, and NaN counts as larger than every number.
 //! Every numeric type is accepted.
 
+use crate::tensor::try_vec;
 use std::cmp::Ordering;
 
 use crate::error::Result;
@@ -38,8 +39,8 @@ fn node_k(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<i64> {
 fn top_k<T: Num>(x: &Tensor, axis: usize, k: usize, largest: bool) -> Result<(Tensor, Tensor)> {
     let (outer, size, inner) = split_at_axis(x.shape(), axis);
     let v = x.as_slice::<T>()?;
-    let mut values = vec![<T as bytemuck::Zeroable>::zeroed(); outer * k * inner];
-    let mut indices = vec![0i64; outer * k * inner];
+    let mut values = try_vec(outer * k * inner, <T as bytemuck::Zeroable>::zeroed())?;
+    let mut indices = try_vec(outer * k * inner, 0i64)?;
     let mut row: Vec<usize> = Vec::with_capacity(size);
     for o in 0..outer {
         for n in 0..inner {

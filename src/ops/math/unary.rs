@@ -9,6 +9,7 @@
 
 use crate::error::Result;
 use crate::ops::util::{required, tensor, tensor_from_iter, Float};
+use crate::ops::vector;
 use crate::ops::EvalCtx;
 use crate::tensor::Tensor;
 use crate::DataType;
@@ -21,6 +22,53 @@ pub(super) fn float_map(ctx: &EvalCtx<'_>, x: &Tensor, f: impl Fn(f64) -> f64) -
         let v = x.as_slice::<T>()?.iter().map(|&e| T::from_f64(f(e.to_f64())));
         tensor_from_iter(x.dtype(), x.shape(), v)
     }, _ => Err(bad_type(ctx, x.dtype())))
+}
+
+/// Applies `f` to every element of a `float` tensor with the vectorised loops of
+/// [`crate::ops::vector`], over the session's threads for large tensors.
+pub(crate) fn map_f32(x: &Tensor, f: impl Fn(f32) -> f32 + Sync + Send + Copy) -> Result<Tensor> {
+    let src = x.as_slice::<f32>()?;
+    Ok(Tensor::uninit(DataType::Float, x.shape())?.fill(|dst| vector::par_map(src, dst, f))?)
+}
+
+/// A kernel applying a real function to input 0: `fast` on `float` tensors, `f` (in `f64`,
+/// rounded once) on the other floating-point types.
+fn unary_fast(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+    f: impl Fn(f64) -> f64,
+    fast: impl Fn(f32) -> f32 + Sync + Send + Copy,
+) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    if x.dtype() == DataType::Float {
+        return Ok(vec![map_f32(x, fast)?]);
+    }
+    Ok(vec![float_map(ctx, x, f)?])
+}
+
+/// Declares kernels that apply a real function without attributes, with a vectorised `f32`
+/// form.
+macro_rules! fast_float_kernels {
+    ($($name:ident => $f:expr, $fast:expr;)*) => {$(
+        pub(super) fn $name(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+            unary_fast(ctx, inputs, $f, $fast)
+        }
+    )*};
+}
+
+fast_float_kernels! {
+    eval_floor => f64::floor, f32::floor;
+    eval_ceil => f64::ceil, f32::ceil;
+    eval_round => f64::round_ties_even, f32::round_ties_even;
+    eval_reciprocal => f64::recip, |x: f32| 1.0 / x;
+    eval_sqrt => f64::sqrt, f32::sqrt;
+    eval_exp => f64::exp, vector::exp;
+    eval_tanh => f64::tanh, vector::tanh;
+    eval_sigmoid => sigmoid, vector::sigmoid;
+    eval_erf => erf, vector::erf;
+    eval_softsign => |x| x / (1.0 + x.abs()), |x: f32| x / (1.0 + x.abs());
+    eval_hard_swish => |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+        |x: f32| x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0);
 }
 
 /// A kernel applying a real function to input 0.
@@ -42,16 +90,7 @@ macro_rules! float_kernels {
 }
 
 float_kernels! {
-    eval_floor => f64::floor;
-    eval_ceil => f64::ceil;
-    eval_round => f64::round_ties_even;
-    eval_reciprocal => f64::recip;
-    eval_sqrt => f64::sqrt;
-    eval_exp => f64::exp;
     eval_log => f64::ln;
-    eval_tanh => f64::tanh;
-    eval_sigmoid => sigmoid;
-    eval_erf => erf;
     eval_sin => f64::sin;
     eval_cos => f64::cos;
     eval_tan => f64::tan;
@@ -64,9 +103,7 @@ float_kernels! {
     eval_acosh => f64::acosh;
     eval_atanh => f64::atanh;
     eval_softplus => softplus;
-    eval_softsign => |x| x / (1.0 + x.abs());
     eval_mish => |x| x * softplus(x).tanh();
-    eval_hard_swish => |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0);
 }
 
 fn sigmoid(x: f64) -> f64 {
@@ -87,7 +124,7 @@ fn softplus(x: f64) -> f64 {
 /// Below 3 it sums `2/√π · e^(-x²) · Σ 2ⁿ x^(2n+1) / (1·3·…·(2n+1))`, whose terms are all
 /// positive (no cancellation); above, it evaluates the continued fraction of `erfc`, which
 /// converges fast there. From 6 on, `erf` is 1 in `f64`.
-pub(super) fn erf(x: f64) -> f64 {
+pub(crate) fn erf(x: f64) -> f64 {
     if x.is_nan() {
         return x;
     }
@@ -121,8 +158,14 @@ pub(super) fn eval_leaky_relu(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let alpha = f64::from(ctx.node.attr_float("alpha", 0.01)?);
-    unary_float(ctx, inputs, |x| if x < 0.0 { alpha * x } else { x })
+    let a = ctx.node.attr_float("alpha", 0.01)?;
+    let alpha = f64::from(a);
+    unary_fast(
+        ctx,
+        inputs,
+        |x| if x < 0.0 { alpha * x } else { x },
+        move |x: f32| if x < 0.0 { a * x } else { x },
+    )
 }
 
 pub(super) fn eval_elu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -181,14 +224,20 @@ pub(super) fn eval_hard_sigmoid(
 
 pub(super) fn eval_gelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     match ctx.node.attr_string("approximate")?.unwrap_or("none") {
-        "none" => unary_float(ctx, inputs, |x| {
-            0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2))
-        }),
+        "none" => unary_fast(
+            ctx,
+            inputs,
+            |x| 0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2)),
+            vector::gelu,
+        ),
         "tanh" => {
             let k = (2.0 / std::f64::consts::PI).sqrt();
-            unary_float(ctx, inputs, |x| {
-                0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
-            })
+            unary_fast(
+                ctx,
+                inputs,
+                |x| 0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh()),
+                vector::gelu_tanh,
+            )
         }
         other => Err(ctx.error(format!(
             "approximate must be 'none' or 'tanh', found '{other}'"

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::ir::TensorType;
 use crate::ops::util::{broadcast_binary, broadcast_offsets, broadcast_shapes, optional, required};
 use crate::ops::{EvalCtx, InferCtx};
+use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -106,7 +107,7 @@ pub(super) fn eval_where(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resul
     let out = match dtype.byte_size() {
         Some(w) => {
             let (xb, yb) = (x.as_bytes()?, y.as_bytes()?);
-            let mut bytes = Vec::with_capacity(co.len() * w);
+            let mut bytes = try_with_capacity(co.len() * w)?;
             for k in 0..co.len() {
                 let (from_x, i) = pick(k);
                 let src = if from_x { xb } else { yb };

@@ -5,6 +5,7 @@
 //! Design note: `float16` and `bfloat16` tensors are widened to `f32` once on load and rounded once
 //! on store, so every kernel is written for `f32` and `f64` only.
 
+use crate::tensor::try_vec;
 use std::borrow::Cow;
 use std::fmt::Debug;
 use std::iter::Sum;
@@ -274,7 +275,7 @@ pub(super) fn output<R: Real>(
         fill(t.as_slice_mut::<R>()?)?;
         Ok(t)
     } else {
-        let mut v = vec![R::ZERO; checked_product(shape)?];
+        let mut v = try_vec(checked_product(shape)?, R::ZERO)?;
         fill(&mut v)?;
         R::store(dtype, shape, v)
     }

@@ -15,6 +15,7 @@
 //! zero points and run the same code in `f64`, which is exact for 8-bit operands; padding then
 //! contributes zero, which is the zero point before the shift, as the spec asks.
 
+use crate::tensor::try_vec;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -188,13 +189,13 @@ impl ConvShape {
             y.fill(T::ZERO);
             return Ok(());
         }
-        let mut col = vec![T::ZERO; kc * p];
+        let mut col = try_vec(kc * p, T::ZERO)?;
         if self.is_pointwise() {
             col.copy_from_slice(&xg[..kc * p]);
         } else {
             im2col(xg, &self.geo, self.cg(), 0, p, &mut col);
         }
-        let mut columns = vec![T::ZERO; p * kc];
+        let mut columns = try_vec(p * kc, T::ZERO)?;
         for (r, row) in col.chunks_exact(p).enumerate() {
             for (j, &v) in row.iter().enumerate() {
                 columns[j * kc + r] = v;
@@ -218,7 +219,7 @@ impl ConvShape {
         let width = |p0: usize| (p0 + tile).min(p) - p0;
         if !parallel || tiles.len() < 2 {
             // Each tile's product lands straight in its columns of `y`.
-            let mut col = vec![T::ZERO; kc * tile];
+            let mut col = try_vec(kc * tile, T::ZERO)?;
             for &p0 in &tiles {
                 let t = width(p0);
                 im2col(xg, &self.geo, self.cg(), p0, p0 + t, &mut col[..kc * t]);
@@ -239,9 +240,9 @@ impl ConvShape {
             .par_iter()
             .map(|&p0| -> Result<Vec<T>> {
                 let t = width(p0);
-                let mut col = vec![T::ZERO; kc * t];
+                let mut col = try_vec(kc * t, T::ZERO)?;
                 im2col(xg, &self.geo, self.cg(), p0, p0 + t, &mut col);
-                let mut block = vec![T::ZERO; wg.rows() * t];
+                let mut block = try_vec(wg.rows() * t, T::ZERO)?;
                 gemm(
                     T::ONE,
                     wg,
@@ -419,7 +420,7 @@ fn integer_conv(
     let xv = shifted_f64s(x, |_| zx(0))?;
     let wv = shifted_f64s(w, |i| zw(i / per_filter.max(1)))?;
     let bv = bias.map(|b| shifted_f64s(b, |_| 0)).transpose()?;
-    let mut acc = vec![0.0; checked_product(&shape.out_shape)?];
+    let mut acc = try_vec(checked_product(&shape.out_shape)?, 0.0)?;
     shape.run::<f64>(&xv, &wv, bv.as_deref(), &mut acc)?;
     Ok((shape, acc))
 }

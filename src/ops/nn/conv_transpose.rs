@@ -12,6 +12,7 @@
 //! the input (`C/g x in_positions`), followed by col2im, which adds every column's taps into the
 //! output positions they reach. Output channels are accumulated in parallel.
 
+use crate::tensor::try_vec;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -178,7 +179,7 @@ impl Layout {
         if slab == 0 {
             return Ok(());
         }
-        let mut col = vec![T::ZERO; mg * taps * pin];
+        let mut col = try_vec(mg * taps * pin, T::ZERO)?;
         for (t, y) in out.chunks_mut(slab).enumerate() {
             let (n, g) = (t / self.group, t % self.group);
             let xg = Mat::row_major(&x[(n * self.c_in + g * cg) * pin..][..cg * pin], cg, pin)?;

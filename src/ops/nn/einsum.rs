@@ -17,6 +17,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
+use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 
 use super::super::util::{strides, to_i64s, unsupported_type};
@@ -263,7 +264,7 @@ fn generic<T: Ring>(
         .iter()
         .map(|s| (s[..n_out].to_vec(), s[n_out..].to_vec()))
         .unzip();
-    let mut out = Vec::with_capacity(out_len);
+    let mut out = try_with_capacity(out_len)?;
     if out_len == 0 {
         return Ok((out, out_shape));
     }
@@ -294,7 +295,7 @@ fn generic<T: Ring>(
 /// Copies `src` into a new row-major block of `dims`, reading element `idx` at `sum(idx * st)`.
 fn gather<T: Copy>(src: &[T], dims: &[usize], st: &[usize]) -> Result<Vec<T>> {
     let len = checked_product(dims)?;
-    let mut out = Vec::with_capacity(len);
+    let mut out = try_with_capacity(len)?;
     if len == 0 {
         return Ok(out);
     }

@@ -10,6 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
+use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 
 use super::super::util::{
@@ -88,7 +89,7 @@ impl Shape {
                 c_offsets.iter().map(|&o| c[o]).collect(),
                 T::from_f64(beta as f64),
             ),
-            None => (vec![T::ZERO; m * n], T::ZERO),
+            None => (try_vec(m * n, T::ZERO)?, T::ZERO),
         };
         gemm(T::from_f64(alpha as f64), a, b, beta, &mut out, n)?;
         Ok(out)

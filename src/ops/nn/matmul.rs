@@ -10,6 +10,7 @@
 //! zero points and multiply in `f64`, which is exact for 8-bit operands, then requantize with
 //! round-half-to-even and saturation.
 
+use crate::tensor::try_vec;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -143,7 +144,7 @@ impl Plan {
 
     /// `A @ B` in a floating-point type.
     pub fn run_real<T: Real>(&self, a: &[T], b: &[T]) -> Result<Vec<T>> {
-        let mut out = vec![T::ZERO; self.out_len()];
+        let mut out = try_vec(self.out_len(), T::ZERO)?;
         self.run_real_into(a, b, &mut out)?;
         Ok(out)
     }
@@ -152,7 +153,7 @@ impl Plan {
     pub fn run_ring<T: Ring>(&self, a: &[T], b: &[T]) -> Result<Vec<T>> {
         self.check_lens(a, b)?;
         let (m, k, n) = (self.m, self.k, self.n);
-        let mut out = vec![T::default(); self.out_len()];
+        let mut out = try_vec(self.out_len(), T::default())?;
         if out.is_empty() {
             return Ok(out);
         }

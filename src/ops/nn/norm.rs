@@ -26,7 +26,7 @@ use crate::DataType;
 use super::super::util::{
     broadcast_offsets, broadcast_shapes, normalize_axis, required, strides, unsupported_type,
 };
-use super::super::{EvalCtx, InferCtx};
+use super::super::{vector, EvalCtx, InferCtx};
 use super::common::{dispatch_real, input_dims, store_f64s, tensor_type, Real};
 
 /// Mean and population variance of `values`, in `f64`.
@@ -287,6 +287,23 @@ pub(super) fn eval_layer_norm(
     let scale_at = offsets(scale)?;
     let bias_at = bias.map(offsets).transpose()?.flatten();
     let dtype = x.dtype();
+    // The common case: float, scale and bias along the normalised dims, no statistics asked for.
+    let trailing = scale_at.is_none() && bias.is_none_or(|_| bias_at.is_none());
+    if dtype == DataType::Float && trailing && ctx.node.outputs.len() <= 1 {
+        let src = x.as_slice::<f32>()?;
+        let s = scale.as_slice::<f32>()?;
+        let zeros;
+        let b = match bias {
+            Some(b) => b.as_slice::<f32>()?,
+            None => {
+                zeros = vec![0.0f32; row_len];
+                &zeros
+            }
+        };
+        let out = Tensor::uninit(dtype, shape)?;
+        let y = out.fill(|dst| vector::layer_norm_rows(src, s, b, eps as f32, dst))?;
+        return Ok(vec![y]);
+    }
     let (y, means, invs) = dispatch_real!(dtype, R => {
         let s = R::load(scale)?;
         let b = bias.map(R::load).transpose()?;

@@ -14,6 +14,7 @@
 //! (`storage_order` 0) or column-major (1) order. `LpPool` opset 1 has a float `p`; later opsets an
 //! integer one.
 
+use crate::tensor::try_vec;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -337,7 +338,7 @@ pub(super) fn eval_lp_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Res
     let dtype = x.dtype();
     let y = dispatch_real!(dtype, R => {
         let xv = R::load(x)?;
-        let mut out = vec![R::ZERO; pool.planes * pool.geo.out_plane()];
+        let mut out = try_vec(pool.planes * pool.geo.out_plane(), R::ZERO)?;
         pool.for_each(pool.geo.in_plane(), &mut out, |base, positions, _, o| {
             *o = lp_norm(positions.iter().map(|&q| xv[base + q]), p);
         });
@@ -367,7 +368,7 @@ fn global_pool(ctx: &EvalCtx<'_>, x: &Tensor, kind: Global) -> Result<Tensor> {
     dispatch_real!(dtype, R => {
         let xv = R::load(x)?;
         let values: Vec<R> = if plane == 0 {
-            vec![R::ZERO; shape[0] * shape[1]]
+            try_vec(shape[0] * shape[1], R::ZERO)?
         } else {
             xv.par_chunks(plane)
                 .map(|p| match kind {

@@ -18,6 +18,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::TensorType;
+use crate::tensor::try_vec;
 use crate::tensor::{packed, Tensor};
 use crate::DataType;
 
@@ -216,7 +217,7 @@ fn pack(dtype: DataType, shape: &[usize], codes: &[i64]) -> Result<Tensor> {
     let n = dtype
         .storage_bytes(codes.len())
         .ok_or_else(|| Error::Eval("output is too large".into()))?;
-    let mut bytes = vec![0u8; n];
+    let mut bytes = try_vec(n, 0u8)?;
     for (i, &c) in codes.iter().enumerate() {
         packed::write(&mut bytes, bits, i, c as u8);
     }

@@ -11,6 +11,7 @@
 //! its final state is the one of its last valid step. A zero-length sequence has zero final
 //! states, as in onnxruntime.
 
+use crate::tensor::{try_vec, try_with_capacity};
 use std::borrow::Cow;
 
 use crate::error::{Error, Result};
@@ -484,7 +485,7 @@ impl<'a, T: Real> Problem<'a, T> {
             seq, batch, input, ..
         } = self.dims;
         let (rows, width) = (seq * batch, bias.len());
-        let mut out = Vec::with_capacity(checked_len::<T>(&[rows, width])?);
+        let mut out = try_with_capacity(checked_len::<T>(&[rows, width])?)?;
         for _ in 0..rows {
             out.extend_from_slice(bias);
         }
@@ -515,8 +516,8 @@ impl<'a, T: Real> Problem<'a, T> {
             seq, batch, hidden, ..
         } = self.dims;
         let reverse = self.direction.reverses(d);
-        let mut y = vec![T::ZERO; checked_len::<T>(&[seq, batch, hidden])?];
-        let mut g = vec![T::ZERO; batch * width];
+        let mut y = try_vec(checked_len::<T>(&[seq, batch, hidden])?, T::ZERO)?;
+        let mut g = try_vec(batch * width, T::ZERO)?;
         let mut times = vec![None; batch];
         let mut active = vec![false; batch];
         for s in 0..seq {
@@ -590,7 +591,7 @@ impl<'a, T: Real> Problem<'a, T> {
             // One time-major direction is already in `Y`'s order.
             [track] if !self.batch_major => std::mem::take(&mut track.y),
             _ => {
-                let mut y = vec![T::ZERO; checked_len::<T>(&[seq, nd, batch, hidden])?];
+                let mut y = try_vec(checked_len::<T>(&[seq, nd, batch, hidden])?, T::ZERO)?;
                 for (d, track) in tracks.iter().enumerate() {
                     for (k, row) in track.y.chunks_exact(hidden).enumerate() {
                         let (t, b) = (k / batch, k % batch);
@@ -609,7 +610,7 @@ impl<'a, T: Real> Problem<'a, T> {
         let mut outputs = vec![output(self.dtype, &y_shape, y)?];
         let n_states = tracks.first().map_or(0, |t| t.states.len());
         for s in 0..n_states {
-            let mut state = vec![T::ZERO; nd * batch * hidden];
+            let mut state = try_vec(nd * batch * hidden, T::ZERO)?;
             for (d, track) in tracks.iter().enumerate() {
                 for (b, row) in track.states[s].chunks_exact(hidden).enumerate() {
                     let at = if self.batch_major {

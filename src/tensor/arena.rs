@@ -1,0 +1,317 @@
+//! Where tensor buffers come from: a pool that keeps freed buffers for the next tensor of a
+//! similar size, and the memory budget every model-sized allocation is checked against.
+//!
+//! An [`Arena`] counts the bytes of the buffers it has handed out (`live`) and of the freed ones
+//! it keeps (`pooled`). A request first takes a pooled buffer of the right size class; otherwise
+//! it is checked against the budget — pooled buffers are released to the system first when that
+//! makes room — and only then allocated, fallibly. A model asking for a 4 TB tensor therefore gets
+//! [`TensorError::OverBudget`] before any memory is touched, and a model that fits runs its second
+//! and later passes on warm memory: no page faults, no zeroing by the kernel.
+//!
+//! The arena is found through the thread: [`Arena::enter`] makes an arena current for the
+//! duration of a closure (the interpreter enters its session's arena for every run, and its worker
+//! threads start inside it). Outside any entered arena, tensors come from a process-wide arena that
+//! checks the default budget and keeps nothing.
+//!
+//! Design note: buffers return to their arena when the last tensor sharing them is dropped, on
+//! whatever thread that happens, so the pool is behind a mutex; it is taken once per buffer of at
+//! least [`MIN_POOLED_BYTES`], never per element. Smaller buffers are left to the allocator, which
+//! serves them from its own warm caches.
+//!
+//! # Example
+//! ```
+//! use multigather::tensor::{Arena, TensorError};
+//! use multigather::{DataType, Tensor};
+//!
+//! let arena = Arena::new(1 << 20, true);
+//! let err = arena.enter(|| Tensor::zeros(DataType::Float, &[1 << 20])).unwrap_err();
+//! assert!(matches!(err, TensorError::OverBudget { .. }));
+//! let t = arena.enter(|| Tensor::zeros(DataType::Float, &[1024]))?;
+//! assert_eq!(arena.live_bytes(), t.len() * 4 + 16);
+//! drop(t);
+//! assert_eq!(arena.live_bytes(), 0);
+//! # Ok::<(), TensorError>(())
+//! ```
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::TensorError;
+
+/// Buffers smaller than this are not pooled: the allocator's own caches serve them well.
+pub const MIN_POOLED_BYTES: usize = 32 << 10;
+
+/// A memory budget and a pool of reusable buffers.
+#[derive(Debug)]
+pub struct Arena {
+    limit: usize,
+    pooling: bool,
+    /// Bytes of buffers handed out and not yet returned.
+    live: AtomicUsize,
+    pool: Mutex<Pool>,
+}
+
+/// Freed buffers by capacity in words.
+#[derive(Debug, Default)]
+struct Pool {
+    free: BTreeMap<usize, Vec<Vec<MaybeUninit<u64>>>>,
+    bytes: usize,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Arc<Arena>>> = const { RefCell::new(None) };
+}
+
+impl Arena {
+    /// An arena allowing `limit` bytes of live buffers; with `pooling`, freed buffers are kept
+    /// for reuse (they count towards the limit and are released when room is needed).
+    pub fn new(limit: usize, pooling: bool) -> Arc<Arena> {
+        Arc::new(Arena {
+            limit,
+            pooling,
+            live: AtomicUsize::new(0),
+            pool: Mutex::new(Pool::default()),
+        })
+    }
+
+    /// The budget, in bytes.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes of buffers handed out and not yet returned.
+    pub fn live_bytes(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of freed buffers kept for reuse.
+    pub fn pooled_bytes(&self) -> usize {
+        lock(&self.pool).bytes
+    }
+
+    /// Runs `f` with this arena current on this thread (restoring the previous one after).
+    pub fn enter<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
+        struct Restore(Option<Arc<Arena>>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let previous = self.0.take();
+                CURRENT.with(|c| *c.borrow_mut() = previous);
+            }
+        }
+        let previous = CURRENT.with(|c| c.borrow_mut().replace(self.clone()));
+        let _restore = Restore(previous);
+        f()
+    }
+
+    /// Makes this arena current on this thread for good (for worker threads of a session).
+    pub(crate) fn install_on_thread(self: &Arc<Self>) {
+        CURRENT.with(|c| *c.borrow_mut() = Some(self.clone()));
+    }
+
+    /// The arena of this thread: the one entered last, or the process-wide default.
+    pub fn current() -> Arc<Arena> {
+        CURRENT
+            .with(|c| c.borrow().clone())
+            .unwrap_or_else(|| default_arena().clone())
+    }
+
+    /// Checks that `bytes` more could be held, without taking them: for scratch space and
+    /// string tensors, which do not come from the pool.
+    pub fn check(&self, bytes: usize) -> Result<(), TensorError> {
+        let live = self.live_bytes();
+        if live
+            .checked_add(bytes)
+            .is_some_and(|total| total <= self.limit)
+        {
+            Ok(())
+        } else {
+            Err(self.over_budget(bytes, live))
+        }
+    }
+
+    fn over_budget(&self, bytes: usize, live: usize) -> TensorError {
+        TensorError::OverBudget {
+            bytes,
+            live,
+            limit: self.limit,
+        }
+    }
+
+    /// A buffer of `words` words whose contents are unspecified, counted as live until it
+    /// comes back through [`Arena::give_back`].
+    pub(crate) fn take(&self, words: usize) -> Result<Vec<MaybeUninit<u64>>, TensorError> {
+        let bytes = words.saturating_mul(8);
+        if self.pooling && bytes >= MIN_POOLED_BYTES {
+            let mut pool = lock(&self.pool);
+            // The smallest free buffer that holds `words` without wasting more than a quarter.
+            let found = pool
+                .free
+                .range_mut(words..=words + words / 4)
+                .find_map(|(&cap, list)| list.pop().map(|v| (cap, v)));
+            if let Some((cap, v)) = found {
+                if pool.free.get(&cap).is_some_and(Vec::is_empty) {
+                    pool.free.remove(&cap);
+                }
+                pool.bytes -= cap * 8;
+                self.live.fetch_add(cap * 8, Ordering::Relaxed);
+                return Ok(v);
+            }
+            // Make room by releasing pooled buffers, largest first, while over the budget.
+            while self
+                .live_bytes()
+                .saturating_add(pool.bytes)
+                .saturating_add(bytes)
+                > self.limit
+            {
+                let Some(mut entry) = pool.free.last_entry() else {
+                    break;
+                };
+                let cap = *entry.key();
+                entry.get_mut().pop();
+                if entry.get().is_empty() {
+                    entry.remove();
+                }
+                pool.bytes -= cap * 8;
+            }
+        }
+        let live = self.live.fetch_add(bytes, Ordering::Relaxed);
+        if live
+            .checked_add(bytes)
+            .is_none_or(|total| total > self.limit)
+        {
+            self.live.fetch_sub(bytes, Ordering::Relaxed);
+            return Err(self.over_budget(bytes, live));
+        }
+        let mut v = Vec::new();
+        if v.try_reserve_exact(words).is_err() {
+            self.live.fetch_sub(bytes, Ordering::Relaxed);
+            return Err(TensorError::OutOfMemory { bytes });
+        }
+        // Count what was really reserved, so that `give_back` subtracts the same amount.
+        let extra = (v.capacity() - words) * 8;
+        self.live.fetch_add(extra, Ordering::Relaxed);
+        Ok(v)
+    }
+
+    /// Returns a buffer obtained from [`Arena::take`]: kept for reuse or released.
+    pub(crate) fn give_back(&self, mut v: Vec<MaybeUninit<u64>>) {
+        let cap = v.capacity();
+        self.live.fetch_sub(cap * 8, Ordering::Relaxed);
+        if !self.pooling || cap * 8 < MIN_POOLED_BYTES {
+            return;
+        }
+        let mut pool = lock(&self.pool);
+        if self.live_bytes().saturating_add(pool.bytes + cap * 8) > self.limit {
+            return;
+        }
+        v.clear();
+        pool.bytes += cap * 8;
+        pool.free.entry(cap).or_default().push(v);
+    }
+}
+
+/// The process-wide arena: the default budget, nothing pooled.
+fn default_arena() -> &'static Arc<Arena> {
+    static DEFAULT: OnceLock<Arc<Arena>> = OnceLock::new();
+    DEFAULT.get_or_init(|| Arena::new(default_budget(), false))
+}
+
+/// The default memory budget: the machine's physical memory (from `/proc/meminfo` where there
+/// is one), or 16 GiB where it cannot be read.
+pub fn default_budget() -> usize {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    *BUDGET.get_or_init(|| physical_memory().unwrap_or(16 << 30))
+}
+
+fn physical_memory() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `n` copies of `fill` in a plain vector, checked against the current arena's budget and
+/// allocated fallibly: scratch space and outputs of kernels that a model sizes.
+///
+/// # Example
+/// ```
+/// let v = multigather::tensor::try_vec(3, 0.5f32)?;
+/// assert_eq!(v, [0.5, 0.5, 0.5]);
+/// assert!(multigather::tensor::try_vec(usize::MAX / 4, 0u64).is_err());
+/// # Ok::<(), multigather::tensor::TensorError>(())
+/// ```
+pub fn try_vec<T: Clone>(n: usize, fill: T) -> Result<Vec<T>, TensorError> {
+    let mut v = try_with_capacity(n)?;
+    v.resize(n, fill);
+    Ok(v)
+}
+
+/// An empty vector with room for `n` elements, checked and allocated as [`try_vec`] does.
+pub fn try_with_capacity<T>(n: usize) -> Result<Vec<T>, TensorError> {
+    let bytes = n.saturating_mul(std::mem::size_of::<T>());
+    Arena::current().check(bytes)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| TensorError::OutOfMemory { bytes })?;
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freed_buffers_are_reused_within_a_size_class() {
+        let arena = Arena::new(1 << 30, true);
+        let words = MIN_POOLED_BYTES / 8 * 4;
+        let a = arena.take(words).unwrap();
+        let ptr = a.as_ptr();
+        arena.give_back(a);
+        assert_eq!(arena.live_bytes(), 0);
+        assert_eq!(arena.pooled_bytes(), words * 8);
+        // A slightly smaller request takes the same buffer; a much smaller one does not.
+        let b = arena.take(words - 100).unwrap();
+        assert_eq!(b.as_ptr(), ptr);
+        assert_eq!(arena.pooled_bytes(), 0);
+        let c = arena.take(words / 2).unwrap();
+        assert_ne!(c.as_ptr(), ptr);
+        arena.give_back(b);
+        arena.give_back(c);
+        assert_eq!(arena.live_bytes(), 0);
+    }
+
+    #[test]
+    fn the_budget_is_checked_before_allocating_and_pooled_memory_makes_room() {
+        let words = MIN_POOLED_BYTES / 8 * 8;
+        let arena = Arena::new(words * 8 * 3, true);
+        let a = arena.take(words).unwrap();
+        let b = arena.take(words).unwrap();
+        assert!(matches!(
+            arena.take(words * 2),
+            Err(TensorError::OverBudget { .. })
+        ));
+        arena.give_back(a);
+        arena.give_back(b);
+        // Two pooled buffers must be released to make room for one twice as large.
+        let c = arena.take(words * 2).unwrap();
+        assert_eq!(arena.live_bytes(), words * 16);
+        assert!(arena.pooled_bytes() <= words * 8);
+        arena.give_back(c);
+        let huge = arena.take(usize::MAX / 16).unwrap_err();
+        assert!(huge.to_string().contains("memory budget"), "{huge}");
+    }
+
+    #[test]
+    fn entering_an_arena_is_scoped() {
+        let arena = Arena::new(1000, false);
+        assert!(arena.enter(|| try_vec(10_000, 0u8)).is_err());
+        assert!(try_vec(10_000, 0u8).is_ok());
+    }
+}
