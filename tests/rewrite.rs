@@ -264,7 +264,12 @@ mod cases {
         );
         let model = Model::new(g, 13);
         let (rewritten, report) = check(&model, &[&[("x", f32s(&[2, 3, 4]))]]);
-        assert_eq!((report.rewritten, report.skipped), (1, 0), "{}", report.summary());
+        assert_eq!(
+            (report.rewritten, report.skipped),
+            (1, 0),
+            "{}",
+            report.summary()
+        );
         assert_eq!(gathers_left(&rewritten), 0);
     }
 
@@ -275,7 +280,10 @@ mod cases {
             "f2",
             &["a"],
             "b",
-            vec![constant("idx", &[1, 0]), gather("gather_in_f2", "a", "idx", "b", 1)],
+            vec![
+                constant("idx", &[1, 0]),
+                gather("gather_in_f2", "a", "idx", "b", 1),
+            ],
         );
         let f1 = function(
             "f1",
@@ -286,7 +294,10 @@ mod cases {
         let mut g = Graph::new("main");
         g.inputs = vec![
             ValueInfo::new("x2", ty(DataType::Float, "3,4")),
-            ValueInfo::new("x3", ty(DataType::Float, if rank3 { "2,3,4" } else { "5,4" })),
+            ValueInfo::new(
+                "x3",
+                ty(DataType::Float, if rank3 { "2,3,4" } else { "5,4" }),
+            ),
         ];
         g.outputs = vec![ValueInfo::untyped("y2"), ValueInfo::untyped("y3")];
         g.add_node(Node::new("f2", "call_f2", ["x2"], ["y2"]).with_domain("local"));
@@ -322,13 +333,23 @@ mod cases {
         let model = shared_function_model(true, false);
         let feeds = [("x2", f32s(&[3, 4])), ("x3", f32s(&[5, 4]))];
         let (rewritten, report) = check(&model, &[&feeds]);
-        assert_eq!((report.rewritten, report.skipped), (1, 0), "{}", report.summary());
+        assert_eq!(
+            (report.rewritten, report.skipped),
+            (1, 0),
+            "{}",
+            report.summary()
+        );
         assert_eq!(gathers_left(&rewritten), 0);
     }
 
     #[test]
     fn local_function_named_gather_is_a_call_not_the_operator() {
-        let mut fake = function("Gather", &["a", "i"], "b", vec![Node::new("Neg", "neg", ["a"], ["b"])]);
+        let mut fake = function(
+            "Gather",
+            &["a", "i"],
+            "b",
+            vec![Node::new("Neg", "neg", ["a"], ["b"])],
+        );
         fake.domain = String::new();
         let mut g = Graph::new("main");
         g.inputs = vec![
@@ -401,7 +422,8 @@ mod cases {
         let opset = model.opset("").unwrap();
         let registry = multigather::ops::registry();
         let graph = &model.graph;
-        let env = multigather::infer::TypeEnv::infer(graph, &model.opset_imports, &Default::default());
+        let env =
+            multigather::infer::TypeEnv::infer(graph, &model.opset_imports, &Default::default());
         for (_, n) in graph.nodes() {
             if n.domain == "multigather" {
                 continue;
@@ -413,7 +435,10 @@ mod cases {
             if n.op_type == "Reshape" && opset < 5 {
                 let elem = env.get(&n.inputs[0]).and_then(|t| t.elem);
                 assert!(
-                    matches!(elem, Some(DataType::Float | DataType::Float16 | DataType::Double)),
+                    matches!(
+                        elem,
+                        Some(DataType::Float | DataType::Float16 | DataType::Double)
+                    ),
                     "Reshape of {elem:?} in opset {opset}\n{}",
                     model_to_text(model)
                 );
@@ -447,7 +472,8 @@ mod cases {
                         g.add_node(gather("gather", "x", "i", "y", 1));
                         let mut model = Model::new(g, opset);
                         model.ir_version = Some(ir);
-                        let shape: Vec<usize> = dims.split(',').filter_map(|d| d.parse().ok()).collect();
+                        let shape: Vec<usize> =
+                            dims.split(',').filter_map(|d| d.parse().ok()).collect();
                         let x = if elem == DataType::Float {
                             f32s(&[3, 4])
                         } else {
@@ -535,11 +561,21 @@ mod cases {
             };
             let (f1, f2) = (feeds(&depth1), feeds(&depth2));
             let (rewritten, report) = check(&model, &[&f1, &f2]);
-            assert_eq!((report.rewritten, report.skipped), (1, 0), "{}", report.summary());
+            assert_eq!(
+                (report.rewritten, report.skipped),
+                (1, 0),
+                "{}",
+                report.summary()
+            );
             assert_eq!(gathers_left(&rewritten), 0);
             insta::assert_snapshot!(
                 format!("gathernd_symbolic_depth_in_{place}"),
-                format!("{}\n==> {}\n\n{}", model_to_text(&model), report.summary(), model_to_text(&rewritten))
+                format!(
+                    "{}\n==> {}\n\n{}",
+                    model_to_text(&model),
+                    report.summary(),
+                    model_to_text(&rewritten)
+                )
             );
         }
     }
@@ -551,7 +587,10 @@ mod cases {
         let mut rewritten = model.clone();
         GatherToMultiaxis::rewrite(&mut rewritten, RewriteConfig::default()).unwrap();
         let x = Tensor::from_vec(DataType::Double, &[2, 3, 3], vec![0f64; 18]).unwrap();
-        let feeds = vec![("x".to_string(), x), ("i".to_string(), i64s(&[2, 1, 3], &[0; 6]))];
+        let feeds = vec![
+            ("x".to_string(), x),
+            ("i".to_string(), i64s(&[2, 1, 3], &[0; 6])),
+        ];
         assert!(Session::new(&model).run(feeds.clone()).is_err());
         assert!(Session::new(&rewritten).run(feeds).is_err());
     }
@@ -634,7 +673,11 @@ mod cases {
         let feeds = [("x", f32s(&[3, 4])), ("i", i64s(&[2], &[3, 0]))];
         let (rewritten, report) = check(&model, &[&feeds]);
         assert_eq!(report.rewritten, 1);
-        assert!(!model_to_text(&rewritten).contains("[3,"), "{}", model_to_text(&rewritten));
+        assert!(
+            !model_to_text(&rewritten).contains("[3,"),
+            "{}",
+            model_to_text(&rewritten)
+        );
         let bytes = multigather::io::to_bytes(&rewritten).unwrap();
         let back = multigather::io::load_bytes(&bytes).unwrap();
         assert_eq!(back.graph.inputs, model.graph.inputs, "-1 is kept as it is");

@@ -243,7 +243,9 @@ impl<'a> Emitter<'a> {
         // opsets without initializers) where `Unsqueeze` / `Squeeze` with attributes need none.
         let cheap_constant = self.constants != Constants::CastDoubles
             || ops.iter().any(|op| matches!(op, ShapeOp::Reshape(_)));
-        if let (Some(_), Some(sizes), true) = (all_known(&dims), all_known(&final_dims), cheap_constant) {
+        if let (Some(_), Some(sizes), true) =
+            (all_known(&dims), all_known(&final_dims), cheap_constant)
+        {
             if self.can_reshape_to(&dims, &sizes) && reshape_takes(self.opset, elem) {
                 let out = self.output_name(last, what, elem, &final_dims);
                 self.reshape_to_sizes(&value, &dims, &sizes, &out, what);
