@@ -213,7 +213,7 @@ impl TypeEnv {
 /// none, a `Loop` body takes the iteration count, the condition and the loop-carried values, a
 /// `Scan` body (opset 9 and later) its state variables and one slice of each scan input.
 /// Loop-carried values and states keep what every iteration provably agrees on (see
-/// [`carried_invariant`]). Anything else (a graph attribute of another operator, `Scan` 8) gets
+/// `carried_invariant`). Anything else (a graph attribute of another operator, `Scan` 8) gets
 /// unknown inputs.
 pub fn formals(
     node: &Node,
@@ -289,13 +289,7 @@ fn control_outputs(
                 return Vec::new();
             };
             let (formals, benv) = scan_formals(node, body, imports, env);
-            let n_scan = node.attr_int("num_scan_inputs", 0).unwrap_or(0).max(0) as usize;
-            let states = node.inputs.len().saturating_sub(n_scan);
-            let axes = node
-                .attr_ints("scan_output_axes")
-                .ok()
-                .flatten()
-                .unwrap_or(&[]);
+            let (states, axes) = scan_layout(node, "scan_output_axes");
             let mut out: Vec<Option<TensorType>> = formals.into_iter().take(states).collect();
             for (j, t) in outputs(body, &benv).into_iter().skip(states).enumerate() {
                 let axis = axes.get(j).copied().unwrap_or(0);
@@ -319,6 +313,13 @@ fn stacked(t: &TensorType, axis: usize) -> TensorType {
         s.denotations.clear();
     }
     t
+}
+
+/// A `Scan` node's number of state variables, and its axes attribute `attr` (empty when absent).
+fn scan_layout<'n>(node: &'n Node, attr: &str) -> (usize, &'n [i64]) {
+    let n_scan = node.attr_int("num_scan_inputs", 0).unwrap_or(0).max(0) as usize;
+    let states = node.inputs.len().saturating_sub(n_scan);
+    (states, node.attr_ints(attr).ok().flatten().unwrap_or(&[]))
 }
 
 /// A `Loop` body's formal parameters, and the body's types under them.
@@ -351,13 +352,7 @@ fn scan_formals(
     imports: &[OpsetImport],
     env: &TypeEnv,
 ) -> (Vec<Option<TensorType>>, TypeEnv) {
-    let n_scan = node.attr_int("num_scan_inputs", 0).unwrap_or(0).max(0) as usize;
-    let states = node.inputs.len().saturating_sub(n_scan);
-    let axes = node
-        .attr_ints("scan_input_axes")
-        .ok()
-        .flatten()
-        .unwrap_or(&[]);
+    let (states, axes) = scan_layout(node, "scan_input_axes");
     let initial: Vec<Option<TensorType>> = node.inputs[..states]
         .iter()
         .map(|i| env.get(i).cloned())
@@ -399,8 +394,8 @@ fn carried_invariant(
     first_output: usize,
 ) -> (Vec<Option<TensorType>>, TypeEnv) {
     // Each round that changes something removes a dim, a rank or an element type, so the
-    // bound is never reached on a well-formed body; it only guards against pathological ones.
-    for round in 0..=32 {
+    // bound is never reached on a well-formed body; past it nothing is assumed.
+    for _ in 0..32 {
         let formals: Vec<Option<TensorType>> = before
             .iter()
             .chain(&carried)
@@ -419,11 +414,7 @@ fn carried_invariant(
                 join(c.as_ref(), out)
             })
             .collect();
-        if next == carried || round == 32 {
-            if next != carried {
-                carried = vec![None; carried.len()];
-                continue;
-            }
+        if next == carried {
             return (formals, benv);
         }
         carried = next;

@@ -15,8 +15,18 @@
 //! (or `Reshape` with `0` / `-1` entries) keep symbolic dimensions symbolic. A node whose ranks
 //! cannot be inferred is left as it is and reported with the reason — never guessed.
 //!
+//! `GatherND` whose index depth is symbolic gets one static rewrite per possible depth, chosen
+//! at run time by an `If` chain (see [`nd_symbolic_depth`]).
+//!
+//! A node the operator's schema forbids (an attribute out of range or not defined, a wrong
+//! arity, ranks that cannot go together, the operator missing from the opset) makes the pass
+//! fail naming the node: the model is broken, not merely hard to rewrite. A node that calls a
+//! model-local function named like a gather is a call, not the operator, and is not touched.
+//!
 //! Subgraphs (`If`, `Loop`, `Scan` bodies at any depth) and model-local functions are rewritten
-//! too. For a function, the ranks of its inputs come from its call sites, which must agree.
+//! too. For a function, the ranks of its inputs come from every call site in the model (callers
+//! before callees, whatever the file order), which must agree; when they do not, the body is
+//! left alone with the reason.
 //! New values get `value_info` entries with their type and shape; new names derive from the
 //! rewritten node's name; the original output name is kept.
 
