@@ -22,6 +22,14 @@ usage: python scripts/check_onnxruntime.py [DIR ...]
    stay, each with a model-local function holding its lowering; the result must pass the checker
    and run AS IT IS in onnxruntime (which inlines the functions) with the same outputs.
 
+4. The crafted models of `rewrite_cases.py` (shadowed names, functions called with different
+   ranks, declarations that are not proof, Gather at opsets 1-13 in IR 3 and later, GatherND of
+   symbolic depth in a graph, an If branch and a function): the original runs in onnxruntime;
+   rewritten, lowered and rewritten with function bodies, each passes the checker and the lowered
+   and function-body models run in onnxruntime bit for bit like the original. Invalid models make
+   `rewrite` exit 2 with one line naming the node and no output file, and `inspect` still prints
+   them.
+
 Prints one line per model, then a summary; exits 1 on any failure.
 
 The ONNX gather conformance tests in that layout come from the onnx package's node test cases, e.g.
@@ -40,6 +48,8 @@ import onnxruntime as ort
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
+
+import rewrite_cases
 
 BIN = os.environ.get("MULTIGATHER", "target/release/multigather")
 ort.set_default_logger_severity(4)  # expected failures are reported here, not logged
@@ -440,6 +450,52 @@ def check_case(case, work, rng):
     return None, f"{op_summary(lowered)}, {result}, also with function bodies"
 
 
+# --- 4. crafted models: the rewrite's hard cases --------------------------------------------------
+
+def check_crafted(case, work):
+    src = os.path.join(work, "model.onnx")
+    onnx.save(case.model, src)
+    if case.checked:
+        onnx.checker.check_model(case.model, full_check=True)
+    if case.invalid:
+        out = os.path.join(work, "rewritten.onnx")
+        r = subprocess.run([BIN, "rewrite", src, "-o", out], capture_output=True, text=True)
+        lines = r.stderr.strip().splitlines()
+        node = case.model.graph.node[0].name
+        if r.returncode != 2 or len(lines) != 1 or f"'{node}'" not in lines[0]:
+            return f"rewrite exited {r.returncode} with {lines!r}; wanted exit 2 and one line naming '{node}'", None
+        if os.path.exists(out):
+            return "rewrite wrote an output file for an invalid model", None
+        run_cli("inspect", src)
+        return None, f"refused: {lines[0]}"
+    want = session(src).run(None, case.feeds)
+    rewritten_path = os.path.join(work, "rewritten.onnx")
+    run_cli("rewrite", src, "-o", rewritten_path)
+    rewritten = onnx.load(rewritten_path)
+    # A model the checker refuses (see the case's notes) cannot give one it accepts: the outputs
+    # are checked when the original is.
+    check = onnx.checker.check_model if case.checked else (lambda m, full_check: None)
+    check(rewritten, full_check=True)
+    left = count_ops(rewritten, lambda n: n.op_type in GATHERS and n.domain in ("", "ai.onnx"))
+    if left != case.left:
+        return f"{left} ONNX gather(s) left after the rewrite, expected {case.left}", None
+    lowered_path = os.path.join(work, "lowered.onnx")
+    run_cli("lower", rewritten_path, "-o", lowered_path)
+    lowered = onnx.load(lowered_path)
+    check(lowered, full_check=True)
+    functions_path = os.path.join(work, "with_functions.onnx")
+    run_cli("rewrite", src, "-o", functions_path, "--with-function-body")
+    check(onnx.load(functions_path), full_check=True)
+    for what, path in (("lowered", lowered_path), ("with function bodies", functions_path)):
+        got = session(path).run(None, case.feeds)
+        for k, (g, w) in enumerate(zip(got, want)):
+            problem = same(g, w)
+            if problem:
+                return f"{what} output {k}: {problem}", None
+    notes = f" ({'; '.join(case.notes)})" if case.notes else ""
+    return None, f"{op_summary(lowered)}, {case.left} left, also with function bodies{notes}"
+
+
 # --- driver --------------------------------------------------------------------------------------
 
 def main():
@@ -447,6 +503,7 @@ def main():
     jobs = [(os.path.relpath(d, ROOT) if d.startswith(ROOT) else d, check_test_dir, d)
             for d in test_dirs([os.path.join(ROOT, "fixtures")] + sys.argv[1:])]
     jobs += [(f"hand-built/{c.name}", check_case, c) for c in cases()]
+    jobs += [(f"crafted/{c.name}", check_crafted, c) for c in rewrite_cases.cases()]
     failed = 0
     for label, fn, arg in jobs:
         with tempfile.TemporaryDirectory() as work:

@@ -11,6 +11,11 @@ For every .onnx model under DIR:
      1e-4 relative otherwise (the interpreter and
      onnxruntime may round float arithmetic differently; the rewrite itself is checked bit for bit
      by `multigather verify`).
+Then the crafted models of rewrite_cases.py (shadowed names, functions called with different
+ranks, declarations that are not proof, Gather at opsets 1-13 in IR 3 and later, GatherND of
+symbolic depth): the same two checks on their own inputs, with the number of gathers each case
+expects to stay (skipped with a reason); invalid models must make `rewrite` exit 2 and write
+nothing.
 Prints one line per model and exits 1 on any failure.
 """
 import glob
@@ -24,6 +29,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+import rewrite_cases
 from check_models import make_inputs
 
 BIN = os.environ.get("MULTIGATHER", "target/release/multigather")
@@ -59,17 +65,21 @@ def stored_inputs(model_path, model):
     return feeds
 
 
-def check(path, work):
+def check(path, work, feeds=None, expect_left=0, checked=True, compare=True):
     original = onnx.load(path)
     rewritten_path = os.path.join(work, "rewritten.onnx")
     subprocess.run([BIN, "rewrite", path, "-o", rewritten_path], check=True, capture_output=True)
     rewritten = onnx.load(rewritten_path, load_external_data=False)
-    onnx.checker.check_model(rewritten, full_check=True)
+    if checked:
+        onnx.checker.check_model(rewritten, full_check=True)
     left = gathers_left(rewritten)
-    if left:
-        return f"{left} gather node(s) left after the rewrite"
+    if left != expect_left:
+        return f"{left} gather node(s) left after the rewrite, expected {expect_left}"
 
-    feeds = stored_inputs(path, original) or make_inputs(original, np.random.default_rng(0))
+    if not compare:
+        return None
+    if feeds is None:
+        feeds = stored_inputs(path, original) or make_inputs(original, np.random.default_rng(0))
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     expected = sess.run(None, feeds)
     inputs = os.path.join(work, "inputs")
@@ -94,15 +104,31 @@ def check(path, work):
     return None
 
 
+def check_crafted(case, work):
+    path = os.path.join(work, "model.onnx")
+    onnx.save(case.model, path)
+    if case.invalid:
+        out = os.path.join(work, "rewritten.onnx")
+        r = subprocess.run([BIN, "rewrite", path, "-o", out], capture_output=True)
+        if r.returncode != 2 or os.path.exists(out):
+            return f"rewrite of an invalid model exited {r.returncode} (wanted 2, no output)"
+        return None
+    if case.checked:
+        onnx.checker.check_model(case.model, full_check=True)
+    return check(path, work, case.feeds, case.left, case.checked, case.same_reading)
+
+
 def main():
     models = []
     for root in sys.argv[1:]:
         models += sorted(glob.glob(os.path.join(root, "**", "*.onnx"), recursive=True))
+    jobs = [(path, check, path) for path in models]
+    jobs += [(f"crafted/{c.name}", check_crafted, c) for c in rewrite_cases.cases()]
     failed = 0
-    for path in models:
+    for path, fn, arg in jobs:
         with tempfile.TemporaryDirectory() as work:
             try:
-                problem = check(path, work)
+                problem = fn(arg, work)
             except subprocess.CalledProcessError as e:
                 problem = (e.stderr or b"").decode(errors="replace").strip() or str(e)
             except Exception as e:  # onnx and onnxruntime raise their own error types
@@ -112,7 +138,7 @@ def main():
             print(f"FAIL {path}: {problem}")
         else:
             print(f"ok   {path}")
-    print(f"rewrites: {len(models) - failed} of {len(models)} models check out")
+    print(f"rewrites: {len(jobs) - failed} of {len(jobs)} models check out")
     sys.exit(1 if failed else 0)
 
 

@@ -112,9 +112,9 @@ pub fn random_inputs(
 
 fn resolve(d: &Dim, dims: &HashMap<String, usize>) -> usize {
     match d {
-        Dim::Known(v) => (*v).max(0) as usize,
+        Dim::Known(v) if *v >= 0 => *v as usize,
         Dim::Symbolic(s) => dims.get(s).copied().unwrap_or(1),
-        Dim::Unknown => 1,
+        Dim::Known(_) | Dim::Unknown => 1,
     }
 }
 
@@ -159,10 +159,12 @@ fn collect_ranges(
                     .map(|r| vec![r]),
                 ("" | "ai.onnx", "GatherND") => {
                     let batch = node.attr_int("batch_dims", 0).unwrap_or(0);
+                    // The depth as the inputs will have it: known, or a symbolic dim resolved
+                    // like every other.
                     let depth = env
                         .dims(indices)
                         .and_then(|d| d.last())
-                        .and_then(Dim::known);
+                        .map(|d| resolve(d, dims) as i64);
                     depth.and_then(|k| (0..k).map(|j| size(batch + j)).collect())
                 }
                 (crate::gather::DOMAIN, "GatherMultiaxis") => node

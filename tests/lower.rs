@@ -485,7 +485,9 @@ fn functions_are_typed_from_their_call_sites() {
     assert_eq!(
         report.nodes[0].outcome,
         NodeOutcome::Skipped {
-            reason: "call sites pass inputs of different ranks".into()
+            reason: "call sites pass inputs of different ranks (input 0 has rank 2 at one call \
+                     and 1 at another)"
+                .into()
         }
     );
     assert_eq!(model.functions[0].opset_imports.len(), 2);

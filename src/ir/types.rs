@@ -7,7 +7,9 @@ use crate::DataType;
 /// One dimension of a shape.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Dim {
-    /// A known size (`dim_value`).
+    /// A known size (`dim_value`). A negative value (PaddlePaddle writes `-1` for a dynamic
+    /// dimension) is kept for a lossless round trip but means nothing: [`Dim::known`] and
+    /// [`Dim::is_unknown_value`] treat it as unknown.
     Known(i64),
     /// A named size shared by every value that uses the same name (`dim_param`).
     Symbolic(String),
@@ -16,11 +18,32 @@ pub enum Dim {
 }
 
 impl Dim {
-    /// The size if it is known.
+    /// The size if it is known (a negative `dim_value` is not a size).
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::ir::Dim;
+    /// assert_eq!(Dim::Known(3).known(), Some(3));
+    /// assert_eq!(Dim::Known(-1).known(), None);
+    /// ```
     pub fn known(&self) -> Option<i64> {
         match self {
-            Dim::Known(v) => Some(*v),
+            Dim::Known(v) if *v >= 0 => Some(*v),
             _ => None,
+        }
+    }
+
+    /// True for a negative `dim_value`, which runtimes read as an unknown size.
+    pub fn is_unknown_value(&self) -> bool {
+        matches!(self, Dim::Known(v) if *v < 0)
+    }
+
+    /// The dim as inference sees it: a negative `dim_value` becomes [`Dim::Unknown`].
+    pub fn normalized(&self) -> Dim {
+        if self.is_unknown_value() {
+            Dim::Unknown
+        } else {
+            self.clone()
         }
     }
 }

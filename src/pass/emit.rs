@@ -15,23 +15,32 @@ use crate::DataType;
 pub(crate) enum Constants {
     /// `Constant` nodes (opset 9 and later, where `Constant` takes int64).
     Nodes,
-    /// Graph initializers (older opsets).
+    /// Graph initializers (older opsets, in graphs of IR version 4 and later, where an
+    /// initializer need not be a graph input).
     Initializers,
-    /// Neither: an old-opset function body.
-    Unavailable,
+    /// A `Constant` of doubles (the types `Constant` takes before opset 9) cast to the wanted
+    /// type: older opsets in function bodies, which have no initializers, and in IR versions
+    /// before 4, where every initializer must be an input a feed could override.
+    CastDoubles,
 }
 
 impl Constants {
-    /// The form available in a graph importing default-domain opset `opset`.
-    pub(crate) fn for_graph(opset: i64, in_function: bool) -> Constants {
+    /// The form available in a graph importing default-domain opset `opset`, in a model of IR
+    /// version `ir_version` (unset: the current one).
+    pub(crate) fn for_graph(opset: i64, in_function: bool, ir_version: Option<i64>) -> Constants {
         if opset >= 9 {
             Constants::Nodes
-        } else if in_function {
-            Constants::Unavailable
+        } else if in_function || ir_version.is_some_and(|v| v < 4) {
+            Constants::CastDoubles
         } else {
             Constants::Initializers
         }
     }
+}
+
+/// Whether `Reshape` at `opset` takes tensors of `elem`: before opset 5 only float types.
+pub(crate) fn reshape_takes(opset: i64, elem: DataType) -> bool {
+    opset >= 5 || matches!(elem, DataType::Float16 | DataType::Float | DataType::Double)
 }
 
 /// The nodes that replace one node, declarations of the values they introduce, and the
@@ -103,16 +112,42 @@ impl<'a> Emitter<'a> {
         self.constant_tensor(what, tensor)
     }
 
-    /// Any constant tensor: a `Constant` node, or an initializer in old opsets.
+    /// Any constant tensor: a `Constant` node, an initializer, or a cast `Constant` of doubles
+    /// (see [`Constants`]).
     pub(crate) fn constant_tensor(&mut self, what: &str, mut tensor: StoredTensor) -> String {
         let dims: Vec<Dim> = tensor.dims.iter().map(|&d| Dim::Known(d)).collect();
-        if self.constants == Constants::Initializers {
-            let name = self.names.fresh(&format!("{}_{what}", self.base));
-            tensor.name = Some(name.clone());
-            self.initializers.push(tensor);
-            return name;
+        match self.constants {
+            Constants::Initializers => {
+                let name = self.names.fresh(&format!("{}_{what}", self.base));
+                tensor.name = Some(name.clone());
+                self.initializers.push(tensor);
+                return name;
+            }
+            Constants::CastDoubles if tensor.elem != DataType::Double => {
+                if let Ok(values) = tensor.to_i64s() {
+                    // Shapes and axes: exact in a double (below 2^53).
+                    let doubles: Vec<u8> = values
+                        .iter()
+                        .flat_map(|&v| (v as f64).to_le_bytes())
+                        .collect();
+                    let elem = tensor.elem;
+                    let t = StoredTensor::raw(None, DataType::Double, &tensor.dims, doubles.into());
+                    let double = self.constant_node(&format!("{what}_double"), t, &dims);
+                    let to = if self.opset >= 6 {
+                        AttrValue::Int(elem.onnx() as i64)
+                    } else {
+                        AttrValue::String(elem.name().to_uppercase().into_bytes())
+                    };
+                    return self.op("Cast", &[&double], vec![("to", to)], what, elem, &dims);
+                }
+            }
+            _ => {}
         }
-        let name = self.value(what, tensor.elem, &dims);
+        self.constant_node(what, tensor, &dims)
+    }
+
+    fn constant_node(&mut self, what: &str, tensor: StoredTensor, dims: &[Dim]) -> String {
+        let name = self.value(what, tensor.elem, dims);
         let node_name = self.node_name(what);
         self.nodes.push(
             Node::new("Constant", &node_name, Vec::<String>::new(), [name.clone()])
@@ -204,8 +239,14 @@ impl<'a> Emitter<'a> {
             return (value, dims);
         }
         let final_dims = ops.iter().fold(dims.clone(), |d, op| apply_dims(op, &d));
-        if let (Some(_), Some(sizes)) = (all_known(&dims), all_known(&final_dims)) {
-            if self.can_reshape_to(&dims, &sizes) {
+        // One `Reshape` to a constant shape, unless the constant would have to be cast (old
+        // opsets without initializers) where `Unsqueeze` / `Squeeze` with attributes need none.
+        let cheap_constant = self.constants != Constants::CastDoubles
+            || ops.iter().any(|op| matches!(op, ShapeOp::Reshape(_)));
+        if let (Some(_), Some(sizes), true) =
+            (all_known(&dims), all_known(&final_dims), cheap_constant)
+        {
+            if self.can_reshape_to(&dims, &sizes) && reshape_takes(self.opset, elem) {
                 let out = self.output_name(last, what, elem, &final_dims);
                 self.reshape_to_sizes(&value, &dims, &sizes, &out, what);
                 return (out, final_dims);

@@ -212,7 +212,8 @@ impl Definer<'_> {
             env: &env,
             scope: site.scope,
             opset: site.opset,
-            constants: Constants::for_graph(site.opset, true),
+            constants: Constants::for_graph(site.opset, true, None),
+            functions: site.functions,
         };
         let mut names = UniqueNames::new(FORMALS.map(String::from));
         let lowered = lower_node(&call, OP_TYPE, &body_site, &mut names)?;

@@ -15,8 +15,18 @@
 //! (or `Reshape` with `0` / `-1` entries) keep symbolic dimensions symbolic. A node whose ranks
 //! cannot be inferred is left as it is and reported with the reason — never guessed.
 //!
+//! `GatherND` whose index depth is symbolic gets one static rewrite per possible depth, chosen
+//! at run time by an `If` chain (see [`nd_symbolic_depth`]).
+//!
+//! A node the operator's schema forbids (an attribute out of range or not defined, a wrong
+//! arity, ranks that cannot go together, the operator missing from the opset) makes the pass
+//! fail naming the node: the model is broken, not merely hard to rewrite. A node that calls a
+//! model-local function named like a gather is a call, not the operator, and is not touched.
+//!
 //! Subgraphs (`If`, `Loop`, `Scan` bodies at any depth) and model-local functions are rewritten
-//! too. For a function, the ranks of its inputs come from its call sites, which must agree.
+//! too. For a function, the ranks of its inputs come from every call site in the model (callers
+//! before callees, whatever the file order), which must agree; when they do not, the body is
+//! left alone with the reason.
 //! New values get `value_info` entries with their type and shape; new names derive from the
 //! rewritten node's name; the original output name is kept.
 
@@ -24,15 +34,16 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::emit::{all_known, Constants, Emitter, Replacement};
-use super::walk::{label, walk, Change, Rule, Site};
+use super::emit::{all_known, Emitter, Replacement};
+use super::walk::{called_function, label, walk, Change, Rule, Site};
 use super::Pass;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gather::map::onnx as rules;
 use crate::gather::{GatherPlan, OutOfRange};
-use crate::infer::{gather_multiaxis_dims, same_dim, TypeEnv};
+use crate::infer::{gather_multiaxis_dims, same_dim};
 use crate::ir::{
-    opset_version, AttrValue, Dim, Graph, Model, Node, OpsetImport, StoredTensor, UniqueNames,
+    opset_version, AttrValue, Dim, Graph, Model, Node, OpsetImport, StoredTensor, Type,
+    UniqueNames, ValueInfo,
 };
 use crate::DataType;
 
@@ -131,6 +142,9 @@ pub struct RewriteReport {
     /// `op -> (rewritten, skipped)`.
     pub by_op: BTreeMap<String, (usize, usize)>,
     pub nodes: Vec<NodeReport>,
+    /// Declarations (`value_info`, graph outputs, formal parameters) that contradict the types
+    /// inference proves, each as `scope: sentence`. They are ignored, and reported here.
+    pub declarations: Vec<String>,
 }
 
 impl RewriteReport {
@@ -165,6 +179,9 @@ impl RewriteReport {
                     n.op, n.node, n.scope
                 ));
             }
+        }
+        for d in &self.declarations {
+            s.push_str(&format!("\n  note: {d}"));
         }
         s
     }
@@ -230,8 +247,14 @@ impl Pass for GatherToMultiaxis {
         let mut rule = Rewriter {
             config: &self.config,
             report: &mut self.report,
+            main_scope: model.graph.name.clone(),
+            invalid: None,
         };
         let total = walk(model, &mut rule);
+        if let Some(e) = rule.invalid {
+            // The model is broken; what was rewritten so far is dropped with it by the caller.
+            return Err(e);
+        }
         for f in &mut model.functions {
             if uses_domain(&f.body) && opset_version(&f.opset_imports, DOMAIN).is_none() {
                 f.opset_imports.push(OpsetImport {
@@ -258,6 +281,10 @@ pub(crate) fn uses_domain(graph: &Graph) -> bool {
 struct Rewriter<'a> {
     config: &'a RewriteConfig,
     report: &'a mut RewriteReport,
+    /// The main graph's name: nodes elsewhere are named with their scope in errors.
+    main_scope: String,
+    /// The first node the operator's schema forbids.
+    invalid: Option<Error>,
 }
 
 impl Rule for Rewriter<'_> {
@@ -265,24 +292,27 @@ impl Rule for Rewriter<'_> {
         let kind = GatherKind::of(node)?;
         let label = label(node);
         let outcome = if !self.config.kinds.contains(&kind) {
-            Err("its op kind is not selected".to_owned())
+            Err(Skip("its op kind is not selected".to_owned()))
         } else if let Some(p) = self
             .config
             .skip
             .iter()
             .find(|p| node.name.contains(p.as_str()))
         {
-            Err(format!("its name matches the skip pattern '{p}'"))
+            Err(Skip(format!("its name matches the skip pattern '{p}'")))
         } else {
-            rewrite_node(
-                node,
-                kind,
-                &label,
-                site.env,
-                site.opset,
-                site.constants,
-                names,
-            )
+            rewrite_node(node, kind, &label, site, names).and_then(|replacement| match replacement
+                .nodes
+                .iter()
+                .find(|n| called_function(n, site.functions).is_some())
+            {
+                Some(n) => Err(Skip(format!(
+                    "the model defines a local function named '{}', which the rewrite's \
+                         node would call instead of the operator",
+                    n.qualified_op()
+                ))),
+                None => Ok(replacement),
+            })
         };
         let (outcome, change) = match outcome {
             Ok(replacement) => {
@@ -294,7 +324,18 @@ impl Rule for Rewriter<'_> {
                 };
                 (NodeOutcome::Rewritten { into }, Some(change))
             }
-            Err(reason) => (NodeOutcome::Skipped { reason }, None),
+            Err(Skip(reason)) => (NodeOutcome::Skipped { reason }, None),
+            Err(Invalid(reason)) => {
+                if self.invalid.is_none() {
+                    let reason = if site.scope == self.main_scope {
+                        reason
+                    } else {
+                        format!("{reason} (in {})", site.scope)
+                    };
+                    self.invalid = Some(Error::node(&label, kind.name(), reason));
+                }
+                return None;
+            }
         };
         self.report.add(NodeReport {
             node: label,
@@ -303,6 +344,10 @@ impl Rule for Rewriter<'_> {
             outcome,
         });
         change
+    }
+
+    fn contradiction(&mut self, scope: &str, text: &str) {
+        self.report.declarations.push(format!("{scope}: {text}"));
     }
 
     fn skip(&mut self, node: &Node, scope: &str, reason: &str) {
@@ -319,89 +364,311 @@ impl Rule for Rewriter<'_> {
     }
 }
 
+/// Why a gather node is not rewritten.
+#[derive(Debug, PartialEq)]
+enum Refusal {
+    /// The node is valid but what the rewrite needs cannot be proved; it stays as it is.
+    Skip(String),
+    /// The operator's schema forbids the node (an attribute, an arity, a rank): the model is
+    /// broken, and the pass fails naming the node.
+    Invalid(String),
+}
+
+use Refusal::{Invalid, Skip};
+
+/// Checks what the operator's schema says about a node regardless of its operands' types: the
+/// operator exists in the opset, takes two inputs and gives one output, and has only the
+/// attributes it defines, of the right type.
+fn check_schema(node: &Node, kind: GatherKind, opset: i64) -> std::result::Result<(), Refusal> {
+    let since = match kind {
+        GatherKind::Gather => 1,
+        GatherKind::GatherElements | GatherKind::GatherNd => 11,
+    };
+    if opset < since {
+        return Err(Invalid(format!(
+            "{} does not exist in opset {opset} (it arrived in opset {since})",
+            kind.name()
+        )));
+    }
+    match node.inputs.as_slice() {
+        [d, i] if !d.is_empty() && !i.is_empty() => {}
+        _ => {
+            return Err(Invalid(format!(
+                "takes 2 inputs, found {}",
+                node.inputs.iter().filter(|i| !i.is_empty()).count()
+            )))
+        }
+    }
+    match node.outputs.as_slice() {
+        [o] if !o.is_empty() => {}
+        _ => {
+            return Err(Invalid(format!(
+                "has 1 output, found {}",
+                node.outputs.len()
+            )))
+        }
+    }
+    let allowed: &[&str] = match kind {
+        GatherKind::Gather | GatherKind::GatherElements => &["axis"],
+        GatherKind::GatherNd if opset >= 12 => &["batch_dims"],
+        GatherKind::GatherNd => &[],
+    };
+    for a in &node.attributes {
+        if !allowed.contains(&a.name.as_str()) {
+            return Err(Invalid(format!(
+                "attribute '{}' is not defined for {} in opset {opset}",
+                a.name,
+                kind.name()
+            )));
+        }
+        match &a.value {
+            AttrValue::Int(_) => {}
+            AttrValue::Ref { name, .. } => {
+                return Err(Skip(format!(
+                    "its attribute '{}' refers to the function attribute '{name}', which each call \
+                     site binds",
+                    a.name
+                )))
+            }
+            other => {
+                return Err(Invalid(format!(
+                    "attribute '{}' must be an int, found {}",
+                    a.name,
+                    other.type_name()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Builds the replacement of one gather node, or says why it cannot.
 fn rewrite_node(
     node: &Node,
     kind: GatherKind,
     label: &str,
-    env: &TypeEnv,
-    opset: i64,
-    constants: Constants,
+    site: &Site,
     names: &mut UniqueNames,
-) -> std::result::Result<Replacement, String> {
-    if constants == Constants::Unavailable {
-        return Err(format!(
-            "opset {opset} has no int64 Constant and functions have no initializers"
-        ));
-    }
-    let (data, indices) = match node.inputs.as_slice() {
-        [d, i] if !d.is_empty() && !i.is_empty() => (d.as_str(), i.as_str()),
-        _ => return Err(format!("expected 2 inputs, found {}", node.inputs.len())),
-    };
-    let output = match node.outputs.as_slice() {
-        [o] if !o.is_empty() => o.as_str(),
-        _ => return Err(format!("expected 1 output, found {}", node.outputs.len())),
-    };
-    let known = |name: &str| -> std::result::Result<(DataType, Vec<Dim>), String> {
+) -> std::result::Result<Replacement, Refusal> {
+    let (env, opset) = (site.env, site.opset);
+    check_schema(node, kind, opset)?;
+    let (data, indices) = (node.inputs[0].as_str(), node.inputs[1].as_str());
+    let output = node.outputs[0].as_str();
+    let known = |name: &str| -> std::result::Result<(DataType, Vec<Dim>), Refusal> {
         let ty = env.get(name);
         let dims = ty
             .and_then(|t| t.shape.as_ref())
             .map(|s| s.dims.clone())
-            .ok_or_else(|| format!("the rank of '{name}' is unknown"))?;
+            .ok_or_else(|| Skip(format!("the rank of '{name}' is unknown")))?;
         let elem = ty
             .and_then(|t| t.elem)
-            .ok_or_else(|| format!("the element type of '{name}' is unknown"))?;
+            .ok_or_else(|| Skip(format!("the element type of '{name}' is unknown")))?;
         Ok((elem, dims))
     };
     let (elem, data_dims) = known(data)?;
     let (index_elem, index_dims) = known(indices)?;
     if !index_elem.is_index() {
-        return Err(format!(
+        return Err(Invalid(format!(
             "indices '{indices}' are {index_elem}, not int32 or int64"
-        ));
+        )));
     }
-    let attr = |name: &str, default: i64| node.attr_int(name, default).map_err(|e| e.to_string());
+    let attr = |name: &str, default: i64| node.attr_int(name, default).unwrap_or(default);
     let (r, q) = (data_dims.len(), index_dims.len());
     let plan = match kind {
-        GatherKind::Gather => rules::gather(r, q, attr("axis", 0)?),
+        GatherKind::Gather => rules::gather(r, q, attr("axis", 0)),
         GatherKind::GatherElements => {
             if r != q {
-                return Err(format!("data has rank {r} but indices have rank {q}"));
+                return Err(Invalid(format!(
+                    "data has rank {r} but indices have rank {q}; they must be equal"
+                )));
             }
-            rules::gather_elements(r, attr("axis", 0)?)
+            rules::gather_elements(r, attr("axis", 0))
         }
         GatherKind::GatherNd => {
             let depth = match index_dims.last() {
-                Some(Dim::Known(k)) if *k >= 0 => *k as usize,
-                Some(_) => return Err(format!("the last dimension of indices '{indices}' (the index depth) is not known statically")),
-                None => return Err(format!("indices '{indices}' are a scalar")),
+                Some(d) => match d.known() {
+                    Some(k) => k as usize,
+                    None => {
+                        return nd_symbolic_depth(
+                            node,
+                            label,
+                            site,
+                            names,
+                            (data, elem, data_dims),
+                            (indices, index_elem, index_dims),
+                            output,
+                        )
+                    }
+                },
+                None => {
+                    return Err(Invalid(format!(
+                        "indices '{indices}' are a scalar; GatherND needs rank 1 or more"
+                    )))
+                }
             };
-            rules::gather_nd(r, q, depth, attr("batch_dims", 0)?)
+            rules::gather_nd(r, q, depth, attr("batch_dims", 0))
         }
     }
-    .map_err(|e| e.to_string())?;
-    plan.ranks(r, q).map_err(|e| e.to_string())?;
+    .map_err(|e| match e {
+        crate::gather::GatherError::Unsupported { reason, .. } => Skip(reason),
+        e => Invalid(e.to_string()),
+    })?;
+    plan.ranks(r, q).map_err(|e| Invalid(e.to_string()))?;
 
-    let mut e = Emitter::new(label, names, opset, constants);
+    let mut e = Emitter::new(label, names, opset, site.constants);
     emit(
         &mut e,
         &plan,
         (data, elem, data_dims),
         (indices, index_elem, index_dims),
         output,
-    )?;
+    );
     Ok(e.finish())
+}
+
+/// `GatherND` whose index depth `k` (the last indices dimension) is not known statically. The
+/// depth is bounded, `1 <= k <= r - b`, so the rewrite is exact: one static rewrite per depth,
+/// chosen at run time.
+///
+/// ```text
+/// GatherND(data, idx, batch_dims=b), k symbolic
+///   ==> depth = Slice(Shape(idx), [q-1], [q])
+///       If(Equal(depth, [1]), then: B(1), else: If(Equal(depth, [2]), then: B(2), else: ... B(r-b)))
+///   B(k) = Rewrite(GatherND(data, Reshape(idx, [0, ..., 0, k]), batch_dims=b))      (k now static)
+/// ```
+///
+/// Each branch's output has rank `q - 1 + r - b - k` (If allows branches to differ in shape).
+/// The `Reshape` makes the depth known inside its branch and, in the last branch, refuses any
+/// depth outside `[1, r-b]` as GatherND does. With `r - b = 1` there is one branch and no `If`.
+fn nd_symbolic_depth(
+    node: &Node,
+    label: &str,
+    site: &Site,
+    names: &mut UniqueNames,
+    data: Operand,
+    indices: Operand,
+    output: &str,
+) -> std::result::Result<Replacement, Refusal> {
+    let (r, q) = (data.2.len(), indices.2.len());
+    let b = node.attr_int("batch_dims", 0).unwrap_or(0);
+    let limit = r.min(q);
+    if b < 0 || b as usize >= limit {
+        return Err(Invalid(format!(
+            "batch_dims = {b} is invalid: must be in [0, {limit}) for data rank {r} and indices rank {q}"
+        )));
+    }
+    let b = b as usize;
+    let (opset, constants) = (site.opset, site.constants);
+    let branch = |k: usize, out: &str, names: &mut UniqueNames| {
+        let mut e = Emitter::new(label, names, opset, constants);
+        let mut dims = indices.2.clone();
+        dims[q - 1] = Dim::Known(k as i64);
+        let what = format!("indices_depth{k}");
+        let idx = e.value(&what, indices.1, &dims);
+        let mut spec = vec![0; q - 1];
+        spec.push(k as i64);
+        e.reshape(indices.0, &spec, &idx, &what, false);
+        let plan = rules::gather_nd(r, q, k, b as i64).map_err(|e| Invalid(e.to_string()))?;
+        emit(&mut e, &plan, data.clone(), (&idx, indices.1, dims), out);
+        let out_dims: Vec<Dim> = indices.2[..q - 1]
+            .iter()
+            .chain(&data.2[b + k..])
+            .cloned()
+            .collect();
+        Ok::<_, Refusal>((e.finish(), out_dims))
+    };
+    let depths = r - b;
+    if depths == 1 {
+        return branch(1, output, names).map(|(rep, _)| rep);
+    }
+    let mut e = Emitter::new(label, names, opset, constants);
+    let shape = e.op(
+        "Shape",
+        &[indices.0],
+        vec![],
+        "indices_shape",
+        DataType::Int64,
+        &[Dim::Known(q as i64)],
+    );
+    let start = e.constant("depth_start", &[q as i64 - 1]);
+    let end = e.constant("depth_end", &[q as i64]);
+    let depth = e.op(
+        "Slice",
+        &[&shape, &start, &end],
+        vec![],
+        "depth",
+        DataType::Int64,
+        &[Dim::Known(1)],
+    );
+    let conds: Vec<String> = (1..depths)
+        .map(|k| {
+            let value = e.constant(&format!("depth{k}"), &[k as i64]);
+            e.op(
+                "Equal",
+                &[&depth, &value],
+                vec![],
+                &format!("is_depth{k}"),
+                DataType::Bool,
+                &[Dim::Known(1)],
+            )
+        })
+        .collect();
+    // Built from the innermost else branch (the largest depth) outwards.
+    let as_graph = |e: &mut Emitter, rep: Replacement, out: &str, dims: Option<Vec<Dim>>| {
+        let mut g = Graph::new(e.names.fresh(&format!("{label}_branch")));
+        g.value_info = rep.value_info;
+        g.initializers = rep.initializers;
+        let ty = match dims {
+            Some(dims) => Type::tensor(data.1, dims),
+            None => unranked(data.1),
+        };
+        g.outputs.push(ValueInfo::new(out, ty));
+        for n in rep.nodes {
+            g.add_node(n);
+        }
+        g
+    };
+    let out = e.names.fresh(&format!("{label}_depth{depths}"));
+    let (rep, dims) = branch(depths, &out, e.names)?;
+    let mut otherwise = as_graph(&mut e, rep, &out, Some(dims));
+    for k in (1..depths).rev() {
+        let out = e.names.fresh(&format!("{label}_depth{k}"));
+        let (rep, dims) = branch(k, &out, e.names)?;
+        let then = as_graph(&mut e, rep, &out, Some(dims));
+        let result = if k == 1 {
+            output.to_owned()
+        } else {
+            e.names.fresh(&format!("{label}_depth{k}_or_more"))
+        };
+        let name = e.node_name(&format!("If_depth{k}"));
+        let choose = Node::new("If", &name, [conds[k - 1].clone()], [result.clone()])
+            .with_attr("then_branch", AttrValue::Graph(Box::new(then)))
+            .with_attr("else_branch", AttrValue::Graph(Box::new(otherwise)));
+        if k == 1 {
+            e.nodes.push(choose);
+            break;
+        }
+        let mut wrapper = Graph::new(e.names.fresh(&format!("{label}_branch")));
+        wrapper
+            .outputs
+            .push(ValueInfo::new(result.clone(), unranked(data.1)));
+        wrapper.add_node(choose);
+        otherwise = wrapper;
+    }
+    Ok(e.finish())
+}
+
+/// A tensor type of known element type and unknown rank.
+fn unranked(elem: DataType) -> Type {
+    Type::from(crate::ir::TypeKind::Tensor(crate::ir::TensorType {
+        elem: Some(elem),
+        shape: None,
+    }))
 }
 
 type Operand<'a> = (&'a str, DataType, Vec<Dim>);
 
-fn emit(
-    e: &mut Emitter,
-    plan: &GatherPlan,
-    data: Operand,
-    indices: Operand,
-    output: &str,
-) -> std::result::Result<(), String> {
+fn emit(e: &mut Emitter, plan: &GatherPlan, data: Operand, indices: Operand, output: &str) {
     let (data, elem, mut data_dims) = data;
     let (indices, index_elem, index_dims) = indices;
     let mut x = data.to_owned();
@@ -451,7 +718,6 @@ fn emit(
         "output",
         Some(output),
     );
-    Ok(())
 }
 
 /// True unless every non-axis dimension of the data provably equals the indices' one.

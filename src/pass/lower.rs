@@ -67,7 +67,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use serde::Serialize;
 
-use super::emit::{all_known, Constants, Emitter, Replacement};
+use super::emit::{all_known, reshape_takes, Constants, Emitter, Replacement};
 use super::gather_to_multiaxis::uses_domain;
 use super::walk::{label, walk, Change, Rule, Site};
 use super::{NodeOutcome, NodeReport, Pass};
@@ -1260,7 +1260,10 @@ impl Lowerer<'_, '_> {
         }
         let out = self.e.value(what, v.elem, &dims);
         // A constant shape needs somewhere to live (not an old-opset function body).
-        let can_reshape = self.e.constants != Constants::Unavailable || self.e.opset < 5;
+        // A constant shape is cheap unless it must be cast (old opsets without initializers),
+        // and `Reshape` takes only floats before opset 5.
+        let can_reshape = reshape_takes(self.e.opset, v.elem)
+            && (self.e.constants != Constants::CastDoubles || self.e.opset < 5);
         let read = match (source.filter(|_| can_reshape), all_known(&dims)) {
             (Some(y), Some(sizes)) if self.e.can_reshape_to(&y.dims, &sizes) => {
                 self.e

@@ -16,11 +16,26 @@
 use std::collections::{HashMap, HashSet};
 
 use super::emit::{Constants, Replacement};
-use crate::infer::TypeEnv;
+use crate::infer::{join, Formals, TypeEnv};
 use crate::ir::{
-    opset_version, AttrValue, Dim, Graph, Model, Node, NodeId, OpsetImport, Shape, TensorType,
-    UniqueNames,
+    opset_version, AttrValue, Graph, Model, Node, NodeId, OpsetImport, TensorType, UniqueNames,
 };
+
+/// A model-local function: domain, name, overload.
+pub(crate) type FunctionKey = (String, String, Option<String>);
+
+/// The function a node calls, if it names one of `functions`.
+pub(crate) fn called_function(
+    node: &Node,
+    functions: &HashSet<FunctionKey>,
+) -> Option<FunctionKey> {
+    let key = (
+        node.domain.clone(),
+        node.op_type.clone(),
+        node.overload.clone(),
+    );
+    functions.contains(&key).then_some(key)
+}
 
 /// Where a visited node lives.
 pub(crate) struct Site<'a> {
@@ -35,6 +50,9 @@ pub(crate) struct Site<'a> {
     pub opset: i64,
     /// How constants can be added to the graph.
     pub constants: Constants,
+    /// The model-local functions: a node naming one calls it, whatever its op type says, and a
+    /// replacement must not name one by accident.
+    pub functions: &'a HashSet<FunctionKey>,
 }
 
 /// What a rule does to one node.
@@ -49,11 +67,16 @@ pub(crate) struct Change {
 
 /// A per-node decision.
 pub(crate) trait Rule {
-    /// Called for every node in execution order; `None` leaves the node as it is.
+    /// Called for every node in execution order; `None` leaves the node as it is. Nodes that
+    /// call a model-local function are not operators and are not visited (except calls of
+    /// `multigather.GatherMultiaxis`, whose local definitions are its lowering).
     fn visit(&mut self, node: &Node, site: &Site, names: &mut UniqueNames) -> Option<Change>;
 
     /// Called for every node of a function body the walk leaves alone, and why.
     fn skip(&mut self, node: &Node, scope: &str, reason: &str);
+
+    /// Called with each declaration of a graph that contradicts the inferred types.
+    fn contradiction(&mut self, _scope: &str, _text: &str) {}
 }
 
 /// How reports name a node: its name, or its first output's when it has none.
@@ -66,16 +89,21 @@ pub(crate) fn label(node: &Node) -> String {
 }
 
 /// Runs `rule` over every graph of `model`; returns the number of nodes replaced.
+///
+/// Function bodies are typed from every call site in the model, collected before any graph is
+/// changed ([`signatures`]).
 pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
+    let functions: HashSet<FunctionKey> = model
+        .functions
+        .iter()
+        .map(|f| (f.domain.clone(), f.name.clone(), f.overload.clone()))
+        .collect();
+    let signatures = signatures(model, &functions);
     let mut walker = Walker {
         rule,
         names: UniqueNames::new(model.names()),
-        functions: model
-            .functions
-            .iter()
-            .map(|f| (f.domain.clone(), f.name.clone()))
-            .collect(),
-        calls: HashMap::new(),
+        functions,
+        ir_version: model.ir_version,
     };
     let scope = model.graph.name.clone();
     let imports = model.opset_imports.clone();
@@ -84,6 +112,7 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
         &scope,
         &imports,
         &TypeEnv::default(),
+        Formals::Declared,
         false,
     );
     for f in &mut model.functions {
@@ -93,38 +122,205 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
             continue;
         }
         let scope = format!("function {}.{}", f.domain, f.name);
-        let mut env = TypeEnv::default();
-        match walker.calls.get(&(f.domain.clone(), f.name.clone())) {
-            Some(Signature::Consistent(types)) => {
-                for (input, ty) in f.body.inputs.iter().zip(types) {
-                    if let Some(ty) = ty {
-                        env.insert(&input.name, ty.clone());
-                    }
-                }
-            }
-            Some(Signature::Conflicting) => {
-                walker.skip_all(&f.body, &scope, "call sites pass inputs of different ranks");
+        let key = (f.domain.clone(), f.name.clone(), f.overload.clone());
+        let types = match signatures.get(&key) {
+            Some(Signature::Consistent(types)) => types.clone(),
+            Some(Signature::Conflicting(reason)) => {
+                walker.skip_all(&f.body, &scope, reason);
                 continue;
             }
-            None => {}
-        }
+            None => Vec::new(),
+        };
         let imports = f.opset_imports.clone();
-        total += walker.graph(&mut f.body, &scope, &imports, &env, true);
+        total += walker.graph(
+            &mut f.body,
+            &scope,
+            &imports,
+            &TypeEnv::default(),
+            Formals::Given(&types),
+            true,
+        );
     }
     total
 }
 
 /// The input types seen at a function's call sites.
-enum Signature {
+#[derive(Clone, Debug)]
+pub(crate) enum Signature {
+    /// What every call site agrees on.
     Consistent(Vec<Option<TensorType>>),
-    Conflicting,
+    /// Why the body cannot be typed.
+    Conflicting(String),
+}
+
+/// The signature of every model-local function, from every call site in the model: the main
+/// graph and its subgraphs first, then the function bodies in call order (callers before
+/// callees, each body typed by its own callers' agreement), so a call made inside a function
+/// counts whatever the order of the functions in the file. Functions that call themselves,
+/// directly or not, and every function only they call, get a conflicting signature.
+pub(crate) fn signatures(
+    model: &Model,
+    functions: &HashSet<FunctionKey>,
+) -> HashMap<FunctionKey, Signature> {
+    let mut calls: HashMap<FunctionKey, Signature> = HashMap::new();
+    let record = |node: &Node, env: &TypeEnv, calls: &mut HashMap<_, _>| {
+        if let Some(key) = called_function(node, functions) {
+            let types: Vec<Option<TensorType>> =
+                node.inputs.iter().map(|i| env.get(i).cloned()).collect();
+            add_call(calls, key, types);
+        }
+    };
+    each_graph(
+        &model.graph,
+        &model.opset_imports,
+        &TypeEnv::default(),
+        Formals::Declared,
+        &mut |node, env| record(node, env, &mut calls),
+    );
+    // Callers before callees: a function's body is read once every function calling it has
+    // been, so its signature is complete by then.
+    let index: HashMap<FunctionKey, usize> = model
+        .functions
+        .iter()
+        .enumerate()
+        .map(|(i, f)| ((f.domain.clone(), f.name.clone(), f.overload.clone()), i))
+        .collect();
+    let callees: Vec<HashSet<usize>> = model
+        .functions
+        .iter()
+        .map(|f| {
+            let mut out = HashSet::new();
+            each_node(&f.body, &mut |n| {
+                if let Some(k) = called_function(n, functions) {
+                    out.extend(index.get(&k).copied());
+                }
+            });
+            out
+        })
+        .collect();
+    let mut callers = vec![0usize; model.functions.len()];
+    for c in &callees {
+        for &j in c {
+            callers[j] += 1;
+        }
+    }
+    let mut ready: Vec<usize> = (0..callers.len()).filter(|&i| callers[i] == 0).collect();
+    let mut done = vec![false; model.functions.len()];
+    while let Some(i) = ready.pop() {
+        done[i] = true;
+        let f = &model.functions[i];
+        let key = (f.domain.clone(), f.name.clone(), f.overload.clone());
+        let formals = match calls.get(&key) {
+            Some(Signature::Consistent(types)) => types.clone(),
+            _ => Vec::new(),
+        };
+        each_graph(
+            &f.body,
+            &f.opset_imports,
+            &TypeEnv::default(),
+            Formals::Given(&formals),
+            &mut |node, env| record(node, env, &mut calls),
+        );
+        for &j in &callees[i] {
+            callers[j] -= 1;
+            if callers[j] == 0 {
+                ready.push(j);
+            }
+        }
+    }
+    for (i, f) in model.functions.iter().enumerate() {
+        if !done[i] {
+            calls.insert(
+                (f.domain.clone(), f.name.clone(), f.overload.clone()),
+                Signature::Conflicting(
+                    "the function is called from a cycle of function calls".into(),
+                ),
+            );
+        }
+    }
+    calls
+}
+
+/// Merges one call site's argument types into a function's signature.
+fn add_call(
+    calls: &mut HashMap<FunctionKey, Signature>,
+    key: FunctionKey,
+    types: Vec<Option<TensorType>>,
+) {
+    let next = match calls.remove(&key) {
+        None => Signature::Consistent(types),
+        Some(Signature::Consistent(old)) => {
+            let rank = |t: &Option<TensorType>| t.as_ref().and_then(TensorType::rank);
+            let clash = old.iter().zip(&types).enumerate().find_map(|(j, (a, b))| {
+                match (rank(a), rank(b)) {
+                    (Some(x), Some(y)) if x != y => Some((j, x, y)),
+                    _ => None,
+                }
+            });
+            match clash {
+                Some((j, x, y)) => Signature::Conflicting(format!(
+                    "call sites pass inputs of different ranks (input {j} has rank {x} at one \
+                     call and {y} at another)"
+                )),
+                // Keep only what every call site agrees on.
+                None => Signature::Consistent(
+                    old.iter()
+                        .zip(&types)
+                        .map(|(a, b)| join(a.as_ref(), b.as_ref()))
+                        .chain(std::iter::repeat_n(None, old.len().abs_diff(types.len())))
+                        .collect(),
+                ),
+            }
+        }
+        Some(conflicting) => conflicting,
+    };
+    calls.insert(key, next);
+}
+
+/// Calls `f` on every node of `graph` and of its subgraphs at any depth.
+fn each_node(graph: &Graph, f: &mut dyn FnMut(&Node)) {
+    for (_, n) in graph.nodes() {
+        f(n);
+        for g in n.subgraphs() {
+            each_node(g, f);
+        }
+    }
+}
+
+/// Calls `f` on every node of `graph` and of its subgraphs at any depth, with the types known
+/// in the node's scope.
+fn each_graph(
+    graph: &Graph,
+    imports: &[OpsetImport],
+    outer: &TypeEnv,
+    formals: Formals,
+    f: &mut dyn FnMut(&Node, &TypeEnv),
+) {
+    let env = TypeEnv::infer_with(graph, imports, outer, formals);
+    for (_, node) in graph.nodes() {
+        for attr in &node.attributes {
+            match &attr.value {
+                AttrValue::Graph(g) => {
+                    let types = crate::infer::formals(node, &attr.name, imports, &env);
+                    each_graph(g, imports, &env, Formals::Given(&types), f);
+                }
+                AttrValue::Graphs(gs) => {
+                    for g in gs {
+                        each_graph(g, imports, &env, Formals::Given(&[]), f);
+                    }
+                }
+                _ => {}
+            }
+        }
+        f(node, &env);
+    }
 }
 
 struct Walker<'r> {
     rule: &'r mut dyn Rule,
     names: UniqueNames,
-    functions: Vec<(String, String)>,
-    calls: HashMap<(String, String), Signature>,
+    functions: HashSet<FunctionKey>,
+    ir_version: Option<i64>,
 }
 
 impl Walker<'_> {
@@ -135,11 +331,15 @@ impl Walker<'_> {
         scope: &str,
         imports: &[OpsetImport],
         outer: &TypeEnv,
+        formals: Formals,
         in_function: bool,
     ) -> usize {
-        let mut env = TypeEnv::infer(graph, imports, outer);
+        let mut env = TypeEnv::infer_with(graph, imports, outer, formals);
+        for text in env.contradictions() {
+            self.rule.contradiction(scope, text);
+        }
         let opset = opset_version(imports, "").unwrap_or(1);
-        let constants = Constants::for_graph(opset, in_function);
+        let constants = Constants::for_graph(opset, in_function, self.ir_version);
         let mut count = 0;
         for id in graph.node_ids() {
             // A node pruned after an earlier replacement is gone.
@@ -148,13 +348,18 @@ impl Walker<'_> {
             }
             count += self.subgraphs(graph, id, scope, imports, &env, in_function);
             let node = graph.node(id);
-            self.record_call(node, &env);
+            let multiaxis =
+                node.domain == crate::gather::DOMAIN && node.op_type == crate::gather::OP_TYPE;
+            if !multiaxis && called_function(node, &self.functions).is_some() {
+                continue;
+            }
             let site = Site {
                 graph,
                 env: &env,
                 scope,
                 opset,
                 constants,
+                functions: &self.functions,
             };
             let Some(change) = self.rule.visit(node, &site, &mut self.names) else {
                 continue;
@@ -188,65 +393,49 @@ impl Walker<'_> {
         env: &TypeEnv,
         in_function: bool,
     ) -> usize {
-        if graph.node(id).subgraphs().next().is_none() {
+        let node = graph.node(id);
+        if node.subgraphs().next().is_none() {
             return 0;
         }
-        let name = graph.node(id).name.clone();
+        let name = node.name.clone();
+        let formals: HashMap<String, Vec<Option<TensorType>>> = node
+            .attributes
+            .iter()
+            .filter(|a| matches!(a.value, AttrValue::Graph(_)))
+            .map(|a| {
+                (
+                    a.name.clone(),
+                    crate::infer::formals(node, &a.name, imports, env),
+                )
+            })
+            .collect();
         let mut node = graph.node_mut(id);
         let mut count = 0;
         for attr in &mut node.attributes {
             let sub_scope = format!("{scope}/{name}.{}", attr.name);
             match &mut attr.value {
                 AttrValue::Graph(g) => {
-                    count += self.graph(g, &sub_scope, imports, env, in_function)
+                    let types = formals.get(&attr.name).map(Vec::as_slice).unwrap_or(&[]);
+                    count += self.graph(
+                        g,
+                        &sub_scope,
+                        imports,
+                        env,
+                        Formals::Given(types),
+                        in_function,
+                    )
                 }
                 AttrValue::Graphs(gs) => {
                     for (i, g) in gs.iter_mut().enumerate() {
                         let scope = format!("{sub_scope}[{i}]");
-                        count += self.graph(g, &scope, imports, env, in_function);
+                        count +=
+                            self.graph(g, &scope, imports, env, Formals::Given(&[]), in_function);
                     }
                 }
                 _ => {}
             }
         }
         count
-    }
-
-    /// Records the input types of a call to a model-local function.
-    fn record_call(&mut self, node: &Node, env: &TypeEnv) {
-        let key = (node.domain.clone(), node.op_type.clone());
-        if !self.functions.contains(&key) {
-            return;
-        }
-        let types: Vec<Option<TensorType>> =
-            node.inputs.iter().map(|i| env.get(i).cloned()).collect();
-        let ranks = |ts: &[Option<TensorType>]| -> Vec<Option<usize>> {
-            ts.iter()
-                .map(|t| t.as_ref().and_then(TensorType::rank))
-                .collect()
-        };
-        let next = match self.calls.remove(&key) {
-            None => Signature::Consistent(types),
-            Some(Signature::Consistent(old)) if ranks(&old) == ranks(&types) => {
-                // Keep only what every call site agrees on: the ranks, with unknown dims, and
-                // the element type when it is the same everywhere.
-                let merged = old
-                    .into_iter()
-                    .zip(types)
-                    .map(|(a, b)| match (a, b) {
-                        (Some(a), Some(b)) if a == b => Some(a),
-                        (Some(a), Some(b)) => Some(TensorType {
-                            elem: a.elem.filter(|e| b.elem == Some(*e)),
-                            shape: a.shape.map(|s| Shape::new(vec![Dim::Unknown; s.rank()])),
-                        }),
-                        _ => None,
-                    })
-                    .collect();
-                Signature::Consistent(merged)
-            }
-            Some(_) => Signature::Conflicting,
-        };
-        self.calls.insert(key, next);
     }
 
     /// Tells the rule about every node of a graph (and its subgraphs) that stays as it is.
