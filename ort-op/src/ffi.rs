@@ -37,7 +37,7 @@ fn check(s: OrtStatusPtr) -> Result<()> {
 
 impl Api {
     /// A new status with `message` (interior NUL bytes are dropped).
-    pub fn error(self, message: &str) -> Status {
+    pub(crate) fn error(self, message: &str) -> Status {
         let text = CString::new(message.replace('\0', "")).unwrap_or_default();
         // SAFETY: `text` is a valid C string; onnxruntime copies it.
         let s = unsafe { (self.0.CreateStatus)(OrtErrorCode::ORT_INVALID_ARGUMENT, text.as_ptr()) };
@@ -45,7 +45,7 @@ impl Api {
     }
 
     /// The message of an error status, and the status released.
-    pub fn message(self, status: Status) -> String {
+    pub(crate) fn message(self, status: Status) -> String {
         // SAFETY: `status` is a live status; the message is copied before the release.
         unsafe {
             let text = std::ffi::CStr::from_ptr((self.0.GetErrorMessage)(status.0))
@@ -68,13 +68,13 @@ impl Api {
     }
 
     /// The node's name.
-    pub fn node_name(self, info: *const OrtKernelInfo) -> Result<String> {
+    pub(crate) fn node_name(self, info: *const OrtKernelInfo) -> Result<String> {
         // SAFETY: `info` is the kernel info onnxruntime passed to `CreateKernelV2`.
         self.string(|out, size| unsafe { (self.0.KernelInfo_GetNodeName)(info, out, size) })
     }
 
     /// The name of the node's output `index`.
-    pub fn output_name(self, info: *const OrtKernelInfo, index: usize) -> Result<String> {
+    pub(crate) fn output_name(self, info: *const OrtKernelInfo, index: usize) -> Result<String> {
         // SAFETY: as for `node_name`.
         self.string(|out, size| unsafe {
             (self.0.KernelInfo_GetOutputName)(info, index, out, size)
@@ -82,7 +82,7 @@ impl Api {
     }
 
     /// A string attribute, or `None` when the node does not have it.
-    pub fn attr_string(self, info: *const OrtKernelInfo, name: &str) -> Option<String> {
+    pub(crate) fn attr_string(self, info: *const OrtKernelInfo, name: &str) -> Option<String> {
         let key = CString::new(name).ok()?;
         // SAFETY: as for `node_name`; `key` outlives the calls.
         self.string(|out, size| unsafe {
@@ -93,7 +93,7 @@ impl Api {
     }
 
     /// An ints attribute, or `None` when the node does not have it.
-    pub fn attr_ints(self, info: *const OrtKernelInfo, name: &str) -> Option<Vec<i64>> {
+    pub(crate) fn attr_ints(self, info: *const OrtKernelInfo, name: &str) -> Option<Vec<i64>> {
         let key = CString::new(name).ok()?;
         let mut size = 0usize;
         // SAFETY: as for `node_name`; a null output pointer asks for the size.
@@ -130,7 +130,7 @@ impl Api {
     }
 
     /// Input `index` of the running node.
-    pub fn input(self, ctx: *mut OrtKernelContext, index: usize) -> Result<*const OrtValue> {
+    pub(crate) fn input(self, ctx: *mut OrtKernelContext, index: usize) -> Result<*const OrtValue> {
         let mut value = ptr::null();
         // SAFETY: `ctx` is the context onnxruntime passed to `KernelComputeV2`.
         check(unsafe { (self.0.KernelContext_GetInput)(ctx, index, &mut value) })?;
@@ -138,7 +138,7 @@ impl Api {
     }
 
     /// Output `index` of the running node, allocated with `shape`.
-    pub fn output(
+    pub(crate) fn output(
         self,
         ctx: *mut OrtKernelContext,
         index: usize,
@@ -154,7 +154,7 @@ impl Api {
     }
 
     /// Element type code (`ONNXTensorElementDataType` as a number) and shape of a tensor.
-    pub fn type_and_shape(self, value: *const OrtValue) -> Result<(i32, Vec<usize>)> {
+    pub(crate) fn type_and_shape(self, value: *const OrtValue) -> Result<(i32, Vec<usize>)> {
         let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
         // SAFETY: `value` is a live tensor value of the running node.
         check(unsafe { (self.0.GetTensorTypeAndShape)(value, &mut info) })?;
@@ -186,7 +186,7 @@ impl Api {
     }
 
     /// The first byte of a tensor's elements (fixed-width and packed types).
-    pub fn data(self, value: *const OrtValue) -> Result<*mut u8> {
+    pub(crate) fn data(self, value: *const OrtValue) -> Result<*mut u8> {
         let mut data: *mut c_void = ptr::null_mut();
         // SAFETY: `value` is a live tensor; onnxruntime's own kernels read inputs the same way
         // (the pointer is only read through for inputs).
@@ -195,7 +195,7 @@ impl Api {
     }
 
     /// The elements of a `string` tensor of `count` elements.
-    pub fn strings(self, value: *const OrtValue, count: usize) -> Result<Vec<Vec<u8>>> {
+    pub(crate) fn strings(self, value: *const OrtValue, count: usize) -> Result<Vec<Vec<u8>>> {
         let mut total = 0usize;
         // SAFETY: `value` is a live string tensor.
         check(unsafe { (self.0.GetStringTensorDataLength)(value, &mut total) })?;
@@ -221,7 +221,7 @@ impl Api {
 
     /// Fills a `string` output. onnxruntime takes C strings, so a string holding a NUL byte
     /// cannot be stored and is an error.
-    pub fn fill_strings(self, value: *mut OrtValue, strings: &[Vec<u8>]) -> Result<()> {
+    pub(crate) fn fill_strings(self, value: *mut OrtValue, strings: &[Vec<u8>]) -> Result<()> {
         let owned = strings
             .iter()
             .map(|s| CString::new(s.as_slice()))
@@ -236,7 +236,7 @@ impl Api {
 
     /// Runs `task(k)` for `k` in `0..total` on the session's intra-op thread pool (serially
     /// on the calling thread when the session has one intra-op thread).
-    pub fn parallel_for<F: Fn(usize) + Sync>(
+    pub(crate) fn parallel_for<F: Fn(usize) + Sync>(
         self,
         ctx: *mut OrtKernelContext,
         total: usize,
@@ -262,7 +262,7 @@ impl Api {
 }
 
 /// The element type for an `ONNXTensorElementDataType` code.
-pub fn data_type(code: i32) -> Option<DataType> {
+pub(crate) fn data_type(code: i32) -> Option<DataType> {
     use DataType as D;
     let pairs = [
         (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, D::Float),

@@ -30,7 +30,7 @@
 //!   downloaded at build time; the API table comes from the runtime that loads the library
 //!   (API version 17, so onnxruntime 1.17 and later).
 
-pub mod ffi;
+mod ffi;
 mod kernel;
 pub mod split;
 
