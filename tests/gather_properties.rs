@@ -5,7 +5,9 @@
 //!    broadcasting both ways, every element width (1, 2, 4, 8, 16 bytes, bool, string and the
 //!    packed 2-, 4- and 6-bit types), int32 and int64 indices with negative and out-of-range
 //!    values, each mode, serial and threaded, at each SIMD level the CPU has; a failing call
-//!    reports the same first bad index from both kernels, and a bad shape the same error.
+//!    reports the same first bad index from both kernels, and a bad shape the same error. The
+//!    fast kernel on borrowed buffers without slack (`gather_multiaxis_into`, what the
+//!    onnxruntime library calls) gives the same bytes.
 //! 2. Each mapping of another framework's gather ([`GatherPlan`]s from
 //!    `multigather::gather::map`) computes what a direct, loop-by-loop implementation of the
 //!    original operator written here computes, on random shapes, axes, batch dimensions, element
@@ -16,10 +18,11 @@
 
 use std::sync::OnceLock;
 
+use multigather::gather::fast::{gather_multiaxis_into, Indices, RawTensor};
 use multigather::gather::map::{directml, numpy, onnx, openvino, tensorflow, torch};
 use multigather::gather::{
-    gather_multiaxis_with, reference, FastOptions, GatherError, GatherPlan, GatherSpec, OutOfRange,
-    SimdLevel,
+    gather_multiaxis_with, output_shape, reference, FastOptions, GatherError, GatherPlan,
+    GatherSpec, OutOfRange, SimdLevel,
 };
 use multigather::{DataType, Tensor};
 use proptest::prelude::*;
@@ -378,9 +381,52 @@ fn fast_matches_reference(call: &Call, grain_bytes: usize) -> Result<(), TestCas
         for options in [serial, threaded] {
             let got = pool().install(|| gather_multiaxis_with(&input, &indices, &spec, &options));
             prop_assert_eq!(&got, &expected, "{:?}", options);
+            if input.dtype() != DataType::String {
+                let got = pool().install(|| gather_borrowed(&input, &indices, &spec, &options));
+                prop_assert_eq!(&got, &expected, "borrowed {:?}", options);
+            }
         }
     }
     Ok(())
+}
+
+/// The fast kernel on borrowed buffers that end exactly at their last byte (no slack), as a
+/// host runtime hands them over.
+fn gather_borrowed(
+    input: &Tensor,
+    indices: &Tensor,
+    spec: &GatherSpec,
+    options: &FastOptions,
+) -> Result<Tensor, GatherError> {
+    let exact = |bytes: &[u8]| -> Vec<u64> {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        words
+    };
+    let bytes = input.as_bytes().unwrap();
+    let words = exact(bytes);
+    let raw = RawTensor {
+        dtype: input.dtype(),
+        bytes: &bytemuck::cast_slice(&words)[..bytes.len()],
+        shape: input.shape(),
+    };
+    let values = match indices.dtype() {
+        DataType::Int32 => Indices::I32(indices.as_slice().unwrap()),
+        _ => Indices::I64(indices.as_slice().unwrap()),
+    };
+    let shape = output_shape(input.shape(), indices.shape(), spec)?;
+    let n = input.dtype().storage_bytes(shape.iter().product()).unwrap();
+    let mut out = vec![0u64; n.div_ceil(8)];
+    let out_bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut out)[..n];
+    // SAFETY: `u8` and `MaybeUninit<u8>` have the same layout, and every byte is initialised.
+    let uninit = unsafe {
+        std::slice::from_raw_parts_mut(
+            out_bytes.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(),
+            n,
+        )
+    };
+    gather_multiaxis_into(raw, values, indices.shape(), spec, options, uninit)?;
+    Ok(Tensor::from_bytes(input.dtype(), &shape, &bytemuck::cast_slice(&out)[..n]).unwrap())
 }
 
 proptest! {

@@ -41,12 +41,13 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use self::canon::Layout;
-use self::offsets::{BadIndex, Indices, Offset};
+use self::offsets::{BadIndex, Offset};
 use self::rows::{drive, ByteSink, Inner, PackedSink, RowSink, StringSink, Word};
 use super::{check_operands, unravel, GatherError, GatherSpec, OutOfRange};
 use crate::tensor::{element_count, Tensor, TensorError};
 use crate::DataType;
 
+pub use self::offsets::Indices;
 pub use self::simd::SimdLevel;
 
 /// Tuning knobs of the fast kernel. The defaults are what [`gather_multiaxis`] uses.
@@ -193,6 +194,119 @@ pub(crate) fn gather_shaped(
     }
 }
 
+/// Borrowed element bytes of a fixed-width or packed tensor (not `string`): the input operand of
+/// [`gather_multiaxis_into`].
+#[derive(Clone, Copy, Debug)]
+pub struct RawTensor<'a> {
+    /// The element type.
+    pub dtype: DataType,
+    /// The elements as little-endian bytes (packed for sub-byte types), exactly
+    /// `dtype.storage_bytes(element count)` long and aligned for the element width.
+    pub bytes: &'a [u8],
+    /// The dimensions, outermost first.
+    pub shape: &'a [usize],
+}
+
+/// The fast kernel on borrowed buffers: reads `input` and `indices` where they are and writes the
+/// output bytes into `out`, which must be exactly `input.dtype.storage_bytes(n)` long for the `n`
+/// elements of the output shape (see [`super::output_shape`]) and aligned like the input.
+///
+/// This is the entry point for hosts that own the memory (a runtime's custom-op library): no
+/// copy in or out. `string` tensors go through [`gather_multiaxis`]. On error `out` may be
+/// partly written. The checks and messages are those of [`gather_multiaxis`].
+///
+/// # Example
+/// ```
+/// use std::mem::MaybeUninit;
+/// use multigather::gather::fast::{gather_multiaxis_into, FastOptions, Indices, RawTensor};
+/// use multigather::gather::GatherSpec;
+/// use multigather::DataType;
+/// let data: Vec<u32> = vec![0, 1, 2, 10, 11, 12];
+/// let input = RawTensor { dtype: DataType::Uint32, bytes: bytemuck::cast_slice(&data), shape: &[2, 3] };
+/// // Per-row lookups along axis 1, indices [1, 2] broadcast over the rows: output [2, 2].
+/// let mut out = vec![MaybeUninit::new(0u32); 4];
+/// let out_bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), 16) };
+/// let spec = GatherSpec::new(vec![1]);
+/// gather_multiaxis_into(input, Indices::I64(&[2, 0]), &[1, 2], &spec, &FastOptions::serial(), out_bytes)?;
+/// let out: Vec<u32> = out.iter().map(|x| unsafe { x.assume_init() }).collect();
+/// assert_eq!(out, [2, 0, 12, 10]);
+/// # Ok::<(), multigather::gather::GatherError>(())
+/// ```
+pub fn gather_multiaxis_into(
+    input: RawTensor<'_>,
+    indices: Indices<'_>,
+    indices_shape: &[usize],
+    spec: &GatherSpec,
+    options: &FastOptions,
+    out: &mut [MaybeUninit<u8>],
+) -> Result<(), GatherError> {
+    let dtype = input.dtype;
+    let storage = |shape: &[usize]| -> Result<usize, GatherError> {
+        element_count(shape)
+            .and_then(|n| dtype.storage_bytes(n))
+            .ok_or_else(|| {
+                TensorError::TooLarge {
+                    dtype,
+                    shape: shape.to_vec(),
+                }
+                .into()
+            })
+    };
+    if dtype == DataType::String {
+        return Err(TensorError::Representation {
+            dtype,
+            wanted: "fixed-width",
+        }
+        .into());
+    }
+    let expected = storage(input.shape)?;
+    if input.bytes.len() != expected {
+        return Err(TensorError::ByteLength {
+            dtype,
+            shape: input.shape.to_vec(),
+            expected,
+            actual: input.bytes.len(),
+        }
+        .into());
+    }
+    if element_count(indices_shape) != Some(indices.len()) {
+        return Err(TensorError::ElementCount {
+            shape: indices_shape.to_vec(),
+            expected: element_count(indices_shape).unwrap_or(usize::MAX),
+            actual: indices.len(),
+        }
+        .into());
+    }
+    let output_shape = super::output_shape(input.shape, indices_shape, spec)?;
+    let expected = storage(&output_shape)?;
+    if out.len() != expected {
+        return Err(TensorError::ByteLength {
+            dtype,
+            shape: output_shape,
+            expected,
+            actual: out.len(),
+        }
+        .into());
+    }
+    if expected == 0 {
+        return Ok(());
+    }
+    let call = Call {
+        layout: Layout::new(input.shape, indices_shape, spec, &output_shape)?,
+        indices,
+        input_shape: input.shape,
+        indices_shape,
+        spec,
+        options,
+        output_shape: &output_shape,
+    };
+    if call.layout.n_in < u32::MAX as usize {
+        call.run_bytes::<u32>(dtype, input.bytes, None, out)
+    } else {
+        call.run_bytes::<u64>(dtype, input.bytes, None, out)
+    }
+}
+
 /// Offset-table entries per tile when the table is streamed.
 const TILE: usize = 1024;
 /// Tables with fewer entries are built up front even when they could be streamed: they are
@@ -224,20 +338,9 @@ enum Stop {
 
 impl Call<'_> {
     fn run<O: Offset>(&self, input: &Tensor) -> Result<Tensor, GatherError> {
-        let table = if self.layout.streamed && self.layout.t.count >= STREAM_MIN {
-            Table::Streamed
-        } else {
-            self.build_table()?
-        };
-        let inner = Inner::of(self.layout.dims.last().unwrap_or(&canon::Dim {
-            size: 1,
-            in_stride: 1,
-            t_stride: 0,
-        }));
         let dtype = input.dtype();
-        let zero = self.spec.mode == OutOfRange::Zero;
-        let bits = dtype.bits();
         if dtype == DataType::String {
+            let (table, inner) = self.prepare::<O>()?;
             let source = input.as_strings()?;
             let mut out = vec![Vec::new(); self.layout.n_out];
             self.execute(
@@ -252,46 +355,63 @@ impl Call<'_> {
         }
         let mut out = Tensor::uninit(dtype, self.output_shape)?;
         let payload = input.as_bytes()?;
-        let padded = input.padded_bytes().unwrap_or(payload);
+        self.run_bytes::<O>(dtype, payload, input.padded_bytes(), out.bytes_mut())?;
+        // SAFETY: `run_bytes` returned `Ok`, so every chunk ran to its end: the sinks wrote every
+        // output element, front to back, and the packed sinks flushed their last byte with zero
+        // padding bits.
+        Ok(unsafe { out.assume_init() })
+    }
+
+    /// The offset table (or the decision to stream it) and the innermost loop's kind.
+    fn prepare<O: Offset>(&self) -> Result<(Table<O>, Inner), GatherError> {
+        let table = if self.layout.streamed && self.layout.t.count >= STREAM_MIN {
+            Table::Streamed
+        } else {
+            self.build_table()?
+        };
+        let inner = Inner::of(self.layout.dims.last().unwrap_or(&canon::Dim {
+            size: 1,
+            in_stride: 1,
+            t_stride: 0,
+        }));
+        Ok((table, inner))
+    }
+
+    /// Writes every output byte of a fixed-width or packed call into `out`. `padded` is the
+    /// payload followed by at least 8 bytes of slack, when the caller has it: without it the
+    /// hardware gathers of 1- and 2-byte elements (which load 4 bytes) are not used.
+    fn run_bytes<O: Offset>(
+        &self,
+        dtype: DataType,
+        payload: &[u8],
+        padded: Option<&[u8]>,
+        out: &mut [MaybeUninit<u8>],
+    ) -> Result<(), GatherError> {
+        let (table, inner) = self.prepare::<O>()?;
+        let zero = self.spec.mode == OutOfRange::Zero;
+        let bits = dtype.bits();
         match bits {
-            8 => self.run_words::<u8, O>(&table, payload, padded, out.bytes_mut(), inner, zero)?,
-            16 => {
-                self.run_words::<u16, O>(&table, payload, padded, out.bytes_mut(), inner, zero)?
-            }
-            32 => {
-                self.run_words::<u32, O>(&table, payload, padded, out.bytes_mut(), inner, zero)?
-            }
-            64 => {
-                self.run_words::<u64, O>(&table, payload, padded, out.bytes_mut(), inner, zero)?
-            }
-            128 => self.run_words::<[u64; 2], O>(
-                &table,
-                payload,
-                padded,
-                out.bytes_mut(),
-                inner,
-                zero,
-            )?,
+            8 => self.run_words::<u8, O>(&table, payload, padded, out, inner, zero),
+            16 => self.run_words::<u16, O>(&table, payload, padded, out, inner, zero),
+            32 => self.run_words::<u32, O>(&table, payload, padded, out, inner, zero),
+            64 => self.run_words::<u64, O>(&table, payload, padded, out, inner, zero),
+            128 => self.run_words::<[u64; 2], O>(&table, payload, padded, out, inner, zero),
             _ => self.execute(
                 &table,
-                out.bytes_mut(),
+                out,
                 bits,
                 1,
                 |chunk| PackedSink::new(payload, bits, chunk, inner),
                 |sink| sink.finish(),
-            )?,
+            ),
         }
-        // SAFETY: `execute` returned `Ok`, so every chunk ran to its end: the sinks wrote every
-        // output element, front to back, and the packed sinks flushed their last byte with zero
-        // padding bits.
-        Ok(unsafe { out.assume_init() })
     }
 
     fn run_words<W: Word, O: Offset>(
         &self,
         table: &Table<O>,
         payload: &[u8],
-        padded: &[u8],
+        padded: Option<&[u8]>,
         out: &mut [MaybeUninit<u8>],
         inner: Inner,
         zero: bool,
@@ -305,7 +425,12 @@ impl Call<'_> {
         if let Some(columns) = staged::Columns::new(&self.layout, size_of::<W>()) {
             return self.run_staged(&columns, input, out);
         }
-        let simd = W::simd_gather(self.options.gather_level());
+        // Hardware gathers of 1- and 2-byte elements load 4 bytes, so they need the slack.
+        let simd = match padded {
+            None if size_of::<W>() < 4 => None,
+            _ => W::simd_gather(self.options.gather_level()),
+        };
+        let padded = padded.unwrap_or(payload);
         let bits = 8 * size_of::<W>();
         self.execute(
             table,
@@ -442,10 +567,14 @@ impl Call<'_> {
 
     /// Output elements per chunk: a multiple of `align`, at least a grain, at most all of them.
     fn chunk_len(&self, n: usize, align: usize, element_bytes: usize) -> usize {
+        if !self.options.parallel {
+            // Serial calls never touch rayon, so hosts with pools of their own start none.
+            return n.max(1);
+        }
         let threads = rayon::current_num_threads();
         let grain = self.options.grain_bytes.max(1);
         let total = n.saturating_mul(element_bytes);
-        if !self.options.parallel || threads <= 1 || total < 2 * grain {
+        if threads <= 1 || total < 2 * grain {
             return n.max(1);
         }
         let per_task = n

@@ -62,11 +62,29 @@ impl Offset for u64 {
     }
 }
 
-/// The index values, typed.
-#[derive(Clone, Copy)]
-pub(crate) enum Indices<'a> {
+/// Index values borrowed from an `int32` or `int64` tensor, in row-major order (the indices
+/// operand of [`super::gather_multiaxis_into`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Indices<'a> {
+    /// `int32` index values.
     I32(&'a [i32]),
+    /// `int64` index values.
     I64(&'a [i64]),
+}
+
+impl Indices<'_> {
+    /// The number of index values.
+    pub fn len(&self) -> usize {
+        match self {
+            Indices::I32(v) => v.len(),
+            Indices::I64(v) => v.len(),
+        }
+    }
+
+    /// True when there are no index values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// An index value as read from the tensor.

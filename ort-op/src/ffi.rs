@@ -1,0 +1,308 @@
+//! The few onnxruntime C API calls the kernel makes, each wrapped so that a failing call becomes
+//! an `Err(Status)` and nothing else in the crate touches raw statuses.
+
+use std::ffi::{c_char, c_void, CString};
+use std::ptr;
+
+use multigather::DataType;
+use ort_sys::{
+    ONNXTensorElementDataType as E, OrtApi, OrtErrorCode, OrtKernelContext, OrtKernelInfo,
+    OrtStatus, OrtStatusPtr, OrtTensorTypeAndShapeInfo, OrtValue,
+};
+
+/// An owned, non-null `OrtStatus*`: an error on its way back to onnxruntime.
+pub struct Status(pub *mut OrtStatus);
+
+/// Shorthand for the results of this module.
+pub type Result<T> = std::result::Result<T, Status>;
+
+/// The API table handed to the library, with the calls it makes.
+#[derive(Clone, Copy)]
+pub struct Api(pub &'static OrtApi);
+
+// SAFETY: `OrtApi` is a table of function pointers that onnxruntime never changes; its functions
+// are callable from any thread.
+unsafe impl Send for Api {}
+// SAFETY: as above.
+unsafe impl Sync for Api {}
+
+/// Turns a returned status into a `Result`.
+fn check(s: OrtStatusPtr) -> Result<()> {
+    if s.0.is_null() {
+        Ok(())
+    } else {
+        Err(Status(s.0))
+    }
+}
+
+impl Api {
+    /// A new status with `message` (interior NUL bytes are dropped).
+    pub(crate) fn error(self, message: &str) -> Status {
+        let text = CString::new(message.replace('\0', "")).unwrap_or_default();
+        // SAFETY: `text` is a valid C string; onnxruntime copies it.
+        let s = unsafe { (self.0.CreateStatus)(OrtErrorCode::ORT_INVALID_ARGUMENT, text.as_ptr()) };
+        Status(s.0)
+    }
+
+    /// The message of an error status, and the status released.
+    pub(crate) fn message(self, status: Status) -> String {
+        // SAFETY: `status` is a live status; the message is copied before the release.
+        unsafe {
+            let text = std::ffi::CStr::from_ptr((self.0.GetErrorMessage)(status.0))
+                .to_string_lossy()
+                .into_owned();
+            (self.0.ReleaseStatus)(status.0);
+            text
+        }
+    }
+
+    /// A string queried with the API's two-call convention (size, then contents).
+    fn string(self, get: impl Fn(*mut c_char, *mut usize) -> OrtStatusPtr) -> Result<String> {
+        let mut size = 0usize;
+        check(get(ptr::null_mut(), &mut size))?;
+        let mut buf = vec![0u8; size.max(1)];
+        check(get(buf.as_mut_ptr().cast(), &mut size))?;
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        buf.truncate(end);
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    /// The node's name.
+    pub(crate) fn node_name(self, info: *const OrtKernelInfo) -> Result<String> {
+        // SAFETY: `info` is the kernel info onnxruntime passed to `CreateKernelV2`.
+        self.string(|out, size| unsafe { (self.0.KernelInfo_GetNodeName)(info, out, size) })
+    }
+
+    /// The name of the node's output `index`.
+    pub(crate) fn output_name(self, info: *const OrtKernelInfo, index: usize) -> Result<String> {
+        // SAFETY: as for `node_name`.
+        self.string(|out, size| unsafe {
+            (self.0.KernelInfo_GetOutputName)(info, index, out, size)
+        })
+    }
+
+    /// A string attribute, or `None` when the node does not have it.
+    pub(crate) fn attr_string(self, info: *const OrtKernelInfo, name: &str) -> Option<String> {
+        let key = CString::new(name).ok()?;
+        // SAFETY: as for `node_name`; `key` outlives the calls.
+        self.string(|out, size| unsafe {
+            (self.0.KernelInfoGetAttribute_string)(info, key.as_ptr(), out, size)
+        })
+        .map_err(|s| self.message(s))
+        .ok()
+    }
+
+    /// An ints attribute, or `None` when the node does not have it.
+    pub(crate) fn attr_ints(self, info: *const OrtKernelInfo, name: &str) -> Option<Vec<i64>> {
+        let key = CString::new(name).ok()?;
+        let mut size = 0usize;
+        // SAFETY: as for `node_name`; a null output pointer asks for the size.
+        let s = unsafe {
+            (self.0.KernelInfoGetAttributeArray_int64)(
+                info,
+                key.as_ptr(),
+                ptr::null_mut(),
+                &mut size,
+            )
+        };
+        if let Err(s) = check(s) {
+            self.message(s);
+            return None;
+        }
+        let mut values = vec![0i64; size];
+        if size > 0 {
+            // SAFETY: `values` holds `size` elements.
+            let s = unsafe {
+                (self.0.KernelInfoGetAttributeArray_int64)(
+                    info,
+                    key.as_ptr(),
+                    values.as_mut_ptr(),
+                    &mut size,
+                )
+            };
+            if let Err(s) = check(s) {
+                self.message(s);
+                return None;
+            }
+            values.truncate(size);
+        }
+        Some(values)
+    }
+
+    /// Input `index` of the running node.
+    pub(crate) fn input(self, ctx: *mut OrtKernelContext, index: usize) -> Result<*const OrtValue> {
+        let mut value = ptr::null();
+        // SAFETY: `ctx` is the context onnxruntime passed to `KernelComputeV2`.
+        check(unsafe { (self.0.KernelContext_GetInput)(ctx, index, &mut value) })?;
+        Ok(value)
+    }
+
+    /// Output `index` of the running node, allocated with `shape`.
+    pub(crate) fn output(
+        self,
+        ctx: *mut OrtKernelContext,
+        index: usize,
+        shape: &[usize],
+    ) -> Result<*mut OrtValue> {
+        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let mut value = ptr::null_mut();
+        // SAFETY: as for `input`; `dims` holds `dims.len()` values.
+        check(unsafe {
+            (self.0.KernelContext_GetOutput)(ctx, index, dims.as_ptr(), dims.len(), &mut value)
+        })?;
+        Ok(value)
+    }
+
+    /// Element type code (`ONNXTensorElementDataType` as a number) and shape of a tensor.
+    pub(crate) fn type_and_shape(self, value: *const OrtValue) -> Result<(i32, Vec<usize>)> {
+        let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
+        // SAFETY: `value` is a live tensor value of the running node.
+        check(unsafe { (self.0.GetTensorTypeAndShape)(value, &mut info) })?;
+        let result = (|| {
+            // The type is read into an i32: a code this crate does not know is not a valid
+            // Rust enum value.
+            let mut code = 0i32;
+            let mut rank = 0usize;
+            // SAFETY: `info` is live until released below; `code` has the enum's size (repr i32).
+            unsafe {
+                check((self.0.GetTensorElementType)(
+                    info,
+                    (&mut code as *mut i32).cast::<E>(),
+                ))?;
+                check((self.0.GetDimensionsCount)(info, &mut rank))?;
+            }
+            let mut dims = vec![0i64; rank];
+            // SAFETY: `dims` holds `rank` values.
+            check(unsafe { (self.0.GetDimensions)(info, dims.as_mut_ptr(), rank) })?;
+            let dims = dims
+                .into_iter()
+                .map(|d| usize::try_from(d).map_err(|_| self.error(&format!("dimension {d}"))))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((code, dims))
+        })();
+        // SAFETY: `info` was created above and is released once.
+        unsafe { (self.0.ReleaseTensorTypeAndShapeInfo)(info) };
+        result
+    }
+
+    /// The first byte of a tensor's elements (fixed-width and packed types).
+    pub(crate) fn data(self, value: *const OrtValue) -> Result<*mut u8> {
+        let mut data: *mut c_void = ptr::null_mut();
+        // SAFETY: `value` is a live tensor; onnxruntime's own kernels read inputs the same way
+        // (the pointer is only read through for inputs).
+        check(unsafe { (self.0.GetTensorMutableData)(value.cast_mut(), &mut data) })?;
+        Ok(data.cast())
+    }
+
+    /// The elements of a `string` tensor of `count` elements.
+    pub(crate) fn strings(self, value: *const OrtValue, count: usize) -> Result<Vec<Vec<u8>>> {
+        let mut total = 0usize;
+        // SAFETY: `value` is a live string tensor.
+        check(unsafe { (self.0.GetStringTensorDataLength)(value, &mut total) })?;
+        let mut bytes = vec![0u8; total];
+        let mut offsets = vec![0usize; count];
+        // SAFETY: the buffers hold `total` bytes and `count` offsets.
+        check(unsafe {
+            (self.0.GetStringTensorContent)(
+                value,
+                bytes.as_mut_ptr().cast(),
+                total,
+                offsets.as_mut_ptr(),
+                count,
+            )
+        })?;
+        Ok((0..count)
+            .map(|i| {
+                let end = offsets.get(i + 1).copied().unwrap_or(total);
+                bytes[offsets[i]..end].to_vec()
+            })
+            .collect())
+    }
+
+    /// Fills a `string` output. onnxruntime takes C strings, so a string holding a NUL byte
+    /// cannot be stored and is an error.
+    pub(crate) fn fill_strings(self, value: *mut OrtValue, strings: &[Vec<u8>]) -> Result<()> {
+        let owned = strings
+            .iter()
+            .map(|s| CString::new(s.as_slice()))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|_| {
+                self.error("a string element holds a NUL byte, which onnxruntime cannot store")
+            })?;
+        let pointers: Vec<*const c_char> = owned.iter().map(|s| s.as_ptr()).collect();
+        // SAFETY: `pointers` holds `strings.len()` valid C strings, which onnxruntime copies.
+        check(unsafe { (self.0.FillStringTensor)(value, pointers.as_ptr(), pointers.len()) })
+    }
+
+    /// Runs `task(k)` for `k` in `0..total` on the session's intra-op thread pool (serially
+    /// on the calling thread when the session has one intra-op thread).
+    pub(crate) fn parallel_for<F: Fn(usize) + Sync>(
+        self,
+        ctx: *mut OrtKernelContext,
+        total: usize,
+        task: &F,
+    ) -> Result<()> {
+        unsafe extern "C" fn trampoline<F: Fn(usize) + Sync>(data: *mut c_void, k: usize) {
+            // SAFETY: `data` is the `&F` passed below, alive for the whole call.
+            let task = unsafe { &*data.cast::<F>() };
+            // A panic must not unwind into onnxruntime's threads.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task(k)));
+        }
+        // SAFETY: `task` outlives the call, which returns after every task ran.
+        check(unsafe {
+            (self.0.KernelContext_ParallelFor)(
+                ctx,
+                trampoline::<F>,
+                total,
+                0,
+                (task as *const F).cast_mut().cast(),
+            )
+        })
+    }
+}
+
+/// The element type for an `ONNXTensorElementDataType` code.
+pub(crate) fn data_type(code: i32) -> Option<DataType> {
+    use DataType as D;
+    let pairs = [
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, D::Float),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, D::Uint8),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8, D::Int8),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16, D::Uint16),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16, D::Int16),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, D::Int32),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, D::Int64),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING, D::String),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL, D::Bool),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16, D::Float16),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE, D::Double),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32, D::Uint32),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64, D::Uint64),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX64, D::Complex64),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX128, D::Complex128),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16, D::Bfloat16),
+        (
+            E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN,
+            D::Float8E4M3FN,
+        ),
+        (
+            E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ,
+            D::Float8E4M3FNUZ,
+        ),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2, D::Float8E5M2),
+        (
+            E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ,
+            D::Float8E5M2FNUZ,
+        ),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT4, D::Uint4),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT4, D::Int4),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT4E2M1, D::Float4E2M1),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT2, D::Uint2),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT2, D::Int2),
+        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E8M0, D::Float8E8M0),
+    ];
+    pairs
+        .iter()
+        .find(|(e, _)| *e as i32 == code)
+        .map(|&(_, d)| d)
+}

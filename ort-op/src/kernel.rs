@@ -1,0 +1,243 @@
+//! The `GatherMultiaxis` kernel as onnxruntime sees it: attributes read once when the session
+//! creates the kernel, then one `compute` per run.
+//!
+//! Messages are the interpreter's: `node 'NAME' (multigather.GatherMultiaxis): REASON`, or
+//! `node producing 'OUTPUT' (...)` for a node without a name, where REASON is the text of the
+//! library's `GatherError`.
+
+use std::mem::MaybeUninit;
+use std::sync::Mutex;
+
+use multigather::gather::fast::{Indices, RawTensor};
+use multigather::gather::{
+    gather_multiaxis_with, output_shape, FastOptions, GatherError, GatherSpec, OutOfRange, DOMAIN,
+    OP_TYPE,
+};
+use multigather::{DataType, Tensor};
+use ort_sys::{OrtKernelContext, OrtKernelInfo, OrtValue};
+
+use crate::ffi::{data_type, Api, Result, Status};
+use crate::split::Split;
+
+/// One node's kernel.
+pub struct Kernel {
+    api: Api,
+    /// How messages name the node: `'name'` or `producing 'output'`.
+    label: String,
+    /// The `axes` attribute as written (normalised per call, against the input's rank).
+    axes: Vec<i64>,
+    mode: OutOfRange,
+}
+
+impl Kernel {
+    /// Reads the node's attributes; a missing `axes` or an unknown `mode` is an error now, when
+    /// the session is created.
+    pub fn new(api: Api, info: *const OrtKernelInfo) -> Result<Kernel> {
+        let label = match api.node_name(info) {
+            Ok(name) if !name.is_empty() => format!("'{name}'"),
+            _ => format!(
+                "producing '{}'",
+                api.output_name(info, 0).unwrap_or_default()
+            ),
+        };
+        let fail =
+            |reason: String| api.error(&format!("node {label} ({DOMAIN}.{OP_TYPE}): {reason}"));
+        let axes = api
+            .attr_ints(info, "axes")
+            .ok_or_else(|| fail("the required attribute 'axes' is missing".into()))?;
+        let mode = api.attr_string(info, "mode");
+        let mode = OutOfRange::from_name(mode.as_deref().unwrap_or("error"))
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(Kernel {
+            api,
+            label,
+            axes,
+            mode,
+        })
+    }
+
+    /// The status for a panic caught at the C boundary (a bug: nothing a model does panics).
+    pub fn internal_error(&self) -> Status {
+        self.error("internal error in the GatherMultiaxis kernel")
+    }
+
+    /// An error of this node, worded as the interpreter words it.
+    fn error(&self, reason: impl std::fmt::Display) -> Status {
+        self.api.error(&format!(
+            "node {} ({DOMAIN}.{OP_TYPE}): {reason}",
+            self.label
+        ))
+    }
+
+    /// One run: reads the operands, allocates the output with the shape rule's shape, gathers.
+    pub fn compute(&self, ctx: *mut OrtKernelContext) -> Result<()> {
+        let api = self.api;
+        let (data, indices) = (api.input(ctx, 0)?, api.input(ctx, 1)?);
+        let (data_code, data_shape) = api.type_and_shape(data)?;
+        let (index_code, index_shape) = api.type_and_shape(indices)?;
+        let dtype = data_type(data_code)
+            .ok_or_else(|| self.error(format!("element type {data_code} is not supported")))?;
+        let index_type = data_type(index_code)
+            .filter(|t| t.is_index())
+            .ok_or_else(|| {
+                self.error(GatherError::IndicesType {
+                    dtype: data_type(index_code).unwrap_or(DataType::Float),
+                })
+            })?;
+        let spec = GatherSpec::from_attributes(&self.axes, self.mode.name(), data_shape.len())
+            .map_err(|e| self.error(e))?;
+        let out_shape =
+            output_shape(&data_shape, &index_shape, &spec).map_err(|e| self.error(e))?;
+        let out = api.output(ctx, 0, &out_shape)?;
+        let n_out: usize = out_shape.iter().product();
+        let n_in: usize = data_shape.iter().product();
+        let n_idx: usize = index_shape.iter().product();
+        if n_out == 0 {
+            return Ok(());
+        }
+        // Index values: typed views of onnxruntime's buffer (copied only if misaligned).
+        let index_ptr = api.data(indices)?;
+        let copied_i32;
+        let copied_i64;
+        let values = if index_type == DataType::Int32 {
+            copied_i32 = typed::<i32>(index_ptr, n_idx);
+            Indices::I32(&copied_i32)
+        } else {
+            copied_i64 = typed::<i64>(index_ptr, n_idx);
+            Indices::I64(&copied_i64)
+        };
+        if dtype == DataType::String {
+            return self.compute_strings(data, n_in, &data_shape, values, &index_shape, &spec, out);
+        }
+        let in_bytes = storage(dtype, n_in);
+        let out_bytes = storage(dtype, n_out);
+        let align = dtype.byte_size().unwrap_or(1).min(8);
+        let data_ptr = api.data(data)?;
+        // SAFETY: onnxruntime's tensor holds `in_bytes` bytes of elements (packed for sub-byte
+        // types) and outlives this call.
+        let input_bytes = unsafe { std::slice::from_raw_parts(data_ptr.cast_const(), in_bytes) };
+        let aligned_copy;
+        let input_bytes = if (data_ptr as usize).is_multiple_of(align) {
+            input_bytes
+        } else {
+            aligned_copy = aligned(input_bytes);
+            &bytemuck_bytes(&aligned_copy)[..in_bytes]
+        };
+        let out_ptr = api.data(out)?;
+        if !(out_ptr as usize).is_multiple_of(align) {
+            return Err(self.error("onnxruntime allocated a misaligned output"));
+        }
+        let input = RawTensor {
+            dtype,
+            bytes: input_bytes,
+            shape: &data_shape,
+        };
+        let split = Split::plan(dtype, &data_shape, &index_shape, &spec, &out_shape);
+        // The address crosses to the pool's threads as a number: raw pointers are not `Sync`.
+        let out_addr = out_ptr as usize;
+        let run = |k: usize| -> std::result::Result<(), GatherError> {
+            let range = split.out_bytes(k);
+            let range = if split.tasks == 1 {
+                0..out_bytes
+            } else {
+                range
+            };
+            // SAFETY: the output holds `out_bytes` bytes; the tasks' ranges are disjoint, so each
+            // task has its part to itself.
+            let part = unsafe {
+                std::slice::from_raw_parts_mut(
+                    (out_addr as *mut u8)
+                        .add(range.start)
+                        .cast::<MaybeUninit<u8>>(),
+                    range.len(),
+                )
+            };
+            split.run(k, input, values, &index_shape, &spec, part)
+        };
+        if split.tasks == 1 {
+            return run(0).map_err(|e| self.error(e));
+        }
+        let errors: Mutex<Vec<(usize, GatherError)>> = Mutex::new(Vec::new());
+        api.parallel_for(ctx, split.tasks, &|k| {
+            if let Err(e) = run(k) {
+                errors
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((k, e));
+            }
+        })?;
+        let errors = errors.into_inner().unwrap_or_else(|p| p.into_inner());
+        match errors.into_iter().min_by_key(|(k, _)| *k) {
+            Some((_, e)) => Err(self.error(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// `string` elements: onnxruntime keeps them as C++ strings, so they are copied into a
+    /// tensor, gathered, and copied out.
+    #[allow(clippy::too_many_arguments)]
+    fn compute_strings(
+        &self,
+        data: *const OrtValue,
+        n_in: usize,
+        data_shape: &[usize],
+        values: Indices<'_>,
+        index_shape: &[usize],
+        spec: &GatherSpec,
+        out: *mut OrtValue,
+    ) -> Result<()> {
+        let strings = self.api.strings(data, n_in)?;
+        let input = Tensor::from_strings(data_shape, strings).map_err(|e| self.error(e))?;
+        let indices = match values {
+            Indices::I32(v) => Tensor::from_vec(DataType::Int32, index_shape, v.to_vec()),
+            Indices::I64(v) => Tensor::from_vec(DataType::Int64, index_shape, v.to_vec()),
+        }
+        .map_err(|e| self.error(e))?;
+        let output = gather_multiaxis_with(&input, &indices, spec, &FastOptions::serial())
+            .map_err(|e| self.error(e))?;
+        let strings = output.as_strings().map_err(|e| self.error(e))?;
+        self.api.fill_strings(out, strings)
+    }
+}
+
+/// Bytes of `n` elements of `dtype` (fixed-width or packed).
+fn storage(dtype: DataType, n: usize) -> usize {
+    dtype.storage_bytes(n).unwrap_or(0)
+}
+
+/// `n` values of `T` at `ptr`, borrowed when aligned, else copied.
+fn typed<'a, T: Copy + Default>(ptr: *const u8, n: usize) -> std::borrow::Cow<'a, [T]>
+where
+    [T]: ToOwned<Owned = Vec<T>>,
+{
+    if n == 0 {
+        return std::borrow::Cow::Owned(Vec::new());
+    }
+    if (ptr as usize).is_multiple_of(std::mem::align_of::<T>()) {
+        // SAFETY: onnxruntime's index tensor holds `n` values of `T` and outlives the call.
+        std::borrow::Cow::Borrowed(unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), n) })
+    } else {
+        let mut v = vec![T::default(); n];
+        // SAFETY: `n * size_of::<T>()` bytes are readable at `ptr`; `v` has room for them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(ptr, v.as_mut_ptr().cast::<u8>(), n * size_of::<T>())
+        };
+        std::borrow::Cow::Owned(v)
+    }
+}
+
+/// The bytes in an 8-byte aligned buffer.
+fn aligned(bytes: &[u8]) -> Vec<u64> {
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    for (i, chunk) in bytes.chunks(8).enumerate() {
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        words[i] = u64::from_le_bytes(word);
+    }
+    words
+}
+
+fn bytemuck_bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: any `u64` is 8 initialised bytes, and `u8` has alignment 1.
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 8) }
+}

@@ -1,0 +1,238 @@
+"""multigather: one ``GatherMultiaxis`` operator for every ONNX gather.
+
+Rewrite a model's ``Gather`` / ``GatherElements`` / ``GatherND`` nodes into
+``multigather.GatherMultiaxis``, prove the rewrite bit for bit, lower it back to standard ONNX,
+and run rewritten models in onnxruntime with the custom-op library this package ships:
+
+>>> import multigather, onnx, onnxruntime as ort             # doctest: +SKIP
+>>> rewritten = multigather.rewrite("model.onnx")              # doctest: +SKIP
+>>> multigather.verify("model.onnx", rewritten, random=True).identical   # doctest: +SKIP
+True
+>>> options = ort.SessionOptions()                             # doctest: +SKIP
+>>> options.register_custom_ops_library(multigather.get_library_path())  # doctest: +SKIP
+>>> session = ort.InferenceSession(rewritten.SerializeToString(), options)  # doctest: +SKIP
+
+Models are given as an ``onnx.ModelProto``, serialized bytes, or a path. Give a path for models
+with external data or over 2 GiB: the file is memory-mapped and its external data stays where it
+is (pass ``output=`` to write the result next to it, ``external_data=`` to move the weights).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from . import _native
+from ._native import Error
+
+__all__ = [
+    "Error",
+    "OutputComparison",
+    "VerifyReport",
+    "get_library_path",
+    "lower",
+    "rewrite",
+    "run",
+    "verify",
+]
+
+ModelLike = Union[onnx.ModelProto, bytes, str, "os.PathLike[str]"]
+
+
+def _source(model: ModelLike) -> Union[bytes, str]:
+    if isinstance(model, onnx.ModelProto):
+        return model.SerializeToString()
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    raise TypeError(f"expected an onnx.ModelProto, bytes or a path, not {type(model).__name__}")
+
+
+def _result(data: Optional[bytes], output: Optional[Union[str, "os.PathLike[str]"]]) -> onnx.ModelProto:
+    if data is not None:
+        return onnx.load_from_string(data)
+    # Written to `output`: read back without its external data (which may exceed 2 GiB).
+    return onnx.load(os.fspath(output), load_external_data=False)
+
+
+def rewrite(
+    model: ModelLike,
+    *,
+    ops: Optional[Sequence[str]] = None,
+    skip: Sequence[str] = (),
+    with_function_body: bool = False,
+    output: Optional[Union[str, "os.PathLike[str]"]] = None,
+    external_data: Optional[str] = None,
+) -> onnx.ModelProto:
+    """Rewrites every ``Gather``, ``GatherElements`` and ``GatherND`` into ``GatherMultiaxis``.
+
+    ``ops`` limits the rewrite to some kinds (``"Gather"``, ``"GatherElements"``,
+    ``"GatherND"``); ``skip`` leaves nodes whose name contains one of the strings untouched;
+    ``with_function_body`` attaches the lowering as a model-local function so runtimes without
+    the operator still run the model. With ``output`` the model is also saved there (external
+    data kept in place, or moved to ``external_data`` beside it).
+
+    >>> from onnx import helper, TensorProto
+    >>> node = helper.make_node("Gather", ["x", "i"], ["y"], axis=1)
+    >>> graph = helper.make_graph([node], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
+    ...      helper.make_tensor_value_info("i", TensorProto.INT64, [3])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    >>> out = rewrite(model)
+    >>> [n.op_type for n in out.graph.node][-1]
+    'GatherMultiaxis'
+    """
+    data, _report = _native.rewrite(
+        _source(model),
+        None if ops is None else list(ops),
+        list(skip),
+        with_function_body,
+        None if output is None else os.fspath(output),
+        external_data,
+    )
+    return _result(data, output)
+
+
+def lower(
+    model: ModelLike,
+    *,
+    output: Optional[Union[str, "os.PathLike[str]"]] = None,
+    external_data: Optional[str] = None,
+) -> onnx.ModelProto:
+    """Replaces every ``GatherMultiaxis`` by standard ONNX operators.
+
+    >>> from onnx import helper, TensorProto
+    >>> node = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=0)
+    >>> graph = helper.make_graph([node], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3]),
+    ...      helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    >>> "GatherMultiaxis" in {n.op_type for n in lower(rewrite(model)).graph.node}
+    False
+    """
+    data, _summary = _native.lower(
+        _source(model), None if output is None else os.fspath(output), external_data
+    )
+    return _result(data, output)
+
+
+def _encode(inputs: Mapping[str, np.ndarray]) -> List[tuple]:
+    return [
+        (name, numpy_helper.from_array(np.asarray(value), name).SerializeToString())
+        for name, value in inputs.items()
+    ]
+
+
+def run(model: ModelLike, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Runs a model (original or rewritten) in multigather's reference interpreter.
+
+    >>> from onnx import helper, TensorProto
+    >>> node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
+    >>> graph = helper.make_graph([node], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+    ...      helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    >>> run(rewrite(model), {"x": np.array([1, 2, 3], np.float32), "i": np.array([2, -3])})["y"]
+    array([3., 1.], dtype=float32)
+    """
+    outputs = _native.run(_source(model), _encode(inputs))
+    return {
+        name: numpy_helper.to_array(onnx.TensorProto.FromString(data)) for name, data in outputs
+    }
+
+
+@dataclass(frozen=True)
+class OutputComparison:
+    """How one output of the two runs compares."""
+
+    name: str
+    dtype: str
+    shape: List[int]
+    identical: bool
+    mismatches: int
+    max_abs_diff: Optional[float]
+    problem: Optional[str]
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The result of :func:`verify`: ``identical`` is true when every output agrees bit for bit."""
+
+    identical: bool
+    rewritten_nodes: int
+    outputs: List[OutputComparison] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.identical
+
+
+def verify(
+    original: ModelLike,
+    rewritten: Optional[ModelLike] = None,
+    inputs: Optional[Mapping[str, np.ndarray]] = None,
+    random: bool = False,
+    seed: int = 0,
+    dims: Optional[Mapping[str, int]] = None,
+) -> VerifyReport:
+    """Runs ``original`` and ``rewritten`` on the same inputs and compares every output bit for bit.
+
+    Without ``rewritten`` the original is rewritten in memory. Inputs are ``inputs``, or drawn
+    at random (``random=True`` or no ``inputs``; gather indices in range) with ``seed`` and the
+    sizes of symbolic dimensions in ``dims``.
+
+    >>> from onnx import helper, TensorProto
+    >>> node = helper.make_node("GatherND", ["x", "i"], ["y"])
+    >>> graph = helper.make_graph([node], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5]),
+    ...      helper.make_tensor_value_info("i", TensorProto.INT64, [3, 2])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    >>> report = verify(model, random=True, seed=1)
+    >>> report.identical, report.rewritten_nodes, report.outputs[0].mismatches
+    (True, 1, 0)
+    """
+    if inputs is not None and random:
+        raise ValueError("give either inputs or random=True, not both")
+    report = json.loads(
+        _native.verify(
+            _source(original),
+            None if rewritten is None else _source(rewritten),
+            None if inputs is None else _encode(inputs),
+            seed,
+            dict(dims or {}),
+        )
+    )
+    return VerifyReport(
+        identical=report["identical"],
+        rewritten_nodes=report["rewritten_nodes"],
+        outputs=[OutputComparison(**o) for o in report["outputs"]],
+    )
+
+
+def get_library_path() -> str:
+    """The onnxruntime custom-op library that runs ``multigather.GatherMultiaxis``.
+
+    Register it with ``SessionOptions.register_custom_ops_library(get_library_path())``, as
+    with onnxruntime-extensions. The file is this package's extension module, which exports
+    onnxruntime's ``RegisterCustomOps`` entry point.
+
+    >>> os.path.isfile(get_library_path())
+    True
+    """
+    return os.path.abspath(_native.__file__)
+
+
+def _console() -> None:
+    """The ``multigather`` console script: the command line of the Rust binary."""
+    sys.exit(_native.main(["multigather", *sys.argv[1:]]))

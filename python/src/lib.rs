@@ -1,0 +1,261 @@
+//! `multigather._native`: the Rust half of the Python package. The Python half
+//! (`multigather/__init__.py`) converts between `onnx` / numpy objects and the bytes this module
+//! takes and returns; this module loads, rewrites, lowers, runs and verifies with the library and
+//! raises `multigather.Error` with the library's one-line message.
+//!
+//! The module also exports the onnxruntime entry point `RegisterCustomOps`: it links
+//! `multigather-ort`, whose `#[no_mangle]` entry point every cdylib exports, so the module's file
+//! is the custom-op library that `get_library_path()` returns (as onnxruntime-extensions does).
+//! [`_native`] names the crate so the linker keeps it.
+
+#[path = "../../src/cli/mod.rs"]
+#[allow(dead_code)]
+mod cli;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use clap::Parser;
+use multigather::interp::{stored_to_tensor, tensor_to_stored, Session};
+use multigather::io::{ExternalPolicy, SaveOptions};
+use multigather::ir::Model;
+use multigather::pass::{
+    DefineMultiaxisFunctions, GatherKind, GatherToMultiaxis, LowerMultiaxis, RewriteConfig,
+};
+use multigather::verify::{compare, random_inputs};
+use multigather::{proto, Tensor};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+create_exception!(
+    _native,
+    Error,
+    PyException,
+    "A model, file or tensor that multigather rejects; the message is the library's one line."
+);
+
+/// A model given as serialized bytes or as a file path (which keeps external data in place).
+#[derive(FromPyObject)]
+enum Source {
+    Bytes(Vec<u8>),
+    Path(PathBuf),
+}
+
+fn err(e: impl std::fmt::Display) -> PyErr {
+    Error::new_err(e.to_string())
+}
+
+fn load(source: &Source) -> Result<Model, multigather::Error> {
+    match source {
+        Source::Bytes(b) => multigather::io::load_bytes(b),
+        Source::Path(p) => multigather::io::load(p),
+    }
+}
+
+/// The model as bytes, or saved to `output` (then `None`), with large tensors moved to
+/// `external_data` beside it when given.
+fn finish(
+    py: Python<'_>,
+    model: &Model,
+    output: Option<PathBuf>,
+    external_data: Option<String>,
+) -> PyResult<Option<Py<PyBytes>>> {
+    match output {
+        Some(path) => {
+            let options = SaveOptions {
+                external: match external_data {
+                    Some(file) => ExternalPolicy::File {
+                        file,
+                        threshold: 1024,
+                    },
+                    None => ExternalPolicy::Keep,
+                },
+            };
+            py.detach(|| multigather::io::save_with(model, &path, &options))
+                .map_err(err)?;
+            Ok(None)
+        }
+        None => {
+            let bytes = py
+                .detach(|| multigather::io::to_bytes(model))
+                .map_err(err)?;
+            Ok(Some(PyBytes::new(py, &bytes).unbind()))
+        }
+    }
+}
+
+/// Rewrites every gather; returns `(model bytes or None, report JSON)`.
+#[pyfunction]
+#[pyo3(signature = (source, ops, skip, with_function_body, output=None, external_data=None))]
+fn rewrite(
+    py: Python<'_>,
+    source: Source,
+    ops: Option<Vec<String>>,
+    skip: Vec<String>,
+    with_function_body: bool,
+    output: Option<PathBuf>,
+    external_data: Option<String>,
+) -> PyResult<(Option<Py<PyBytes>>, String)> {
+    let kinds = match ops {
+        None => GatherKind::ALL.to_vec(),
+        Some(ops) => ops
+            .iter()
+            .map(|o| {
+                GatherKind::from_name(o).ok_or_else(|| {
+                    err(format!(
+                        "unknown op kind '{o}' (expected Gather, GatherElements or GatherND)"
+                    ))
+                })
+            })
+            .collect::<PyResult<_>>()?,
+    };
+    let (model, report) = py
+        .detach(|| -> Result<_, multigather::Error> {
+            let mut model = load(&source)?;
+            let report = GatherToMultiaxis::rewrite(&mut model, RewriteConfig { kinds, skip })?;
+            if with_function_body {
+                DefineMultiaxisFunctions::define(&mut model)?;
+            }
+            Ok((model, report))
+        })
+        .map_err(err)?;
+    let json = serde_json::to_string(&report).map_err(err)?;
+    Ok((finish(py, &model, output, external_data)?, json))
+}
+
+/// Lowers every `GatherMultiaxis` to standard ONNX; returns `(model bytes or None, summary)`.
+#[pyfunction]
+#[pyo3(signature = (source, output=None, external_data=None))]
+fn lower(
+    py: Python<'_>,
+    source: Source,
+    output: Option<PathBuf>,
+    external_data: Option<String>,
+) -> PyResult<(Option<Py<PyBytes>>, String)> {
+    let (model, summary) = py
+        .detach(|| -> Result<_, multigather::Error> {
+            let mut model = load(&source)?;
+            let report = LowerMultiaxis::lower(&mut model)?;
+            Ok((model, report.summary()))
+        })
+        .map_err(err)?;
+    Ok((finish(py, &model, output, external_data)?, summary))
+}
+
+/// Tensors from `(name, TensorProto bytes)` pairs.
+fn decode(inputs: Vec<(String, Vec<u8>)>) -> Result<Vec<(String, Tensor)>, multigather::Error> {
+    inputs
+        .into_iter()
+        .map(|(name, b)| {
+            let stored = proto::decode_tensor(bytes::Bytes::from(b))?;
+            Ok((name, stored_to_tensor(&stored)?))
+        })
+        .collect()
+}
+
+/// Runs a model in the interpreter; inputs and outputs are `(name, TensorProto bytes)`.
+#[pyfunction]
+fn run(
+    py: Python<'_>,
+    source: Source,
+    inputs: Vec<(String, Vec<u8>)>,
+) -> PyResult<Vec<(String, Py<PyBytes>)>> {
+    let outputs = py
+        .detach(|| -> Result<_, multigather::Error> {
+            let model = load(&source)?;
+            let outputs = Session::new(&model).run(decode(inputs)?)?;
+            outputs
+                .into_iter()
+                .map(|(name, t)| {
+                    let encoded = proto::encode_tensor(&tensor_to_stored(&name, &t)?);
+                    Ok((name, encoded))
+                })
+                .collect::<Result<Vec<_>, multigather::Error>>()
+        })
+        .map_err(err)?;
+    Ok(outputs
+        .into_iter()
+        .map(|(name, b)| (name, PyBytes::new(py, &b).unbind()))
+        .collect())
+}
+
+/// Runs `original` and `rewritten` (or the original rewritten in memory) on the same inputs
+/// (given, or drawn at random) and compares every output bit for bit; returns the report JSON.
+#[pyfunction]
+#[pyo3(signature = (original, rewritten, inputs, seed, dims))]
+fn verify(
+    py: Python<'_>,
+    original: Source,
+    rewritten: Option<Source>,
+    inputs: Option<Vec<(String, Vec<u8>)>>,
+    seed: u64,
+    dims: HashMap<String, usize>,
+) -> PyResult<String> {
+    #[derive(serde::Serialize)]
+    struct Report {
+        identical: bool,
+        rewritten_nodes: usize,
+        outputs: Vec<multigather::verify::OutputComparison>,
+    }
+    let report = py
+        .detach(|| -> Result<Report, multigather::Error> {
+            let original = load(&original)?;
+            let (rewritten, rewritten_nodes) = match &rewritten {
+                Some(source) => (load(source)?, 0),
+                None => {
+                    let mut m = original.clone();
+                    let report = GatherToMultiaxis::rewrite(&mut m, RewriteConfig::default())?;
+                    (m, report.rewritten)
+                }
+            };
+            let inputs = match inputs {
+                Some(given) => decode(given)?,
+                None => random_inputs(&original, seed, &dims)?,
+            };
+            let expected = Session::new(&original).run(inputs.clone())?;
+            let actual = Session::new(&rewritten).run(inputs)?;
+            let outputs = compare(&expected, &actual);
+            Ok(Report {
+                identical: outputs.iter().all(|c| c.identical),
+                rewritten_nodes,
+                outputs,
+            })
+        })
+        .map_err(err)?;
+    serde_json::to_string(&report).map_err(err)
+}
+
+/// The command line (`multigather ARGS...`); returns the exit code. `argv[0]` is the program.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    let args = match cli::Args::try_parse_from(argv) {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    py.detach(|| match cli::run(args) {
+        Ok(cli::Outcome::Success) => 0,
+        Ok(cli::Outcome::CheckFailed) => 1,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            2
+        }
+    })
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Keeps `multigather-ort` (and with it `RegisterCustomOps`) in the module.
+    std::hint::black_box(multigather_ort::RegisterCustomOps as *const ());
+    m.add("Error", m.py().get_type::<Error>())?;
+    m.add_function(wrap_pyfunction!(rewrite, m)?)?;
+    m.add_function(wrap_pyfunction!(lower, m)?)?;
+    m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(verify, m)?)?;
+    m.add_function(wrap_pyfunction!(main, m)?)?;
+    Ok(())
+}

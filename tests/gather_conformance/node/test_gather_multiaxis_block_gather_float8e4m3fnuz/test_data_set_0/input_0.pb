@@ -1,0 +1,1 @@
+BinputJs‹é|:~bniRz2*¾Ç[ËhkhB€

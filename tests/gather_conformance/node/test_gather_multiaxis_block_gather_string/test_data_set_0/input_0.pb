@@ -1,0 +1,1 @@
+202a12gather22été32multi axis42xxxxxxx5262a72gather82été92multi axis102	xxxxxxx112122a132gather142été152multi axis162	xxxxxxx172182a192gather202été212multi axis222	xxxxxxx23Binput

@@ -1,0 +1,1 @@
+262a7202a12gather142été152gather82été92multi axis222	xxxxxxx232multi axis162	xxxxxxx17Boutput

@@ -1,0 +1,1 @@
+BoutputJxsÌ¯½Rˆ5)UÒVØK°zK°zUÒVØRˆ5)sÌ¯½Rˆ5)K°zJ‘=u¯|:^¾XÈbcúÂbcúÂ¾XÈ¯|:^J‘=u¯|:^bcúÂís+	7]ÅbÀo7ìÎtìÎtÀo77]Åbís+	7]ÅbìÎt

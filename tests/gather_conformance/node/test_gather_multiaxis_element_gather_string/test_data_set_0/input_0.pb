@@ -1,0 +1,1 @@
+202a12gather22été32multi axis42xxxxxxx5262a72gather82été92multi axis102	xxxxxxx11Binput

@@ -1,0 +1,1 @@
+2été3202xxxxxxx52xxxxxxx52multi axis102gather8Boutput

@@ -1,0 +1,1 @@
+BoutputJz©jäz©jäz©jä

@@ -1,0 +1,1 @@
+BoutputJ=Nx&èy³èy³èy³=Nx&èy³

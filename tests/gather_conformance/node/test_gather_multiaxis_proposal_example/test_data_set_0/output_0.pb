@@ -1,0 +1,1 @@
+BoutputJÀÿä"y»–Qóÿä"y»–Qóÿä"y»–Qóÿä"y»–Qóÿä"y»–Qóÿä"y»–QóÍì®°ÚòÍì®°ÚòÍì®°ÚòÍì®°ÚòÍì®°ÚòÍì®°Úò©rÍ?E_l©rÍ?E_l©rÍ?E_l©rÍ?E_l©rÍ?E_l©rÍ?E_l$mîELFÁh$mîELFÁh$mîELFÁh$mîELFÁh$mîELFÁh$mîELFÁh
