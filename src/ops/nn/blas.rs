@@ -1,10 +1,10 @@
-//! The one safe entry to `matrixmultiply`: strided matrix views whose bounds are checked once,
-//! and a GEMM that splits large products across threads.
+//! The one entry to the `gemm` crate: strided matrix views whose bounds are checked once, a
+//! checked GEMM on them, and [`gemm_raw`], the strided product every kernel family (matrix
+//! products, convolutions, recurrent cells) goes through.
 //!
-//! Design note: C is always a row-major block (row stride `ldc`, unit column stride) that the
-//! caller owns as a `&mut` slice, so splitting its rows between threads needs no unsafe aliasing.
-
-use rayon::prelude::*;
+//! Large products run on the current thread pool (the session's intra-op threads); the split
+//! depends only on the shapes and the thread count, so a product computes the same bits on
+//! every run with the same options.
 
 use crate::error::{Error, Result};
 
@@ -65,17 +65,6 @@ impl<'a, T> Mat<'a, T> {
         }
     }
 
-    /// Rows `start..start + count` (which must exist).
-    fn rows_from(self, start: usize, count: usize) -> Self {
-        debug_assert!(start + count <= self.rows);
-        let offset = if count == 0 { 0 } else { start * self.rs };
-        Mat {
-            data: &self.data[offset.min(self.data.len())..],
-            rows: count,
-            ..self
-        }
-    }
-
     /// Row `i` (which must exist) as `cols` values: borrowed when the row is contiguous.
     pub fn row(&self, i: usize) -> std::borrow::Cow<'a, [T]>
     where
@@ -130,27 +119,11 @@ pub(super) fn gemm<T: Real>(
             c.len()
         )));
     }
-    let flops = m.saturating_mul(n).saturating_mul(k);
-    let threads = rayon::current_num_threads();
-    if flops >= PARALLEL_FLOPS && threads > 1 && m >= 16 {
-        // Row blocks of C are disjoint slices: each thread runs its own product.
-        let rows_per = m.div_ceil(threads * 2).max(8);
-        c.par_chunks_mut(rows_per * ldc)
-            .enumerate()
-            .for_each(|(i, chunk)| {
-                let start = i * rows_per;
-                let count = rows_per.min(m.saturating_sub(start));
-                if count > 0 {
-                    gemm_serial(alpha, a.rows_from(start, count), b, beta, chunk, ldc);
-                }
-            });
-    } else {
-        gemm_serial(alpha, a, b, beta, c, ldc);
-    }
+    gemm_serial(alpha, a, b, beta, c, ldc);
     Ok(())
 }
 
-/// One product on the calling thread; the shapes and bounds were checked by [`gemm`].
+/// One product; the shapes and bounds were checked by [`gemm`].
 fn gemm_serial<T: Real>(alpha: T, a: Mat<'_, T>, b: Mat<'_, T>, beta: T, c: &mut [T], ldc: usize) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if m == 0 || n == 0 {
@@ -184,6 +157,63 @@ fn gemm_serial<T: Real>(alpha: T, a: Mat<'_, T>, b: Mat<'_, T>, beta: T, c: &mut
             ldc as isize,
             1,
         );
+    }
+}
+
+/// `C = alpha * A * B + beta * C` over raw strided `m x k` (A), `k x n` (B) and `m x n` (C)
+/// matrices, in BLAS's argument order (row stride, then column stride); with `beta == 0`, C is
+/// not read. Products of at least [`PARALLEL_FLOPS`] multiply-adds use the current thread pool.
+///
+/// # Safety
+/// Every element the strides address inside A, B and C must lie inside the allocations behind
+/// the pointers, and C's elements must not alias each other or A and B.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_raw<T: 'static + Copy + PartialEq + Default>(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: T,
+    a: *const T,
+    rsa: isize,
+    csa: isize,
+    b: *const T,
+    rsb: isize,
+    csb: isize,
+    beta: T,
+    c: *mut T,
+    rsc: isize,
+    csc: isize,
+) {
+    let threads = rayon::current_num_threads();
+    let parallelism = if m.saturating_mul(n).saturating_mul(k) >= PARALLEL_FLOPS && threads > 1 {
+        ::gemm::Parallelism::Rayon(threads)
+    } else {
+        ::gemm::Parallelism::None
+    };
+    // SAFETY: forwarded from the caller. The `gemm` crate computes `dst = a * dst + b * lhs rhs`
+    // (its `alpha` scales C), takes column stride before row stride, and reads C only when told.
+    unsafe {
+        ::gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            csc,
+            rsc,
+            beta != T::default(),
+            a,
+            csa,
+            rsa,
+            b,
+            csb,
+            rsb,
+            beta,
+            alpha,
+            false,
+            false,
+            false,
+            parallelism,
+        )
     }
 }
 

@@ -76,7 +76,7 @@ pub(super) trait Real:
     /// `self` raised to `e`.
     fn powf(self, e: Self) -> Self;
 
-    /// `C = alpha * A * B + beta * C` over raw strided matrices (see `matrixmultiply::sgemm`).
+    /// `C = alpha * A * B + beta * C` over raw strided matrices (see `nn::blas::gemm_raw`).
     ///
     /// # Safety
     /// Every element the strides address inside `m x k` (A), `k x n` (B) and `m x n` (C) must lie
@@ -165,8 +165,8 @@ macro_rules! real_impl {
     };
 }
 
-real_impl!(f32, matrixmultiply::sgemm);
-real_impl!(f64, matrixmultiply::dgemm);
+real_impl!(f32, super::blas::gemm_raw::<f32>);
+real_impl!(f64, super::blas::gemm_raw::<f64>);
 
 /// Widening loads: `f32` computes for float, float16 and bfloat16; `f64` for double.
 trait Widen: Sized + Copy {

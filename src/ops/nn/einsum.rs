@@ -10,7 +10,7 @@
 //! Design note: two floating-point operands whose labels are distinct within each term and each
 //! appear in the output or in the other operand form a batched matrix product (batch labels in
 //! both operands and the output, contracted labels in both operands only): they are gathered into
-//! `(batch, M, K)` and `(batch, K, N)` blocks and multiplied through `matrixmultiply`. Everything
+//! `(batch, M, K)` and `(batch, K, N)` blocks and multiplied through the `gemm` crate. Everything
 //! else runs an index-iterating loop over the output labels and then the summed labels, reading
 //! each operand through per-label strides (a repeated label adds its strides, which walks the
 //! diagonal).

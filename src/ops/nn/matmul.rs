@@ -5,7 +5,7 @@
 //! <https://onnx.ai/onnx/operators/onnx__MatMulInteger.html>,
 //! <https://onnx.ai/onnx/operators/onnx__QLinearMatMul.html>.
 //!
-//! Floating-point products go through `matrixmultiply` (float16 and bfloat16 via `f32`). Integer
+//! Floating-point products go through the `gemm` crate (float16 and bfloat16 via `f32`). Integer
 //! `MatMul` wraps in the element type, like every runtime. The quantized products subtract their
 //! zero points and multiply in `f64`, which is exact for 8-bit operands, then requantize with
 //! round-half-to-even and saturation.
@@ -113,7 +113,7 @@ impl Plan {
     }
 
     /// Writes `A @ B` into `out` (the output), in a floating-point type, through
-    /// `matrixmultiply`.
+    /// the `gemm` crate.
     pub fn run_real_into<T: Real>(&self, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
         self.check_lens(a, b)?;
         let (m, k, n) = (self.m, self.k, self.n);

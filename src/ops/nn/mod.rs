@@ -2,10 +2,10 @@
 //! and quantized forms), convolutions, pools, normalizations and linear quantization.
 //!
 //! Every floating-point kernel computes in `f32` (float, float16, bfloat16) or `f64` (double) and
-//! rounds once on output; matrix products and convolutions go through `matrixmultiply`
+//! rounds once on output; matrix products and convolutions go through the `gemm` crate
 //! ([`blas`]), parallelised with rayon over batches, groups or tiles of output positions.
 
-mod blas;
+pub(crate) mod blas;
 mod common;
 mod conv;
 mod conv_transpose;

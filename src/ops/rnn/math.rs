@@ -1,14 +1,14 @@
 //! The numbers of the recurrences: the compute types, the matrix products (through
-//! `matrixmultiply`, with direct kernels for the few rows of a small batch) and the gate
+//! the `gemm` crate, with direct kernels for the few rows of a small batch) and the gate
 //! activation functions.
 //!
-//! Design note: `matrixmultiply` packs both operands on every call, which costs as much as the
+//! Design note: the `gemm` crate packs both operands on every call, which costs as much as the
 //! product itself when `A` has one row (a batch of one, as in streaming speech models, where the
 //! recurrent product of every step is a vector times a matrix). Products with a few rows
 //! therefore run row by row: as sums of `B`'s rows scaled by `A`'s (when `B`'s rows are
 //! contiguous, as for the transposed recurrent weights; up to [`AXPY_ROWS`] rows), or as dot
 //! products (when `B`'s columns and `A`'s rows are contiguous, as for `X W^T`; up to
-//! [`DOT_ROWS`] rows). The limits are where `matrixmultiply` wins on 128 to 512 wide weights.
+//! [`DOT_ROWS`] rows). The limits are where the `gemm` crate wins on 128 to 512 wide weights.
 
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
@@ -37,7 +37,7 @@ pub(super) trait Real:
     fn ln_1p(self) -> Self;
     /// The absolute value.
     fn abs(self) -> Self;
-    /// `C <- A B + beta C` through `matrixmultiply`, with `A` `m x k`, `B` `k x n` and `C`
+    /// `C <- A B + beta C` through the `gemm` crate, with `A` `m x k`, `B` `k x n` and `C`
     /// `m x n` given by their first element and row and column strides.
     ///
     /// # Safety
@@ -92,8 +92,8 @@ macro_rules! impl_real {
     };
 }
 
-impl_real!(f32, matrixmultiply::sgemm);
-impl_real!(f64, matrixmultiply::dgemm);
+impl_real!(f32, crate::ops::nn::blas::gemm_raw::<f32>);
+impl_real!(f64, crate::ops::nn::blas::gemm_raw::<f64>);
 
 /// A read-only `rows x cols` matrix inside a slice: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy, Debug)]
@@ -153,9 +153,9 @@ fn fits(len: usize, rows: usize, cols: usize, rs: usize, cs: usize) -> Option<(i
     (last < len).then_some(strides)
 }
 
-/// Products with contiguous rows of `B` and at most this many rows skip `matrixmultiply`.
+/// Products with contiguous rows of `B` and at most this many rows skip the `gemm` crate.
 const AXPY_ROWS: usize = 5;
-/// Products with contiguous columns of `B` and at most this many rows skip `matrixmultiply`.
+/// Products with contiguous columns of `B` and at most this many rows skip the `gemm` crate.
 const DOT_ROWS: usize = 2;
 
 /// `C <- A B + beta C`, where `C` is the row-major block of `a.rows` rows of `b.cols` elements
@@ -264,7 +264,7 @@ pub(super) fn transposed<T: Copy + Default>(data: &[T], rows: usize, cols: usize
 /// The recurrent weights `R` (row-major, `rows` gate units of `cols` hidden inputs) as the
 /// `cols x rows` matrix `R^T` that multiplies the hidden state every step, for a batch of
 /// `batch` rows. [`gemm`] reads `R` itself through a transposed view when it takes dot products
-/// (up to [`DOT_ROWS`] rows) or hands the product to `matrixmultiply` (more than [`AXPY_ROWS`]);
+/// (up to [`DOT_ROWS`] rows) or hands the product to the `gemm` crate (more than [`AXPY_ROWS`]);
 /// in between it sums scaled rows of `R^T`, which must then be contiguous, so `R` is transposed
 /// once per run. (Transposing for one step of a streaming model costs more than the step.)
 pub(super) enum StepWeights<'a, T> {
