@@ -1,7 +1,7 @@
 """Runs real models in multigather and onnxruntime side by side: outputs must agree within float
 tolerance, the rewrite must verify bit for bit, and run times are reported as ratios.
 
-usage: python scripts/check_models.py DIR... [--repeat N]
+usage: python scripts/check_models.py DIR... [--repeat N] [--threads 1,2]
        (needs onnx, onnxruntime, numpy; MULTIGATHER = the binary, default target/release/multigather)
 
 For every .onnx file under DIR, inputs are drawn from the declared types with a fixed seed:
@@ -11,7 +11,9 @@ inputs named `state`, `h`, `c` are zeros; an int64 scalar `sr` is 16000
 (the sample rate the silero-vad models expect). For each model:
   1. onnxruntime and `multigather run` on the original model agree (rtol 1e-4, atol 1e-5);
   2. `multigather verify --inputs` (rewrite in memory, compare bit for bit) succeeds;
-  3. single-threaded median run times of both are printed with their ratio.
+  3. median run times of both are printed with their ratio, for each thread count of
+     `--threads` (default 1; e.g. `--threads 1,2`), onnxruntime's intra-op threads and
+     multigather's `--threads` set alike.
 Prints one line per model and exits 1 on any failure.
 """
 import glob
@@ -74,37 +76,47 @@ def check(path, work, repeat):
     for name, value in feeds.items():
         with open(os.path.join(inputs, f"{name}.pb"), "wb") as f:
             f.write(numpy_helper.from_array(np.asarray(value), name).SerializeToString())
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    expected = sess.run(None, feeds)
-    ort_s = median_seconds(lambda: sess.run(None, feeds), repeat)
-
-    outdir = os.path.join(work, "outputs")
-    run = subprocess.run([BIN, "run", path, "--inputs", inputs, "--output-dir", outdir,
-                          "--repeat", str(repeat), "--threads", "1", "--json"],
-                         check=True, capture_output=True, text=True)
-    mg_s = json.loads(run.stdout)["median_s"]
-    for k, want in enumerate(expected):
-        t = onnx.TensorProto()
-        t.ParseFromString(open(os.path.join(outdir, f"output_{k}.pb"), "rb").read())
-        got = numpy_helper.to_array(t)
-        if got.shape != want.shape:
-            return f"output {k}: shape {got.shape} != onnxruntime's {want.shape}", None
-        if np.issubdtype(want.dtype, np.floating):
-            if not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
-                diff = np.max(np.abs(got.astype(np.float64) - want))
-                return f"output {k}: max |diff| {diff:.3g} vs onnxruntime", None
-        elif not np.array_equal(got, want):
-            return f"output {k}: differs from onnxruntime", None
+    times = []
+    expected = None
+    for threads in THREADS:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        expected = sess.run(None, feeds)
+        ort_s = median_seconds(lambda: sess.run(None, feeds), repeat)
+        outdir = os.path.join(work, f"outputs{threads}")
+        run = subprocess.run([BIN, "run", path, "--inputs", inputs, "--output-dir", outdir,
+                              "--repeat", str(repeat), "--threads", str(threads), "--json"],
+                             check=True, capture_output=True, text=True)
+        mg_s = json.loads(run.stdout)["median_s"]
+        times.append((threads, ort_s, mg_s))
+        for k, want in enumerate(expected):
+            t = onnx.TensorProto()
+            t.ParseFromString(open(os.path.join(outdir, f"output_{k}.pb"), "rb").read())
+            got = numpy_helper.to_array(t)
+            if got.shape != want.shape:
+                return f"output {k}: shape {got.shape} != onnxruntime's {want.shape}", None
+            if np.issubdtype(want.dtype, np.floating):
+                if not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
+                    diff = np.max(np.abs(got.astype(np.float64) - want))
+                    return f"output {k}: max |diff| {diff:.3g} vs onnxruntime", None
+            elif not np.array_equal(got, want):
+                return f"output {k}: differs from onnxruntime", None
     subprocess.run([BIN, "verify", path, "--inputs", inputs], check=True, capture_output=True)
-    return None, (ort_s, mg_s)
+    return None, times
+
+
+THREADS = [1]
 
 
 def main():
     args = sys.argv[1:]
     repeat = 20
+    if "--threads" in args:
+        i = args.index("--threads")
+        THREADS[:] = [int(t) for t in args[i + 1].split(",")]
+        del args[i:i + 2]
     if "--repeat" in args:
         i = args.index("--repeat")
         repeat = int(args[i + 1])
@@ -113,7 +125,7 @@ def main():
     for root in args:
         models += sorted(glob.glob(os.path.join(root, "**", "*.onnx"), recursive=True))
     failed = 0
-    print(f"{'model':<36} {'onnxruntime':>12} {'multigather':>12} {'mg/ort':>7}")
+    print(f"{'model':<36} {'threads':>7} {'onnxruntime':>12} {'multigather':>12} {'mg/ort':>7}")
     for path in models:
         with tempfile.TemporaryDirectory() as work:
             try:
@@ -127,8 +139,9 @@ def main():
             failed += 1
             print(f"FAIL {name}: {problem}")
         else:
-            ort_s, mg_s = times
-            print(f"{name:<36} {ort_s * 1e3:>10.3f}ms {mg_s * 1e3:>10.3f}ms {mg_s / ort_s:>7.2f}")
+            for threads, ort_s, mg_s in times:
+                print(f"{name:<36} {threads:>7} {ort_s * 1e3:>10.3f}ms {mg_s * 1e3:>10.3f}ms "
+                      f"{mg_s / ort_s:>7.2f}")
     print(f"models: {len(models) - failed} of {len(models)} run, match onnxruntime and verify")
     sys.exit(1 if failed else 0)
 

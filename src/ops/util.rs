@@ -495,21 +495,28 @@ pub fn tensor<T: Pod>(dtype: DataType, shape: &[usize], values: Vec<T>) -> Resul
     Ok(Tensor::from_vec(dtype, shape, values)?)
 }
 
-/// The dot product of two equally long slices, in eight independent sums so that it
-/// vectorizes (the summation order is fixed, so results do not depend on the caller).
+/// The dot product of two equally long slices, in sixteen independent sums so that it
+/// vectorizes (the summation order is fixed, so results do not depend on the caller or on the
+/// SIMD level, which is chosen at run time).
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
 pub fn dot<T>(a: &[T], b: &[T]) -> T
 where
     T: Copy + Default + std::ops::Add<Output = T> + std::ops::Mul<Output = T>,
 {
-    let mut sums = [T::default(); 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    const LANES: usize = 16;
+    let mut sums = [T::default(); LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let tail = ca
         .remainder()
         .iter()
         .zip(cb.remainder())
         .fold(T::default(), |s, (&x, &y)| s + x * y);
     for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
+        for l in 0..LANES {
             sums[l] = sums[l] + x[l] * y[l];
         }
     }

@@ -330,7 +330,7 @@ pub fn broadcast_zip<'d, F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
     }
     let runs = crate::ops::util::BroadcastRuns::new(a_shape, b_shape, out);
     let n = runs.run_len();
-    if n == 0 || total == 0 || total % n != 0 {
+    if n == 0 || total == 0 || !total.is_multiple_of(n) {
         return &mut [];
     }
     let grain = (GRAIN / n).max(1);
@@ -394,7 +394,7 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 5e-1;
     let e = p * r * r + r + 1.0;
     let half = round_magic(n * 0.5 - 0.25);
     let y = e * pow2i(half) * pow2i(n - half);
@@ -417,10 +417,10 @@ pub fn tanh(x: f32) -> f32 {
     let a = x.abs();
     let z = x * x;
     let mut p = -5.704_988_7e-3;
-    p = p * z + 2.063_908_9e-2;
+    p = p * z + 2.063_909e-2;
     p = p * z - 5.373_971_6e-2;
     p = p * z + 1.333_144_2e-1;
-    p = p * z - 3.333_328_2e-1;
+    p = p * z - 3.333_328e-1;
     let small = x + x * z * p;
     let big = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
     let big = if x < 0.0 { -big } else { big };
@@ -450,7 +450,7 @@ pub fn erf(x: f32) -> f32 {
     let mut p = 0.170_872_77;
     p = p * t - 0.822_152_23;
     p = p * t + 1.488_515_9;
-    p = p * t - 1.135_203_9;
+    p = p * t - 1.135_204;
     p = p * t + 0.278_868_07;
     p = p * t - 0.186_288_06;
     p = p * t + 0.096_784_18;
