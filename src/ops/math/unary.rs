@@ -297,6 +297,9 @@ pub(super) fn eval_num_unary<Op: NumUnary>(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
+    if x.dtype() == DataType::Float {
+        return Ok(vec![map_f32(x, Op::apply::<f32>)?]);
+    }
     dispatch_num!(x.dtype(), T => Ok(vec![map_num::<T>(x, Op::apply::<<T as Num>::Work>)?]),
         _ => Err(bad_type(ctx, x.dtype())))
 }
