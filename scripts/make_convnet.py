@@ -23,33 +23,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import model_builder
+
 CLASSES = 3
 ANCHORS = 3  # per cell
 OUT = 4 + CLASSES
 
 
-class Builder:
-    def __init__(self, seed=0):
-        self.rng = np.random.default_rng(seed)
-        self.nodes = []
-        self.inits = []
-        self.count = 0
-
-    def name(self, prefix):
-        self.count += 1
-        return f"{prefix}_{self.count}"
-
-    def const(self, prefix, value):
-        n = self.name(prefix)
-        self.inits.append(numpy_helper.from_array(np.asarray(value), n))
-        return n
-
-    def node(self, op, inputs, n_out=1, **attrs):
-        name = self.name(op.lower())
-        outs = [f"{name}_out{i}" if n_out > 1 else f"{name}_out" for i in range(n_out)]
-        self.nodes.append(helper.make_node(op, inputs, outs, name=name, **attrs))
-        return outs if n_out > 1 else outs[0]
-
+class Builder(model_builder.Builder):
     def conv(self, x, cin, cout, k, stride=1, group=1, bias=True):
         fan_in = cin // group * k * k
         w = (self.rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / fan_in))

@@ -23,27 +23,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import model_builder
+
 BATCH, SEQ = 4, 128
 VOCAB, HIDDEN, HEADS, FFN, LAYERS = 2048, 384, 12, 1536, 3
 HEAD = HIDDEN // HEADS
 
 
-class Builder:
-    def __init__(self, seed=0):
-        self.rng = np.random.default_rng(seed)
-        self.nodes = []
-        self.inits = []
-        self.count = 0
-
-    def name(self, prefix):
-        self.count += 1
-        return f"{prefix}_{self.count}"
-
-    def const(self, prefix, value):
-        n = self.name(prefix)
-        self.inits.append(numpy_helper.from_array(np.asarray(value), n))
-        return n
-
+class Builder(model_builder.Builder):
     def weight(self, prefix, shape, scale=0.05):
         return self.const(prefix, (scale * self.rng.standard_normal(shape)).astype(np.float32))
 

@@ -167,9 +167,8 @@ pub fn broadcast_binary<A: Copy, B: Copy, O>(
     Ok((values, out))
 }
 
-/// [`broadcast_binary`] over shapes that differ: the output's dims are merged where both
-/// operands step through them alike, and the innermost merged dim runs as one loop over
-/// contiguous or repeated elements (a per-channel scale or bias is one run per channel).
+/// [`broadcast_binary`] over shapes that differ, run by run ([`BroadcastRuns`]): a per-channel
+/// scale or bias is one run per channel.
 fn broadcast_runs<A: Copy, B: Copy, O>(
     a: &[A],
     a_shape: &[usize],
@@ -180,45 +179,13 @@ fn broadcast_runs<A: Copy, B: Copy, O>(
 ) -> Vec<O> {
     let total: usize = out.iter().product();
     let mut values = Vec::with_capacity(total);
-    if total == 0 {
+    let runs = BroadcastRuns::new(a_shape, b_shape, out);
+    let n = runs.run_len();
+    if total == 0 || n == 0 {
         return values;
     }
-    // Element strides of an operand along the output's dims: 0 where it is broadcast.
-    let strides = |shape: &[usize]| {
-        let mut st = vec![0; out.len()];
-        let offset = out.len() - shape.len();
-        let mut step = 1;
-        for (i, &n) in shape.iter().enumerate().rev() {
-            if n != 1 {
-                st[offset + i] = step;
-            }
-            step *= n;
-        }
-        st
-    };
-    let (sa, sb) = (strides(a_shape), strides(b_shape));
-    // (count, stride in a, stride in b), outermost first, with dims of one dropped and a dim
-    // merged into the one outside it when both operands continue across them.
-    let mut dims: Vec<(usize, usize, usize)> = Vec::with_capacity(out.len());
-    for (i, &n) in out.iter().enumerate() {
-        if n == 1 {
-            continue;
-        }
-        match dims.last_mut() {
-            Some(last) if last.1 == sa[i] * n && last.2 == sb[i] * n => {
-                *last = (last.0 * n, sa[i], sb[i]);
-            }
-            _ => dims.push((n, sa[i], sb[i])),
-        }
-    }
-    let Some(&(n, ra, rb)) = dims.last() else {
-        values.push(f(a[0], b[0]));
-        return values;
-    };
-    let outer = &dims[..dims.len() - 1];
-    let mut index = vec![0; outer.len()];
-    let (mut ia, mut ib) = (0, 0);
-    loop {
+    for k in 0..total / n {
+        let (ia, ra, ib, rb) = runs.run(k);
         match (ra, rb) {
             (1, 1) => values.extend(
                 a[ia..ia + n]
@@ -236,24 +203,8 @@ fn broadcast_runs<A: Copy, B: Copy, O>(
             }
             _ => values.extend((0..n).map(|j| f(a[ia + j * ra], b[ib + j * rb]))),
         }
-        // The next run: an odometer over the outer dims.
-        let mut d = outer.len();
-        loop {
-            if d == 0 {
-                return values;
-            }
-            d -= 1;
-            index[d] += 1;
-            ia += outer[d].1;
-            ib += outer[d].2;
-            if index[d] < outer[d].0 {
-                break;
-            }
-            ia -= outer[d].1 * outer[d].0;
-            ib -= outer[d].2 * outer[d].0;
-            index[d] = 0;
-        }
     }
+    values
 }
 
 /// Two operands broadcast to an output shape, as runs: the output's dims are merged where both
