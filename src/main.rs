@@ -17,8 +17,10 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(cli::Outcome::Success) => ExitCode::SUCCESS,
         Ok(cli::Outcome::CheckFailed) => ExitCode::from(1),
+        // A reader that went away (`| head`) has all it wanted: end quietly, as a filter does.
+        Err(e) if cli::output::is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            cli::output::eprintln(&format!("error: {e:#}"));
             ExitCode::from(2)
         }
     }

@@ -558,6 +558,7 @@ fn id(name: &str) -> String {
     }
 }
 
+/// A string literal: quotes and backslashes escaped, control characters as `\xHH`.
 fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
@@ -566,6 +567,11 @@ fn quote(s: &str) -> String {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
+            // A name is text from a stranger: ESC, CR or BEL printed raw would drive the terminal
+            // that shows it.
+            c if c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
             c => out.push(c),
         }
     }

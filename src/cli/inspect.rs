@@ -7,7 +7,7 @@ use multigather::ir::{Model, ValueInfo};
 use multigather::text::{self, TextOptions};
 use serde::Serialize;
 
-use super::Outcome;
+use super::{output, Outcome};
 
 #[derive(Serialize)]
 struct Summary<'a> {
@@ -63,13 +63,13 @@ pub fn run(path: &Path, json: bool, max_elements: usize) -> Result<Outcome> {
                 .map(|f| format!("{}.{}", f.domain, f.name))
                 .collect(),
         };
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        output::println(&serde_json::to_string_pretty(&summary)?)?;
     } else {
         let options = TextOptions {
             max_elements,
             ..TextOptions::default()
         };
-        print!("{}", text::model_to_text_with(&model, &options));
+        output::print(&text::model_to_text_with(&model, &options))?;
     }
     Ok(Outcome::Success)
 }

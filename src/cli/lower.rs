@@ -9,7 +9,7 @@ use multigather::io::SaveOptions;
 use multigather::pass::LowerMultiaxis;
 
 use super::rewrite::check_output;
-use super::Outcome;
+use super::{output, Outcome};
 
 /// Validated options of `multigather lower`.
 pub struct LowerArgs<'a> {
@@ -24,7 +24,7 @@ pub fn run(args: LowerArgs) -> Result<Outcome> {
     let report = LowerMultiaxis::lower(&mut model)
         .with_context(|| format!("lowering {}", args.model.display()))?;
     super::save(&model, args.output, &SaveOptions::default())?;
-    eprintln!("{}", report.summary());
+    output::eprintln(&report.summary());
     // The output is written either way, but it is standard ONNX only when nothing was skipped.
     Ok(if report.skipped == 0 {
         Outcome::Success

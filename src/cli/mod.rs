@@ -3,6 +3,7 @@
 
 mod inspect;
 mod lower;
+pub mod output;
 mod progress;
 mod rewrite;
 mod run;

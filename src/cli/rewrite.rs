@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use multigather::io::{ExternalPolicy, SaveOptions};
 use multigather::pass::{DefineMultiaxisFunctions, GatherKind, GatherToMultiaxis, RewriteConfig};
 
-use super::Outcome;
+use super::{output, Outcome};
 
 /// Validated options of `multigather rewrite`.
 pub struct RewriteArgs<'a> {
@@ -81,12 +81,12 @@ pub fn run(args: RewriteArgs) -> Result<Outcome> {
         None
     };
     super::save(&model, args.output, &args.save)?;
-    eprintln!("{}", report.summary());
+    output::eprintln(&report.summary());
     if let Some(functions) = &functions {
-        eprintln!("{}", functions.summary());
+        output::eprintln(&functions.summary());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        output::println(&serde_json::to_string_pretty(&report)?)?;
     }
     Ok(Outcome::Success)
 }

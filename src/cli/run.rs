@@ -11,7 +11,7 @@ use multigather::ir::Model;
 use multigather::Tensor;
 use serde::Serialize;
 
-use super::Outcome;
+use super::{output, Outcome};
 
 /// Validated options of `multigather run`.
 pub struct RunArgs<'a> {
@@ -108,18 +108,24 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             min_s: times[0],
             outputs: summaries,
         };
-        println!("{}", serde_json::to_string(&timing)?);
+        output::println(&serde_json::to_string(&timing)?)?;
     } else {
         for ((_, t), s) in outputs.iter().zip(&summaries) {
-            println!("{} {}{:?} {}", s.name, s.dtype, s.shape, preview(t));
+            output::println(&format!(
+                "{} {}{:?} {}",
+                s.name,
+                s.dtype,
+                s.shape,
+                preview(t)
+            ))?;
         }
         if args.repeat > 1 {
-            eprintln!(
+            output::eprintln(&format!(
                 "{} runs: median {:.3} ms, min {:.3} ms",
                 args.repeat,
                 times[times.len() / 2] * 1e3,
                 times[0] * 1e3
-            );
+            ));
         }
     }
     Ok(Outcome::Success)

@@ -12,7 +12,7 @@ use multigather::interp::files::{read_inputs_dir, read_outputs_dir};
 use multigather::interp::Session;
 use multigather::verify::close_enough;
 
-use super::Outcome;
+use super::{output, Outcome};
 
 /// What became of one test.
 enum Verdict {
@@ -35,19 +35,21 @@ pub fn run(dirs: &[PathBuf]) -> Result<Outcome> {
         match run_one(test) {
             Verdict::Pass => {
                 passed += 1;
-                println!("ok   {name}");
+                output::println(&format!("ok   {name}"))?;
             }
             Verdict::Fail(why) => {
                 failed += 1;
-                println!("FAIL {name}: {why}");
+                output::println(&format!("FAIL {name}: {why}"))?;
             }
             Verdict::Skip(why) => {
                 skipped += 1;
-                println!("skip {name}: {why}");
+                output::println(&format!("skip {name}: {why}"))?;
             }
         }
     }
-    println!("{passed} passed, {failed} failed, {skipped} skipped");
+    output::println(&format!(
+        "{passed} passed, {failed} failed, {skipped} skipped"
+    ))?;
     Ok(if failed == 0 {
         Outcome::Success
     } else {

@@ -12,7 +12,7 @@ use multigather::tensor::{default_budget, Arena};
 use multigather::verify::{compare, random_inputs, OutputComparison};
 use serde::Serialize;
 
-use super::Outcome;
+use super::{output, Outcome};
 
 /// Validated options of `multigather verify`.
 pub struct VerifyArgs<'a> {
@@ -91,14 +91,14 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
             rewritten_nodes,
             outputs: &comparisons,
         };
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        output::println(&serde_json::to_string_pretty(&report)?)?;
     } else {
-        println!(
+        output::println(&format!(
             "{:<32} {:<10} {:<18} {:>10} {:>12}",
             "output", "dtype", "shape", "mismatches", "max |diff|"
-        );
+        ))?;
         for c in &comparisons {
-            println!(
+            output::println(&format!(
                 "{:<32} {:<10} {:<18} {:>10} {:>12}",
                 c.name,
                 c.dtype,
@@ -106,16 +106,16 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
                 c.mismatches,
                 c.max_abs_diff
                     .map_or_else(|| "-".into(), |d| format!("{d:e}")),
-            );
+            ))?;
             if let Some(p) = &c.problem {
-                println!("  {p}");
+                output::println(&format!("  {p}"))?;
             }
         }
         let verdict = if identical { "identical" } else { "DIFFERENT" };
-        eprintln!(
+        output::eprintln(&format!(
             "{verdict}: {} outputs compared bit for bit ({rewritten_nodes} gathers rewritten)",
             comparisons.len()
-        );
+        ));
     }
     Ok(if identical {
         Outcome::Success

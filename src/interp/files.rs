@@ -141,25 +141,15 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor> {
     let header = rest.get(..len).ok_or_else(|| bad("truncated header"))?;
     let header = std::str::from_utf8(header).map_err(|_| bad("header is not text"))?;
     let data = &rest[len..];
-    let field = |key: &str| -> Option<&str> {
-        let at = header.find(&format!("'{key}'"))? + key.len() + 2;
-        Some(header[at..].trim_start().strip_prefix(':')?.trim_start())
-    };
-    let descr = field("descr")
-        .and_then(|v| v.strip_prefix('\'')?.split('\'').next())
-        .ok_or_else(|| bad("no descr"))?;
-    if field("fortran_order").is_some_and(|v| v.starts_with("True")) {
+    let NpyHeader {
+        descr,
+        fortran_order,
+        shape,
+    } = parse_npy_header(header).map_err(|why| bad(&why))?;
+    if fortran_order {
         return Err(Error::Unsupported(".npy files in Fortran order".into()));
     }
-    let shape_text = field("shape")
-        .and_then(|v| v.strip_prefix('(')?.split(')').next())
-        .ok_or_else(|| bad("no shape"))?;
-    let shape: Vec<usize> = shape_text
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| bad("bad shape")))
-        .collect::<Result<_>>()?;
+    let descr = descr.as_str();
     let dtype = match descr.trim_start_matches(['<', '|', '=']) {
         "f4" => DataType::Float,
         "f8" => DataType::Double,
@@ -178,6 +168,129 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor> {
         other => return Err(Error::Unsupported(format!(".npy element type '{other}'"))),
     };
     Ok(Tensor::from_bytes(dtype, &shape, data)?)
+}
+
+/// The three fields of a `.npy` header.
+struct NpyHeader {
+    descr: String,
+    fortran_order: bool,
+    shape: Vec<usize>,
+}
+
+/// Parses a `.npy` header, a Python dict literal such as
+/// `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`, the way numpy does: exactly the
+/// three keys, each once (a repeated key is ambiguous: numpy takes the last, a naive reader the
+/// first), and dimensions that fit the signed 64-bit dims of ONNX.
+fn parse_npy_header(header: &str) -> std::result::Result<NpyHeader, String> {
+    let mut p = header.trim_end_matches(['\n', ' ', '\0']).trim_start();
+    fn eat(p: &mut &str, token: &str) -> bool {
+        *p = p.trim_start();
+        match p.strip_prefix(token) {
+            Some(rest) => {
+                *p = rest;
+                true
+            }
+            None => false,
+        }
+    }
+    if !eat(&mut p, "{") {
+        return Err("the header is not a dict".into());
+    }
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    loop {
+        if eat(&mut p, "}") {
+            break;
+        }
+        let key = string_literal(&mut p)?;
+        if !eat(&mut p, ":") {
+            return Err(format!("no ':' after '{key}'"));
+        }
+        p = p.trim_start();
+        let twice = || format!("the header gives '{key}' twice");
+        match key.as_str() {
+            "descr" => {
+                if descr.replace(string_literal(&mut p)?).is_some() {
+                    return Err(twice());
+                }
+            }
+            "fortran_order" => {
+                let value = if eat(&mut p, "True") {
+                    true
+                } else if eat(&mut p, "False") {
+                    false
+                } else {
+                    return Err("fortran_order is not True or False".into());
+                };
+                if fortran.replace(value).is_some() {
+                    return Err(twice());
+                }
+            }
+            "shape" => {
+                if shape.replace(shape_tuple(&mut p)?).is_some() {
+                    return Err(twice());
+                }
+            }
+            other => return Err(format!("unknown key '{other}'")),
+        }
+        if !eat(&mut p, ",") {
+            if eat(&mut p, "}") {
+                break;
+            }
+            return Err("expected ',' or '}' between fields".into());
+        }
+    }
+    if !p.trim().is_empty() {
+        return Err("text after the header dict".into());
+    }
+    Ok(NpyHeader {
+        descr: descr.ok_or("no descr")?,
+        fortran_order: fortran.ok_or("no fortran_order")?,
+        shape: shape.ok_or("no shape")?,
+    })
+}
+
+/// A Python string literal in single or double quotes, without escapes.
+fn string_literal(p: &mut &str) -> std::result::Result<String, String> {
+    *p = p.trim_start();
+    let quote = p
+        .chars()
+        .next()
+        .filter(|c| *c == '\'' || *c == '"')
+        .ok_or("expected a quoted string")?;
+    let body = &p[1..];
+    let end = body.find(quote).ok_or("unterminated string")?;
+    let text = &body[..end];
+    if text.contains('\\') {
+        return Err("escapes in header strings are not supported".into());
+    }
+    *p = &body[end + 1..];
+    Ok(text.to_owned())
+}
+
+/// A tuple of dimensions: `()`, `(3,)`, `(2, 3)`.
+fn shape_tuple(p: &mut &str) -> std::result::Result<Vec<usize>, String> {
+    let body = p.strip_prefix('(').ok_or("shape is not a tuple")?;
+    let end = body.find(')').ok_or("unterminated shape")?;
+    let mut pieces: Vec<&str> = body[..end].split(',').map(str::trim).collect();
+    if pieces.last() == Some(&"") {
+        pieces.pop();
+    }
+    let dims = pieces
+        .into_iter()
+        .map(|s| {
+            let dim = s
+                .strip_suffix('L')
+                .unwrap_or(s)
+                .parse::<u64>()
+                .map_err(|_| format!("bad dimension '{s}' in the shape"))?;
+            if dim > i64::MAX as u64 {
+                return Err(format!("dimension {dim} is larger than 2^63-1"));
+            }
+            usize::try_from(dim).map_err(|_| format!("dimension {dim} does not fit in memory"))
+        })
+        .collect::<std::result::Result<Vec<usize>, String>>()?;
+    *p = &body[end + 1..];
+    Ok(dims)
 }
 
 #[cfg(test)]
@@ -216,5 +329,68 @@ mod tests {
         assert!(read_npy(&short).is_err());
         let err = read_npy(&npy("<U3", "(1,)", &[0u8; 12])).unwrap_err();
         assert!(err.to_string().contains("U3"), "{err}");
+    }
+
+    /// A `.npy` file with `header` as its header dict and no data.
+    fn npy_header(header: &str) -> Vec<u8> {
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        out
+    }
+
+    #[test]
+    fn npy_duplicate_fortran_order_key() {
+        // numpy takes the last of two equal keys: this file is Fortran order to numpy.
+        let twice =
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (0,), 'fortran_order': True}";
+        let err = read_npy(&npy_header(twice)).unwrap_err().to_string();
+        assert!(err.contains("'fortran_order' twice"), "{err}");
+        for (header, why) in [
+            (
+                "{'descr': '<f4', 'descr': '<i8', 'fortran_order': False, 'shape': (0,)}",
+                "'descr' twice",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (0,), 'shape': (1,)}",
+                "'shape' twice",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (0,), 'extra': 1}",
+                "unknown key 'extra'",
+            ),
+            ("{'descr': '<f4', 'shape': (0,)}", "no fortran_order"),
+            (
+                "{'descr': '<f4', 'fortran_order': 0, 'shape': (0,)}",
+                "True or False",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (2,,3)}",
+                "bad dimension",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (0,)} x",
+                "after the header",
+            ),
+        ] {
+            let err = read_npy(&npy_header(header)).unwrap_err().to_string();
+            assert!(err.contains(why), "{header}: {err}");
+        }
+    }
+
+    #[test]
+    fn npy_dims_beyond_int64() {
+        let huge = "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 18446744073709551615), }";
+        let err = read_npy(&npy_header(huge)).unwrap_err().to_string();
+        assert!(err.contains("larger than 2^63-1"), "{err}");
+        // The largest dim ONNX can state, beside a zero, is an empty tensor.
+        let widest =
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 9223372036854775807), }";
+        let t = read_npy(&npy_header(widest)).unwrap();
+        assert_eq!(t.shape(), &[0, i64::MAX as usize]);
+        // Fortran order, given once, is still refused as unsupported.
+        let fortran = "{'descr': '<f4', 'fortran_order': True, 'shape': (0,), }";
+        let err = read_npy(&npy_header(fortran)).unwrap_err().to_string();
+        assert!(err.contains("Fortran"), "{err}");
     }
 }
