@@ -7,10 +7,13 @@
 //! leaves a partial output and never touches the input.
 
 mod checks;
+mod input;
+
+pub use input::{read_input, Origin};
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
@@ -61,33 +64,22 @@ pub fn load(path: impl AsRef<Path>) -> Result<Model> {
 
 /// Loads a model from a file. External data resolves against the file's directory.
 ///
-/// A regular file is mapped; anything else that can be read (a pipe, as in
-/// `multigather inspect <(gunzip -c model.onnx.gz)`) is read into memory, up to the size limit.
+/// A regular file is mapped; a pipe (as in `multigather inspect <(gunzip -c model.onnx.gz)`) is
+/// read into memory, up to the size limit; devices, sockets and directories are refused.
 pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Model> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-    let too_big = |len: u64| {
-        Error::Limit(format!(
-            "{}: {len} bytes is larger than the limit of {} bytes",
-            path.display(),
-            options.max_file_bytes
-        ))
-    };
-    if meta.len() > options.max_file_bytes {
-        return Err(too_big(meta.len()));
-    }
+    let (file, meta) = input::open_input(path, Origin::Named)?;
     let bytes = if meta.is_file() {
+        if meta.len() > options.max_file_bytes {
+            return Err(input::too_big(path, meta.len(), options.max_file_bytes));
+        }
         map_file(&file, path)?
     } else {
-        let mut bytes = Vec::new();
-        // One byte past the limit tells "at the limit" from "over it" without reading it all.
-        file.take(options.max_file_bytes.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(|e| Error::io(path, e))?;
-        if bytes.len() as u64 > options.max_file_bytes {
-            return Err(too_big(bytes.len() as u64));
-        }
-        Bytes::from(bytes)
+        Bytes::from(input::read_limited(
+            file,
+            &meta,
+            path,
+            options.max_file_bytes,
+        )?)
     };
     let base = path
         .parent()
@@ -99,7 +91,9 @@ pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Model> {
             }
         })
         .unwrap_or_else(|| PathBuf::from("."));
-    decode_with(bytes, Some(base), options)
+    let mut model = decode_with(bytes, Some(base), options)?;
+    model.source_file = Some(path.to_path_buf());
+    Ok(model)
 }
 
 /// Loads a model from bytes. A model with external data needs [`load`] instead, which knows the
@@ -398,6 +392,7 @@ pub fn save(model: &Model, path: impl AsRef<Path>) -> Result<()> {
 /// itself could not be renamed into place (the previous data file is put back).
 pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()> {
     let dir = parent_dir(path);
+    check_sources_intact(model)?;
     let sources = data_sources(model);
     refuse_source(&sources, path)?;
     let target = Target::of(path)?;
@@ -420,13 +415,13 @@ pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()
                 tensor: "*".into(),
                 reason,
             })?;
-            if target == Target::Stream {
+            if target != Target::Replace {
                 return Err(Error::io(
                     path,
                     std::io::Error::other("external data needs the output to be a regular file"),
                 ));
             }
-            check_data_target(&dir.join(file), path, &sources)?;
+            check_data_target(model, &dir, file, path, &sources)?;
             let (tmp, moved) = write_external(model, &dir, file, *threshold)?;
             let bytes = proto::encode_with(model, &|t| {
                 moved
@@ -437,8 +432,10 @@ pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()
             (bytes, Some((tmp, dir.join(file))))
         }
     };
-    if target == Target::Stream {
-        return write_stream(path, &bytes);
+    match target {
+        Target::Stream => return write_stream(path, &bytes),
+        Target::Stdout => return write_stdout(path, &bytes),
+        Target::Replace => {}
     }
     // Both files are complete and synced before either is renamed, so running out of space
     // changes nothing.
@@ -460,26 +457,88 @@ fn parent_dir(path: &Path) -> PathBuf {
 /// How a save reaches its destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
-    /// A new or regular file (or a symbolic link, which is replaced): a temporary file renamed
-    /// over it.
+    /// A new or regular file: a temporary file renamed over it.
     Replace,
     /// A device or pipe (`/dev/null`, a shell's `>(...)`): written to directly, since renaming a
     /// file over it would replace the device node itself.
     Stream,
+    /// The process's standard output (`-`, `/dev/stdout`, or any name for the same file): written
+    /// through the open descriptor, so `-o /dev/stdout > captured` fills `captured` and leaves
+    /// `/dev/stdout` alone.
+    Stdout,
 }
 
 impl Target {
     fn of(path: &Path) -> Result<Target> {
-        match std::fs::metadata(path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Target::Replace),
-            Err(e) => Err(Error::io(path, e)),
-            Ok(m) if m.is_dir() => Err(Error::io(
+        let refuse = |why: &str| Err(Error::io(path, std::io::Error::other(why.to_owned())));
+        if path == Path::new("-") {
+            return Ok(Target::Stdout);
+        }
+        let link = match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Target::Replace),
+            Err(e) => return Err(Error::io(path, e)),
+            Ok(m) => m,
+        };
+        let is_link = link.file_type().is_symlink();
+        let meta = if is_link {
+            match std::fs::metadata(path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return refuse("is a symbolic link to nothing; not replacing it")
+                }
+                Err(e) => return Err(Error::io(path, e)),
+            }
+        } else {
+            link
+        };
+        if is_stdout(&meta) {
+            Ok(Target::Stdout)
+        } else if meta.is_dir() {
+            Err(Error::io(
                 path,
                 std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory"),
-            )),
-            Ok(m) if m.is_file() => Ok(Target::Replace),
-            Ok(_) => Ok(Target::Stream),
+            ))
+        } else if meta.is_file() && is_link {
+            // Replacing the link would lose it; writing through it would replace a directory
+            // entry somewhere else. The user can name the target.
+            refuse("is a symbolic link; not replacing it (name the file it points to instead)")
+        } else if meta.is_file() {
+            Ok(Target::Replace)
+        } else {
+            Ok(Target::Stream)
         }
+    }
+}
+
+/// Whether `path` is where this process's standard output goes: `-`, or a name (such as
+/// `/dev/stdout`) for the very file, pipe or device standard output is.
+///
+/// # Example
+/// ```
+/// assert!(multigather::io::is_stdout_path(std::path::Path::new("-")));
+/// assert!(!multigather::io::is_stdout_path(std::path::Path::new("no/such/file")));
+/// ```
+pub fn is_stdout_path(path: &Path) -> bool {
+    path == Path::new("-") || std::fs::metadata(path).is_ok_and(|m| is_stdout(&m))
+}
+
+/// Whether `meta` describes the file standard output is open on.
+fn is_stdout(meta: &std::fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::MetadataExt;
+        let Ok(fd) = std::io::stdout().as_fd().try_clone_to_owned() else {
+            return false;
+        };
+        File::from(fd)
+            .metadata()
+            .is_ok_and(|out| out.dev() == meta.dev() && out.ino() == meta.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        false
     }
 }
 
@@ -502,6 +561,40 @@ fn data_sources(model: &Model) -> Vec<PathBuf> {
     sources
 }
 
+/// Checks that every external data file still holds the bytes the model maps from it. A file
+/// truncated since loading would kill the process with `SIGBUS` at the first read of a page past
+/// its new end; this turns the common case (truncated before the save starts) into an error, and
+/// the binary's `SIGBUS` handler ends the rest with a one-line message.
+fn check_sources_intact(model: &Model) -> Result<()> {
+    let Some(base) = &model.base_dir else {
+        return Ok(());
+    };
+    let mut needed: HashMap<String, u64> = HashMap::new();
+    visit_tensors(model, &mut |t| {
+        if let Payload::External(e) = &t.payload {
+            let end = e.offset.saturating_add(e.bytes.len() as u64);
+            let at = needed.entry(e.location.clone()).or_default();
+            *at = (*at).max(end);
+        }
+        Ok(())
+    })?;
+    for (location, end) in needed {
+        let path = base.join(location);
+        let len = std::fs::metadata(&path)
+            .map_err(|e| Error::io(&path, e))?
+            .len();
+        if len < end {
+            return Err(Error::io(
+                &path,
+                std::io::Error::other(format!(
+                    "the file shrank to {len} bytes after the model was loaded; it needs {end}"
+                )),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses to write over a file the model reads tensor data from: the model being saved, and
 /// the one it was loaded from, would lose their weights.
 fn refuse_source(sources: &[PathBuf], path: &Path) -> Result<()> {
@@ -515,40 +608,87 @@ fn refuse_source(sources: &[PathBuf], path: &Path) -> Result<()> {
 }
 
 /// Checks where an external data file is about to be written: not over the model output, not
-/// over a file the model reads from, not through a symbolic link and not over anything but a
-/// regular file.
-fn check_data_target(data_path: &Path, model_path: &Path, sources: &[PathBuf]) -> Result<()> {
+/// over the file the model was loaded from or one it reads tensor data from, not through a
+/// symbolic link (in any component below the output's directory: the loader refuses those, so
+/// the saved model would not load) and not over anything but a regular file.
+fn check_data_target(
+    model: &Model,
+    dir: &Path,
+    file: &str,
+    model_path: &Path,
+    sources: &[PathBuf],
+) -> Result<()> {
+    let data_path = dir.join(file);
     let fail = |reason: &str| {
         Err(Error::io(
-            data_path,
+            &data_path,
             std::io::Error::other(reason.to_owned()),
         ))
     };
     let dir_of = |p: &Path| parent_dir(p).canonicalize().ok();
     if data_path.file_name() == model_path.file_name()
-        && dir_of(data_path).is_some()
-        && dir_of(data_path) == dir_of(model_path)
+        && dir_of(&data_path).is_some()
+        && dir_of(&data_path) == dir_of(model_path)
     {
         return fail("the external data file would be the output model itself");
     }
-    refuse_source(sources, data_path)?;
-    match std::fs::symlink_metadata(data_path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io(data_path, e)),
-        Ok(m) if m.file_type().is_symlink() => fail("is a symbolic link; not replacing it"),
-        Ok(m) if !m.is_file() => fail("is not a regular file; not replacing it"),
-        Ok(_) => Ok(()),
+    let same_file = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if model
+        .source_file
+        .as_deref()
+        .is_some_and(|src| same_file(src, &data_path))
+    {
+        return fail("this is the model being rewritten; not overwriting it");
     }
+    refuse_source(sources, &data_path)?;
+    let mut below = dir.to_path_buf();
+    let parts: Vec<_> = Path::new(file).components().collect();
+    for (i, part) in parts.iter().enumerate() {
+        let Component::Normal(name) = part else {
+            continue;
+        };
+        below.push(name);
+        let last = i + 1 == parts.len();
+        match std::fs::symlink_metadata(&below) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(e) => return Err(Error::io(&below, e)),
+            Ok(m) if m.file_type().is_symlink() && last => {
+                return fail("is a symbolic link; not replacing it")
+            }
+            Ok(m) if m.file_type().is_symlink() => {
+                return fail(&format!(
+                "'{}' is a symbolic link; external data must stay inside the output's directory",
+                below.display()
+            ))
+            }
+            Ok(m) if last && !m.is_file() => {
+                return fail("is not a regular file; not replacing it")
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to a synced temporary file beside `path`.
 fn staged(path: &Path, bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
-    let mut tmp = temp_in(&parent_dir(path))?;
+    let mut tmp = temp_for(path)?;
     tmp.as_file_mut()
         .write_all(bytes)
         .and_then(|()| tmp.as_file().sync_all())
         .map_err(|e| Error::io(path, e))?;
     Ok(tmp)
+}
+
+/// Writes `bytes` to standard output; errors name `path` (as the user gave it).
+fn write_stdout(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| Error::io(path, e))
 }
 
 /// Writes `bytes` straight into a device or pipe.
@@ -617,8 +757,8 @@ fn write_external(
     file: &str,
     threshold: usize,
 ) -> Result<(tempfile::NamedTempFile, HashMap<usize, Payload>)> {
-    let mut tmp = temp_in(dir)?;
     let data_path = dir.join(file);
+    let mut tmp = temp_for(&data_path)?;
     let mut moved = HashMap::new();
     let mut offset = 0u64;
     visit_tensors(model, &mut |t| {
@@ -676,12 +816,28 @@ pub fn visit_tensors(model: &Model, f: &mut dyn FnMut(&StoredTensor) -> Result<(
     Ok(())
 }
 
-fn temp_in(dir: &Path) -> Result<tempfile::NamedTempFile> {
-    tempfile::Builder::new()
-        .prefix(".multigather-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(dir, e))
+/// A temporary file to be renamed to `path`, with the mode the file will have: the mode of the
+/// regular file it replaces (so `--in-place` keeps the input's), else `0666` less the umask, as
+/// any new file gets.
+fn temp_for(path: &Path) -> Result<tempfile::NamedTempFile> {
+    let dir = parent_dir(path);
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".multigather-").suffix(".tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // The mode given at creation passes through the umask.
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let tmp = builder.tempfile_in(&dir).map_err(|e| Error::io(&dir, e))?;
+    if let Ok(old) = std::fs::symlink_metadata(path) {
+        if old.is_file() {
+            tmp.as_file()
+                .set_permissions(old.permissions())
+                .map_err(|e| Error::io(path, e))?;
+        }
+    }
+    Ok(tmp)
 }
 
 fn rename_into(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
@@ -694,6 +850,7 @@ fn rename_into(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     match Target::of(path)? {
         Target::Stream => write_stream(path, bytes),
+        Target::Stdout => write_stdout(path, bytes),
         Target::Replace => rename_into(staged(path, bytes)?, path),
     }
 }

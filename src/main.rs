@@ -13,6 +13,7 @@ use clap::Parser;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    on_sigbus_exit();
     let args = cli::Args::parse();
     match cli::run(args) {
         Ok(cli::Outcome::Success) => ExitCode::SUCCESS,
@@ -22,6 +23,32 @@ fn main() -> ExitCode {
         Err(e) => {
             cli::output::eprintln(&format!("error: {e:#}"));
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Models and external data are memory-mapped; if another process truncates one while it is
+/// read, the read faults with `SIGBUS`, which would kill the process without a word. This ends it
+/// with the one-line error and exit code every other failure gets. (Saving checks the files first,
+/// so a truncation before the save starts is an ordinary error naming the file.)
+fn on_sigbus_exit() {
+    #[cfg(unix)]
+    {
+        extern "C" fn handler(_: libc::c_int) {
+            const MESSAGE: &[u8] = b"error: a memory-mapped model or external data file was \
+truncated by another process while it was being read\n";
+            // SAFETY: write(2) and _exit(2) are async-signal-safe; nothing else runs here.
+            unsafe {
+                libc::write(2, MESSAGE.as_ptr().cast(), MESSAGE.len());
+                libc::_exit(2);
+            }
+        }
+        // SAFETY: installs a handler that only calls async-signal-safe functions.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = handler as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
         }
     }
 }

@@ -75,6 +75,7 @@ pub fn decode(bytes: Bytes, limits: DecodeLimits) -> Result<ir::Model> {
         training_info: m.training_info.iter().map(encoded).collect(),
         configuration: m.configuration.iter().map(encoded).collect(),
         base_dir: None,
+        source_file: None,
     })
 }
 

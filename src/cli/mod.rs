@@ -62,7 +62,7 @@ pub enum Command {
     Rewrite {
         /// The model file.
         model: PathBuf,
-        /// Where to write the rewritten model.
+        /// Where to write the rewritten model (`-` for standard output).
         #[arg(short, long)]
         output: PathBuf,
         /// Allow the output to be the input file.
@@ -93,7 +93,7 @@ pub enum Command {
     Lower {
         /// The model file.
         model: PathBuf,
-        /// Where to write the lowered model.
+        /// Where to write the lowered model (`-` for standard output).
         #[arg(short, long)]
         output: PathBuf,
         /// Allow the output to be the input file.
@@ -283,8 +283,17 @@ pub fn save(
         .iter()
         .map(|t| t.stored_len() as u64)
         .sum();
-    progress::spin("saving", path, hint, || {
+    let saved = progress::spin("saving", path, hint, || {
         multigather::io::save_with(model, path, options)
-    })
-    .with_context(|| format!("saving {}", path.display()))
+    });
+    match saved {
+        // A model sent to standard output, read by something that went away: see `main`.
+        Err(multigather::Error::Io { cause, .. })
+            if cause.kind() == std::io::ErrorKind::BrokenPipe
+                && multigather::io::is_stdout_path(path) =>
+        {
+            Err(output::StdoutError(cause).into())
+        }
+        other => other.with_context(|| format!("saving {}", path.display())),
+    }
 }

@@ -45,14 +45,6 @@ pub fn println(text: &str) -> Result<()> {
     print(&format!("{text}\n"))
 }
 
-/// Writes raw bytes (a model sent to `-o -`) to standard output.
-pub fn write_bytes(bytes: &[u8]) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(bytes)
-        .and_then(|()| out.flush())
-        .map_err(|e| StdoutError(e).into())
-}
-
 /// Prints `text` and a newline on standard error, control characters escaped. A failure to write
 /// there has nowhere to be reported and is ignored.
 pub fn eprintln(text: &str) {

@@ -66,6 +66,9 @@ pub fn check_output(input: &Path, output: &Path, in_place: bool) -> Result<()> {
 
 pub fn run(args: RewriteArgs) -> Result<Outcome> {
     check_output(args.model, args.output, args.in_place)?;
+    if args.json && multigather::io::is_stdout_path(args.output) {
+        bail!("--json prints the report on standard output, where the model goes; write the model to a file");
+    }
     let config = RewriteConfig {
         kinds: kinds(args.ops)?,
         skip: args.skip.to_vec(),

@@ -4,6 +4,8 @@
 //!
 //! Each test prints one line — `ok`, `FAIL` with the reason, or `skip` when the model uses an
 //! operator this build does not support — and the run ends with `N passed, M failed, K skipped`.
+//! A test passes only when it compared something: a test with no `test_data_set_N` directory,
+//! or a set with no `output_0.pb`, fails and says so.
 
 use std::path::{Path, PathBuf};
 
@@ -91,17 +93,10 @@ fn run_one(dir: &Path) -> Verdict {
             other => Verdict::Fail(other.to_string()),
         };
     }
-    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_dir()
-                && p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_"))
-        })
-        .collect();
-    sets.sort();
+    let sets = match data_sets(dir) {
+        Ok(sets) => sets,
+        Err(why) => return Verdict::Fail(why),
+    };
     for set in &sets {
         if let Err(why) = run_set(&model, &session, set) {
             return match why {
@@ -111,6 +106,43 @@ fn run_one(dir: &Path) -> Verdict {
         }
     }
     Verdict::Pass
+}
+
+/// The `test_data_set_N` directories of a test, sorted by N. A test with none compares nothing:
+/// that is a failure that names what the directory holds instead, never a pass.
+fn data_sets(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let (mut sets, mut others) = (Vec::new(), Vec::new());
+    for entry in entries {
+        let path = entry.map_err(|e| format!("{}: {e}", dir.display()))?.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match name
+            .strip_prefix("test_data_set_")
+            .and_then(|k| k.parse::<usize>().ok())
+        {
+            Some(k) => sets.push((k, path)),
+            None => others.push(name),
+        }
+    }
+    if sets.is_empty() {
+        others.sort();
+        let found = if others.is_empty() {
+            String::new()
+        } else {
+            format!(" (directories found: {})", others.join(", "))
+        };
+        return Err(format!(
+            "no test_data_set_N directory, so nothing was compared{found}"
+        ));
+    }
+    sets.sort();
+    Ok(sets.into_iter().map(|(_, p)| p).collect())
 }
 
 enum SetError {
@@ -129,6 +161,11 @@ fn run_set(model: &multigather::ir::Model, session: &Session, set: &Path) -> Res
     };
     let inputs = read_inputs_dir(&model.graph, set).map_err(fail)?;
     let expected = read_outputs_dir(set).map_err(fail)?;
+    if expected.is_empty() {
+        return Err(SetError::Fail(format!(
+            "{set_name}: no output_K.pb, so nothing was compared"
+        )));
+    }
     let actual = session.run(inputs).map_err(fail)?;
     for (k, want) in expected.iter().enumerate() {
         let Some((name, got)) = actual.get(k) else {

@@ -10,6 +10,7 @@ use std::path::Path;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
+use crate::io::{read_input, LoadOptions, Origin};
 use crate::ir::Graph;
 use crate::tensor::Tensor;
 use crate::DataType;
@@ -33,7 +34,17 @@ use super::{stored_to_tensor, tensor_to_stored};
 /// # Ok::<(), multigather::Error>(())
 /// ```
 pub fn read_tensor(path: &Path) -> Result<(Option<String>, Tensor)> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    read_tensor_from(path, Origin::Named)
+}
+
+/// Like [`read_tensor`], for a file named by the user or found in a directory (which must then be
+/// a regular file: see [`crate::io::read_input`]).
+fn read_tensor_from(path: &Path, origin: Origin) -> Result<(Option<String>, Tensor)> {
+    // The largest tensor the loader accepts, and room for a TensorProto's other fields.
+    let max = LoadOptions::default()
+        .max_tensor_bytes
+        .saturating_add(1 << 20);
+    let bytes = read_input(path, max, origin)?;
     let in_file = |e: Error| Error::InvalidTensor {
         tensor: path.display().to_string(),
         reason: e.to_string(),
@@ -75,7 +86,7 @@ pub fn read_inputs_dir(graph: &Graph, dir: &Path) -> Result<Vec<(String, Tensor)
         if stem.starts_with("output_") {
             continue;
         }
-        let (name, tensor) = read_tensor(&path)?;
+        let (name, tensor) = read_tensor_from(&path, Origin::Listed)?;
         let by_position = stem
             .strip_prefix("input_")
             .and_then(|k| k.parse::<usize>().ok())
@@ -103,15 +114,33 @@ pub fn read_inputs_dir(graph: &Graph, dir: &Path) -> Result<Vec<(String, Tensor)
     Ok(found)
 }
 
-/// The expected outputs of an ONNX test-data set: `output_K.pb` in order.
+/// The expected outputs of an ONNX test-data set: `output_K.pb` in order. The numbers must run
+/// from 0 without a gap: `output_1.pb` without `output_0.pb` is an error, not a set with no
+/// outputs.
 pub fn read_outputs_dir(dir: &Path) -> Result<Vec<Tensor>> {
+    let mut numbered: Vec<(usize, std::path::PathBuf)> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?;
+            let k = name.strip_prefix("output_")?.strip_suffix(".pb")?;
+            let k = k.parse::<usize>().ok().filter(|n| n.to_string() == k)?;
+            Some((k, p))
+        })
+        .collect();
+    numbered.sort();
     let mut outputs = Vec::new();
-    for k in 0.. {
-        let path = dir.join(format!("output_{k}.pb"));
-        if !path.exists() {
-            break;
+    for (expected, (k, path)) in numbered.into_iter().enumerate() {
+        if k != expected {
+            return Err(Error::io(
+                dir.join(format!("output_{expected}.pb")),
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("missing, but output_{k}.pb is there"),
+                ),
+            ));
         }
-        outputs.push(read_tensor(&path)?.1);
+        outputs.push(read_tensor_from(&path, Origin::Listed)?.1);
     }
     Ok(outputs)
 }

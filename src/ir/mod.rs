@@ -83,6 +83,8 @@ pub struct Model {
     pub configuration: Vec<Bytes>,
     /// Directory the model was loaded from, against which external data locations resolve.
     pub base_dir: Option<PathBuf>,
+    /// The file the model was loaded from, which a save never uses for external data.
+    pub source_file: Option<PathBuf>,
 }
 
 impl PartialEq for Model {
@@ -101,6 +103,7 @@ impl PartialEq for Model {
             training_info,
             configuration,
             base_dir: _,
+            source_file: _,
         } = self;
         *ir_version == other.ir_version
             && *opset_imports == other.opset_imports
@@ -144,6 +147,7 @@ impl Model {
             training_info: Vec::new(),
             configuration: Vec::new(),
             base_dir: None,
+            source_file: None,
         }
     }
 
