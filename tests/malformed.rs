@@ -1229,3 +1229,271 @@ fn input_missing() {
     let dir = tempfile::tempdir().unwrap();
     assert_refused_in(dir.path(), &["loading bad.onnx", "No such file"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Kernels on model-controlled values: every model below is all constants (no graph input), so
+// `run` executes the kernel and `rewrite` and `verify` run it again through constant folding. The
+// rule: the right result or a one-line error (exit 2), quickly, in bounded memory; never a panic
+// (exit 101), an abort or a hang.
+
+const BOOL: i64 = 9;
+
+/// A float initializer of `dims` holding `values` (none for an empty tensor).
+fn floats(name: &str, dims: &[i64], values: &[f32]) -> Msg {
+    let raw: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    with_raw(tensor(name, FLOAT, dims), &raw)
+}
+
+/// An int64 initializer of `dims` holding `values`.
+fn int64s(name: &str, dims: &[i64], values: &[i64]) -> Msg {
+    let raw: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    with_raw(tensor(name, INT64, dims), &raw)
+}
+
+fn attr_ints(name: &str, v: &[i64]) -> Msg {
+    const AT_INTS: i64 = 7;
+    v.iter()
+        .fold(Msg::new().str(1, name).int(20, AT_INTS), |m, &x| {
+            m.int(8, x)
+        })
+}
+
+/// A model computing `outputs` from `initializers` with `nodes`, plus the base model's lookup so
+/// that `rewrite` has a gather to rewrite, at the given default-domain opset.
+fn constant_model(
+    opset_version: i64,
+    nodes: Vec<Msg>,
+    initializers: Vec<Msg>,
+    outputs: &[&str],
+) -> Vec<u8> {
+    let mut g = lookup_graph(good_table());
+    g.name = "hostile".into();
+    g.inputs.clear();
+    g.initializers.push(int64s("ids", &[2], &[0, 2]));
+    g.nodes.extend(nodes);
+    g.initializers.extend(initializers);
+    // Outputs without a declared type: the model states nothing it does not compute.
+    g.outputs
+        .extend(outputs.iter().map(|o| Msg::new().str(1, o)));
+    Msg::new()
+        .int(1, 8)
+        .msg(8, opset("", opset_version))
+        .str(2, "malformed-tests")
+        .msg(7, g.encode())
+        .0
+}
+
+/// Runs `args` in `dir` under a 4 GiB address-space limit, so an allocation sized by the model
+/// fails instead of taking the machine.
+fn run_bounded(dir: &Path, args: &[&str]) -> harness::Run {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("ulimit -v 4194304; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_multigather"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null());
+    harness::run(cmd)
+}
+
+/// What every command must do with a hostile constant model: `run` gives the right result
+/// (`expected` on stdout) or fails with `expected` in a one-line error; `rewrite`, `verify` and
+/// `lower` (of the rewrite) end with exit 0 or a one-line error, within `seconds` each. The
+/// directory holds only what a successful rewrite writes.
+fn check_kernel_case(bytes: &[u8], expected: &[&str], seconds: u64) {
+    let dir = scratch(bytes);
+    let before = snapshot(dir.path());
+    let start = std::time::Instant::now();
+    let run = run_bounded(dir.path(), &["run", "bad.onnx"]);
+    let elapsed = start.elapsed().as_secs();
+    assert!(elapsed <= seconds, "run took {elapsed} s");
+    if run.code == Some(0) {
+        let out = String::from_utf8_lossy(&run.stdout);
+        for word in expected {
+            assert!(out.contains(word), "expected {word:?} in: {out}");
+        }
+    } else {
+        run.assert_error(expected);
+    }
+    for args in [
+        &["rewrite", "bad.onnx", "-o", "out.onnx"][..],
+        &["verify", "bad.onnx"],
+        &["lower", "out.onnx", "-o", "lowered.onnx"],
+    ] {
+        if args[1] == "out.onnx" && !dir.path().join("out.onnx").exists() {
+            continue;
+        }
+        let start = std::time::Instant::now();
+        let other = run_bounded(dir.path(), args);
+        let elapsed = start.elapsed().as_secs();
+        assert!(elapsed <= seconds, "{args:?} took {elapsed} s");
+        if other.code != Some(0) {
+            other.assert_error(&[]);
+        }
+    }
+    let mut after = snapshot(dir.path());
+    after.remove("out.onnx");
+    after.remove("lowered.onnx");
+    assert_eq!(after, before, "nothing else is written");
+}
+
+fn pool_case(op: &str) -> Vec<u8> {
+    let pool = node(op, "pool", &["x"], &["y"])
+        .msg(5, attr_ints("kernel_shape", &[1, 1]))
+        .msg(5, attr_ints("pads", &[1 << 62, 0, 1 << 62, 0]));
+    constant_model(
+        13,
+        vec![pool],
+        vec![floats("x", &[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0])],
+        &["y"],
+    )
+}
+
+#[test]
+fn max_pool_pads_overflow() {
+    check_kernel_case(
+        &pool_case("MaxPool"),
+        &["node 'pool' (MaxPool)", "pads are too large"],
+        30,
+    );
+}
+
+#[test]
+fn average_pool_pads_overflow() {
+    check_kernel_case(
+        &pool_case("AveragePool"),
+        &["node 'pool' (AveragePool)", "pads are too large"],
+        30,
+    );
+}
+
+#[test]
+fn lp_pool_pads_overflow() {
+    check_kernel_case(
+        &pool_case("LpPool"),
+        &["node 'pool' (LpPool)", "pads are too large"],
+        30,
+    );
+}
+
+#[test]
+fn max_pool_pads_larger_than_memory() {
+    // Pads that fit in int64 but ask for 2^61 outputs: refused, not allocated.
+    let pool = node("MaxPool", "pool", &["x"], &["y"])
+        .msg(5, attr_ints("kernel_shape", &[1, 1]))
+        .msg(5, attr_ints("pads", &[1 << 60, 0, 1 << 60, 0]));
+    let bytes = constant_model(
+        13,
+        vec![pool],
+        vec![floats("x", &[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0])],
+        &["y"],
+    );
+    check_kernel_case(&bytes, &["node 'pool' (MaxPool)", "too large"], 30);
+}
+
+#[test]
+fn depth_to_space_blocksize_squared_wraps() {
+    // 2^62 squared is 0 in 64-bit arithmetic: a division by zero waiting to happen.
+    for op in ["DepthToSpace", "SpaceToDepth"] {
+        let d2s = node(op, "blocks", &["x"], &["y"]).msg(5, attr_int("blocksize", 1 << 62));
+        let bytes = constant_model(
+            13,
+            vec![d2s],
+            vec![floats("x", &[1, 4, 1, 1], &[1.0, 2.0, 3.0, 4.0])],
+            &["y"],
+        );
+        let what = format!("node 'blocks' ({op})");
+        check_kernel_case(
+            &bytes,
+            &[&what, "blocksize 4611686018427387904 squared is too large"],
+            30,
+        );
+    }
+}
+
+#[test]
+fn concat_of_two_empty_initializers_with_2_to_the_40_rows() {
+    let concat = node("Concat", "join", &["a", "b"], &["y"]).msg(5, attr_int("axis", 1));
+    let bytes = constant_model(
+        13,
+        vec![concat],
+        vec![
+            floats("a", &[1 << 40, 0], &[]),
+            floats("b", &[1 << 40, 0], &[]),
+        ],
+        &["y"],
+    );
+    check_kernel_case(&bytes, &["y float[1099511627776, 0] []"], 30);
+}
+
+#[test]
+fn concat_dims_beyond_int64() {
+    let concat = node("Concat", "join", &["a", "b", "c"], &["y"]).msg(5, attr_int("axis", 0));
+    let shape = node("Shape", "shape", &["y"], &["s"]);
+    let bytes = constant_model(
+        13,
+        vec![concat, shape],
+        vec![
+            floats("a", &[i64::MAX, 0], &[]),
+            floats("b", &[i64::MAX, 0], &[]),
+            floats("c", &[1, 0], &[]),
+        ],
+        &["s"],
+    );
+    check_kernel_case(
+        &bytes,
+        &[
+            "node 'join' (Concat)",
+            "the sizes along axis 0 add up past 2^63-1",
+        ],
+        30,
+    );
+}
+
+#[test]
+fn topk_k_0_on_2_to_the_36_empty_rows() {
+    let topk = node("TopK", "top", &["x", "k"], &["values", "indices"]);
+    let bytes = constant_model(
+        13,
+        vec![topk],
+        vec![floats("x", &[1 << 36, 0], &[]), int64s("k", &[1], &[0])],
+        &["values", "indices"],
+    );
+    check_kernel_case(
+        &bytes,
+        &[
+            "values float[68719476736, 0] []",
+            "indices int64[68719476736, 0] []",
+        ],
+        30,
+    );
+}
+
+#[test]
+fn einsum_of_eight_vectors_contracts_pairwise() {
+    let names = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let einsum =
+        node("Einsum", "sum", &names, &["y"]).msg(5, attr_string("equation", "a,b,c,d,e,f,g,h->"));
+    let bytes = constant_model(
+        13,
+        vec![einsum],
+        names.iter().map(|n| floats(n, &[64], &[1.0; 64])).collect(),
+        &["y"],
+    );
+    // The sum of every product of one element from each: 64^8 = 2^48 (2.8147498e14 as f32
+    // prints).
+    check_kernel_case(&bytes, &["y float[] [281474980000000]"], 30);
+}
+
+#[test]
+fn bool_initializer_constant() {
+    // A control for the kernel cases: a plain constant model runs and prints its result.
+    let not = node("Not", "not", &["x"], &["y"]);
+    let bytes = constant_model(
+        13,
+        vec![not],
+        vec![with_raw(tensor("x", BOOL, &[2]), &[1, 0])],
+        &["y"],
+    );
+    check_kernel_case(&bytes, &["y bool[2] [false, true]"], 30);
+}

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Every entry under `dir` (relative path) with its kind and contents.
+/// Every entry under `dir` (relative path) with its kind, and for a file its mode and contents.
 pub fn snapshot(dir: &Path) -> BTreeMap<String, String> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
         let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
@@ -24,7 +24,9 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, String> {
                 walk(root, &path, out);
                 "dir".to_owned()
             } else if meta.is_file() {
-                format!("file {:?}", std::fs::read(&path).unwrap())
+                use std::os::unix::fs::PermissionsExt;
+                let mode = meta.permissions().mode() & 0o7777;
+                format!("file {mode:o} {:?}", std::fs::read(&path).unwrap())
             } else {
                 "special".to_owned()
             };

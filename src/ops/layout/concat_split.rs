@@ -46,15 +46,21 @@ pub(super) fn eval_concat(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
                 p.shape()
             )));
         }
+        // ONNX dims are int64: a sum past 2^63-1 would come back from `Shape` negative.
         total = total
             .checked_add(p.shape()[axis])
-            .ok_or_else(|| ctx.error("output is too large"))?;
+            .filter(|&t| t <= i64::MAX as usize)
+            .ok_or_else(|| ctx.error(format!("the sizes along axis {axis} add up past 2^63-1")))?;
     }
     let mut shape = first.shape().to_vec();
     shape[axis] = total;
+    let mut out = Writer::new(first.dtype(), &shape, &parts)?;
+    if shape.contains(&0) {
+        // Nothing to copy, however many empty rows the other dims make.
+        return Ok(vec![out.finish()?]);
+    }
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
-    let mut out = Writer::new(first.dtype(), &shape, &parts)?;
     for o in 0..outer {
         for (i, p) in parts.iter().enumerate() {
             let run = p.shape()[axis] * inner;

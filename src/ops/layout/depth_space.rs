@@ -15,18 +15,30 @@ use super::super::util::required;
 use super::super::{EvalCtx, InferCtx};
 use super::common::{dim_times, in_dims, in_elem, permute, to_usize, typed};
 
-/// The block size and whether the mode is `CRD`.
-fn block_and_mode(ctx_node: &crate::ir::Node) -> Result<(usize, bool)> {
+/// The block size, its square (both at most 2^63-1, the largest ONNX dim) and whether the mode
+/// is `CRD`.
+fn block_and_mode(ctx_node: &crate::ir::Node) -> Result<(usize, usize, bool)> {
     let b = to_usize(ctx_node.attr_int("blocksize", 0)?, "blocksize")?;
     if b == 0 {
         return Err(crate::Error::Eval("needs a positive 'blocksize'".into()));
     }
+    let bb = b
+        .checked_mul(b)
+        .filter(|&v| v <= i64::MAX as usize)
+        .ok_or_else(|| crate::Error::Eval(format!("blocksize {b} squared is too large")))?;
     let crd = match ctx_node.attr_string("mode")?.unwrap_or("DCR") {
         "DCR" => false,
         "CRD" => true,
         other => return Err(crate::Error::Eval(format!("unknown mode '{other}'"))),
     };
-    Ok((b, crd))
+    Ok((b, bb, crd))
+}
+
+/// `a * b` as an output dim, or an error naming `what`.
+fn times(a: usize, b: usize, what: &str) -> Result<usize> {
+    a.checked_mul(b)
+        .filter(|&v| v <= i64::MAX as usize)
+        .ok_or_else(|| crate::Error::Eval(format!("{what} {a} x {b} is too large")))
 }
 
 /// The four dims of an NCHW input.
@@ -41,22 +53,22 @@ pub(super) fn eval_depth_to_space(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
-    let (b, crd) = block_and_mode(ctx.node)?;
+    let (b, bb, crd) = block_and_mode(ctx.node)?;
     let [n, c, h, w] = nchw(data)?;
-    if c % (b * b) != 0 {
+    if c % bb != 0 {
         return Err(ctx.error(format!(
-            "channels {c} are not a multiple of blocksize² {}",
-            b * b
+            "channels {c} are not a multiple of blocksize² {bb}"
         )));
     }
-    let c2 = c / (b * b);
+    let c2 = c / bb;
+    let (h2, w2) = (times(h, b, "height")?, times(w, b, "width")?);
     let (six, perm) = if crd {
         ([n, c2, b, b, h, w], [0, 1, 4, 2, 5, 3])
     } else {
         ([n, b, b, c2, h, w], [0, 3, 4, 1, 5, 2])
     };
     let moved = permute(&data.clone().into_shape(&six)?, &perm)?;
-    Ok(vec![moved.into_shape(&[n, c2, h * b, w * b])?])
+    Ok(vec![moved.into_shape(&[n, c2, h2, w2])?])
 }
 
 pub(super) fn eval_space_to_depth(
@@ -64,8 +76,9 @@ pub(super) fn eval_space_to_depth(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
-    let (b, crd) = block_and_mode(ctx.node)?;
+    let (b, bb, crd) = block_and_mode(ctx.node)?;
     let [n, c, h, w] = nchw(data)?;
+    let c2 = times(c, bb, "channels")?;
     if h % b != 0 || w % b != 0 {
         return Err(ctx.error(format!(
             "spatial dims {h}x{w} are not multiples of blocksize {b}"
@@ -78,27 +91,22 @@ pub(super) fn eval_space_to_depth(
         [0, 3, 5, 1, 2, 4]
     };
     let moved = permute(&data.clone().into_shape(&six)?, &perm)?;
-    Ok(vec![moved.into_shape(&[n, c * b * b, h / b, w / b])?])
+    Ok(vec![moved.into_shape(&[n, c2, h / b, w / b])?])
 }
 
 /// Output dims of either operator: `to_space` moves channels into the spatial dims.
 fn infer_blocks(ctx: &InferCtx<'_>, to_space: bool) -> Result<Vec<TensorType>> {
-    let (b, _) = block_and_mode(ctx.node)?;
-    let b = b as i64;
+    let (b, bb, _) = block_and_mode(ctx.node)?;
+    let (b, bb) = (b as i64, bb as i64);
     let shrink = |d: &Dim, k: i64| match d {
         Dim::Known(v) if v % k == 0 => Dim::Known(v / k),
         _ => Dim::Unknown,
     };
     let dims = in_dims(ctx, 0).map(|d| match d {
         [n, c, h, w] if to_space => {
-            vec![
-                n.clone(),
-                shrink(c, b * b),
-                dim_times(h, b),
-                dim_times(w, b),
-            ]
+            vec![n.clone(), shrink(c, bb), dim_times(h, b), dim_times(w, b)]
         }
-        [n, c, h, w] => vec![n.clone(), dim_times(c, b * b), shrink(h, b), shrink(w, b)],
+        [n, c, h, w] => vec![n.clone(), dim_times(c, bb), shrink(h, b), shrink(w, b)],
         _ => vec![Dim::Unknown; 4],
     });
     Ok(vec![typed(in_elem(ctx, 0), dims)])

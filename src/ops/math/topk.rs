@@ -37,6 +37,16 @@ fn node_k(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<i64> {
 }
 
 fn top_k<T: Num>(x: &Tensor, axis: usize, k: usize, largest: bool) -> Result<(Tensor, Tensor)> {
+    let mut shape = x.shape().to_vec();
+    shape[axis] = k;
+    if k == 0 || x.is_empty() {
+        // No element to select: the loops below would walk every empty row for nothing (2^36
+        // rows of [2^36, 0] take minutes).
+        return Ok((
+            Tensor::zeros(T::DTYPE, &shape)?,
+            Tensor::zeros(DataType::Int64, &shape)?,
+        ));
+    }
     let (outer, size, inner) = split_at_axis(x.shape(), axis);
     let v = x.as_slice::<T>()?;
     let mut values = try_vec(outer * k * inner, <T as bytemuck::Zeroable>::zeroed())?;
@@ -63,8 +73,6 @@ fn top_k<T: Num>(x: &Tensor, axis: usize, k: usize, largest: bool) -> Result<(Te
             }
         }
     }
-    let mut shape = x.shape().to_vec();
-    shape[axis] = k;
     Ok((
         tensor(T::DTYPE, &shape, values)?,
         tensor(DataType::Int64, &shape, indices)?,

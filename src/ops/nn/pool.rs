@@ -56,21 +56,25 @@ impl Pool {
         let ceil = node.attr_int("ceil_mode", 0)? != 0;
         let geometry = window.resolve(&x[2..], ceil)?;
         let geo = geometry.to_3d()?;
-        let spans = [0, 1, 2].map(|i| {
-            (0..geo.output[i])
-                .map(|o| {
-                    let (_, count, first) = geo.taps_inside(i, o);
-                    Span {
-                        first,
-                        count,
-                        padded: geo.taps_padded(i, o),
-                    }
-                })
-                .collect()
-        });
         let mut out_shape = x[..2].to_vec();
         out_shape.extend(&geometry.output);
         checked_product(&out_shape)?;
+        // One span per output index along each dim: as many as the output dims say, which pads
+        // can make huge even when the output is empty (a batch of 0), so the memory is asked for.
+        let mut spans: [Vec<Span>; 3] = Default::default();
+        for (i, spans) in spans.iter_mut().enumerate() {
+            spans
+                .try_reserve_exact(geo.output[i])
+                .map_err(|_| Error::Limit(format!("output dims {out_shape:?} are too large")))?;
+            spans.extend((0..geo.output[i]).map(|o| {
+                let (_, count, first) = geo.taps_inside(i, o);
+                Span {
+                    first,
+                    count,
+                    padded: geo.taps_padded(i, o),
+                }
+            }));
+        }
         Ok(Pool {
             geo,
             spans,
@@ -143,8 +147,8 @@ fn max_pool<T: Copy + PartialOrd + Default + Send + Sync>(
     pool: &Pool,
     x: &[T],
     column_major: bool,
-) -> Vec<(T, i64)> {
-    let mut out = vec![(T::default(), -1i64); pool.planes * pool.geo.out_plane()];
+) -> Result<Vec<(T, i64)>> {
+    let mut out = try_vec(pool.planes * pool.geo.out_plane(), (T::default(), -1i64))?;
     let x_plane = pool.geo.in_plane();
     pool.for_each(x_plane, &mut out, |base, positions, _, o| {
         let mut best: Option<(T, usize)> = None;
@@ -158,17 +162,20 @@ fn max_pool<T: Copy + PartialOrd + Default + Send + Sync>(
             *o = (v, flat_index(&pool.geo, base, p, column_major));
         }
     });
-    out
+    Ok(out)
 }
 
 /// The maxima alone (no `Indices` output): the same windows, taps in the same order and the same
 /// comparisons as [`max_pool`] (the first tap, then any greater one), read straight from the
 /// input rows without listing positions or computing indices.
-fn max_values<T: Copy + PartialOrd + Default + Send + Sync>(pool: &Pool, x: &[T]) -> Vec<T> {
+fn max_values<T: Copy + PartialOrd + Default + Send + Sync>(
+    pool: &Pool,
+    x: &[T],
+) -> Result<Vec<T>> {
     let out_plane = pool.geo.out_plane();
-    let mut out = vec![T::default(); pool.planes * out_plane];
+    let mut out = try_vec(pool.planes * out_plane, T::default())?;
     if out_plane == 0 {
-        return out;
+        return Ok(out);
     }
     let x_plane = pool.geo.in_plane();
     let [_, ih, iw] = pool.geo.input;
@@ -205,7 +212,7 @@ fn max_values<T: Copy + PartialOrd + Default + Send + Sync>(pool: &Pool, x: &[T]
                 }
             }
         });
-    out
+    Ok(out)
 }
 
 /// Runs `$body` with `$T` bound to the element type `MaxPool` takes natively.
@@ -248,12 +255,12 @@ pub(super) fn eval_max_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
     let dtype = x.dtype();
     if ctx.node.outputs.len() < 2 {
         let values = dispatch_ordered!(dtype, T => {
-            Tensor::from_vec(dtype, &pool.out_shape, max_values(&pool, x.as_slice::<T>()?))?
+            Tensor::from_vec(dtype, &pool.out_shape, max_values(&pool, x.as_slice::<T>()?)?)?
         }, _ => return Err(unsupported_type("MaxPool", dtype)));
         return Ok(vec![values]);
     }
     let (values, indices) = dispatch_ordered!(dtype, T => {
-        let out = max_pool(&pool, x.as_slice::<T>()?, column_major);
+        let out = max_pool(&pool, x.as_slice::<T>()?, column_major)?;
         let (v, i): (Vec<T>, Vec<i64>) = out.into_iter().unzip();
         (Tensor::from_vec(dtype, &pool.out_shape, v)?, i)
     }, _ => return Err(unsupported_type("MaxPool", dtype)));
@@ -264,8 +271,8 @@ pub(super) fn eval_max_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
     Ok(outs)
 }
 
-fn average_pool<T: Real>(pool: &Pool, x: &[T], include_pad: bool) -> Vec<T> {
-    let mut out = vec![T::ZERO; pool.planes * pool.geo.out_plane()];
+fn average_pool<T: Real>(pool: &Pool, x: &[T], include_pad: bool) -> Result<Vec<T>> {
+    let mut out = try_vec(pool.planes * pool.geo.out_plane(), T::ZERO)?;
     pool.for_each(
         pool.geo.in_plane(),
         &mut out,
@@ -279,7 +286,7 @@ fn average_pool<T: Real>(pool: &Pool, x: &[T], include_pad: bool) -> Vec<T> {
             *o = sum / T::from_usize(n);
         },
     );
-    out
+    Ok(out)
 }
 
 pub(super) fn eval_average_pool(
@@ -291,7 +298,7 @@ pub(super) fn eval_average_pool(
     let include_pad = ctx.node.attr_int("count_include_pad", 0)? != 0;
     let dtype = x.dtype();
     let y = dispatch_real!(dtype, R => {
-        R::store(dtype, &pool.out_shape, average_pool(&pool, &R::load(x)?, include_pad))?
+        R::store(dtype, &pool.out_shape, average_pool(&pool, &R::load(x)?, include_pad)?)?
     }, _ => return Err(unsupported_type("AveragePool", dtype)));
     Ok(vec![y])
 }
@@ -361,7 +368,8 @@ fn global_pool(ctx: &EvalCtx<'_>, x: &Tensor, kind: Global) -> Result<Tensor> {
     if shape.len() < 2 {
         return Err(ctx.error(format!("X {shape:?} needs a batch and a channel dim")));
     }
-    let plane: usize = shape[2..].iter().product();
+    // An empty tensor can have dims whose product overflows.
+    let plane = checked_product(&shape[2..])?;
     let mut out_shape = shape[..2].to_vec();
     out_shape.resize(shape.len(), 1);
     let dtype = x.dtype();

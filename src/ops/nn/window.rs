@@ -147,6 +147,7 @@ impl Window {
         let padded = input
             .checked_add(pb)
             .and_then(|v| v.checked_add(pe))
+            .filter(|&v| v <= i64::MAX as usize)
             .ok_or_else(|| Error::Eval("pads are too large".into()))?;
         if padded < ext {
             return Err(Error::Eval(format!(
