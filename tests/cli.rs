@@ -264,3 +264,275 @@ fn test_runs_a_test_data_directory() {
     assert!(text.contains("ok   gather_axis1"), "{text}");
     assert!(text.ends_with("1 passed, 0 failed, 0 skipped\n"), "{text}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Output streams and terminals.
+
+/// A model whose names carry terminal control sequences: a node that would set the window
+/// title, an input that would erase the line it is printed on.
+fn model_with_control_characters() -> multigather::ir::Model {
+    use multigather::ir::{Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
+    use multigather::DataType;
+    let mut g = Graph::new("g\x07");
+    g.inputs.push(ValueInfo::new(
+        "ids\x1b[2K\r",
+        Type::tensor(DataType::Int64, vec![Dim::Known(2)]),
+    ));
+    g.outputs.push(ValueInfo::new(
+        "rows",
+        Type::tensor(DataType::Float, vec![Dim::Known(2)]),
+    ));
+    g.initializers.push(StoredTensor::raw(
+        Some("table"),
+        DataType::Float,
+        &[3],
+        bytes::Bytes::from(vec![0u8; 12]),
+    ));
+    g.add_node(Node::new(
+        "Gather",
+        "\x1b]0;pwned\x07lookup",
+        ["table", "ids\x1b[2K\r"],
+        ["rows"],
+    ));
+    Model::new(g, 13)
+}
+
+/// No byte of `text` is a control character but newline.
+fn assert_no_controls(text: &[u8]) {
+    let bad: Vec<u8> = text
+        .iter()
+        .copied()
+        .filter(|&b| (b < 0x20 && b != b'\n') || b == 0x7f)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "control bytes {bad:?} in {}",
+        String::from_utf8_lossy(text)
+    );
+}
+
+#[test]
+fn control_characters_in_names_are_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.onnx");
+    multigather::io::save(&model_with_control_characters(), &path).unwrap();
+    let path = path.to_str().unwrap();
+
+    let out = multigather(&["inspect", path]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_no_controls(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(r#""\x1b]0;pwned\x07lookup""#), "{text}");
+
+    // The rewrite report names the node it skipped.
+    let output = dir.path().join("out.onnx");
+    let out = multigather(&[
+        "rewrite",
+        path,
+        "-o",
+        output.to_str().unwrap(),
+        "--skip",
+        "pwned",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_no_controls(&out.stderr);
+    assert!(
+        stderr(&out).contains(r"\x1b]0;pwned\x07lookup"),
+        "{}",
+        stderr(&out)
+    );
+
+    // An error names the input.
+    let out = multigather(&["run", path]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_no_controls(&out.stderr);
+    let err = stderr(&out);
+    assert!(err.contains(r"ids\x1b[2K\x0d"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn inspect_into_a_closed_pipe() {
+    use std::io::Read;
+    use std::process::Stdio;
+    use multigather::ir::{Graph, Model, Node, ValueInfo};
+    // A text form far larger than a pipe's buffer, so the writer is still writing when the
+    // reader leaves.
+    let mut g = Graph::new("chain");
+    g.inputs.push(ValueInfo::untyped("v0"));
+    for i in 0..5000 {
+        let (from, to) = (format!("v{i}"), format!("v{}", i + 1));
+        g.add_node(Node::new("Identity", &format!("step_{i}"), [from], [to]));
+    }
+    g.outputs.push(ValueInfo::untyped("v5000"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chain.onnx");
+    multigather::io::save(&Model::new(g, 13), &path).unwrap();
+    // `multigather inspect chain.onnx | head -c 1`: the reader leaves after one byte.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_multigather"))
+        .args(["inspect", path.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "", "a closed pipe ends quietly");
+}
+
+#[test]
+fn printing_to_a_full_device() {
+    for args in [
+        &["inspect", fixture("kitchen_sink").to_str().unwrap()][..],
+        &[
+            "inspect",
+            fixture("kitchen_sink").to_str().unwrap(),
+            "--json",
+        ],
+        &[
+            "test",
+            fixture("gather_axis1").parent().unwrap().to_str().unwrap(),
+        ],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_multigather"))
+            .args(args)
+            .stdout(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            )
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            "error: writing to standard output: No space left on device (os error 28)\n"
+        );
+    }
+}
+
+#[test]
+fn npy_with_a_duplicate_fortran_order_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), 'fortran_order': True}";
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    npy.extend_from_slice(header.as_bytes());
+    npy.extend_from_slice(&[0u8; 16]);
+    let file = dir.path().join("data.npy");
+    std::fs::write(&file, npy).unwrap();
+    let out = multigather(&[
+        "run",
+        fixture("gather_axis0").to_str().unwrap(),
+        "--input",
+        &format!("indices={}", file.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("data.npy"), "{err}");
+    assert!(
+        err.contains("the header gives 'fortran_order' twice"),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `test` passes only what it compared.
+
+/// A test directory `name` holding the `gather_axis1` fixture's model, and its data set copied
+/// under `set` (when given) with the listed files only.
+fn test_dir(root: &Path, name: &str, set: Option<&str>, files: &[(&str, &str)]) -> PathBuf {
+    let fixture_dir = fixture("gather_axis1");
+    let fixture_dir = fixture_dir.parent().unwrap();
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(fixture_dir.join("model.onnx"), dir.join("model.onnx")).unwrap();
+    if let Some(set) = set {
+        std::fs::create_dir(dir.join(set)).unwrap();
+        for (from, to) in files {
+            std::fs::copy(
+                fixture_dir.join("test_data_set_0").join(from),
+                dir.join(set).join(to),
+            )
+            .unwrap();
+        }
+    }
+    dir
+}
+
+fn run_test(dir: &Path) -> (Option<i32>, String) {
+    let out = multigather(&["test", dir.to_str().unwrap()]);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn test_with_no_data_sets() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = test_dir(root.path(), "t", None, &[]);
+    let (code, text) = run_test(&dir);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("FAIL t: no test_data_set_N directory, so nothing was compared"),
+        "{text}"
+    );
+    assert!(text.ends_with("0 passed, 1 failed, 0 skipped\n"), "{text}");
+}
+
+#[test]
+fn test_with_a_misnamed_data_set_directory() {
+    let root = tempfile::tempdir().unwrap();
+    let files = [
+        ("input_0.pb", "input_0.pb"),
+        ("input_1.pb", "input_1.pb"),
+        ("output_0.pb", "output_0.pb"),
+    ];
+    let dir = test_dir(root.path(), "t", Some("test_data_0"), &files);
+    let (code, text) = run_test(&dir);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("nothing was compared (directories found: test_data_0)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn test_with_output_1_but_no_output_0() {
+    let root = tempfile::tempdir().unwrap();
+    let files = [
+        ("input_0.pb", "input_0.pb"),
+        ("input_1.pb", "input_1.pb"),
+        ("output_0.pb", "output_1.pb"),
+    ];
+    let dir = test_dir(root.path(), "t", Some("test_data_set_0"), &files);
+    let (code, text) = run_test(&dir);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("output_0.pb: missing, but output_1.pb is there"),
+        "{text}"
+    );
+    // And with no output at all.
+    std::fs::remove_file(dir.join("test_data_set_0/output_1.pb")).unwrap();
+    let (code, text) = run_test(&dir);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("test_data_set_0: no output_K.pb, so nothing was compared"),
+        "{text}"
+    );
+    // The control: the complete set passes.
+    let files = [
+        ("input_0.pb", "input_0.pb"),
+        ("input_1.pb", "input_1.pb"),
+        ("output_0.pb", "output_0.pb"),
+    ];
+    let good = test_dir(root.path(), "good", Some("test_data_set_0"), &files);
+    let (code, text) = run_test(&good);
+    assert_eq!(code, Some(0), "{text}");
+}

@@ -543,3 +543,309 @@ fn a_model_can_be_read_from_a_pipe() {
     );
     assert_eq!(out.stdout, from_file.stdout);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hostile names and file-system tricks.
+
+#[test]
+fn external_data_naming_the_input_model() {
+    let dir = scratch(false);
+    assert_refused_in(
+        dir.path(),
+        &[
+            "rewrite",
+            "model.onnx",
+            "-o",
+            "out.onnx",
+            "--external-data",
+            "model.onnx",
+        ],
+        &[
+            "saving out.onnx",
+            "this is the model being rewritten; not overwriting it",
+        ],
+    );
+    // From another directory, through a path with a `.` in it.
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    assert_refused_in(
+        dir.path(),
+        &[
+            "rewrite",
+            "./sub/../model.onnx",
+            "-o",
+            "out.onnx",
+            "--external-data",
+            "./model.onnx",
+        ],
+        &["this is the model being rewritten"],
+    );
+}
+
+#[test]
+fn external_data_in_a_symlinked_directory() {
+    let dir = scratch(false);
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(elsewhere.path().join("keep.txt"), "mine").unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("sub")).unwrap();
+    let outside = snapshot(elsewhere.path());
+    assert_refused_in(
+        dir.path(),
+        &[
+            "rewrite",
+            "model.onnx",
+            "-o",
+            "out.onnx",
+            "--external-data",
+            "sub/w.bin",
+            "--external-threshold",
+            "16",
+        ],
+        &[
+            "saving out.onnx",
+            "sub' is a symbolic link",
+            "inside the output's directory",
+        ],
+    );
+    assert_eq!(
+        snapshot(elsewhere.path()),
+        outside,
+        "nothing is written outside"
+    );
+    // A real directory is fine, and the model loads back.
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    run_in(
+        dir.path(),
+        &[
+            "rewrite",
+            "model.onnx",
+            "-o",
+            "out.onnx",
+            "--external-data",
+            "real/w.bin",
+        ],
+    )
+    .assert_success();
+    multigather::io::load(dir.path().join("out.onnx")).unwrap();
+}
+
+/// Runs multigather in `dir` with standard output sent to `dir/captured`.
+fn run_to_file(dir: &Path, args: &[&str]) -> Run {
+    let mut cmd = multigather(dir, args);
+    let logs = tempfile::tempdir().unwrap();
+    let err_path = logs.path().join("stderr");
+    let status = cmd
+        .stdout(std::fs::File::create(dir.join("captured")).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .status()
+        .unwrap();
+    Run {
+        code: status.code(),
+        stdout: Vec::new(),
+        stderr: std::fs::read_to_string(&err_path).unwrap(),
+    }
+}
+
+#[test]
+fn output_to_dev_stdout_with_stdout_redirected() {
+    let dir = scratch(false);
+    let expected = rewritten_bytes(dir.path());
+    std::os::unix::fs::symlink("/proc/self/fd/1", dir.path().join("to_stdout")).unwrap();
+    for output in ["/dev/stdout", "-", "to_stdout", "/proc/self/fd/1"] {
+        let run = run_to_file(dir.path(), &["rewrite", "model.onnx", "-o", output]);
+        run.assert_success();
+        let captured = std::fs::read(dir.path().join("captured")).unwrap();
+        assert_eq!(captured, expected, "{output}");
+        std::fs::remove_file(dir.path().join("captured")).unwrap();
+    }
+    let link = std::fs::symlink_metadata("/dev/stdout").unwrap();
+    assert!(link.file_type().is_symlink(), "/dev/stdout is still a link");
+    let names: Vec<String> = snapshot(dir.path()).into_keys().collect();
+    assert_eq!(
+        names,
+        ["model.onnx", "to_stdout"],
+        "the link is still there"
+    );
+    // The report goes to stderr; `--json` would mix with the model, so it is refused.
+    run_in(dir.path(), &["rewrite", "model.onnx", "-o", "-", "--json"])
+        .assert_error(&["--json prints the report on standard output"]);
+    // External data needs a directory beside the output.
+    run_in(
+        dir.path(),
+        &[
+            "rewrite",
+            "model.onnx",
+            "-o",
+            "-",
+            "--external-data",
+            "w.bin",
+        ],
+    )
+    .assert_error(&["external data needs the output to be a regular file"]);
+}
+
+#[test]
+fn output_that_is_a_symlink_to_a_file() {
+    let dir = scratch(false);
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(elsewhere.path().join("target.onnx"), "earlier").unwrap();
+    std::os::unix::fs::symlink(
+        elsewhere.path().join("target.onnx"),
+        dir.path().join("out.onnx"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("nowhere.onnx", dir.path().join("dangling.onnx")).unwrap();
+    let outside = snapshot(elsewhere.path());
+    assert_refused_in(
+        dir.path(),
+        &["rewrite", "model.onnx", "-o", "out.onnx"],
+        &["saving out.onnx", "is a symbolic link; not replacing it"],
+    );
+    assert_refused_in(
+        dir.path(),
+        &["rewrite", "model.onnx", "-o", "dangling.onnx"],
+        &["saving dangling.onnx", "is a symbolic link to nothing"],
+    );
+    assert_eq!(snapshot(elsewhere.path()), outside);
+}
+
+#[test]
+fn a_fifo_in_the_inputs_directory() {
+    let dir = scratch(false);
+    let inputs = dir.path().join("inputs");
+    std::fs::create_dir(&inputs).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(inputs.join("ids.pb"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    assert_refused_in(
+        dir.path(),
+        &["run", "model.onnx", "--inputs", "inputs"],
+        &["inputs/ids.pb", "is a named pipe"],
+    );
+}
+
+#[test]
+fn an_input_that_is_dev_zero() {
+    let dir = scratch(false);
+    assert_refused_in(
+        dir.path(),
+        &["run", "model.onnx", "--input", "ids=/dev/zero"],
+        &["/dev/zero: is a device, not a file"],
+    );
+    assert_refused_in(
+        dir.path(),
+        &["inspect", "/dev/zero"],
+        &["loading /dev/zero", "is a device, not a file"],
+    );
+}
+
+#[test]
+fn a_test_data_input_symlinked_to_dev_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let test = dir.path().join("test_embed");
+    std::fs::create_dir_all(test.join("test_data_set_0")).unwrap();
+    save_input(&test, &embedding_model(64, 0.0, 0), false);
+    std::os::unix::fs::symlink("/dev/zero", test.join("test_data_set_0/input_0.pb")).unwrap();
+    let before = snapshot(dir.path());
+    let run = run_in(dir.path(), &["test", "test_embed"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(out.contains("FAIL test_embed"), "{out}");
+    assert!(out.contains("input_0.pb: is a device, not a file"), "{out}");
+    assert_eq!(snapshot(dir.path()), before);
+}
+
+#[test]
+fn external_data_truncated_after_loading() {
+    // The loader maps the data; a file cut short afterwards would fault at the first read past
+    // its new end (SIGBUS). Saving checks first and names the file.
+    let dir = scratch(true);
+    let model = multigather::io::load(dir.path().join("model.onnx")).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("weights.bin"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let before = snapshot(dir.path());
+    let err = multigather::io::save_with(
+        &model,
+        &dir.path().join("out.onnx"),
+        &SaveOptions {
+            external: ExternalPolicy::Inline,
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("weights.bin"), "{err}");
+    assert!(
+        err.contains("shrank to 0 bytes after the model was loaded"),
+        "{err}"
+    );
+    assert_eq!(snapshot(dir.path()), before);
+}
+
+/// The permission bits of `path`.
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// Runs multigather in `dir` under umask 022.
+fn run_umask_022(dir: &Path, args: &[&str]) -> Run {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("umask 022; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_multigather"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null());
+    run(cmd)
+}
+
+#[test]
+fn output_files_have_ordinary_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch(false);
+    run_umask_022(dir.path(), &rewrite_external("out.onnx")).assert_success();
+    assert_eq!(mode(&dir.path().join("out.onnx")), 0o644);
+    assert_eq!(mode(&dir.path().join("w.bin")), 0o644);
+    run_umask_022(dir.path(), &["lower", "out.onnx", "-o", "lowered.onnx"]).assert_success();
+    assert_eq!(mode(&dir.path().join("lowered.onnx")), 0o644);
+    // A file that is replaced keeps its mode; so does the input rewritten in place.
+    for name in ["lowered.onnx", "model.onnx"] {
+        std::fs::set_permissions(
+            dir.path().join(name),
+            std::fs::Permissions::from_mode(0o640),
+        )
+        .unwrap();
+    }
+    run_umask_022(dir.path(), &["lower", "out.onnx", "-o", "lowered.onnx"]).assert_success();
+    assert_eq!(mode(&dir.path().join("lowered.onnx")), 0o640);
+    run_umask_022(
+        dir.path(),
+        &["rewrite", "model.onnx", "-o", "model.onnx", "--in-place"],
+    )
+    .assert_success();
+    assert_eq!(mode(&dir.path().join("model.onnx")), 0o640);
+    // Outputs of `run` too.
+    let inputs = dir.path().join("inputs");
+    std::fs::create_dir(&inputs).unwrap();
+    let ids = multigather::Tensor::from_vec(DataType::Int64, &[3], vec![0i64, 1, 2]).unwrap();
+    multigather::interp::files::write_tensor_pb(&inputs.join("ids.pb"), "ids", &ids).unwrap();
+    run_umask_022(
+        dir.path(),
+        &[
+            "run",
+            "out.onnx",
+            "--inputs",
+            "inputs",
+            "--output-dir",
+            "outs",
+        ],
+    )
+    .assert_success();
+    assert_eq!(mode(&dir.path().join("outs/output_0.pb")), 0o644);
+}
