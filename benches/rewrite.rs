@@ -4,12 +4,18 @@
 //! Then a model with 1 GiB of external weights: loading, rewriting and saving it next to the
 //! weights must not read them, so its times stay those of a small model.
 //!
-//! Run with `cargo bench --bench rewrite`. Prints one line per case with the median of a few runs.
+//! Then two scale cases that were once quadratic: loading a model with N unused model-local
+//! functions (N = 20k and 100k; the checks rebuilt the set of functions for every one), and
+//! lowering a rewritten chain of N gathers (N = 10k to 80k). Both must grow linearly.
+//!
+//! Run with `cargo bench --bench rewrite`, or `cargo bench --bench rewrite -- functions lowering`
+//! for some sections only (`chain`, `external`, `functions`, `lowering`). Prints one line per
+//! case with the median of a few runs.
 
 use std::time::{Duration, Instant};
 
 use multigather::ir::{Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
-use multigather::pass::{GatherToMultiaxis, RewriteConfig};
+use multigather::pass::{GatherToMultiaxis, LowerMultiaxis, RewriteConfig};
 use multigather::DataType;
 
 #[global_allocator]
@@ -66,6 +72,27 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() {
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted = |section: &str| only.is_empty() || only.iter().any(|o| o == section);
+    if wanted("chain") {
+        chains();
+    }
+    if wanted("external") {
+        external_weights();
+    }
+    if wanted("functions") {
+        functions();
+    }
+    if wanted("lowering") {
+        lowering();
+    }
+}
+
+/// Load, rewrite and save of a chain of N gathers.
+fn chains() {
     println!(
         "{:>8} {:>10} {:>10} {:>10} {:>12}",
         "nodes", "load", "rewrite", "save", "rewrite/node"
@@ -96,7 +123,87 @@ fn main() {
             r.as_secs_f64() * 1e6 / n as f64
         );
     }
-    external_weights();
+}
+
+/// A model whose main graph is one `Relu`, with `n` unused model-local functions of one node each.
+fn with_functions(n: usize) -> Model {
+    use multigather::ir::Function;
+    let mut g = Graph::new("main");
+    g.inputs.push(ValueInfo::untyped("x"));
+    g.outputs.push(ValueInfo::untyped("y"));
+    g.add_node(Node::new("Relu", "relu", ["x"], ["y"]));
+    let mut model = Model::new(g, 13);
+    model.opset_imports.push(multigather::ir::OpsetImport {
+        domain: Some("local".into()),
+        version: 1,
+    });
+    for i in 0..n {
+        let mut body = Graph::new(format!("f{i}"));
+        body.inputs.push(ValueInfo::untyped("a"));
+        body.outputs.push(ValueInfo::untyped("b"));
+        body.add_node(Node::new("Neg", "neg", ["a"], ["b"]));
+        model.functions.push(Function {
+            name: format!("f{i}"),
+            domain: "local".into(),
+            overload: None,
+            attributes: Vec::new(),
+            attribute_defaults: Vec::new(),
+            opset_imports: vec![multigather::ir::OpsetImport {
+                domain: Some(String::new()),
+                version: 13,
+            }],
+            body,
+            doc_string: None,
+            metadata_props: Vec::new(),
+        });
+    }
+    model
+}
+
+/// Loading N unused model-local functions (which the loader checks, one by one).
+fn functions() {
+    println!("{:>10} {:>10} {:>12}", "functions", "load", "load/function");
+    for n in [20_000, 100_000] {
+        let bytes = multigather::io::to_bytes(&with_functions(n)).expect("encode");
+        let times: Vec<Duration> = (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                let model = multigather::io::load_bytes(&bytes).expect("load");
+                let elapsed = t.elapsed();
+                assert_eq!(model.functions.len(), n);
+                elapsed
+            })
+            .collect();
+        let t = median(times);
+        println!(
+            "{n:>10} {t:>10.1?} {:>10.2}us",
+            t.as_secs_f64() * 1e6 / n as f64
+        );
+    }
+}
+
+/// Lowering a rewritten chain of N gathers back to standard ONNX.
+fn lowering() {
+    println!("{:>8} {:>10} {:>12}", "gathers", "lower", "lower/node");
+    for n in [10_000, 20_000, 40_000, 80_000] {
+        let mut rewritten = chain(n);
+        GatherToMultiaxis::rewrite(&mut rewritten, RewriteConfig::default()).expect("rewrite");
+        let times: Vec<Duration> = (0..3)
+            .map(|_| {
+                let mut model = rewritten.clone();
+                let t = Instant::now();
+                let report = LowerMultiaxis::lower(&mut model).expect("lower");
+                let elapsed = t.elapsed();
+                assert_eq!(report.skipped, 0);
+                elapsed
+            })
+            .collect();
+        let t = median(times);
+        println!(
+            "{n:>8} {t:>10.1?} {:>10.2}us",
+            t.as_secs_f64() * 1e6 / n as f64
+        );
+    }
 }
 
 /// An embedding table of 1 GiB in an external file, looked up by one Gather.

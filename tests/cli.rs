@@ -353,9 +353,9 @@ fn control_characters_in_names_are_escaped() {
 
 #[test]
 fn inspect_into_a_closed_pipe() {
+    use multigather::ir::{Graph, Model, Node, ValueInfo};
     use std::io::Read;
     use std::process::Stdio;
-    use multigather::ir::{Graph, Model, Node, ValueInfo};
     // A text form far larger than a pipe's buffer, so the writer is still writing when the
     // reader leaves.
     let mut g = Graph::new("chain");

@@ -24,14 +24,17 @@ use crate::ops::registry;
 pub(super) fn check_model(model: &Model) -> Result<()> {
     model.validate()?;
     check_recursion(&model.functions)?;
-    check_nodes(&model.graph, &model.opset_imports, &model.functions)?;
+    // Built once for every graph: rebuilding it per function made loading quadratic in the
+    // number of functions.
+    let local: HashSet<FunctionKey> = model.functions.iter().map(key).collect();
+    check_nodes(&model.graph, &model.opset_imports, &local)?;
     for f in &model.functions {
         let imports = if f.opset_imports.is_empty() {
             &model.opset_imports
         } else {
             &f.opset_imports
         };
-        check_nodes(&f.body, imports, &model.functions).map_err(|e| {
+        check_nodes(&f.body, imports, &local).map_err(|e| {
             Error::InvalidModel(format!("function '{}': {e}", qualified(&f.domain, &f.name)))
         })?;
     }
@@ -158,12 +161,11 @@ const TYPED_ATTRIBUTES: &[(&str, &str, &str, &str)] = &[
 ];
 
 /// Checks every node of `graph` and its subgraphs against what this build knows of its operator.
-fn check_nodes(graph: &Graph, imports: &[OpsetImport], functions: &[Function]) -> Result<()> {
-    let local: HashSet<FunctionKey> = functions.iter().map(key).collect();
+fn check_nodes(graph: &Graph, imports: &[OpsetImport], local: &HashSet<FunctionKey>) -> Result<()> {
     let mut work = vec![graph];
     while let Some(g) = work.pop() {
         for node in g.nodes_unordered() {
-            check_node(node, imports, &local).map_err(|e| Error::InvalidGraph {
+            check_node(node, imports, local).map_err(|e| Error::InvalidGraph {
                 graph: g.name.clone(),
                 reason: e.to_string(),
             })?;

@@ -169,7 +169,13 @@ impl Model {
     /// Checks the model's invariants: every graph and function body valid, every node's domain
     /// imported, function names unique.
     pub fn validate(&self) -> Result<()> {
-        check_domains(&self.graph, &self.opset_imports, &self.functions)?;
+        // Built once: a model may define tens of thousands of functions.
+        let local: HashSet<(&str, &str)> = self
+            .functions
+            .iter()
+            .map(|f| (f.domain.as_str(), f.name.as_str()))
+            .collect();
+        check_domains(&self.graph, &self.opset_imports, &local)?;
         self.graph.validate(&HashSet::new())?;
         let mut seen = HashSet::new();
         for f in &self.functions {
@@ -180,7 +186,7 @@ impl Model {
                     f.name, f.domain
                 )));
             }
-            check_domains(&f.body, &f.opset_imports, &self.functions)?;
+            check_domains(&f.body, &f.opset_imports, &local)?;
             let inputs: HashSet<String> = f.body.inputs.iter().map(|v| v.name.clone()).collect();
             f.body.validate(&inputs)?;
         }
@@ -209,11 +215,13 @@ impl Model {
 }
 
 /// Every node's domain must be imported by the graph's model or function, or name a local function.
-fn check_domains(graph: &Graph, imports: &[OpsetImport], functions: &[Function]) -> Result<()> {
+fn check_domains(
+    graph: &Graph,
+    imports: &[OpsetImport],
+    functions: &HashSet<(&str, &str)>,
+) -> Result<()> {
     for node in graph.nodes_unordered() {
-        let is_function = functions
-            .iter()
-            .any(|f| f.domain == node.domain && f.name == node.op_type);
+        let is_function = functions.contains(&(node.domain.as_str(), node.op_type.as_str()));
         if !is_function && opset_version(imports, &node.domain).is_none() {
             return Err(Error::node(
                 &node.name,

@@ -341,6 +341,9 @@ impl Walker<'_> {
         let opset = opset_version(imports, "").unwrap_or(1);
         let constants = Constants::for_graph(opset, in_function, self.ir_version);
         let mut count = 0;
+        // Nodes pruned on the way; the initializers and declarations only they read or wrote
+        // are dropped once at the end (per replacement, that scan made a pass quadratic).
+        let mut pruned: Vec<Node> = Vec::new();
         for id in graph.node_ids() {
             // A node pruned after an earlier replacement is gone.
             if graph.get(id).is_none() {
@@ -377,10 +380,12 @@ impl Walker<'_> {
                 env.insert(&name, ty);
             }
             if prune_inputs {
-                prune(graph, &inputs);
+                let seeds: Vec<NodeId> = inputs.iter().filter_map(|v| graph.producer(v)).collect();
+                pruned.extend(graph.remove_dead_nodes(seeds));
             }
             count += 1;
         }
+        prune_values(graph, &pruned);
         count
     }
 
@@ -449,21 +454,20 @@ impl Walker<'_> {
     }
 }
 
-/// Removes the producers of `values` that nothing reads any more (and theirs, in turn), with the
-/// declarations of the values they defined and the initializers only they read.
-fn prune(graph: &mut Graph, values: &[String]) {
-    let seeds: Vec<NodeId> = values.iter().filter_map(|v| graph.producer(v)).collect();
-    let removed = graph.remove_dead_nodes(seeds);
+/// After nodes were pruned (producers nothing reads any more), removes the declarations of the
+/// values they defined and the initializers only they read.
+fn prune_values(graph: &mut Graph, removed: &[Node]) {
     if removed.is_empty() {
         return;
     }
     let read: HashSet<&String> = removed.iter().flat_map(|n| &n.inputs).collect();
+    let inputs: HashSet<&str> = graph.inputs.iter().map(|v| v.name.as_str()).collect();
     let unread: HashSet<String> = graph
         .initializers
         .iter()
         .filter_map(|t| t.name.clone())
         .filter(|n| read.contains(n) && !graph.is_used(n))
-        .filter(|n| !graph.inputs.iter().any(|v| &v.name == n))
+        .filter(|n| !inputs.contains(n.as_str()))
         .collect();
     graph
         .initializers
