@@ -1,13 +1,14 @@
 //! Fuzz target `interpret`: a small random graph, decoded from the fuzz bytes, run by the
 //! reference interpreter.
 //!
-//! The graph starts from one float input of random shape (rank 0-4, sizes 0-4) and appends up to
-//! eight nodes, each reading earlier values: the gathers (`Gather`, `GatherElements`,
-//! `GatherND`, `multigather.GatherMultiaxis`) with random index tensors (int32 or int64, values
-//! mostly near the axis sizes, negative and out of range included, sometimes extreme), and shape
-//! and arithmetic operators around them (`Reshape`, `Transpose`, `Add`, `Slice`, `Unsqueeze`,
-//! `Squeeze`, `Concat`, `Expand`). Attributes are random too (axes out of range, repeated axes,
-//! unknown modes). Nothing checks that the graph makes sense: the interpreter must return `Ok` or
+//! The graph starts from one float input of random shape (rank 0-4, sizes 0-4, or empty with huge
+//! dims beside the zero such as `[2^40, 0]`) and appends up to eight nodes, each reading earlier
+//! values: the gathers (`Gather`, `GatherElements`, `GatherND`, `multigather.GatherMultiaxis`)
+//! with random index tensors (int32 or int64, values mostly near the axis sizes, negative and out
+//! of range included, sometimes extreme), and shape and arithmetic operators around them
+//! (`Reshape`, `Transpose`, `Add`, `Slice`, `Unsqueeze`, `Squeeze`, `Concat`, `Expand`, `Tile`,
+//! the pools, `DepthToSpace`/`SpaceToDepth`, `TopK`, `Einsum`). Attributes are random too (axes
+//! out of range, repeated axes, unknown modes, pads and block sizes up to `i64::MAX`). Nothing checks that the graph makes sense: the interpreter must return `Ok` or
 //! a clean `Err`, never panic, read out of bounds (the fuzz build runs under AddressSanitizer) or
 //! allocate without bound. Constant shapes stay small, so a legitimate output stays small too.
 //!
@@ -57,16 +58,40 @@ impl Reader<'_> {
         }
     }
 
-    /// A shape of rank `0..=max_rank` with sizes `0..=4` (zero-sized axes included).
+    /// A shape of rank `0..=max_rank` with sizes `0..=4` (zero-sized axes included); one time in
+    /// eight, an empty shape with huge dims beside its zero (`[2^40, 0]`), which holds no element
+    /// but makes every loop over rows and every product of dims a hazard.
     fn shape(&mut self, max_rank: usize) -> Vec<usize> {
         let rank = self.below(max_rank + 1);
+        if rank > 0 && self.byte() % 8 == 0 {
+            let zero = self.below(rank);
+            return (0..rank)
+                .map(|d| match d == zero {
+                    true => 0,
+                    false => [1, 3, 1 << 20, 1 << 36, 1 << 40, 1 << 62][self.below(6)],
+                })
+                .collect();
+        }
         (0..rank).map(|_| self.below(5)).collect()
     }
 
-    /// A list of `0..=max_len` small signed values (attribute lists, axes).
+    /// A list of `0..=max_len` small signed values (attribute lists, axes); now and then an
+    /// extreme one (`i64::MAX`, `i64::MIN`, `2^62`): values whose arithmetic overflows. (Sizes
+    /// that are merely large, such as pads of 2^32, ask for memory a budget must refuse; that is
+    /// the interpreter's memory budget's to test, not this target's.)
     fn ints(&mut self, max_len: usize, lo: i64, hi: i64) -> Vec<i64> {
         let n = self.below(max_len + 1);
-        (0..n).map(|_| self.small(lo, hi)).collect()
+        (0..n).map(|_| self.attribute(lo, hi)).collect()
+    }
+
+    /// An attribute value: usually in `lo..=hi`, sometimes an extreme.
+    fn attribute(&mut self, lo: i64, hi: i64) -> i64 {
+        match self.byte() {
+            252 => i64::MAX,
+            253 => i64::MIN,
+            254 | 255 => 1 << 62,
+            _ => self.small(lo, hi),
+        }
     }
 }
 
@@ -112,9 +137,7 @@ impl Builder {
     /// A random index tensor (rank 0-4).
     fn indices(&mut self, r: &mut Reader) -> String {
         let shape = r.shape(4);
-        let values: Vec<i64> = (0..shape.iter().product::<usize>())
-            .map(|_| r.index())
-            .collect();
+        let values: Vec<i64> = (0..elements(&shape)).map(|_| r.index()).collect();
         let narrow = r.byte() & 1 == 1;
         self.constant(&shape, &values, narrow)
     }
@@ -129,7 +152,7 @@ impl Builder {
     fn node(&mut self, r: &mut Reader) {
         let out = self.fresh("v");
         let a = self.pick(r);
-        let node = match r.below(12) {
+        let node = match r.below(17) {
             0 => {
                 let i = self.indices(r);
                 Node::new("Gather", &out, [a, i], [out.clone()])
@@ -177,9 +200,40 @@ impl Builder {
             }
             10 => Node::new("Concat", &out, [a, self.pick(r)], [out.clone()])
                 .with_attr("axis", AttrValue::Int(r.small(-5, 4))),
-            _ => {
+            11 => {
                 let s = self.list(r, 5, 0, 4);
                 Node::new("Expand", &out, [a, s], [out.clone()])
+            }
+            12 => {
+                let op = ["MaxPool", "AveragePool", "LpPool"][r.below(3)];
+                Node::new(op, &out, [a], [out.clone()])
+                    .with_attr("kernel_shape", AttrValue::Ints(r.ints(3, 0, 3)))
+                    .with_attr("pads", AttrValue::Ints(r.ints(6, -1, 3)))
+                    .with_attr("strides", AttrValue::Ints(r.ints(3, 0, 3)))
+            }
+            13 => {
+                let op = ["DepthToSpace", "SpaceToDepth"][r.below(2)];
+                Node::new(op, &out, [a], [out.clone()])
+                    .with_attr("blocksize", AttrValue::Int(r.attribute(0, 3)))
+            }
+            14 => {
+                let k = self.list(r, 1, -1, 5);
+                Node::new("TopK", &out, [a, k], [out.clone(), self.fresh("unused")])
+                    .with_attr("axis", AttrValue::Int(r.small(-5, 4)))
+                    .with_attr("largest", AttrValue::Int(r.small(0, 1)))
+            }
+            15 => {
+                let terms = ["ab,bc->ac", "a,b,c->", "...i,...i->...", "ii->i", "abc->cb", "a,a->"];
+                let equation = terms[r.below(terms.len())];
+                let inputs: Vec<String> = (0..equation.split("->").next().map_or(1, |l| l.split(',').count()))
+                    .map(|_| self.pick(r))
+                    .collect();
+                Node::new("Einsum", &out, inputs, [out.clone()])
+                    .with_attr("equation", AttrValue::String(equation.as_bytes().to_vec()))
+            }
+            _ => {
+                let repeats = self.list(r, 4, 0, 3);
+                Node::new("Tile", &out, [a, repeats], [out.clone()])
             }
         };
         self.graph.add_node(node);
@@ -189,10 +243,19 @@ impl Builder {
     }
 }
 
+/// The element count of a shape the reader drew: 0 when a dim is 0, whatever the others are.
+fn elements(shape: &[usize]) -> usize {
+    if shape.contains(&0) {
+        0
+    } else {
+        shape.iter().product()
+    }
+}
+
 /// Decodes a model and its input from the fuzz bytes.
 fn build(r: &mut Reader) -> (Model, Tensor) {
     let shape = r.shape(4);
-    let values: Vec<f32> = (0..shape.iter().product::<usize>())
+    let values: Vec<f32> = (0..elements(&shape))
         .map(|_| f32::from(r.byte()))
         .collect();
     let input = Tensor::from_vec(DataType::Float, &shape, values).expect("sizes match");

@@ -45,15 +45,28 @@ fn read_tensor_from(path: &Path, origin: Origin) -> Result<(Option<String>, Tens
         .max_tensor_bytes
         .saturating_add(1 << 20);
     let bytes = read_input(path, max, origin)?;
-    let in_file = |e: Error| Error::InvalidTensor {
+    let npy = path.extension().is_some_and(|e| e == "npy");
+    tensor_from_bytes(bytes, npy).map_err(|e| Error::InvalidTensor {
         tensor: path.display().to_string(),
         reason: e.to_string(),
-    };
-    if path.extension().is_some_and(|e| e == "npy") {
-        return Ok((None, read_npy(&bytes).map_err(in_file)?));
+    })
+}
+
+/// Decodes the contents of a tensor file: a numpy `.npy` file when `npy`, else a serialized
+/// `TensorProto`; returns the name a `TensorProto` gives its tensor.
+///
+/// # Example
+/// ```
+/// use multigather::interp::files::tensor_from_bytes;
+/// let err = tensor_from_bytes(b"not numpy".to_vec(), true).unwrap_err();
+/// assert!(err.to_string().contains("missing magic"));
+/// ```
+pub fn tensor_from_bytes(bytes: Vec<u8>, npy: bool) -> Result<(Option<String>, Tensor)> {
+    if npy {
+        return Ok((None, read_npy(&bytes)?));
     }
-    let stored = crate::proto::decode_tensor(Bytes::from(bytes)).map_err(in_file)?;
-    let tensor = stored_to_tensor(&stored).map_err(in_file)?;
+    let stored = crate::proto::decode_tensor(Bytes::from(bytes))?;
+    let tensor = stored_to_tensor(&stored)?;
     Ok((stored.name.filter(|n| !n.is_empty()), tensor))
 }
 

@@ -364,6 +364,9 @@ fn as_matmul<T: Real>(
     Ok(Some((y, out_shape)))
 }
 
+/// Evaluates an equation of one or two operands: values and shape of the result.
+type Step<T> = dyn Fn(&Equation, &[&[T]], &[&[usize]]) -> Result<(Vec<T>, Vec<usize>)>;
+
 /// One labelled operand of a pairwise contraction: an input as it is, or an intermediate.
 struct Term<'a, T: Clone> {
     values: std::borrow::Cow<'a, [T]>,
@@ -377,7 +380,7 @@ fn contract<'a, T: Copy>(
     eq: &Equation,
     ops: &[&'a [T]],
     shapes: &[&[usize]],
-    step: &dyn Fn(&Equation, &[&[T]], &[&[usize]]) -> Result<(Vec<T>, Vec<usize>)>,
+    step: &Step<T>,
 ) -> Result<(Vec<T>, Vec<usize>)> {
     if ops.len() == 1 {
         return step(eq, ops, shapes);
