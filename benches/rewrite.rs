@@ -66,6 +66,16 @@ fn chain(n: usize) -> Model {
     Model::new(g, 13)
 }
 
+/// The median of three runs of `f`, each returning the time it measured.
+fn median_of_3(mut f: impl FnMut() -> Duration) -> Duration {
+    median((0..3).map(|_| f()).collect())
+}
+
+/// Microseconds per item.
+fn per_item_us(t: Duration, n: usize) -> f64 {
+    t.as_secs_f64() * 1e6 / n as f64
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -165,20 +175,14 @@ fn functions() {
     println!("{:>10} {:>10} {:>12}", "functions", "load", "load/function");
     for n in [20_000, 100_000] {
         let bytes = multigather::io::to_bytes(&with_functions(n)).expect("encode");
-        let times: Vec<Duration> = (0..3)
-            .map(|_| {
-                let t = Instant::now();
-                let model = multigather::io::load_bytes(&bytes).expect("load");
-                let elapsed = t.elapsed();
-                assert_eq!(model.functions.len(), n);
-                elapsed
-            })
-            .collect();
-        let t = median(times);
-        println!(
-            "{n:>10} {t:>10.1?} {:>10.2}us",
-            t.as_secs_f64() * 1e6 / n as f64
-        );
+        let t = median_of_3(|| {
+            let t = Instant::now();
+            let model = multigather::io::load_bytes(&bytes).expect("load");
+            let elapsed = t.elapsed();
+            assert_eq!(model.functions.len(), n);
+            elapsed
+        });
+        println!("{n:>10} {t:>10.1?} {:>10.2}us", per_item_us(t, n));
     }
 }
 
@@ -188,21 +192,15 @@ fn lowering() {
     for n in [10_000, 20_000, 40_000, 80_000] {
         let mut rewritten = chain(n);
         GatherToMultiaxis::rewrite(&mut rewritten, RewriteConfig::default()).expect("rewrite");
-        let times: Vec<Duration> = (0..3)
-            .map(|_| {
-                let mut model = rewritten.clone();
-                let t = Instant::now();
-                let report = LowerMultiaxis::lower(&mut model).expect("lower");
-                let elapsed = t.elapsed();
-                assert_eq!(report.skipped, 0);
-                elapsed
-            })
-            .collect();
-        let t = median(times);
-        println!(
-            "{n:>8} {t:>10.1?} {:>10.2}us",
-            t.as_secs_f64() * 1e6 / n as f64
-        );
+        let t = median_of_3(|| {
+            let mut model = rewritten.clone();
+            let t = Instant::now();
+            let report = LowerMultiaxis::lower(&mut model).expect("lower");
+            let elapsed = t.elapsed();
+            assert_eq!(report.skipped, 0);
+            elapsed
+        });
+        println!("{n:>8} {t:>10.1?} {:>10.2}us", per_item_us(t, n));
     }
 }
 

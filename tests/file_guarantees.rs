@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bytes::Bytes;
-use harness::{multigather, run, run_in, snapshot, Run};
+use harness::{multigather, run_in, snapshot, Run};
 use multigather::io::{ExternalPolicy, SaveOptions};
 use multigather::ir::{Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
 use multigather::DataType;
@@ -117,18 +117,9 @@ impl Drop for Immutable {
 
 /// Runs multigather under a file size limit of `kib` KiB, so writing past it fails with EFBIG.
 fn run_limited(dir: &Path, kib: u64, args: &[&str]) -> Run {
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        // `ulimit -f` counts 512-byte blocks; an ignored SIGXFSZ makes the write return EFBIG.
-        .arg(format!(
-            "trap '' XFSZ; ulimit -f {}; exec \"$0\" \"$@\"",
-            kib * 2
-        ))
-        .arg(env!("CARGO_BIN_EXE_multigather"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null());
-    run(cmd)
+    // `ulimit -f` counts 512-byte blocks; an ignored SIGXFSZ makes the write return EFBIG.
+    let prelude = format!("trap '' XFSZ; ulimit -f {}", kib * 2);
+    harness::run_under(dir, &prelude, args)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -795,14 +786,7 @@ fn mode(path: &Path) -> u32 {
 
 /// Runs multigather in `dir` under umask 022.
 fn run_umask_022(dir: &Path, args: &[&str]) -> Run {
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg("umask 022; exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_multigather"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null());
-    run(cmd)
+    harness::run_under(dir, "umask 022", args)
 }
 
 #[test]

@@ -1286,14 +1286,7 @@ fn constant_model(
 /// Runs `args` in `dir` under a 4 GiB address-space limit, so an allocation sized by the model
 /// fails instead of taking the machine.
 fn run_bounded(dir: &Path, args: &[&str]) -> harness::Run {
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg("ulimit -v 4194304; exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_multigather"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null());
-    harness::run(cmd)
+    harness::run_under(dir, "ulimit -v 4194304", args)
 }
 
 /// What every command must do with a hostile constant model: `run` gives the right result

@@ -104,3 +104,16 @@ pub fn run(mut cmd: Command) -> Run {
 pub fn run_in(dir: &Path, args: &[&str]) -> Run {
     run(multigather(dir, args))
 }
+
+/// Runs multigather in `dir` through `sh -c`, after the shell commands in `prelude` (a `ulimit`,
+/// a `umask`, a `trap`), so the limits apply to the binary alone.
+pub fn run_under(dir: &Path, prelude: &str, args: &[&str]) -> Run {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("{prelude}; exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_multigather"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    run(cmd)
+}
