@@ -86,7 +86,7 @@ mod tests {
             ("two\nlines\tand tab", "two\nlines\tand tab"),
             ("\x1b[2Kerased", "\\x1b[2Kerased"),
             ("title\x1b]0;pwned\x07", "title\\x1b]0;pwned\\x07"),
-            ("back\rover", "back\\rover"),
+            ("back\rover", "back\\x0dover"),
             ("del\x7f", "del\\x7f"),
             ("c1\u{9b}31m", "c1\\u{9b}31m"),
             ("abc\u{202e}fed", "abc\\u{202e}fed"),
