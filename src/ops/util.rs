@@ -95,11 +95,12 @@ pub fn broadcast_shapes(shapes: &[&[usize]]) -> Result<Vec<usize>> {
     Ok(out)
 }
 
-/// Row-major strides (in elements) of `shape`.
+/// Row-major strides (in elements) of `shape`. The products saturate: they only overflow for an
+/// empty tensor with huge dims, whose strides never address an element.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];
     for j in (0..shape.len().saturating_sub(1)).rev() {
-        s[j] = s[j + 1] * shape[j + 1];
+        s[j] = s[j + 1].saturating_mul(shape[j + 1]);
     }
     s
 }
@@ -225,12 +226,12 @@ impl BroadcastRuns {
         let strides = |shape: &[usize]| {
             let mut st = vec![0; out.len()];
             let offset = out.len() - shape.len().min(out.len());
-            let mut step = 1;
+            let mut step: usize = 1;
             for (i, &n) in shape.iter().enumerate().rev() {
                 if n != 1 && offset + i < out.len() {
                     st[offset + i] = step;
                 }
-                step *= n;
+                step = step.saturating_mul(n);
             }
             st
         };
@@ -561,6 +562,14 @@ mod tests {
         let (v, s) = broadcast_binary(&[1, 2], &[2, 1], &[10, 20, 30], &[3], |a, b| a + b).unwrap();
         assert_eq!(s, vec![2, 3]);
         assert_eq!(v, vec![11, 21, 31, 12, 22, 32]);
+    }
+
+    #[test]
+    fn strides_of_an_empty_tensor_with_huge_dims_do_not_overflow() {
+        // The fuzz input `[234, 0, 0, 181, 41, 157, 0, 181, 7]`: float[0, 3, 2^62, 3].
+        let s = strides(&[0, 3, 1 << 62, 3]);
+        assert_eq!(s[2..], [3, 1]);
+        assert_eq!(s[0], usize::MAX);
     }
 
     #[test]
