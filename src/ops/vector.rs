@@ -105,26 +105,6 @@ pub fn zip_scalar_right<'d, F: Fn(f32, f32) -> f32>(
     unsafe { written(&mut dst[..n]) }
 }
 
-/// `dst[i] = f(x, b[i])` for one `x`.
-#[multiversion(targets(
-    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
-))]
-pub fn zip_scalar_left<'d, F: Fn(f32, f32) -> f32>(
-    x: f32,
-    b: &[f32],
-    dst: &'d mut [MaybeUninit<f32>],
-    f: F,
-) -> &'d mut [f32] {
-    let n = b.len().min(dst.len());
-    for (d, &y) in dst[..n].iter_mut().zip(&b[..n]) {
-        d.write(f(x, y));
-    }
-    // SAFETY: the loop wrote the first `n` elements.
-    unsafe { written(&mut dst[..n]) }
-}
-
 /// Lanes of the row reductions: sixteen independent partial results, so the loops vectorise
 /// (the summation order is fixed, so results do not depend on the SIMD level).
 const LANES: usize = 16;
@@ -347,7 +327,8 @@ pub fn broadcast_zip<'d, F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
                     zip_scalar_right(&a[ia..ia + n], b[ib], d, f);
                 }
                 (0, 1) => {
-                    zip_scalar_left(a[ia], &b[ib..ib + n], d, f);
+                    let x = a[ia];
+                    zip_scalar_right(&b[ib..ib + n], x, d, move |y, x| f(x, y));
                 }
                 _ => {
                     for (j, v) in d.iter_mut().enumerate() {
