@@ -170,3 +170,22 @@ fn max_memory_on_the_command_line() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("'lots' is not a size"), "{stderr}");
 }
+
+#[test]
+fn verify_random_on_a_declared_float_2_to_the_36_input() {
+    let mut g = Graph::new("g");
+    let dims = vec![Dim::Known(1 << 36)];
+    g.inputs
+        .push(ValueInfo::new("x", Type::tensor(DataType::Float, dims)));
+    g.outputs.push(ValueInfo::untyped("y"));
+    g.add_node(Node::new("Relu", "r", ["x"], ["y"]));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big_input.onnx");
+    multigather::io::save(&Model::new(g, 13), &path).unwrap();
+    let (code, stderr, seconds) = run_limited(&["verify", path.to_str().unwrap(), "--random"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("drawing random inputs"), "{stderr}");
+    assert!(stderr.contains("274877906944 bytes"), "{stderr}");
+    assert!(seconds < 1.0, "took {seconds} s");
+}
