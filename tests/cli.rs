@@ -253,6 +253,13 @@ fn verify_fails_with_exit_1_when_the_rewritten_model_differs() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(text.contains("output"), "{text}");
+    // The verdict names the file compared with, not a count of rewrites that did not happen.
+    let err = stderr(&out);
+    assert!(
+        err.contains("DIFFERENT") && err.contains("(against "),
+        "{err}"
+    );
+    assert!(!err.contains("gathers rewritten"), "{err}");
 }
 
 #[test]

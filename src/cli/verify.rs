@@ -112,8 +112,13 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
             }
         }
         let verdict = if identical { "identical" } else { "DIFFERENT" };
+        // What the original was compared with: the rewrite made here, or the file given.
+        let against = match args.rewritten {
+            Some(path) => format!("against {}", path.display()),
+            None => format!("{rewritten_nodes} gathers rewritten"),
+        };
         output::eprintln(&format!(
-            "{verdict}: {} outputs compared bit for bit ({rewritten_nodes} gathers rewritten)",
+            "{verdict}: {} outputs compared bit for bit ({against})",
             comparisons.len()
         ));
     }
