@@ -543,3 +543,23 @@ fn test_with_output_1_but_no_output_0() {
     let (code, text) = run_test(&good);
     assert_eq!(code, Some(0), "{text}");
 }
+
+#[test]
+fn rewrite_with_verify_proves_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("rewritten.onnx");
+    let out = multigather(&[
+        "rewrite",
+        fixture("gather_symbolic_dims").to_str().unwrap(),
+        "-o",
+        out_path.to_str().unwrap(),
+        "--verify",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("verified: 1 outputs identical bit for bit"),
+        "{err}"
+    );
+    assert!(out_path.exists());
+}

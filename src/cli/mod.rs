@@ -88,6 +88,11 @@ pub enum Command {
         /// functions run the rewritten model as it is.
         #[arg(long)]
         with_function_body: bool,
+        /// Prove the rewrite before writing it: run both models on random inputs drawn from the
+        /// declared types and compare every output bit for bit (exit 1, nothing written, if they
+        /// differ). For chosen inputs or symbolic dims, use `verify` on the output.
+        #[arg(long)]
+        verify: bool,
     },
     /// Replace every GatherMultiaxis by standard ONNX operators (exit 1 if some cannot be).
     Lower {
@@ -179,6 +184,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             external_data,
             external_threshold,
             with_function_body,
+            verify,
         } => rewrite::run(rewrite::RewriteArgs {
             model: &model,
             output: &output,
@@ -188,6 +194,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             skip: &skip,
             save: rewrite::save_options(external_data.as_ref(), external_threshold),
             with_function_body,
+            verify,
         }),
         Command::Lower {
             model,

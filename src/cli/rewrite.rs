@@ -1,10 +1,13 @@
 //! `multigather rewrite`: the GatherToMultiaxis pass from file to file.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use multigather::interp::RunOptions;
 use multigather::io::{ExternalPolicy, SaveOptions};
 use multigather::pass::{DefineMultiaxisFunctions, GatherKind, GatherToMultiaxis, RewriteConfig};
+use multigather::verify::random_inputs;
 
 use super::{output, Outcome};
 
@@ -18,6 +21,9 @@ pub struct RewriteArgs<'a> {
     pub skip: &'a [String],
     pub save: SaveOptions,
     pub with_function_body: bool,
+    /// Prove the rewrite before writing it: both models run on random inputs drawn from the
+    /// declared types (seed 0, symbolic dims 1) and must agree bit for bit.
+    pub verify: bool,
 }
 
 /// Parses `--ops` values into op kinds.
@@ -74,8 +80,33 @@ pub fn run(args: RewriteArgs) -> Result<Outcome> {
         skip: args.skip.to_vec(),
     };
     let mut model = super::load(args.model)?;
+    let original = args.verify.then(|| model.clone());
     let report = GatherToMultiaxis::rewrite(&mut model, config)
         .with_context(|| format!("rewriting {}", args.model.display()))?;
+    if let Some(original) = &original {
+        let inputs = random_inputs(original, 0, &HashMap::new())
+            .context("drawing random inputs to verify the rewrite (use `multigather verify` with --dim or --inputs)")?;
+        let comparisons = super::verify::prove(original, &model, &inputs, &RunOptions::default())
+            .context(
+            "verifying the rewrite (use `multigather verify` with --dim or --inputs)",
+        )?;
+        let different: Vec<&str> = comparisons
+            .iter()
+            .filter(|c| !c.identical)
+            .map(|c| c.name.as_str())
+            .collect();
+        if !different.is_empty() {
+            output::eprintln(&format!(
+                "DIFFERENT: the rewritten model differs on {}; nothing was written",
+                different.join(", ")
+            ));
+            return Ok(Outcome::CheckFailed);
+        }
+        output::eprintln(&format!(
+            "verified: {} outputs identical bit for bit on random inputs",
+            comparisons.len()
+        ));
+    }
     let functions = if args.with_function_body {
         let report = DefineMultiaxisFunctions::define(&mut model)
             .with_context(|| format!("defining functions in {}", args.model.display()))?;

@@ -7,9 +7,11 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use multigather::interp::{RunOptions, Session};
+use multigather::ir::Model;
 use multigather::pass::{GatherToMultiaxis, RewriteConfig};
 use multigather::tensor::{default_budget, Arena};
 use multigather::verify::{compare, random_inputs, OutputComparison};
+use multigather::Tensor;
 use serde::Serialize;
 
 use super::{output, Outcome};
@@ -49,6 +51,23 @@ fn dim_sizes(pairs: &[String]) -> Result<HashMap<String, usize>> {
         .collect()
 }
 
+/// Runs `original` and `rewritten` on the same `inputs` and compares every output bit for bit.
+pub fn prove(
+    original: &Model,
+    rewritten: &Model,
+    inputs: &[(String, Tensor)],
+    options: &RunOptions,
+) -> Result<Vec<OutputComparison>> {
+    let run = |model, what: &str| {
+        Session::with_options(model, options.clone())
+            .run(inputs.to_vec())
+            .with_context(|| format!("running the {what} model"))
+    };
+    let expected = run(original, "original")?;
+    let actual = run(rewritten, "rewritten")?;
+    Ok(compare(&expected, &actual))
+}
+
 pub fn run(args: VerifyArgs) -> Result<Outcome> {
     let original = super::load(args.model)?;
     let (rewritten, rewritten_nodes) = match args.rewritten {
@@ -76,14 +95,7 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
                 .context("drawing random inputs")?
         }
     };
-    let run = |model, what: &str| {
-        Session::with_options(model, options.clone())
-            .run(inputs.clone())
-            .with_context(|| format!("running the {what} model"))
-    };
-    let expected = run(&original, "original")?;
-    let actual = run(&rewritten, "rewritten")?;
-    let comparisons = compare(&expected, &actual);
+    let comparisons = prove(&original, &rewritten, &inputs, &options)?;
     let identical = comparisons.iter().all(|c| c.identical);
     if args.json {
         let report = Report {
