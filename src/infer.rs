@@ -646,9 +646,11 @@ impl Constants {
         }
         // Only what is known to be small is computed: a dead `ConstantOfShape([6e9])` beside the
         // graph costs a shape function, not six gigabytes.
+        // (Operators whose shape function cannot tell run as before: their results are
+        // discarded below when large, and their allocations are checked by the budget.)
         let def = ops::registry().lookup(&node.domain, &node.op_type, opset)?;
-        let bytes = ops::planned_output_bytes(def, node, opset, values)?;
-        if bytes > Self::MAX_ELEMENTS * 16 {
+        let planned = ops::planned_output_bytes(def, node, opset, values);
+        if planned.is_some_and(|bytes| bytes > Self::MAX_ELEMENTS * 16) {
             return None;
         }
         let outputs = ops::eval_node(node, opset, values).ok()?;

@@ -165,12 +165,6 @@ fn words_for(len: usize) -> usize {
     len / 8 + 2
 }
 
-/// `n` copies of `fill` for a string tensor, checked against the budget; strings are counted
-/// by their handles (the bytes of each string are the caller's).
-fn try_filled<T: Clone>(n: usize, fill: T) -> Result<Vec<T>, TensorError> {
-    arena::try_vec(n, fill)
-}
-
 /// Words for a payload of `nbytes` bytes from the current arena, with the words the payload
 /// does not fully cover (the partial last word and the slack word) zeroed, so that once the
 /// `nbytes` payload bytes are written every word is initialised.
@@ -232,6 +226,7 @@ impl ByteBuf {
             let copy = ByteBuf::copied(self.padded())?;
             self.words = copy.words;
         }
+        // The words are unshared now (a fresh copy has one owner), so this always succeeds.
         let words = Arc::get_mut(&mut self.words).ok_or(TensorError::OutOfMemory { bytes: 0 })?;
         Ok(&mut bytemuck::cast_slice_mut(words.vec.as_mut_slice())[..self.len])
     }
@@ -366,7 +361,7 @@ impl Tensor {
     pub fn zeros(dtype: DataType, shape: &[usize]) -> Result<Tensor, TensorError> {
         let (len, nbytes) = checked_storage(dtype, shape)?;
         let data = if dtype == DataType::String {
-            Data::Strings(Arc::new(try_filled(len, Vec::new())?))
+            Data::Strings(Arc::new(arena::try_vec(len, Vec::new())?))
         } else {
             Data::Bytes(ByteBuf::zeroed(nbytes)?)
         };

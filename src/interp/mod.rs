@@ -108,8 +108,8 @@ enum Source {
     Omitted,
     /// A value of this frame.
     Slot(usize),
-    /// A constant of this plan, by name.
-    Constant(String),
+    /// A constant of this plan (sharing the plan's payload).
+    Constant(Tensor),
     /// A value of an enclosing scope, by name.
     Outer(String),
 }
@@ -140,11 +140,11 @@ impl<'f, 'm> Frame<'f, 'm> {
         }
     }
 
-    fn source(&self, source: &Source) -> Option<Option<&Tensor>> {
+    fn source<'a>(&'a self, source: &'a Source) -> Option<Option<&'a Tensor>> {
         match source {
             Source::Omitted => Some(None),
             Source::Slot(slot) => self.values[*slot].as_ref().map(Some),
-            Source::Constant(name) => self.plan.constants.get(name).map(Some),
+            Source::Constant(t) => Some(Some(t)),
             Source::Outer(name) => self.parent.and_then(|p| p.get(name)).map(Some),
         }
     }
@@ -327,8 +327,8 @@ impl<'m> Session<'m> {
                 Source::Omitted
             } else if let Some(&slot) = slots.get(name) {
                 Source::Slot(slot)
-            } else if constants.contains_key(name) {
-                Source::Constant(name.clone())
+            } else if let Some(t) = constants.get(name) {
+                Source::Constant(t.clone())
             } else {
                 Source::Outer(name.clone())
             }
@@ -548,12 +548,8 @@ impl<'m> Session<'m> {
                 (def.eval)(&ctx, &inputs)?
             }
             StepKind::Call(f) => {
-                let bound = f
-                    .body
-                    .inputs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, _)| inputs.get(i).copied().flatten().cloned())
+                let bound = (0..f.body.inputs.len())
+                    .map(|i| inputs.get(i).copied().flatten().cloned())
                     .collect();
                 let site = match &step.node {
                     Cow::Borrowed(n) => *n,
@@ -674,9 +670,10 @@ fn fold_constants<'m>(
             kept.push(step);
             continue;
         };
-        // Outputs too large to keep are not computed at all: the step stays in the plan.
+        // Outputs known to be too large to keep are not computed at all: the step stays in
+        // the plan. (Where the shape function cannot tell, the results are checked below.)
         let planned = planned_output_bytes(def, node, step.opset, &inputs);
-        if planned.is_none_or(|bytes| bytes > MAX_FOLDED_BYTES) {
+        if planned.is_some_and(|bytes| bytes > MAX_FOLDED_BYTES) {
             kept.push(step);
             continue;
         }
