@@ -50,6 +50,7 @@ fn a_four_terabyte_gather_is_refused_before_it_runs() {
         RunOptions {
             threads: Some(1),
             max_memory: Some(1 << 30),
+            ..RunOptions::default()
         },
     );
     let start = Instant::now();
@@ -72,6 +73,7 @@ fn a_small_budget_refuses_what_a_larger_one_allows() {
             RunOptions {
                 threads: Some(1),
                 max_memory: Some(max_memory),
+                ..RunOptions::default()
             },
         )
         .run(Vec::new())

@@ -131,6 +131,10 @@ pub enum Command {
         /// machine's physical memory).
         #[arg(long, value_parser = parse_size)]
         max_memory: Option<usize>,
+        /// Time every node and print where the time went (per operator, then the slowest nodes)
+        /// on stderr, or in the JSON with --json.
+        #[arg(long)]
+        profile: bool,
     },
     /// Rewrite in memory, run both models on the same inputs, compare every output bit for bit.
     Verify {
@@ -214,6 +218,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             threads,
             json,
             max_memory,
+            profile,
         } => run::run(run::RunArgs {
             model: &model,
             inputs: inputs.as_deref(),
@@ -223,6 +228,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             threads,
             json,
             max_memory,
+            profile,
         }),
         Command::Verify {
             model,

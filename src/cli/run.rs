@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use multigather::interp::files::{read_inputs_dir, read_tensor, write_tensor_pb};
-use multigather::interp::{RunOptions, Session};
+use multigather::interp::{Profile, RunOptions, Session};
 use multigather::ir::Model;
 use multigather::Tensor;
 use serde::Serialize;
@@ -23,6 +23,7 @@ pub struct RunArgs<'a> {
     pub threads: Option<usize>,
     pub max_memory: Option<usize>,
     pub json: bool,
+    pub profile: bool,
 }
 
 #[derive(Serialize)]
@@ -31,6 +32,118 @@ struct Timing {
     median_s: f64,
     min_s: f64,
     outputs: Vec<OutputSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<ProfileSummary>,
+}
+
+/// Where the time of `run --profile` went, per run.
+#[derive(Serialize)]
+struct ProfileSummary {
+    /// Per operator, slowest first.
+    ops: Vec<OpTime>,
+    /// Per node, slowest first.
+    nodes: Vec<NodeTime>,
+}
+
+#[derive(Serialize)]
+struct OpTime {
+    op_type: String,
+    nodes: usize,
+    ms_per_run: f64,
+    share: f64,
+}
+
+#[derive(Serialize)]
+struct NodeTime {
+    node: String,
+    op_type: String,
+    ms_per_run: f64,
+    share: f64,
+}
+
+impl ProfileSummary {
+    fn of(profile: &Profile) -> ProfileSummary {
+        let runs = profile.runs.max(1) as f64;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3 / runs;
+        let total: f64 = profile.steps.iter().map(|s| ms(s.total)).sum();
+        let share = |t: f64| if total > 0.0 { t / total } else { 0.0 };
+        let mut ops: Vec<OpTime> = Vec::new();
+        for step in &profile.steps {
+            let t = ms(step.total);
+            match ops.iter_mut().find(|o| o.op_type == step.op_type) {
+                Some(op) => {
+                    op.nodes += 1;
+                    op.ms_per_run += t;
+                }
+                None => ops.push(OpTime {
+                    op_type: step.op_type.clone(),
+                    nodes: 1,
+                    ms_per_run: t,
+                    share: 0.0,
+                }),
+            }
+        }
+        for op in &mut ops {
+            op.share = share(op.ms_per_run);
+        }
+        ops.sort_by(|a, b| b.ms_per_run.total_cmp(&a.ms_per_run));
+        let mut nodes: Vec<NodeTime> = profile
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(k, step)| NodeTime {
+                node: if step.node.is_empty() {
+                    format!("#{k}")
+                } else {
+                    step.node.clone()
+                },
+                op_type: step.op_type.clone(),
+                ms_per_run: ms(step.total),
+                share: share(ms(step.total)),
+            })
+            .collect();
+        nodes.sort_by(|a, b| b.ms_per_run.total_cmp(&a.ms_per_run));
+        ProfileSummary { ops, nodes }
+    }
+
+    /// The table printed on stderr: every operator, then the ten slowest nodes.
+    fn text(&self, runs: usize) -> String {
+        const SLOWEST: usize = 10;
+        let total: f64 = self.ops.iter().map(|o| o.ms_per_run).sum();
+        let mut text = format!(
+            "profile: {total:.3} ms per run in {} steps, over {}\n",
+            self.nodes.len(),
+            match runs {
+                1 => "1 run".to_owned(),
+                _ => format!("runs 2 to {runs} (the first plans and warms up)"),
+            }
+        );
+        text += &format!(
+            "  {:<32} {:>12} {:>7} {:>6}\n",
+            "operator", "ms/run", "share", "nodes"
+        );
+        for op in &self.ops {
+            text += &format!(
+                "  {:<32} {:>12.3} {:>6.1}% {:>6}\n",
+                output::printable(&op.op_type),
+                op.ms_per_run,
+                op.share * 100.0,
+                op.nodes
+            );
+        }
+        text += "  slowest nodes:\n";
+        for node in self.nodes.iter().take(SLOWEST) {
+            text += &format!(
+                "  {:<32} {:>12.3} {:>6.1}%  {}\n",
+                output::printable(&node.op_type),
+                node.ms_per_run,
+                node.share * 100.0,
+                output::printable(&node.node)
+            );
+        }
+        text.pop();
+        text
+    }
 }
 
 #[derive(Serialize)]
@@ -73,16 +186,21 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         RunOptions {
             threads: args.threads,
             max_memory: args.max_memory,
+            profile: args.profile,
         },
     );
     let context = || format!("running {}", args.model.display());
     session.check().with_context(context)?;
     let mut times = Vec::with_capacity(args.repeat);
     let mut outputs = Vec::new();
-    for _ in 0..args.repeat {
+    for run in 0..args.repeat {
         let start = Instant::now();
         outputs = session.run(inputs.clone()).with_context(context)?;
         times.push(start.elapsed().as_secs_f64());
+        if run == 0 && args.repeat > 1 {
+            // The first run plans the graph and fills the buffer pool: profile the steady state.
+            session.take_profile();
+        }
     }
     if let Some(dir) = args.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -101,12 +219,14 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             shape: t.shape().to_vec(),
         })
         .collect();
+    let profile = args.profile.then(|| ProfileSummary::of(&session.profile()));
     if args.json {
         let timing = Timing {
             runs: args.repeat,
             median_s: times[times.len() / 2],
             min_s: times[0],
             outputs: summaries,
+            profile,
         };
         output::println(&serde_json::to_string(&timing)?)?;
     } else {
@@ -126,6 +246,9 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
                 times[times.len() / 2] * 1e3,
                 times[0] * 1e3
             ));
+        }
+        if let Some(profile) = profile {
+            output::eprintln(&profile.text(args.repeat));
         }
     }
     Ok(Outcome::Success)

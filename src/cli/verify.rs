@@ -83,6 +83,7 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
     let options = RunOptions {
         threads: None,
         max_memory: args.max_memory,
+        ..RunOptions::default()
     };
     let budget = Arena::new(args.max_memory.unwrap_or_else(default_budget), false);
     let inputs = match (args.inputs, args.random) {

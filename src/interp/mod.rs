@@ -34,6 +34,7 @@ pub mod files;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::ir::{
@@ -51,6 +52,50 @@ pub struct RunOptions {
     /// memory, [`crate::tensor::default_budget`]). A node whose tensors would take the memory in
     /// use past it fails with an error naming the node and the size.
     pub max_memory: Option<usize>,
+    /// Time every step of the main graph, for [`Session::profile`]. Off by default: timing costs
+    /// two clock reads per step.
+    pub profile: bool,
+}
+
+/// Where the time of a session's runs went: one entry per step of the main graph that ran (steps
+/// folded at planning are absent), in graph order, accumulated over every run so far. A step
+/// that runs a subgraph or a function counts the whole call.
+///
+/// ```
+/// use multigather::interp::{RunOptions, Session};
+/// use multigather::ir::{Dim, Graph, Model, Node, Type, ValueInfo};
+/// use multigather::{DataType, Tensor};
+///
+/// let mut g = Graph::new("g");
+/// g.inputs.push(ValueInfo::new("x", Type::tensor(DataType::Float, vec![Dim::Known(2)])));
+/// g.outputs.push(ValueInfo::new("y", Type::tensor(DataType::Float, vec![Dim::Known(2)])));
+/// g.add_node(Node::new("Relu", "act", ["x"], ["y"]));
+/// let model = Model::new(g, 13);
+/// let session = Session::with_options(&model, RunOptions { profile: true, ..Default::default() });
+/// let x = Tensor::from_vec(DataType::Float, &[2], vec![-1.0f32, 2.0])?;
+/// session.run(vec![("x".into(), x)])?;
+/// let profile = session.profile();
+/// assert_eq!(profile.runs, 1);
+/// assert_eq!((profile.steps[0].node.as_str(), profile.steps[0].op_type.as_str()), ("act", "Relu"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    /// Runs of the main graph timed.
+    pub runs: usize,
+    /// The main graph's steps, in order.
+    pub steps: Vec<StepTime>,
+}
+
+/// The accumulated time of one step, see [`Profile`].
+#[derive(Clone, Debug)]
+pub struct StepTime {
+    /// The node's name (empty when the model leaves it unnamed).
+    pub node: String,
+    /// The node's operator, with its domain when not the default one (`multigather.GatherMultiaxis`).
+    pub op_type: String,
+    /// Total time spent in the step over all runs.
+    pub total: Duration,
 }
 
 /// A model ready to run, with the plans of the graphs it has run cached.
@@ -62,6 +107,8 @@ pub struct Session<'m> {
     /// Where the tensors of every run come from: buffers freed by one step or run are reused by
     /// the next, within the memory budget.
     arena: Arc<Arena>,
+    /// Per-step times of the main graph when [`RunOptions::profile`] is set.
+    profile: Mutex<Profile>,
 }
 
 /// A graph (by address), for a function body the call node whose attributes it binds, and for
@@ -172,7 +219,19 @@ impl<'m> Session<'m> {
             plans: Mutex::new(HashMap::new()),
             pool,
             arena,
+            profile: Mutex::new(Profile::default()),
         }
+    }
+
+    /// Where the time of the runs so far went, when the session was built with
+    /// [`RunOptions::profile`] (empty otherwise).
+    pub fn profile(&self) -> Profile {
+        lock(&self.profile).clone()
+    }
+
+    /// Returns the profile so far and starts a new one (to leave out a warm-up run).
+    pub fn take_profile(&self) -> Profile {
+        std::mem::take(&mut *lock(&self.profile))
     }
 
     /// The arena the session's tensors come from (its budget, and the buffers it keeps).
@@ -479,10 +538,16 @@ impl<'m> Session<'m> {
         for &slot in &plan.unused_inputs {
             frame.values[slot] = None;
         }
+        let timed = self.options.profile && depth == 0 && parent.is_none() && call.is_none();
+        let mut times = Vec::with_capacity(if timed { plan.steps.len() } else { 0 });
         for step in &plan.steps {
+            let start = timed.then(Instant::now);
             let outputs = self
                 .run_step(step, imports, &frame, depth)
                 .map_err(|e| at_node(&step.node, e))?;
+            if let Some(start) = start {
+                times.push(start.elapsed());
+            }
             for (&slot, t) in step.outputs.iter().zip(outputs) {
                 if let Some(slot) = slot {
                     frame.values[slot] = Some(t);
@@ -491,6 +556,9 @@ impl<'m> Session<'m> {
             for &slot in &step.frees {
                 frame.values[slot] = None;
             }
+        }
+        if timed {
+            self.record(&plan, times);
         }
         graph
             .outputs
@@ -508,6 +576,29 @@ impl<'m> Session<'m> {
                 })
             })
             .collect()
+    }
+
+    /// Adds one run's step times to the profile.
+    fn record(&self, plan: &Plan<'m>, times: Vec<Duration>) {
+        let mut profile = lock(&self.profile);
+        if profile.steps.is_empty() {
+            profile.steps = plan
+                .steps
+                .iter()
+                .map(|step| StepTime {
+                    node: step.node.name.clone(),
+                    op_type: match step.node.domain.as_str() {
+                        "" | "ai.onnx" => step.node.op_type.clone(),
+                        domain => format!("{domain}.{}", step.node.op_type),
+                    },
+                    total: Duration::ZERO,
+                })
+                .collect();
+        }
+        profile.runs += 1;
+        for (entry, time) in profile.steps.iter_mut().zip(times) {
+            entry.total += time;
+        }
     }
 
     fn run_step(

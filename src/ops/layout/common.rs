@@ -7,6 +7,9 @@ use crate::error::{Error, Result};
 use crate::ir::{Dim, Shape, TensorType};
 use crate::tensor::{element_count, Tensor};
 use crate::DataType;
+use std::mem::MaybeUninit;
+
+use super::super::vector::assume_written;
 
 use super::super::util::{strides, to_i64s, Float};
 use super::super::InferCtx;
@@ -222,9 +225,26 @@ pub(super) fn gather_axes(
         out.copy(0, 0, block)?;
         return out.finish();
     }
+    let last = outer - 1;
+    if block < SMALL_BLOCK {
+        let rows = Rows {
+            maps: &maps,
+            strides: &strides,
+            shape: &shape,
+            last,
+            block,
+        };
+        match (data.dtype().byte_size(), data.dtype()) {
+            (_, DataType::String) => {}
+            (Some(1), _) => return rows.gather::<u8>(data, fill),
+            (Some(2), _) => return rows.gather::<u16>(data, fill),
+            (Some(4), _) => return rows.gather::<u32>(data, fill),
+            (Some(8), _) => return rows.gather::<u64>(data, fill),
+            _ => {}
+        }
+    }
     // The odometer walks the axes before the last non-contiguous one; that axis runs in an
     // inner loop whose adjacent blocks merge into single copies (a slice row is one copy).
-    let last = outer - 1;
     let mut coord = vec![0usize; last];
     loop {
         match offset(&maps[..last], &strides, &coord)? {
@@ -238,6 +258,123 @@ pub(super) fn gather_axes(
     out.finish()
 }
 
+/// Blocks shorter than this (in elements) are gathered element by element into a typed output
+/// ([`Rows::gather`]) rather than copied as runs (a nearest 2x upsample reads blocks of one).
+const SMALL_BLOCK: usize = 16;
+
+/// The output rows of [`gather_axes`] once contiguous trailing axes are merged into `block`:
+/// axes `..last` are walked by an odometer, axis `last` maps each position to a block.
+struct Rows<'a> {
+    maps: &'a [Vec<Option<usize>>],
+    strides: &'a [usize],
+    shape: &'a [usize],
+    last: usize,
+    block: usize,
+}
+
+impl Rows<'_> {
+    /// The gather for elements as wide as `T`, written in order into an uninitialised output.
+    fn gather<T: bytemuck::Pod>(&self, data: &Tensor, fill: Option<&Tensor>) -> Result<Tensor> {
+        let src = data.as_slice::<T>()?;
+        let fill = match fill {
+            Some(f) => f.as_slice::<T>()?.first().copied(),
+            None => None,
+        };
+        // Each position of the last axis as an element offset from its row's base.
+        let inner = self.maps[self.last]
+            .iter()
+            .map(|j| match j {
+                Some(j) => j
+                    .checked_mul(self.strides[self.last])
+                    .map(Some)
+                    .ok_or_else(overflow),
+                None => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let row = self.shape[self.last] * self.block;
+        let mut status = Ok(());
+        let tensor =
+            Tensor::uninit(data.dtype(), self.shape)?.fill(|slots: &mut [MaybeUninit<T>]| {
+                let mut coord = vec![0usize; self.last];
+                let mut written = 0;
+                for dst in slots.chunks_exact_mut(row) {
+                    let base = offset(&self.maps[..self.last], self.strides, &coord);
+                    if let Err(e) =
+                        base.and_then(|base| self.write_row(dst, base, &inner, src, fill))
+                    {
+                        status = Err(e);
+                        break;
+                    }
+                    written += dst.len();
+                    advance(&mut coord, &self.shape[..self.last]);
+                }
+                // SAFETY: the first `written` slots were written by `write_row`. After an error the
+                // slice is short, so `fill` fails, and the error is returned below.
+                unsafe { assume_written(&mut slots[..written]) }
+            });
+        status?;
+        Ok(tensor?)
+    }
+
+    /// Writes one output row: the block each position of the last axis reads at `inner` from
+    /// `base` (`None`: the fill value).
+    fn write_row<T: bytemuck::Pod>(
+        &self,
+        dst: &mut [MaybeUninit<T>],
+        base: Option<usize>,
+        inner: &[Option<usize>],
+        src: &[T],
+        fill: Option<T>,
+    ) -> Result<()> {
+        if self.block == 1 {
+            // Element by element: the block loop below would call `memcpy` for each.
+            for (slot, &o) in dst.iter_mut().zip(inner) {
+                let value = match base.zip(o) {
+                    Some((base, o)) => base.checked_add(o).and_then(|i| src.get(i)).copied(),
+                    None => fill,
+                };
+                slot.write(value.ok_or_else(|| self.out_of_bounds(base, o, src.len()))?);
+            }
+            return Ok(());
+        }
+        for (slots, &o) in dst.chunks_exact_mut(self.block).zip(inner) {
+            match base.zip(o) {
+                Some((base, o)) => {
+                    let values = base
+                        .checked_add(o)
+                        .and_then(|start| src.get(start..start.checked_add(self.block)?))
+                        .ok_or_else(|| self.out_of_bounds(Some(base), Some(o), src.len()))?;
+                    for (d, &v) in slots.iter_mut().zip(values) {
+                        d.write(v);
+                    }
+                }
+                None => {
+                    let v = fill.ok_or_else(|| self.out_of_bounds(None, None, src.len()))?;
+                    slots.iter_mut().for_each(|d| {
+                        d.write(v);
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The error for a read at `base + o` outside a source of `len` elements (or of the fill
+    /// value when there is none).
+    fn out_of_bounds(&self, base: Option<usize>, o: Option<usize>, len: usize) -> Error {
+        match base.zip(o) {
+            Some((base, o)) => Error::Eval(format!(
+                "element run {base}+{o} is out of bounds of a source of {len} elements"
+            )),
+            None => Error::Eval("a position reads the fill value, which is empty".into()),
+        }
+    }
+}
+
+fn overflow() -> Error {
+    Error::Eval("input offset overflows".into())
+}
+
 /// Writes the blocks one axis reads from `base`, merging runs that are adjacent in the input
 /// (or all fill) into one copy.
 fn copy_row(
@@ -247,7 +384,6 @@ fn copy_row(
     stride: usize,
     block: usize,
 ) -> Result<()> {
-    let overflow = || Error::Eval("input offset overflows".into());
     // The pending run: its input start (`None`: fill) and its length in elements.
     let mut run: Option<(Option<usize>, usize)> = None;
     for &j in map {
@@ -294,7 +430,7 @@ fn offset(
         sum = i
             .checked_mul(stride)
             .and_then(|v| v.checked_add(sum))
-            .ok_or_else(|| Error::Eval("input offset overflows".into()))?;
+            .ok_or_else(overflow)?;
     }
     Ok(Some(sum))
 }

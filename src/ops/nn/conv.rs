@@ -32,6 +32,7 @@ use super::common::{
 };
 use super::matmul::{requantize, scales, single};
 use super::window::{inside, Geometry3, Window};
+use multiversion::multiversion;
 
 /// Target size (in elements) of one im2col tile.
 const TILE_ELEMS: usize = 1 << 17;
@@ -157,23 +158,37 @@ impl ConvShape {
         let depthwise = self.cg() == 1 && self.group > 1;
         if p <= FEW_POSITIONS && !depthwise {
             self.few_positions(xg, wg, y)?;
-        } else if self.is_pointwise() {
-            gemm(T::ONE, wg, Mat::row_major(xg, kc, p)?, T::ZERO, y, p)?;
+            if let Some(b) = bias {
+                for (row, &bv) in y.chunks_mut(p).zip(b) {
+                    row.iter_mut().for_each(|v| *v += bv);
+                }
+            }
+            return Ok(());
+        }
+        // Every other path accumulates onto `y`: start from the bias rather than add it after.
+        let beta = match bias {
+            Some(b) => {
+                for (row, &bv) in y.chunks_mut(p).zip(b) {
+                    row.fill(bv);
+                }
+                T::ONE
+            }
+            None => T::ZERO,
+        };
+        if self.is_pointwise() {
+            gemm(T::ONE, wg, Mat::row_major(xg, kc, p)?, beta, y, p)?;
         } else if depthwise {
             // One input channel per group (depthwise): a product with one row per filter would
             // waste most of the GEMM kernel, so accumulate the taps directly. (With one group,
             // as in an STFT by convolution with hundreds of filters and taps over a few output
             // positions, the product is the better loop.)
+            let x = Phased::new(xg, self.geo.input[2], self.geo.strides[2])?;
             for (m, ym) in y.chunks_mut(p).enumerate() {
-                single_channel(xg, &wg.row(m), &self.geo, ym);
+                single_channel(&x, &wg.row(m), &self.geo, ym);
             }
         } else {
-            self.tiled(xg, wg, y, parallel)?;
-        }
-        if let Some(b) = bias {
-            for (row, &bv) in y.chunks_mut(p).zip(b) {
-                row.iter_mut().for_each(|v| *v += bv);
-            }
+            let x = Phased::new(xg, self.geo.input[2], self.geo.strides[2])?;
+            self.tiled(&x, wg, beta, y, parallel)?;
         }
         Ok(())
     }
@@ -193,7 +208,8 @@ impl ConvShape {
         if self.is_pointwise() {
             col.copy_from_slice(&xg[..kc * p]);
         } else {
-            im2col(xg, &self.geo, self.cg(), 0, p, &mut col);
+            let x = Phased::new(xg, self.geo.input[2], self.geo.strides[2])?;
+            im2col(&x, &self.geo, self.cg(), 0, p, &mut col);
         }
         let mut columns = try_vec(p * kc, T::ZERO)?;
         for (r, row) in col.chunks_exact(p).enumerate() {
@@ -210,8 +226,15 @@ impl ConvShape {
         Ok(())
     }
 
-    /// `y = wg * im2col(xg)`, building im2col a tile of output positions at a time.
-    fn tiled<T: Real>(&self, xg: &[T], wg: Mat<'_, T>, y: &mut [T], parallel: bool) -> Result<()> {
+    /// `y = wg * im2col(xg) + beta * y`, building im2col a tile of output positions at a time.
+    fn tiled<T: Real>(
+        &self,
+        xg: &Phased<'_, T>,
+        wg: Mat<'_, T>,
+        beta: T,
+        y: &mut [T],
+        parallel: bool,
+    ) -> Result<()> {
         let p = self.geo.out_plane();
         let kc = wg.cols();
         let tile = (TILE_ELEMS / kc.max(1)).max(MIN_TILE).min(p);
@@ -227,7 +250,7 @@ impl ConvShape {
                     T::ONE,
                     wg,
                     Mat::row_major(&col[..kc * t], kc, t)?,
-                    T::ZERO,
+                    beta,
                     &mut y[p0..],
                     p,
                 )?;
@@ -257,16 +280,74 @@ impl ConvShape {
         for (&p0, block) in tiles.iter().zip(&blocks) {
             let t = width(p0);
             for (row, src) in y.chunks_mut(p).zip(block.chunks(t)) {
-                row[p0..p0 + t].copy_from_slice(src);
+                for (d, &v) in row[p0..p0 + t].iter_mut().zip(src) {
+                    *d = beta * *d + v;
+                }
             }
         }
         Ok(())
     }
 }
 
+/// The rows of some input planes with each row split into its `stride` phases: phase `p` of a
+/// row holds columns `p, p + stride, p + 2 * stride, ...` (zero-padded to a common length).
+/// The columns one kernel tap reads at successive output positions are then one contiguous run
+/// of one phase, which copies and vectorises like a stride-1 row.
+struct Phased<'x, T: Clone> {
+    rows: std::borrow::Cow<'x, [T]>,
+    stride: usize,
+    /// Elements per phase.
+    phase_len: usize,
+}
+
+impl<'x, T: Real> Phased<'x, T> {
+    /// `x` (rows of `width` columns) split for `stride`; borrowed as is when the stride is 1.
+    fn new(x: &'x [T], width: usize, stride: usize) -> Result<Phased<'x, T>> {
+        if stride <= 1 || width == 0 {
+            return Ok(Phased {
+                rows: std::borrow::Cow::Borrowed(x),
+                stride: 1,
+                phase_len: width,
+            });
+        }
+        let phase_len = width.div_ceil(stride);
+        let mut rows = try_vec(x.len() / width * stride * phase_len, T::ZERO)?;
+        for (src, dst) in x
+            .chunks_exact(width)
+            .zip(rows.chunks_exact_mut(stride * phase_len))
+        {
+            for (p, phase) in dst.chunks_exact_mut(phase_len).enumerate() {
+                // Column `p + stride * j` is element `p` of the row's `j`-th chunk.
+                let columns = src.chunks(stride).filter_map(|c| c.get(p));
+                for (d, &v) in phase.iter_mut().zip(columns) {
+                    *d = v;
+                }
+            }
+        }
+        Ok(Phased {
+            rows: std::borrow::Cow::Owned(rows),
+            stride,
+            phase_len,
+        })
+    }
+
+    /// Columns `first, first + stride, ...` (`n` of them) of row `row`; the caller keeps them
+    /// inside the row.
+    fn run(&self, row: usize, first: usize, n: usize) -> &[T] {
+        let (phase, j) = (first % self.stride, first / self.stride);
+        &self.rows[row * self.stride * self.phase_len + phase * self.phase_len + j..][..n]
+    }
+}
+
 /// Adds the convolution of one input channel `x` by one filter `w` (one weight per tap) into the
-/// output plane `y`.
-fn single_channel<T: Real>(x: &[T], w: &[T], g: &Geometry3, y: &mut [T]) {
+/// output plane `y`, one tap at a time over whole output rows (compiled per SIMD level, like the
+/// loops of `ops::vector`, without fused multiply-adds).
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn single_channel<T: Real>(x: &Phased<'_, T>, w: &[T], g: &Geometry3, y: &mut [T]) {
     let [od, oh, ow] = g.output;
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
@@ -290,16 +371,10 @@ fn single_channel<T: Real>(x: &[T], w: &[T], g: &Geometry3, y: &mut [T]) {
                     let iz = oz * sd + kz * dd - pd;
                     for oy in y0..y1 {
                         let iy = oy * sh + ky * dh - ph;
-                        let src = &x[(iz * ih + iy) * iw..][..iw];
+                        let src = x.run(iz * ih + iy, first, x1 - x0);
                         let dst = &mut y[(oz * oh + oy) * ow..][x0..x1];
-                        if sw == 1 {
-                            for (d, &s) in dst.iter_mut().zip(&src[first..]) {
-                                *d += wv * s;
-                            }
-                        } else {
-                            for (d, &s) in dst.iter_mut().zip(src[first..].iter().step_by(sw)) {
-                                *d += wv * s;
-                            }
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            *d += wv * v;
                         }
                     }
                 }
@@ -309,8 +384,16 @@ fn single_channel<T: Real>(x: &[T], w: &[T], g: &Geometry3, y: &mut [T]) {
 }
 
 /// Fills `col` (row-major, `cg * taps` rows of `p1 - p0` columns) with the input values each
-/// kernel tap of each channel sees at output positions `p0..p1` (zero in the padding).
-fn im2col<T: Real>(x: &[T], g: &Geometry3, cg: usize, p0: usize, p1: usize, col: &mut [T]) {
+/// kernel tap of each channel sees at output positions `p0..p1` (zero in the padding); `x` holds
+/// the `cg` input planes, split for the width stride.
+fn im2col<T: Real>(
+    x: &Phased<'_, T>,
+    g: &Geometry3,
+    cg: usize,
+    p0: usize,
+    p1: usize,
+    col: &mut [T],
+) {
     let t = p1 - p0;
     let [_, oh, ow] = g.output;
     let [id, ih, iw] = g.input;
@@ -318,14 +401,12 @@ fn im2col<T: Real>(x: &[T], g: &Geometry3, cg: usize, p0: usize, p1: usize, col:
     let [sd, sh, sw] = g.strides;
     let [dd, dh, dw] = g.dilations;
     let [pd, ph, pw] = g.pad_begin;
-    let in_plane = id * ih * iw;
     // The input coordinate of output `o` at tap `k` along one dim, if inside.
     let coord = |o: usize, k: usize, s: usize, d: usize, pad: usize, n: usize| -> Option<usize> {
         (o * s + k * d).checked_sub(pad).filter(|&i| i < n)
     };
     let mut rows = col.chunks_mut(t.max(1));
     for c in 0..cg {
-        let xc = &x[c * in_plane..(c + 1) * in_plane];
         for kz in 0..kd {
             for ky in 0..kh {
                 for kx in 0..kw {
@@ -340,21 +421,18 @@ fn im2col<T: Real>(x: &[T], g: &Geometry3, cg: usize, p0: usize, p1: usize, col:
                         let seg = &mut row[dst..dst + run];
                         match (coord(oz, kz, sd, dd, pd, id), coord(oy, ky, sh, dh, ph, ih)) {
                             (Some(iz), Some(iy)) => {
-                                let src = &xc[(iz * ih + iy) * iw..][..iw];
                                 let (a, b) = (lo.clamp(ox0, ox0 + run), hi.clamp(ox0, ox0 + run));
                                 seg[..a - ox0].fill(T::ZERO);
                                 seg[b - ox0..].fill(T::ZERO);
                                 if a < b {
                                     // `inside` guarantees these positions are inside.
                                     let first = a * sw + kx * dw - pw;
-                                    let mid = &mut seg[a - ox0..b - ox0];
-                                    if sw == 1 {
-                                        mid.copy_from_slice(&src[first..first + (b - a)]);
-                                    } else {
-                                        for (j, v) in mid.iter_mut().enumerate() {
-                                            *v = src[first + j * sw];
-                                        }
-                                    }
+                                    let plane_row = (c * id + iz) * ih + iy;
+                                    seg[a - ox0..b - ox0].copy_from_slice(x.run(
+                                        plane_row,
+                                        first,
+                                        b - a,
+                                    ));
                                 }
                             }
                             _ => seg.fill(T::ZERO),

@@ -15,6 +15,7 @@
 //! integer one.
 
 use crate::tensor::try_vec;
+use bytemuck::Pod;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -165,26 +166,32 @@ fn max_pool<T: Copy + PartialOrd + Default + Send + Sync>(
     Ok(out)
 }
 
-/// The maxima alone (no `Indices` output): the same windows, taps in the same order and the same
-/// comparisons as [`max_pool`] (the first tap, then any greater one), read straight from the
-/// input rows without listing positions or computing indices.
-fn max_values<T: Copy + PartialOrd + Default + Send + Sync>(
+/// The maxima alone (no `Indices` output): the same windows as [`max_pool`], read straight from
+/// the input rows without listing positions or computing indices. The taps are compared column by
+/// column rather than row by row, which gives the same maximum (only which of two equal values,
+/// `-0.0` and `0.0`, or which NaN wins can differ).
+fn max_values<T: Pod + PartialOrd + Default + Send + Sync>(
     pool: &Pool,
     x: &[T],
-) -> Result<Vec<T>> {
+    dtype: DataType,
+) -> Result<Tensor> {
     let out_plane = pool.geo.out_plane();
-    let mut out = try_vec(pool.planes * out_plane, T::default())?;
+    let mut tensor = Tensor::zeros(dtype, &pool.out_shape)?;
+    let out = tensor.as_slice_mut::<T>()?;
     if out_plane == 0 {
-        return Ok(out);
+        return Ok(tensor);
     }
     let x_plane = pool.geo.in_plane();
     let [_, ih, iw] = pool.geo.input;
     let [dd, dh, dw] = pool.geo.dilations;
     out.par_chunks_mut(out_plane)
         .enumerate()
-        .for_each(|(plane, y)| {
+        .try_for_each(|(plane, y)| -> Result<()> {
             let xp = &x[plane * x_plane..][..x_plane];
             let mut rows = Vec::new();
+            // The maximum over this output row's input rows, column by column: the windows
+            // then read one row instead of one per tap, and this loop vectorises.
+            let mut column_max = try_vec(iw, T::default())?;
             let mut y = y.iter_mut();
             for sz in &pool.spans[0] {
                 for sy in &pool.spans[1] {
@@ -194,25 +201,36 @@ fn max_values<T: Copy + PartialOrd + Default + Send + Sync>(
                         let z = sz.first + jz * dd;
                         rows.extend((0..sy.count).map(|jy| (z * ih + sy.first + jy * dh) * iw));
                     }
+                    let Some((&first_row, rest)) = rows.split_first() else {
+                        y.by_ref().take(pool.spans[2].len()).for_each(drop);
+                        continue;
+                    };
+                    column_max.copy_from_slice(&xp[first_row..][..iw]);
+                    for &r in rest {
+                        // A select, not a branch: random data mispredicts every other one.
+                        for (m, &v) in column_max.iter_mut().zip(&xp[r..][..iw]) {
+                            *m = if v > *m { v } else { *m };
+                        }
+                    }
                     for (sx, o) in pool.spans[2].iter().zip(y.by_ref()) {
-                        if sx.count == 0 || rows.is_empty() {
+                        if sx.count == 0 {
                             continue;
                         }
                         let width = (sx.count - 1) * dw + 1;
-                        let mut best = xp[rows[0] + sx.first];
-                        for &r in &rows {
-                            for &v in xp[r + sx.first..][..width].iter().step_by(dw) {
-                                if v > best {
-                                    best = v;
-                                }
-                            }
-                        }
-                        *o = best;
+                        let taps = &column_max[sx.first..][..width];
+                        let select = |best: T, &v: &T| if v > best { v } else { best };
+                        *o = match (dw, taps) {
+                            // The usual 3-wide window, unrolled.
+                            (1, [a, b, c]) => select(select(*a, b), c),
+                            (1, _) => taps[1..].iter().fold(taps[0], select),
+                            _ => taps.iter().step_by(dw).skip(1).fold(taps[0], select),
+                        };
                     }
                 }
             }
-        });
-    Ok(out)
+            Ok(())
+        })?;
+    Ok(tensor)
 }
 
 /// Runs `$body` with `$T` bound to the element type `MaxPool` takes natively.
@@ -255,7 +273,7 @@ pub(super) fn eval_max_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
     let dtype = x.dtype();
     if ctx.node.outputs.len() < 2 {
         let values = dispatch_ordered!(dtype, T => {
-            Tensor::from_vec(dtype, &pool.out_shape, max_values(&pool, x.as_slice::<T>()?)?)?
+            max_values(&pool, x.as_slice::<T>()?, dtype)?
         }, _ => return Err(unsupported_type("MaxPool", dtype)));
         return Ok(vec![values]);
     }
