@@ -200,10 +200,18 @@ pub fn eval_node(node: &Node, opset: i64, inputs: &[Option<&Tensor>]) -> Result<
     let def = registry()
         .lookup(&node.domain, &node.op_type, opset)
         .ok_or_else(|| {
+            let domain = if node.domain.is_empty() {
+                "ai.onnx"
+            } else {
+                &node.domain
+            };
+            let at = match (node.name.as_str(), node.outputs.first()) {
+                ("", Some(out)) => format!("the unnamed node producing '{out}'"),
+                (name, _) => format!("node '{name}'"),
+            };
             Error::Unsupported(format!(
-                "operator {} (opset {opset}) at node '{}'",
-                node.qualified_op(),
-                node.name
+                "operator {} ({domain}, opset {opset}) at {at}",
+                node.op_type
             ))
         })?;
     def.check_arity(node)?;
