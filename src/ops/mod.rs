@@ -31,6 +31,7 @@ mod identity;
 mod layout;
 mod math;
 mod minifloat;
+mod ml;
 mod nn;
 mod rnn;
 pub(crate) mod vector;
@@ -301,6 +302,7 @@ const FAMILIES: &[&[OpDef]] = &[
     identity::DEFS,
     layout::DEFS,
     math::DEFS,
+    ml::DEFS,
     nn::DEFS,
     rnn::DEFS,
 ];
