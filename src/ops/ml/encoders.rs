@@ -16,8 +16,9 @@ use crate::tensor::{try_vec, try_with_capacity, Tensor};
 use crate::DataType;
 
 use super::super::util::{required, unsupported_type};
-use super::super::EvalCtx;
-use super::{f32_tensor, ints, strings};
+use super::super::{EvalCtx, InferCtx};
+use super::{f32_tensor, input_dims, ints, strings, typed};
+use crate::ir::{Dim, TensorType};
 
 /// First position of every key.
 fn positions<K: std::hash::Hash + Eq + Clone>(keys: &[K]) -> Result<HashMap<K, usize>> {
@@ -132,6 +133,29 @@ pub(in crate::ops) fn eval_category_mapper(
         other => return Err(unsupported_type("CategoryMapper", other)),
     };
     Ok(vec![y])
+}
+
+pub(in crate::ops) fn infer_one_hot_encoder(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let (i, s) = (ints(ctx.node, "cats_int64s")?, strings(ctx.node, "cats_strings")?);
+    let k = match ctx.input(0).and_then(|t| t.elem) {
+        Some(DataType::String) => Some(s.len()),
+        Some(_) => Some(i.len()),
+        None => None,
+    };
+    let dims = input_dims(ctx, 0).map(|mut d| {
+        d.push(k.map_or(Dim::Unknown, |k| Dim::Known(k as i64)));
+        d
+    });
+    Ok(vec![typed(Some(DataType::Float), dims)])
+}
+
+pub(in crate::ops) fn infer_category_mapper(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let elem = match ctx.input(0).and_then(|t| t.elem) {
+        Some(DataType::String) => Some(DataType::Int64),
+        Some(DataType::Int64) => Some(DataType::String),
+        _ => None,
+    };
+    Ok(vec![typed(elem, input_dims(ctx, 0))])
 }
 
 #[cfg(test)]

@@ -16,8 +16,9 @@ use crate::tensor::{try_vec, try_with_capacity, Tensor};
 use crate::DataType;
 
 use super::super::util::{required, to_i64s};
-use super::super::EvalCtx;
-use super::{f32_tensor, ints, rows_cols, strings, Features};
+use super::super::{EvalCtx, InferCtx};
+use super::{f32_tensor, infer_rows, input_dims, ints, rows_cols, strings, typed, Features};
+use crate::ir::{Dim, TensorType};
 
 pub(in crate::ops) fn eval_array_feature_extractor(
     _ctx: &EvalCtx<'_>,
@@ -130,6 +131,34 @@ pub(in crate::ops) fn eval_zipmap(
         )));
     }
     Ok(vec![x.clone().into_shape(&[rows, cols])?])
+}
+
+pub(in crate::ops) fn infer_array_feature_extractor(
+    ctx: &InferCtx<'_>,
+) -> Result<Vec<TensorType>> {
+    let count = input_dims(ctx, 1).and_then(|d| {
+        d.iter()
+            .map(Dim::known)
+            .try_fold(1i64, |a, k| a.checked_mul(k?))
+    });
+    let dims = input_dims(ctx, 0).and_then(|x| {
+        let (_, outer) = x.split_last()?;
+        let count = count.map_or(Dim::Unknown, Dim::Known);
+        Some(if outer.is_empty() {
+            vec![Dim::Known(1), count]
+        } else {
+            outer.iter().cloned().chain([count]).collect()
+        })
+    });
+    Ok(vec![typed(ctx.input(0).and_then(|t| t.elem), dims)])
+}
+
+pub(in crate::ops) fn infer_feature_vectorizer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let total = ints(ctx.node, "inputdimensions")?
+        .iter()
+        .try_fold(0i64, |a, &d| a.checked_add(d.max(0)));
+    let dims = infer_rows(ctx).map(|n| vec![n, total.map_or(Dim::Unknown, Dim::Known)]);
+    Ok(vec![typed(Some(DataType::Float), dims)])
 }
 
 #[cfg(test)]

@@ -24,8 +24,9 @@ use crate::tensor::{try_with_capacity, Tensor};
 use crate::DataType;
 
 use super::super::util::{required, to_i64s};
-use super::super::EvalCtx;
-use super::{floats, ints, strings};
+use super::super::{EvalCtx, InferCtx};
+use super::{floats, input_dims, ints, strings, typed};
+use crate::ir::TensorType;
 
 /// A key, compared as the specification says.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -218,6 +219,28 @@ fn opset1(node: &Node, x: &Tensor) -> Result<Vec<Tensor>> {
         }
         other => Err(super::super::util::unsupported_type("LabelEncoder", other)),
     }
+}
+
+pub(in crate::ops) fn infer_label_encoder(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let node = ctx.node;
+    let elem = if ctx.opset < 2 {
+        match ctx.input(0).and_then(|t| t.elem) {
+            Some(DataType::String) => Some(DataType::Int64),
+            Some(DataType::Int64) => Some(DataType::String),
+            _ => None,
+        }
+    } else if let Some(t) = node.attr_tensor("values_tensor")?.filter(|_| ctx.opset >= 4) {
+        Some(t.elem)
+    } else if !strings(node, "values_strings")?.is_empty() {
+        Some(DataType::String)
+    } else if !ints(node, "values_int64s")?.is_empty() {
+        Some(DataType::Int64)
+    } else if !floats(node, "values_floats")?.is_empty() {
+        Some(DataType::Float)
+    } else {
+        None
+    };
+    Ok(vec![typed(elem, input_dims(ctx, 0))])
 }
 
 #[cfg(test)]

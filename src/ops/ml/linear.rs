@@ -14,8 +14,12 @@ use crate::error::{Error, Result};
 use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{dot, required};
-use super::super::EvalCtx;
-use super::{f32_tensor, floats, Features, Labels, PostTransform};
+use super::super::{EvalCtx, InferCtx};
+use super::{
+    f32_tensor, floats, infer_labels, infer_scores, input_dims, Features, Labels,
+    PostTransform,
+};
+use crate::ir::TensorType;
 
 /// `X W^T + b` for every row: `[rows, targets]`.
 fn scores(f: &Features, w: &[f32], b: &[f32], targets: usize) -> Result<Vec<f32>> {
@@ -146,6 +150,31 @@ fn binary_default(labels: &Labels<'_>, picks: &[usize]) -> Result<Tensor> {
             Ok(Tensor::from_vec(crate::DataType::Int64, &[picks.len()], v)?)
         }
     }
+}
+
+pub(in crate::ops) fn infer_linear_regressor(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let targets = ctx.node.attr_int("targets", 1)?.max(0) as usize;
+    Ok(vec![infer_scores(ctx, targets)])
+}
+
+pub(in crate::ops) fn infer_linear_classifier(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let labels = Labels::of(ctx.node, "classlabels_ints")?;
+    let (w, b) = (floats(ctx.node, "coefficients")?, floats(ctx.node, "intercepts")?);
+    let cols = input_dims(ctx, 0)
+        .and_then(|d| d.last().and_then(|c| c.known()))
+        .map(|c| c.max(1) as usize);
+    let targets = if b.is_empty() {
+        cols.map(|c| w.len() / c)
+    } else {
+        Some(b.len())
+    };
+    let mut out = vec![infer_labels(ctx, &labels)];
+    if let Some(t) = targets {
+        out.push(infer_scores(ctx, if t == 1 && labels.len() == 2 { 2 } else { t }));
+    } else {
+        out.push(super::typed(Some(crate::DataType::Float), None));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -26,12 +26,12 @@ mod svm;
 mod tree_ensemble;
 
 use crate::error::{Error, Result};
-use crate::ir::Node;
+use crate::ir::{Dim, Node, Shape, TensorType};
 use crate::tensor::{try_with_capacity, Tensor};
 use crate::DataType;
 
 use super::util::to_i64s;
-use super::OpDef;
+use super::{InferCtx, OpDef};
 
 /// The domain of every operator here.
 pub(crate) const DOMAIN: &str = "ai.onnx.ml";
@@ -67,25 +67,59 @@ impl OpDefParts {
 }
 
 pub(super) const DEFS: &[OpDef] = &[
-    ml("ArrayFeatureExtractor", 1, 2, 1).def(features::eval_array_feature_extractor),
-    ml("Binarizer", 1, 1, 1).def(preprocess::eval_binarizer),
-    ml("CategoryMapper", 1, 1, 1).def(encoders::eval_category_mapper),
-    ml("FeatureVectorizer", 1, usize::MAX, 1).def(features::eval_feature_vectorizer),
-    ml("Imputer", 1, 1, 1).def(preprocess::eval_imputer),
+    ml("ArrayFeatureExtractor", 1, 2, 1)
+        .def(features::eval_array_feature_extractor)
+        .with_infer(features::infer_array_feature_extractor),
+    ml("Binarizer", 1, 1, 1)
+        .def(preprocess::eval_binarizer)
+        .with_infer(infer_like_input),
+    ml("CategoryMapper", 1, 1, 1)
+        .def(encoders::eval_category_mapper)
+        .with_infer(encoders::infer_category_mapper),
+    ml("FeatureVectorizer", 1, usize::MAX, 1)
+        .def(features::eval_feature_vectorizer)
+        .with_infer(features::infer_feature_vectorizer),
+    ml("Imputer", 1, 1, 1)
+        .def(preprocess::eval_imputer)
+        .with_infer(infer_like_input),
     ml("LabelEncoder", 1, 1, 1)
         .def(label_encoder::eval_label_encoder)
+        .with_infer(label_encoder::infer_label_encoder)
         .until(1),
-    ml("LabelEncoder", 2, 1, 1).def(label_encoder::eval_label_encoder),
-    ml("LinearClassifier", 1, 1, 2).def(linear::eval_linear_classifier),
-    ml("LinearRegressor", 1, 1, 1).def(linear::eval_linear_regressor),
-    ml("Normalizer", 1, 1, 1).def(preprocess::eval_normalizer),
-    ml("OneHotEncoder", 1, 1, 1).def(encoders::eval_one_hot_encoder),
-    ml("Scaler", 1, 1, 1).def(preprocess::eval_scaler),
-    ml("SVMClassifier", 1, 1, 2).def(svm::eval_svm_classifier),
-    ml("SVMRegressor", 1, 1, 1).def(svm::eval_svm_regressor),
-    ml("TreeEnsemble", 5, 1, 1).def(tree_ensemble::eval_tree_ensemble),
-    ml("TreeEnsembleClassifier", 1, 1, 2).def(tree_ensemble::eval_tree_ensemble_classifier),
-    ml("TreeEnsembleRegressor", 1, 1, 1).def(tree_ensemble::eval_tree_ensemble_regressor),
+    ml("LabelEncoder", 2, 1, 1)
+        .def(label_encoder::eval_label_encoder)
+        .with_infer(label_encoder::infer_label_encoder),
+    ml("LinearClassifier", 1, 1, 2)
+        .def(linear::eval_linear_classifier)
+        .with_infer(linear::infer_linear_classifier),
+    ml("LinearRegressor", 1, 1, 1)
+        .def(linear::eval_linear_regressor)
+        .with_infer(linear::infer_linear_regressor),
+    ml("Normalizer", 1, 1, 1)
+        .def(preprocess::eval_normalizer)
+        .with_infer(infer_float_like_input),
+    ml("OneHotEncoder", 1, 1, 1)
+        .def(encoders::eval_one_hot_encoder)
+        .with_infer(encoders::infer_one_hot_encoder),
+    ml("Scaler", 1, 1, 1)
+        .def(preprocess::eval_scaler)
+        .with_infer(infer_float_like_input),
+    ml("SVMClassifier", 1, 1, 2)
+        .def(svm::eval_svm_classifier)
+        .with_infer(svm::infer_svm_classifier),
+    ml("SVMRegressor", 1, 1, 1)
+        .def(svm::eval_svm_regressor)
+        .with_infer(svm::infer_svm_regressor),
+    ml("TreeEnsemble", 5, 1, 1)
+        .def(tree_ensemble::eval_tree_ensemble)
+        .with_infer(tree_ensemble::infer_tree_ensemble),
+    ml("TreeEnsembleClassifier", 1, 1, 2)
+        .def(tree_ensemble::eval_tree_ensemble_classifier)
+        .with_infer(tree_ensemble::infer_tree_ensemble_classifier),
+    ml("TreeEnsembleRegressor", 1, 1, 1)
+        .def(tree_ensemble::eval_tree_ensemble_regressor)
+        .with_infer(tree_ensemble::infer_tree_ensemble_regressor),
+    // The output is a sequence of maps in ONNX's type system: no tensor type to infer.
     ml("ZipMap", 1, 1, 1).def(features::eval_zipmap),
 ];
 
@@ -320,6 +354,59 @@ impl<'n> Labels<'n> {
             }
         }
     }
+}
+
+/// The dims of input `i`, where its rank is known.
+pub(super) fn input_dims(ctx: &InferCtx<'_>, i: usize) -> Option<Vec<Dim>> {
+    Some(ctx.input(i)?.shape.as_ref()?.dims.clone())
+}
+
+/// The row count of a feature input (`[C]`: one row, `[N, C]`: `N`), where its rank is known.
+pub(super) fn infer_rows(ctx: &InferCtx<'_>) -> Option<Dim> {
+    match input_dims(ctx, 0)?.as_slice() {
+        [_] => Some(Dim::Known(1)),
+        [n, _] => Some(n.clone()),
+        _ => None,
+    }
+}
+
+/// A type of `elem` whose shape is `dims`, where known.
+pub(super) fn typed(elem: Option<DataType>, dims: Option<Vec<Dim>>) -> TensorType {
+    TensorType {
+        elem,
+        shape: dims.map(Shape::new),
+    }
+}
+
+/// `[rows, width]` floats, the rows from the feature input.
+pub(super) fn infer_scores(ctx: &InferCtx<'_>, width: usize) -> TensorType {
+    let rows = infer_rows(ctx);
+    typed(
+        Some(DataType::Float),
+        rows.map(|n| vec![n, Dim::Known(width as i64)]),
+    )
+}
+
+/// `[rows]` labels of the classifier's label type.
+pub(super) fn infer_labels(ctx: &InferCtx<'_>, labels: &Labels<'_>) -> TensorType {
+    let elem = match labels {
+        Labels::Strings(_) => DataType::String,
+        Labels::Ints(_) => DataType::Int64,
+    };
+    typed(Some(elem), infer_rows(ctx).map(|n| vec![n]))
+}
+
+/// Float output of the input's shape (`Normalizer`, `Scaler`).
+pub(super) fn infer_float_like_input(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    Ok(vec![typed(Some(DataType::Float), input_dims(ctx, 0))])
+}
+
+/// The input's type and shape (`Binarizer`, `Imputer`).
+pub(super) fn infer_like_input(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    Ok(vec![typed(
+        ctx.input(0).and_then(|t| t.elem),
+        input_dims(ctx, 0),
+    )])
 }
 
 /// A float tensor of `shape` from `values` (whose length matches by construction).

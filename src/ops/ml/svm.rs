@@ -23,9 +23,12 @@ use crate::ir::Node;
 use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{dot, required};
-use super::super::EvalCtx;
+use super::super::{EvalCtx, InferCtx};
 use super::linear::argmax;
-use super::{f32_tensor, floats, ints, string, Features, Labels, PostTransform};
+use super::{
+    f32_tensor, floats, infer_labels, infer_scores, ints, string, Features, Labels, PostTransform,
+};
+use crate::ir::TensorType;
 
 #[derive(Clone, Copy)]
 enum Kernel {
@@ -349,6 +352,24 @@ fn multiclass_probability(k: usize, r: &[f32], p: &mut [f32]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+pub(in crate::ops) fn infer_svm_regressor(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    Ok(vec![infer_scores(ctx, 1)])
+}
+
+pub(in crate::ops) fn infer_svm_classifier(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let labels = Labels::of(ctx.node, "classlabels_ints")?;
+    let classes = labels.len().max(1);
+    let with_vectors = !ints(ctx.node, "vectors_per_class")?.is_empty();
+    let width = if !with_vectors || !floats(ctx.node, "prob_a")?.is_empty() {
+        classes
+    } else if classes > 2 {
+        classes * (classes - 1) / 2
+    } else {
+        2
+    };
+    Ok(vec![infer_labels(ctx, &labels), infer_scores(ctx, width)])
 }
 
 #[cfg(test)]

@@ -31,11 +31,12 @@ use crate::tensor::{try_vec, try_with_capacity, Tensor};
 use crate::DataType;
 
 use super::super::util::required;
-use super::super::EvalCtx;
+use super::super::{EvalCtx, InferCtx};
 use super::{
-    f32_tensor, floats_or_tensor, ints, logistic, probit, rows_cols, strings, Labels,
-    PostTransform,
+    f32_tensor, floats_or_tensor, infer_labels, infer_rows, infer_scores, ints, logistic, probit,
+    rows_cols, strings, typed, Labels, PostTransform,
 };
+use crate::ir::{Dim, TensorType};
 
 /// The element type of thresholds, weights and sums.
 trait Value:
@@ -806,6 +807,29 @@ fn classify<T: Value>(
     Ok((picks, out))
 }
 
+
+pub(in crate::ops) fn infer_tree_ensemble_regressor(
+    ctx: &InferCtx<'_>,
+) -> Result<Vec<TensorType>> {
+    let targets = ctx.node.attr_int("n_targets", 1)?.max(0) as usize;
+    Ok(vec![infer_scores(ctx, targets)])
+}
+
+pub(in crate::ops) fn infer_tree_ensemble_classifier(
+    ctx: &InferCtx<'_>,
+) -> Result<Vec<TensorType>> {
+    let labels = Labels::of(ctx.node, "classlabels_int64s")?;
+    Ok(vec![
+        infer_labels(ctx, &labels),
+        infer_scores(ctx, labels.len()),
+    ])
+}
+
+pub(in crate::ops) fn infer_tree_ensemble(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let targets = ctx.node.attr_int("n_targets", 1)?;
+    let dims = infer_rows(ctx).map(|n| vec![n, Dim::Known(targets)]);
+    Ok(vec![typed(ctx.input(0).and_then(|t| t.elem), dims)])
+}
 
 #[cfg(test)]
 mod tests {
