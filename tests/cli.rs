@@ -570,7 +570,8 @@ fn model_with_an_unknown_operator(dir: &Path) -> PathBuf {
     use multigather::ir::{Dim, Graph, Model, Node, OpsetImport, StoredTensor, Type, ValueInfo};
     use multigather::DataType;
     let mut g = Graph::new("main");
-    let f = |dims: Vec<i64>| Type::tensor(DataType::Float, dims.into_iter().map(Dim::Known).collect());
+    let f =
+        |dims: Vec<i64>| Type::tensor(DataType::Float, dims.into_iter().map(Dim::Known).collect());
     g.inputs.push(ValueInfo::new("x", f(vec![3, 2])));
     g.outputs.push(ValueInfo::new("z", f(vec![2, 2])));
     g.initializers
@@ -602,7 +603,10 @@ fn unsupported_operator_at_an_unnamed_node() {
         err.contains("operator NoSuchOp (example.custom, opset 3) at unnamed node #1 of graph 'main', producing 'z'"),
         "{err}"
     );
-    assert!(err.contains("1 gathers rewritten and checked statically"), "{err}");
+    assert!(
+        err.contains("1 gathers rewritten and checked statically"),
+        "{err}"
+    );
     assert!(!err.contains("node ''"), "{err}");
 
     let out_path = dir.path().join("rewritten.onnx");

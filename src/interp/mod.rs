@@ -808,10 +808,7 @@ fn node_label(node: &Node, graph: &Graph, position: usize) -> String {
         Some(out) if !out.is_empty() => format!(", producing '{out}'"),
         _ => String::new(),
     };
-    format!(
-        "unnamed node #{position} of graph '{}'{output}",
-        graph.name
-    )
+    format!("unnamed node #{position} of graph '{}'{output}", graph.name)
 }
 
 fn at_node(node: &Node, e: Error) -> Error {
@@ -958,7 +955,10 @@ pub fn sparse_to_tensor(s: &SparseInitializer) -> Result<Tensor> {
         .map_err(|_| bad(format!("negative dims {:?}", s.dims)))?;
     let nnz = values.len();
     if values.rank() != 1 {
-        return Err(bad(format!("values of shape {:?} are not 1-D", values.shape())));
+        return Err(bad(format!(
+            "values of shape {:?} are not 1-D",
+            values.shape()
+        )));
     }
     let coordinates = match indices.shape() {
         [n] if *n == nnz => false,
@@ -978,7 +978,9 @@ pub fn sparse_to_tensor(s: &SparseInitializer) -> Result<Tensor> {
             for (axis, &d) in dims.iter().enumerate() {
                 let c = indices.index_at(k * dims.len() + axis)?;
                 let c = usize::try_from(c).ok().filter(|&c| c < d).ok_or_else(|| {
-                    bad(format!("index {c} is out of range for dim {axis} of size {d}"))
+                    bad(format!(
+                        "index {c} is out of range for dim {axis} of size {d}"
+                    ))
                 })?;
                 p = p * d + c;
             }

@@ -37,7 +37,10 @@ pub(in crate::ops) fn eval_one_hot_encoder(
 ) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
     let zeros = ctx.node.attr_int("zeros", 1)? != 0;
-    let (cat_ints, cat_strings) = (ints(ctx.node, "cats_int64s")?, strings(ctx.node, "cats_strings")?);
+    let (cat_ints, cat_strings) = (
+        ints(ctx.node, "cats_int64s")?,
+        strings(ctx.node, "cats_strings")?,
+    );
     // The category of every element (`None`: unknown).
     let found: Vec<Option<usize>> = if x.dtype() == DataType::String {
         let map = positions(cat_strings)?;
@@ -97,7 +100,10 @@ pub(in crate::ops) fn eval_category_mapper(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    let (cat_ints, cat_strings) = (ints(ctx.node, "cats_int64s")?, strings(ctx.node, "cats_strings")?);
+    let (cat_ints, cat_strings) = (
+        ints(ctx.node, "cats_int64s")?,
+        strings(ctx.node, "cats_strings")?,
+    );
     if cat_ints.len() != cat_strings.len() {
         return Err(Error::Eval(format!(
             "'cats_int64s' has {} values and 'cats_strings' {}",
@@ -136,7 +142,10 @@ pub(in crate::ops) fn eval_category_mapper(
 }
 
 pub(in crate::ops) fn infer_one_hot_encoder(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    let (i, s) = (ints(ctx.node, "cats_int64s")?, strings(ctx.node, "cats_strings")?);
+    let (i, s) = (
+        ints(ctx.node, "cats_int64s")?,
+        strings(ctx.node, "cats_strings")?,
+    );
     let k = match ctx.input(0).and_then(|t| t.elem) {
         Some(DataType::String) => Some(s.len()),
         Some(_) => Some(i.len()),

@@ -33,9 +33,10 @@ pub(in crate::ops) fn eval_array_feature_extractor(
     let index = to_i64s(indices)?;
     let mut columns = try_with_capacity(index.len())?;
     for &i in &index {
-        let c = usize::try_from(i).ok().filter(|&c| c < last).ok_or_else(|| {
-            Error::Eval(format!("index {i} is out of range for {last} columns"))
-        })?;
+        let c = usize::try_from(i)
+            .ok()
+            .filter(|&c| c < last)
+            .ok_or_else(|| Error::Eval(format!("index {i} is out of range for {last} columns")))?;
         columns.push(c);
     }
     let rows: usize = outer.iter().product();
@@ -133,9 +134,7 @@ pub(in crate::ops) fn eval_zipmap(
     Ok(vec![x.clone().into_shape(&[rows, cols])?])
 }
 
-pub(in crate::ops) fn infer_array_feature_extractor(
-    ctx: &InferCtx<'_>,
-) -> Result<Vec<TensorType>> {
+pub(in crate::ops) fn infer_array_feature_extractor(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let count = input_dims(ctx, 1).and_then(|d| {
         d.iter()
             .map(Dim::known)
@@ -175,7 +174,9 @@ mod tests {
         assert_eq!(y[0], f32s(&[2, 2], &[2.0, 0.0, 5.0, 3.0]));
         let y = run(&n, 1, &[&strs(&[3], &["a", "b", "c"]), &i64s(&[1], &[1])]).unwrap();
         assert_eq!(y[0], strs(&[1, 1], &["b"]));
-        let err = run(&n, 1, &[&x, &i64s(&[1], &[3])]).unwrap_err().to_string();
+        let err = run(&n, 1, &[&x, &i64s(&[1], &[3])])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("index 3 is out of range"), "{err}");
     }
 

@@ -78,7 +78,12 @@ fn table(node: &Node, opset: i64) -> Result<(Vec<Key>, Tensor, Tensor)> {
         ints(node, "keys_int64s")?,
         floats(node, "keys_floats")?,
     );
-    let given = [!ks.is_empty(), !ki.is_empty(), !kf.is_empty(), keys_tensor.is_some()];
+    let given = [
+        !ks.is_empty(),
+        !ki.is_empty(),
+        !kf.is_empty(),
+        keys_tensor.is_some(),
+    ];
     if given.iter().filter(|&&g| g).count() != 1 {
         return Err(Error::Eval(
             "exactly one of 'keys_strings', 'keys_int64s', 'keys_floats' and 'keys_tensor' must be given"
@@ -104,7 +109,12 @@ fn table(node: &Node, opset: i64) -> Result<(Vec<Key>, Tensor, Tensor)> {
         ints(node, "values_int64s")?,
         floats(node, "values_floats")?,
     );
-    let given = [!vs.is_empty(), !vi.is_empty(), !vf.is_empty(), values_tensor.is_some()];
+    let given = [
+        !vs.is_empty(),
+        !vi.is_empty(),
+        !vf.is_empty(),
+        values_tensor.is_some(),
+    ];
     if given.iter().filter(|&&g| g).count() != 1 {
         return Err(Error::Eval(
             "exactly one of 'values_strings', 'values_int64s', 'values_floats' and 'values_tensor' must be given"
@@ -129,7 +139,10 @@ fn table(node: &Node, opset: i64) -> Result<(Vec<Key>, Tensor, Tensor)> {
             values.len()
         )));
     }
-    let default = match (opset >= 4).then(|| node.attr_tensor("default_tensor")).transpose()? {
+    let default = match (opset >= 4)
+        .then(|| node.attr_tensor("default_tensor"))
+        .transpose()?
+    {
         Some(Some(t)) => {
             let t = stored_to_tensor(t)?;
             if t.len() != 1 || t.dtype() != values.dtype() {
@@ -183,7 +196,11 @@ pub(in crate::ops) fn eval_label_encoder(
     table.copy_element_from(k, &default, 0)?;
     let found = tensor_keys(x)?;
     let mut starts = try_with_capacity(found.len())?;
-    starts.extend(found.iter().map(|key| position.get(key).copied().unwrap_or(k)));
+    starts.extend(
+        found
+            .iter()
+            .map(|key| position.get(key).copied().unwrap_or(k)),
+    );
     Ok(vec![table.take_blocks(x.shape(), &starts, 1)?])
 }
 
@@ -229,7 +246,10 @@ pub(in crate::ops) fn infer_label_encoder(ctx: &InferCtx<'_>) -> Result<Vec<Tens
             Some(DataType::Int64) => Some(DataType::String),
             _ => None,
         }
-    } else if let Some(t) = node.attr_tensor("values_tensor")?.filter(|_| ctx.opset >= 4) {
+    } else if let Some(t) = node
+        .attr_tensor("values_tensor")?
+        .filter(|_| ctx.opset >= 4)
+    {
         Some(t.elem)
     } else if !strings(node, "values_strings")?.is_empty() {
         Some(DataType::String)
@@ -268,10 +288,13 @@ mod tests {
         assert_eq!(y[0], strs(&[2], &["b", "_Unused"]));
     }
 
-    /// (keys attribute, values attribute, input, expected output) at opset 2.
+    /// Attributes, input, expected output.
+    type Case = (Vec<(&'static str, AttrValue)>, Tensor, Tensor);
+
+    /// (keys and values attributes, input, expected output) at opset 2.
     #[test]
     fn opset2_tables() {
-        let cases: Vec<(Vec<(&str, AttrValue)>, Tensor, Tensor)> = vec![
+        let cases: Vec<Case> = vec![
             (
                 vec![
                     ("keys_strings", strings(&["x", "y"])),

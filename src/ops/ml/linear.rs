@@ -16,8 +16,7 @@ use crate::tensor::{try_vec, Tensor};
 use super::super::util::{dot, required};
 use super::super::{EvalCtx, InferCtx};
 use super::{
-    f32_tensor, floats, infer_labels, infer_scores, input_dims, Features, Labels,
-    PostTransform,
+    f32_tensor, floats, infer_labels, infer_scores, input_dims, Features, Labels, PostTransform,
 };
 use crate::ir::TensorType;
 
@@ -67,7 +66,10 @@ pub(in crate::ops) fn eval_linear_regressor(
     let targets = usize::try_from(ctx.node.attr_int("targets", 1)?)
         .map_err(|_| Error::Eval("'targets' is negative".into()))?;
     let post = PostTransform::of(ctx.node)?;
-    let (w, b) = (floats(ctx.node, "coefficients")?, floats(ctx.node, "intercepts")?);
+    let (w, b) = (
+        floats(ctx.node, "coefficients")?,
+        floats(ctx.node, "intercepts")?,
+    );
     let mut y = scores(&f, w, b, targets)?;
     transform(post, &mut y, targets);
     Ok(vec![f32_tensor(&[f.rows, targets], y)?])
@@ -80,7 +82,10 @@ pub(in crate::ops) fn eval_linear_classifier(
     let f = Features::of(required(inputs, 0)?, "LinearClassifier")?;
     let labels = Labels::of(ctx.node, "classlabels_ints")?;
     let post = PostTransform::of(ctx.node)?;
-    let (w, b) = (floats(ctx.node, "coefficients")?, floats(ctx.node, "intercepts")?);
+    let (w, b) = (
+        floats(ctx.node, "coefficients")?,
+        floats(ctx.node, "intercepts")?,
+    );
     let targets = if b.is_empty() {
         w.len() / f.cols.max(1)
     } else {
@@ -122,7 +127,10 @@ pub(in crate::ops) fn eval_linear_classifier(
     }
     let mut z = raw;
     transform(post, &mut z, targets);
-    Ok(vec![labels.tensor(&picks)?, f32_tensor(&[f.rows, targets], z)?])
+    Ok(vec![
+        labels.tensor(&picks)?,
+        f32_tensor(&[f.rows, targets], z)?,
+    ])
 }
 
 /// The position of the first maximum (NaN never wins).
@@ -141,7 +149,11 @@ fn binary_default(labels: &Labels<'_>, picks: &[usize]) -> Result<Tensor> {
     match labels {
         Labels::Strings(_) => {
             let mut v = crate::tensor::try_with_capacity(picks.len())?;
-            v.extend(picks.iter().map(|&p| if p == 1 { b"1".to_vec() } else { b"0".to_vec() }));
+            v.extend(
+                picks
+                    .iter()
+                    .map(|&p| if p == 1 { b"1".to_vec() } else { b"0".to_vec() }),
+            );
             Ok(Tensor::from_strings(&[picks.len()], v)?)
         }
         Labels::Ints(_) => {
@@ -159,7 +171,10 @@ pub(in crate::ops) fn infer_linear_regressor(ctx: &InferCtx<'_>) -> Result<Vec<T
 
 pub(in crate::ops) fn infer_linear_classifier(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let labels = Labels::of(ctx.node, "classlabels_ints")?;
-    let (w, b) = (floats(ctx.node, "coefficients")?, floats(ctx.node, "intercepts")?);
+    let (w, b) = (
+        floats(ctx.node, "coefficients")?,
+        floats(ctx.node, "intercepts")?,
+    );
     let cols = input_dims(ctx, 0)
         .and_then(|d| d.last().and_then(|c| c.known()))
         .map(|c| c.max(1) as usize);
@@ -170,7 +185,10 @@ pub(in crate::ops) fn infer_linear_classifier(ctx: &InferCtx<'_>) -> Result<Vec<
     };
     let mut out = vec![infer_labels(ctx, &labels)];
     if let Some(t) = targets {
-        out.push(infer_scores(ctx, if t == 1 && labels.len() == 2 { 2 } else { t }));
+        out.push(infer_scores(
+            ctx,
+            if t == 1 && labels.len() == 2 { 2 } else { t },
+        ));
     } else {
         out.push(super::typed(Some(crate::DataType::Float), None));
     }
@@ -221,7 +239,10 @@ mod tests {
             &["x"],
             &["y", "z"],
             vec![
-                ("coefficients", AttrValue::Floats(vec![1.0, 0.0, 0.0, 1.0, -1.0, -1.0])),
+                (
+                    "coefficients",
+                    AttrValue::Floats(vec![1.0, 0.0, 0.0, 1.0, -1.0, -1.0]),
+                ),
                 ("intercepts", AttrValue::Floats(vec![0.0, 0.0, 0.0])),
                 ("classlabels_strings", strings(&["a", "b", "c"])),
                 ("post_transform", string("SOFTMAX")),
@@ -234,7 +255,14 @@ mod tests {
         let (s0, s1) = (e(2.0) + e(1.0) + e(-3.0), e(-1.0) + e(-1.0) + e(2.0));
         assert_close(
             y[1].as_slice::<f32>().unwrap(),
-            &[e(2.0) / s0, e(1.0) / s0, e(-3.0) / s0, e(-1.0) / s1, e(-1.0) / s1, e(2.0) / s1],
+            &[
+                e(2.0) / s0,
+                e(1.0) / s0,
+                e(-3.0) / s0,
+                e(-1.0) / s1,
+                e(-1.0) / s1,
+                e(2.0) / s1,
+            ],
         );
     }
 

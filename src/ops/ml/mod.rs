@@ -236,8 +236,8 @@ impl PostTransform {
             "PROBIT" => PostTransform::Probit,
             other => {
                 return Err(Error::Eval(format!(
-                    "post_transform '{other}' is not NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO or PROBIT"
-                )))
+                "post_transform '{other}' is not NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO or PROBIT"
+            )))
             }
         })
     }
@@ -422,7 +422,12 @@ pub(super) mod testing {
     use crate::{DataType, Tensor};
 
     /// A node of this domain with attributes.
-    pub fn node(op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<(&str, AttrValue)>) -> Node {
+    pub fn node(
+        op: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: Vec<(&str, AttrValue)>,
+    ) -> Node {
         let mut n = Node::new(
             op,
             "n",
@@ -470,6 +475,99 @@ pub(super) mod testing {
                 (a - e).abs() <= 1e-6 * e.abs().max(1.0),
                 "{actual:?} vs {expected:?}"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use crate::ir::{AttrValue, Dim, TensorType};
+    use crate::ops::infer_node;
+    use crate::DataType;
+
+    fn ty(elem: DataType, dims: &[i64]) -> TensorType {
+        TensorType::new(elem, dims.iter().map(|&d| Dim::Known(d)).collect())
+    }
+
+    /// (node, input types, the output types the shape function gives).
+    #[test]
+    fn shape_functions() {
+        let x = ty(DataType::Float, &[5, 3]);
+        let cases = vec![
+            (
+                node("Scaler", &["x"], &["y"], vec![]),
+                vec![ty(DataType::Int64, &[5, 3])],
+                vec![ty(DataType::Float, &[5, 3])],
+            ),
+            (
+                node(
+                    "OneHotEncoder",
+                    &["x"],
+                    &["y"],
+                    vec![("cats_strings", strings(&["a", "b"]))],
+                ),
+                vec![ty(DataType::String, &[5, 1])],
+                vec![ty(DataType::Float, &[5, 1, 2])],
+            ),
+            (
+                node(
+                    "LinearClassifier",
+                    &["x"],
+                    &["y", "z"],
+                    vec![
+                        ("coefficients", AttrValue::Floats(vec![0.0; 3])),
+                        ("intercepts", AttrValue::Floats(vec![0.0])),
+                        ("classlabels_ints", AttrValue::Ints(vec![0, 1])),
+                    ],
+                ),
+                vec![x.clone()],
+                vec![ty(DataType::Int64, &[5]), ty(DataType::Float, &[5, 2])],
+            ),
+            (
+                node(
+                    "TreeEnsembleClassifier",
+                    &["x"],
+                    &["y", "z"],
+                    vec![("classlabels_strings", strings(&["a", "b", "c"]))],
+                ),
+                vec![ty(DataType::Float, &[3])],
+                vec![ty(DataType::String, &[1]), ty(DataType::Float, &[1, 3])],
+            ),
+            (
+                node(
+                    "LabelEncoder",
+                    &["x"],
+                    &["y"],
+                    vec![
+                        ("keys_strings", strings(&["a"])),
+                        ("values_floats", AttrValue::Floats(vec![1.0])),
+                    ],
+                ),
+                vec![ty(DataType::String, &[2, 2])],
+                vec![ty(DataType::Float, &[2, 2])],
+            ),
+            (
+                node(
+                    "FeatureVectorizer",
+                    &["a", "b"],
+                    &["y"],
+                    vec![("inputdimensions", AttrValue::Ints(vec![3, 2]))],
+                ),
+                vec![x.clone(), ty(DataType::Int64, &[5, 2])],
+                vec![ty(DataType::Float, &[5, 5])],
+            ),
+            (
+                node("ArrayFeatureExtractor", &["x", "i"], &["y"], vec![]),
+                vec![x.clone(), ty(DataType::Int64, &[2])],
+                vec![ty(DataType::Float, &[5, 2])],
+            ),
+        ];
+        for (n, inputs, expected) in cases {
+            let inputs: Vec<_> = inputs.into_iter().map(Some).collect();
+            let opset = if n.op_type == "LabelEncoder" { 2 } else { 1 };
+            let got = infer_node(&n, opset, &inputs, &[]);
+            assert_eq!(got, expected, "{}", n.op_type);
         }
     }
 }

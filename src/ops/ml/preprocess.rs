@@ -49,11 +49,7 @@ pub(in crate::ops) fn eval_normalizer(
                     }
                 }
             }
-            other => {
-                return Err(Error::Eval(format!(
-                    "norm '{other}' is not MAX, L1 or L2"
-                )))
-            }
+            other => return Err(Error::Eval(format!("norm '{other}' is not MAX, L1 or L2"))),
         }
     }
     Ok(vec![f32_tensor(x.shape(), f.values)?])
@@ -155,21 +151,29 @@ pub(in crate::ops) fn eval_imputer(
                 }
             };
             if x.dtype() == DataType::Float {
-                map_indexed::<f32>(x, cols, |j, v| {
-                    if hit(f64::from(v)) {
-                        imputed.at(j)
-                    } else {
-                        v
-                    }
-                })?
+                map_indexed::<f32>(
+                    x,
+                    cols,
+                    |j, v| {
+                        if hit(f64::from(v)) {
+                            imputed.at(j)
+                        } else {
+                            v
+                        }
+                    },
+                )?
             } else {
-                map_indexed::<f64>(x, cols, |j, v| {
-                    if hit(v) {
-                        f64::from(imputed.at(j))
-                    } else {
-                        v
-                    }
-                })?
+                map_indexed::<f64>(
+                    x,
+                    cols,
+                    |j, v| {
+                        if hit(v) {
+                            f64::from(imputed.at(j))
+                        } else {
+                            v
+                        }
+                    },
+                )?
             }
         }
         DataType::Int64 | DataType::Int32 => {
@@ -180,7 +184,13 @@ pub(in crate::ops) fn eval_imputer(
                     values.len()
                 )));
             }
-            let at = |j: usize| if values.len() == 1 { values[0] } else { values[j] };
+            let at = |j: usize| {
+                if values.len() == 1 {
+                    values[0]
+                } else {
+                    values[j]
+                }
+            };
             let replaced = node.attr_int("replaced_value_int64", 0)?;
             if x.dtype() == DataType::Int64 {
                 map_indexed::<i64>(x, cols, |j, v| if v == replaced { at(j) } else { v })?

@@ -93,7 +93,7 @@ impl Kernel {
 }
 
 /// The support vectors `[count, C]`, checked against the features.
-fn support_vectors<'n>(node: &'n Node, count: usize, cols: usize) -> Result<&'n [f32]> {
+fn support_vectors(node: &Node, count: usize, cols: usize) -> Result<&[f32]> {
     let sv = floats(node, "support_vectors")?;
     if sv.len() != count * cols {
         return Err(Error::Eval(format!(
@@ -220,7 +220,10 @@ pub(in crate::ops) fn eval_svm_classifier(
                 post.apply_row(row);
             }
         }
-        return Ok(vec![labels.tensor(&picks)?, f32_tensor(&[f.rows, classes], z)?]);
+        return Ok(vec![
+            labels.tensor(&picks)?,
+            f32_tensor(&[f.rows, classes], z)?,
+        ]);
     }
     if per_class.len() != classes || coef.len() != (classes - 1) * count || rho.len() < pairs {
         return Err(Error::Eval(format!(
@@ -286,7 +289,8 @@ pub(in crate::ops) fn eval_svm_classifier(
             let mut index = 0;
             for i in 0..classes {
                 for j in i + 1..classes {
-                    let val = 1.0 - super::logistic(pair_scores[index] * prob_a[index] + prob_b[index]);
+                    let val =
+                        1.0 - super::logistic(pair_scores[index] * prob_a[index] + prob_b[index]);
                     let val = val.clamp(1e-7, 1.0 - 1e-7);
                     probs[i * classes + j] = val;
                     probs[j * classes + i] = 1.0 - val;
@@ -310,7 +314,10 @@ pub(in crate::ops) fn eval_svm_classifier(
             out.copy_from_slice(&pair);
         }
     }
-    Ok(vec![labels.tensor(&picks)?, f32_tensor(&[f.rows, width], z)?])
+    Ok(vec![
+        labels.tensor(&picks)?,
+        f32_tensor(&[f.rows, width], z)?,
+    ])
 }
 
 /// Class probabilities from pairwise ones (`r[i][j]`: probability of `i` against `j`), by the
@@ -386,7 +393,10 @@ mod tests {
             &["y"],
             vec![
                 ("n_supports", AttrValue::Int(2)),
-                ("support_vectors", AttrValue::Floats(vec![0.0, 0.0, 1.0, 1.0])),
+                (
+                    "support_vectors",
+                    AttrValue::Floats(vec![0.0, 0.0, 1.0, 1.0]),
+                ),
                 ("coefficients", AttrValue::Floats(vec![1.0, -2.0])),
                 ("rho", AttrValue::Floats(vec![0.5])),
                 ("kernel_type", string("RBF")),
@@ -421,9 +431,15 @@ mod tests {
             vec![
                 ("classlabels_ints", AttrValue::Ints(vec![10, 20, 30])),
                 ("vectors_per_class", AttrValue::Ints(vec![1, 1, 1])),
-                ("support_vectors", AttrValue::Floats(vec![1.0, 0.0, 0.0, 1.0, -1.0, -1.0])),
+                (
+                    "support_vectors",
+                    AttrValue::Floats(vec![1.0, 0.0, 0.0, 1.0, -1.0, -1.0]),
+                ),
                 // Rows (j - 1): row 0 = [c(1,0) c(2,0)...], laid out [classes - 1, count].
-                ("coefficients", AttrValue::Floats(vec![1.0, -1.0, -1.0, 1.0, 1.0, -1.0])),
+                (
+                    "coefficients",
+                    AttrValue::Floats(vec![1.0, -1.0, -1.0, 1.0, 1.0, -1.0]),
+                ),
                 ("rho", AttrValue::Floats(vec![0.0, 0.0, 0.0])),
             ],
         );

@@ -363,10 +363,14 @@ impl<T: Value> Forest<T> {
         for (k, (&t, &w)) in leaf_targets.iter().zip(&leaf_weights).enumerate() {
             let target = index(t, "target id")?;
             if target >= targets {
-                return Err(bad(format!("leaf {k} is for target {target}, of {targets}")));
+                return Err(bad(format!(
+                    "leaf {k} is for target {target}, of {targets}"
+                )));
             }
             weights.push((target, T::from_f64(w)));
-            nodes.push(TreeNode::Leaf { weights: (k, k + 1) });
+            nodes.push(TreeNode::Leaf {
+                weights: (k, k + 1),
+            });
         }
         let mut root_nodes = try_with_capacity(roots.len())?;
         for &r in roots {
@@ -503,8 +507,16 @@ fn rows_as<T: Value>(x: &Tensor, op: &str) -> Result<(Vec<T>, usize, usize)> {
                 .iter()
                 .map(|e| T::from_f64(e.to_f64())),
         ),
-        DataType::Int64 => v.extend(x.as_slice::<i64>()?.iter().map(|&e| T::from_f64(e as f32 as f64))),
-        DataType::Int32 => v.extend(x.as_slice::<i32>()?.iter().map(|&e| T::from_f64(e as f32 as f64))),
+        DataType::Int64 => v.extend(
+            x.as_slice::<i64>()?
+                .iter()
+                .map(|&e| T::from_f64(e as f32 as f64)),
+        ),
+        DataType::Int32 => v.extend(
+            x.as_slice::<i32>()?
+                .iter()
+                .map(|&e| T::from_f64(e as f32 as f64)),
+        ),
         other => return Err(super::super::util::unsupported_type(op, other)),
     }
     Ok((v, rows, cols))
@@ -528,7 +540,11 @@ fn regress<T: Value>(
     for (r, row) in out.chunks_mut(targets.max(1)).enumerate() {
         forest.score(&x[r * cols..(r + 1) * cols], how, &mut scores)?;
         if targets == 1 {
-            let origin = if base.len() == 1 { T::from_f64(base[0]) } else { T::default() };
+            let origin = if base.len() == 1 {
+                T::from_f64(base[0])
+            } else {
+                T::default()
+            };
             let mut s = match how {
                 Aggregate::Sum => scores.value[0] + origin,
                 Aggregate::Average => scores.value[0] / trees + origin,
@@ -542,7 +558,11 @@ fn regress<T: Value>(
         }
         let with_base = base.len() == targets;
         for (k, out) in row.iter_mut().enumerate() {
-            let b = if with_base { T::from_f64(base[k]) } else { T::default() };
+            let b = if with_base {
+                T::from_f64(base[k])
+            } else {
+                T::default()
+            };
             let v = match how {
                 Aggregate::Sum | Aggregate::Min | Aggregate::Max => scores.get(k),
                 Aggregate::Average => scores.get(k) / trees,
@@ -555,7 +575,11 @@ fn regress<T: Value>(
 }
 
 fn check_features<T>(forest: &Forest<T>, cols: usize) -> Result<()> {
-    if forest.nodes.iter().any(|n| matches!(n, TreeNode::Branch { .. })) && forest.max_feature >= cols
+    if forest
+        .nodes
+        .iter()
+        .any(|n| matches!(n, TreeNode::Branch { .. }))
+        && forest.max_feature >= cols
     {
         return Err(bad(format!(
             "a tree reads feature {} of {cols}",
@@ -628,11 +652,19 @@ pub(in crate::ops) fn eval_tree_ensemble(
     let (y, rows, targets) = if x.dtype() == DataType::Double {
         let forest = Forest::<f64>::from_opset5(node)?;
         let (v, rows, cols) = rows_as::<f64>(x, "TreeEnsemble")?;
-        (regress(&forest, &v, rows, cols, how, &[], post)?, rows, forest.targets)
+        (
+            regress(&forest, &v, rows, cols, how, &[], post)?,
+            rows,
+            forest.targets,
+        )
     } else {
         let forest = Forest::<f32>::from_opset5(node)?;
         let (v, rows, cols) = rows_as::<f32>(x, "TreeEnsemble")?;
-        (regress(&forest, &v, rows, cols, how, &[], post)?, rows, forest.targets)
+        (
+            regress(&forest, &v, rows, cols, how, &[], post)?,
+            rows,
+            forest.targets,
+        )
     };
     let shape = [rows, targets];
     // The output takes the input's type.
@@ -684,7 +716,10 @@ pub(in crate::ops) fn eval_tree_ensemble_classifier(
         let (p, z) = classify(&forest, &v, rows, cols, &base, post, rule)?;
         (p, z, rows)
     };
-    Ok(vec![labels.tensor(&picks)?, f32_tensor(&[rows, classes], z)?])
+    Ok(vec![
+        labels.tensor(&picks)?,
+        f32_tensor(&[rows, classes], z)?,
+    ])
 }
 
 /// What decides a two-class classifier: whether only one class has weights, and whether
@@ -716,7 +751,11 @@ fn classify<T: Value>(
         forest.score(&x[r * cols..(r + 1) * cols], Aggregate::Sum, &mut s)?;
         if classes > 2 {
             for k in 0..n_base.min(classes) {
-                s.value[k] = if s.has[k] { s.value[k] + base(k) } else { base(k) };
+                s.value[k] = if s.has[k] {
+                    s.value[k] + base(k)
+                } else {
+                    base(k)
+                };
                 s.has[k] = true;
             }
             let mut best: Option<usize> = None;
@@ -740,12 +779,12 @@ fn classify<T: Value>(
                     s.value[1] = base(1) + s.value[0];
                     s.value[0] = -s.value[1];
                 } else {
-                    s.value[1] = s.value[1] + base(1);
-                    s.value[0] = s.value[0] + base(0);
+                    s.value[1] += base(1);
+                    s.value[0] += base(0);
                 }
             }
             1 => {
-                s.value[0] = s.value[0] + base(0);
+                s.value[0] += base(0);
                 if !s.has[1] {
                     kept = 1;
                 }
@@ -807,10 +846,7 @@ fn classify<T: Value>(
     Ok((picks, out))
 }
 
-
-pub(in crate::ops) fn infer_tree_ensemble_regressor(
-    ctx: &InferCtx<'_>,
-) -> Result<Vec<TensorType>> {
+pub(in crate::ops) fn infer_tree_ensemble_regressor(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let targets = ctx.node.attr_int("n_targets", 1)?.max(0) as usize;
     Ok(vec![infer_scores(ctx, targets)])
 }
@@ -873,7 +909,11 @@ mod tests {
             (1, 2, 1, 80.0),
         ];
         attrs.extend(extra);
-        let outputs = if op.ends_with("Classifier") { &["y", "z"][..] } else { &["y"] };
+        let outputs = if op.ends_with("Classifier") {
+            &["y", "z"][..]
+        } else {
+            &["y"]
+        };
         node(op, &["x"], outputs, attrs)
             .with_attr(&format!("{prefix}_treeids"), ints(&w.map(|w| w.0)))
             .with_attr(&format!("{prefix}_nodeids"), ints(&w.map(|w| w.1)))
@@ -943,7 +983,9 @@ mod tests {
         let x = f32s(&[3, 2], &[0.0, 0.0, 0.0, 1.0, 0.0, f32::NAN]);
         let y = run(&n, 1, &[&x]).unwrap();
         assert_eq!(y[0], f32s(&[3, 1], &[103.0, 107.0, 107.0]));
-        let err = run(&n, 1, &[&f32s(&[1, 1], &[0.0])]).unwrap_err().to_string();
+        let err = run(&n, 1, &[&f32s(&[1, 1], &[0.0])])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("reads feature 1 of 1"), "{err}");
     }
 
@@ -1002,13 +1044,13 @@ mod tests {
             &["y"],
             vec![
                 ("nodes_featureids", ints(&[0, 0])),
-                (
-                    "nodes_splits",
-                    tensor("s", f32s(&[2], &[0.0, 5.0])),
-                ),
+                ("nodes_splits", tensor("s", f32s(&[2], &[0.0, 5.0]))),
                 (
                     "nodes_modes",
-                    tensor("m", Tensor::from_vec(DataType::Uint8, &[2], vec![6u8, 1]).unwrap()),
+                    tensor(
+                        "m",
+                        Tensor::from_vec(DataType::Uint8, &[2], vec![6u8, 1]).unwrap(),
+                    ),
                 ),
                 ("nodes_truenodeids", ints(&[0, 1])),
                 ("nodes_trueleafs", ints(&[1, 1])),

@@ -342,7 +342,13 @@ mod tests {
         // Kernel and stride are both 3: output (oy, ox) is x[oy / 3][ox / 3] alone.
         let expected: Vec<f32> = (0..15)
             .flat_map(|oy| (0..17).map(move |ox| (oy, ox)))
-            .map(|(oy, ox)| if ox < 15 { (oy / 3 * 5 + ox / 3) as f32 } else { 0.0 })
+            .map(|(oy, ox)| {
+                if ox < 15 {
+                    (oy / 3 * 5 + ox / 3) as f32
+                } else {
+                    0.0
+                }
+            })
             .collect();
         assert_eq!(y[0], f32s(&[1, 1, 15, 17], expected));
     }
