@@ -65,73 +65,46 @@ fn column<T: bytemuck::Pod>(dtype: DataType, v: &[T]) -> Result<Tensor> {
     Ok(Tensor::from_vec(dtype, &[v.len()], v.to_vec())?)
 }
 
+/// `{prefix}_strings`, `{prefix}_int64s`, `{prefix}_floats` or (opset 4) `{prefix}_tensor`,
+/// exactly one of them, as a 1-D tensor.
+fn column_attr(node: &Node, opset: i64, prefix: &str) -> Result<Tensor> {
+    let tensor = if opset >= 4 {
+        node.attr_tensor(&format!("{prefix}_tensor"))?
+    } else {
+        None
+    };
+    let s = strings(node, &format!("{prefix}_strings"))?;
+    let i = ints(node, &format!("{prefix}_int64s"))?;
+    let f = floats(node, &format!("{prefix}_floats"))?;
+    let given = [
+        !s.is_empty(),
+        !i.is_empty(),
+        !f.is_empty(),
+        tensor.is_some(),
+    ];
+    if given.iter().filter(|&&g| g).count() != 1 {
+        return Err(Error::Eval(format!(
+            "exactly one of '{prefix}_strings', '{prefix}_int64s', '{prefix}_floats' and '{prefix}_tensor' must be given"
+        )));
+    }
+    if let Some(t) = tensor {
+        let t = stored_to_tensor(t)?;
+        let n = t.len();
+        Ok(t.into_shape(&[n])?)
+    } else if !s.is_empty() {
+        Ok(Tensor::from_strings(&[s.len()], s.to_vec())?)
+    } else if !i.is_empty() {
+        column(DataType::Int64, i)
+    } else {
+        column(DataType::Float, f)
+    }
+}
+
 /// The table of opsets 2 and 4: keys, values (a 1-D tensor of the same length) and the default
 /// (a one-element tensor of the values' type).
 fn table(node: &Node, opset: i64) -> Result<(Vec<Key>, Tensor, Tensor)> {
-    let keys_tensor = if opset >= 4 {
-        node.attr_tensor("keys_tensor")?
-    } else {
-        None
-    };
-    let (ks, ki, kf) = (
-        strings(node, "keys_strings")?,
-        ints(node, "keys_int64s")?,
-        floats(node, "keys_floats")?,
-    );
-    let given = [
-        !ks.is_empty(),
-        !ki.is_empty(),
-        !kf.is_empty(),
-        keys_tensor.is_some(),
-    ];
-    if given.iter().filter(|&&g| g).count() != 1 {
-        return Err(Error::Eval(
-            "exactly one of 'keys_strings', 'keys_int64s', 'keys_floats' and 'keys_tensor' must be given"
-                .into(),
-        ));
-    }
-    let keys = if let Some(t) = keys_tensor {
-        tensor_keys(&stored_to_tensor(t)?)?
-    } else if !ks.is_empty() {
-        ks.iter().cloned().map(Key::Bytes).collect()
-    } else if !ki.is_empty() {
-        ki.iter().copied().map(Key::Int).collect()
-    } else {
-        kf.iter().map(|&v| float_key(v.into())).collect()
-    };
-    let values_tensor = if opset >= 4 {
-        node.attr_tensor("values_tensor")?
-    } else {
-        None
-    };
-    let (vs, vi, vf) = (
-        strings(node, "values_strings")?,
-        ints(node, "values_int64s")?,
-        floats(node, "values_floats")?,
-    );
-    let given = [
-        !vs.is_empty(),
-        !vi.is_empty(),
-        !vf.is_empty(),
-        values_tensor.is_some(),
-    ];
-    if given.iter().filter(|&&g| g).count() != 1 {
-        return Err(Error::Eval(
-            "exactly one of 'values_strings', 'values_int64s', 'values_floats' and 'values_tensor' must be given"
-                .into(),
-        ));
-    }
-    let values = if let Some(t) = values_tensor {
-        let t = stored_to_tensor(t)?;
-        let n = t.len();
-        t.into_shape(&[n])?
-    } else if !vs.is_empty() {
-        Tensor::from_strings(&[vs.len()], vs.to_vec())?
-    } else if !vi.is_empty() {
-        column(DataType::Int64, vi)?
-    } else {
-        column(DataType::Float, vf)?
-    };
+    let keys = tensor_keys(&column_attr(node, opset, "keys")?)?;
+    let values = column_attr(node, opset, "values")?;
     if values.len() != keys.len() {
         return Err(Error::Eval(format!(
             "{} keys and {} values",

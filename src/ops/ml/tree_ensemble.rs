@@ -146,6 +146,16 @@ fn mode_of(name: &[u8]) -> Result<Option<Mode>> {
     }))
 }
 
+/// Checks that every per-node attribute has one value per node (`n`, the length of `by`).
+fn same_lengths((n, by): (usize, &str), lists: &[(&str, usize)]) -> Result<()> {
+    match lists.iter().find(|(_, len)| *len != n) {
+        Some((name, len)) => Err(bad(format!(
+            "'{name}' has {len} values for {n} nodes ('{by}')"
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn index(v: i64, what: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| bad(format!("negative {what} {v}")))
 }
@@ -163,20 +173,17 @@ impl<T: Value> Forest<T> {
         let missing = ints(node, "nodes_missing_value_tracks_true")?;
         let values = floats_or_tensor(node, "nodes_values")?;
         let n = tree_ids.len();
-        for (name, len) in [
-            ("nodes_nodeids", node_ids.len()),
-            ("nodes_featureids", features.len()),
-            ("nodes_modes", modes.len()),
-            ("nodes_truenodeids", yes_ids.len()),
-            ("nodes_falsenodeids", no_ids.len()),
-            ("nodes_values", values.len()),
-        ] {
-            if len != n {
-                return Err(bad(format!(
-                    "'{name}' has {len} values for {n} nodes ('nodes_treeids')"
-                )));
-            }
-        }
+        same_lengths(
+            (n, "nodes_treeids"),
+            &[
+                ("nodes_nodeids", node_ids.len()),
+                ("nodes_featureids", features.len()),
+                ("nodes_modes", modes.len()),
+                ("nodes_truenodeids", yes_ids.len()),
+                ("nodes_falsenodeids", no_ids.len()),
+                ("nodes_values", values.len()),
+            ],
+        )?;
         let mut position: HashMap<(i64, i64), usize> = HashMap::new();
         position
             .try_reserve(n)
@@ -294,20 +301,17 @@ impl<T: Value> Forest<T> {
             None => Vec::new(),
         };
         let n = features.len();
-        for (name, len) in [
-            ("nodes_truenodeids", yes_ids.len()),
-            ("nodes_trueleafs", yes_leaf.len()),
-            ("nodes_falsenodeids", no_ids.len()),
-            ("nodes_falseleafs", no_leaf.len()),
-            ("nodes_splits", splits.len()),
-            ("nodes_modes", modes.len()),
-        ] {
-            if len != n {
-                return Err(bad(format!(
-                    "'{name}' has {len} values for {n} nodes ('nodes_featureids')"
-                )));
-            }
-        }
+        same_lengths(
+            (n, "nodes_featureids"),
+            &[
+                ("nodes_truenodeids", yes_ids.len()),
+                ("nodes_trueleafs", yes_leaf.len()),
+                ("nodes_falsenodeids", no_ids.len()),
+                ("nodes_falseleafs", no_leaf.len()),
+                ("nodes_splits", splits.len()),
+                ("nodes_modes", modes.len()),
+            ],
+        )?;
         if leaf_targets.len() != leaf_weights.len() {
             return Err(bad("'leaf_targetids' and 'leaf_weights' differ in length"));
         }
