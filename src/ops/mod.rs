@@ -25,6 +25,7 @@ use crate::tensor::Tensor;
 
 pub mod util;
 
+mod contrib;
 mod control;
 mod gathers;
 mod identity;
@@ -297,6 +298,7 @@ pub fn planned_output_bytes(
 
 /// The operator tables of every family, in one list.
 const FAMILIES: &[&[OpDef]] = &[
+    contrib::DEFS,
     control::DEFS,
     gathers::DEFS,
     identity::DEFS,
