@@ -20,6 +20,16 @@ use super::OpDef;
 /// The domain of the operators here.
 const DOMAIN: &str = "com.microsoft";
 
+/// RMS normalisation, in the default domain as onnxruntime defines it.
+const SIMPLIFIED_LAYER_NORM: OpDef = OpDef::new(
+    "SimplifiedLayerNormalization",
+    1,
+    2..=2,
+    1..=2,
+    skip_norm::eval_simplified_layer_norm,
+)
+.with_infer(activations::infer_like_input);
+
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Gelu", 1, 1..=1, 1..=1, activations::eval_gelu)
         .with_infer(activations::infer_like_input)
@@ -54,21 +64,6 @@ pub(super) const DEFS: &[OpDef] = &[
     )
     .with_infer(skip_norm::infer_skip_norm)
     .in_domain(DOMAIN),
-    OpDef::new(
-        "SimplifiedLayerNormalization",
-        1,
-        2..=2,
-        1..=2,
-        skip_norm::eval_simplified_layer_norm,
-    )
-    .with_infer(activations::infer_like_input)
-    .in_domain(DOMAIN),
-    OpDef::new(
-        "SimplifiedLayerNormalization",
-        1,
-        2..=2,
-        1..=2,
-        skip_norm::eval_simplified_layer_norm,
-    )
-    .with_infer(activations::infer_like_input),
+    SIMPLIFIED_LAYER_NORM.in_domain(DOMAIN),
+    SIMPLIFIED_LAYER_NORM,
 ];
