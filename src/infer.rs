@@ -126,6 +126,9 @@ impl TypeEnv {
         for name in graph.initializers.iter().filter_map(|t| t.name.as_ref()) {
             env.shadow(name);
         }
+        for s in &graph.sparse_initializers {
+            env.shadow(&s.name);
+        }
         for (_, node) in graph.nodes() {
             for o in &node.outputs {
                 env.shadow(o);
@@ -158,6 +161,16 @@ impl TypeEnv {
             }
             env.insert(name, TensorType::new(t.elem, known_dims(&t.dims)));
             constants.add_initializer(t);
+        }
+        for s in &graph.sparse_initializers {
+            // The element type is the values'; the interpreter densifies, inference needs only
+            // the type.
+            if let (false, Ok((values, _))) = (
+                inputs.contains(s.name.as_str()),
+                crate::proto::decode_sparse(&s.encoded),
+            ) {
+                env.insert(&s.name, TensorType::new(values.elem, known_dims(&s.dims)));
+            }
         }
         for (_, node) in graph.nodes() {
             let opset = opset_version(imports, &node.domain).unwrap_or(0);

@@ -135,6 +135,30 @@ pub fn decode_tensor(bytes: Bytes) -> Result<StoredTensor> {
     Ok(t)
 }
 
+/// Decodes a sparse initializer kept encoded ([`ir::SparseInitializer::encoded`]) into its
+/// `values` (1-D, one per stored element) and `indices` (`[NNZ]` linear positions or
+/// `[NNZ, rank]` coordinates) tensors.
+pub fn decode_sparse(encoded: &[u8]) -> Result<(StoredTensor, StoredTensor)> {
+    let s = pb::SparseTensorProto::decode(encoded).map_err(|e| Error::Decode(e.to_string()))?;
+    let name = s
+        .values
+        .as_ref()
+        .and_then(|v| v.name.clone())
+        .unwrap_or_else(|| "<unnamed>".into());
+    let part = |t: Option<pb::TensorProto>, what: &str| {
+        let t = t.ok_or_else(|| Error::tensor(&name, format!("sparse tensor without {what}")))?;
+        let t = tensor(t)?;
+        t.check_size()?;
+        if matches!(t.payload, Payload::External(_)) {
+            return Err(Error::Unsupported(format!(
+                "sparse tensor '{name}' with {what} in an external file"
+            )));
+        }
+        Ok(t)
+    };
+    Ok((part(s.values, "values")?, part(s.indices, "indices")?))
+}
+
 struct Decoder {
     limits: DecodeLimits,
     nodes: usize,
@@ -848,4 +872,100 @@ pub fn first_difference(a: &[u8], b: &[u8]) -> Option<String> {
         .enumerate()
         .find(|(_, (x, y))| x != y)
         .map(|(i, (x, y))| format!("line {i}: {x:?} != {y:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::Session;
+    use crate::Tensor;
+
+    fn int64s(name: Option<&str>, dims: &[i64], values: &[i64]) -> pb::TensorProto {
+        pb::TensorProto {
+            name: name.map(str::to_owned),
+            dims: dims.to_vec(),
+            data_type: Some(DataType::Int64.onnx()),
+            int64_data: values.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    /// Issue 12: a `Gather` reading a `sparse_initializer` failed with "input 'w' is not
+    /// defined"; the interpreter densifies it, and saving keeps it sparse.
+    #[test]
+    fn gather_on_a_sparse_initializer() {
+        let value = |name: &str, elem: DataType, dims: &[i64]| pb::ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(pb::TypeProto {
+                value: Some(pb::type_proto::Value::TensorType(pb::type_proto::Tensor {
+                    elem_type: Some(elem.onnx()),
+                    shape: Some(pb::TensorShapeProto {
+                        dim: dims
+                            .iter()
+                            .map(|&d| pb::tensor_shape_proto::Dimension {
+                                value: Some(pb::tensor_shape_proto::dimension::Value::DimValue(d)),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    }),
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // w is 3x2 with 7 at (0, 1) and 9 at (2, 0), given by coordinates.
+        let sparse = pb::SparseTensorProto {
+            values: Some(int64s(Some("w"), &[2], &[7, 9])),
+            indices: Some(int64s(None, &[2, 2], &[0, 1, 2, 0])),
+            dims: vec![3, 2],
+        };
+        let graph = pb::GraphProto {
+            name: Some("g".into()),
+            node: vec![pb::NodeProto {
+                op_type: Some("Gather".into()),
+                input: vec!["w".into(), "i".into()],
+                output: vec!["y".into()],
+                ..Default::default()
+            }],
+            input: vec![value("i", DataType::Int64, &[2])],
+            output: vec![value("y", DataType::Int64, &[2, 2])],
+            sparse_initializer: vec![sparse],
+            ..Default::default()
+        };
+        let model = pb::ModelProto {
+            ir_version: Some(8),
+            opset_import: vec![pb::OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(13),
+            }],
+            graph: Some(graph),
+            ..Default::default()
+        };
+        let bytes = Bytes::from(model.encode_to_vec());
+        let model = decode(bytes.clone(), DecodeLimits::default()).unwrap();
+        let i = Tensor::from_vec(DataType::Int64, &[2], vec![2i64, 0]).unwrap();
+        let y = Session::new(&model).run(vec![("i".into(), i)]).unwrap();
+        let expected = Tensor::from_vec(DataType::Int64, &[2, 2], vec![9i64, 0, 0, 7]).unwrap();
+        assert_eq!(y[0].1, expected);
+        let saved = pb::ModelProto::decode(Bytes::from(encode(&model).unwrap())).unwrap();
+        let graph = saved.graph.unwrap();
+        assert_eq!(graph.sparse_initializer.len(), 1);
+        assert!(graph.initializer.is_empty());
+    }
+
+    #[test]
+    fn a_sparse_index_out_of_range_is_an_error_naming_the_tensor() {
+        let sparse = pb::SparseTensorProto {
+            values: Some(int64s(Some("w"), &[1], &[7])),
+            indices: Some(int64s(None, &[1], &[6])),
+            dims: vec![3, 2],
+        };
+        let s = ir::SparseInitializer {
+            name: "w".into(),
+            dims: vec![3, 2],
+            encoded: Bytes::from(sparse.encode_to_vec()),
+        };
+        let err = crate::interp::sparse_to_tensor(&s).unwrap_err().to_string();
+        assert!(err.contains("'w'") && err.contains("index 6"), "{err}");
+    }
 }

@@ -58,14 +58,34 @@ pub fn prove(
     inputs: &[(String, Tensor)],
     options: &RunOptions,
 ) -> Result<Vec<OutputComparison>> {
-    let run = |model, what: &str| {
-        Session::with_options(model, options.clone())
+    let original = Session::with_options(original, options.clone());
+    let rewritten = Session::with_options(rewritten, options.clone());
+    // Both models are checked before either runs: an operator the interpreter lacks is
+    // reported before any work is done.
+    for (session, what) in [(&original, "original"), (&rewritten, "rewritten")] {
+        session
+            .check()
+            .with_context(|| format!("running the {what} model"))?;
+    }
+    let run = |session: &Session, what: &str| {
+        session
             .run(inputs.to_vec())
             .with_context(|| format!("running the {what} model"))
     };
-    let expected = run(original, "original")?;
-    let actual = run(rewritten, "rewritten")?;
+    let expected = run(&original, "original")?;
+    let actual = run(&rewritten, "rewritten")?;
     Ok(compare(&expected, &actual))
+}
+
+/// Whether `e` says the interpreter lacks an operator (the rewrite may still be right; it
+/// cannot be proved by running).
+pub fn is_unsupported(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<multigather::Error>(),
+            Some(multigather::Error::Unsupported(_))
+        )
+    })
 }
 
 pub fn run(args: VerifyArgs) -> Result<Outcome> {
@@ -96,7 +116,15 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
                 .context("drawing random inputs")?
         }
     };
-    let comparisons = prove(&original, &rewritten, &inputs, &options)?;
+    let comparisons = match prove(&original, &rewritten, &inputs, &options) {
+        Err(e) if is_unsupported(&e) && args.rewritten.is_none() => {
+            return Err(e.context(format!(
+                "cannot prove the rewrite by running it ({rewritten_nodes} gathers rewritten and \
+                 checked statically; `multigather rewrite` still writes it)"
+            )))
+        }
+        other => other?,
+    };
     let identical = comparisons.iter().all(|c| c.identical);
     if args.json {
         let report = Report {

@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::ir::{
-    opset_version, AttrValue, Attribute, Function, Graph, Model, Node, OpsetImport, StoredTensor,
+    opset_version, AttrValue, Attribute, Function, Graph, Model, Node, OpsetImport,
+    SparseInitializer, StoredTensor,
 };
 use crate::ops::{planned_output_bytes, registry, EvalCtx, OpDef, SubgraphRunner};
 use crate::tensor::{default_budget, Arena, Tensor};
@@ -261,8 +262,8 @@ impl<'m> Session<'m> {
                 "subgraphs and function calls nest deeper than {MAX_CALL_DEPTH}"
             )));
         }
-        for (_, node) in graph.nodes() {
-            match self.resolve(node, imports)? {
+        for (position, (_, node)) in graph.nodes().enumerate() {
+            match self.resolve(node, imports, (graph, position))? {
                 (StepKind::Call(f), _) => {
                     self.check_graph(&f.body, function_imports(f, imports), depth + 1)?
                 }
@@ -341,13 +342,16 @@ impl<'m> Session<'m> {
                 constants.insert(name.clone(), stored_to_tensor(t)?);
             }
         }
+        for s in &graph.sparse_initializers {
+            constants.insert(s.name.clone(), sparse_to_tensor(s)?);
+        }
         let mut steps = Vec::with_capacity(graph.node_count());
-        for (_, node) in graph.nodes() {
+        for (position, (_, node)) in graph.nodes().enumerate() {
             let node = match call {
                 Some((site, f)) if has_refs(node) => Cow::Owned(bind_refs(node, site, f)?),
                 _ => Cow::Borrowed(node),
             };
-            let (kind, opset) = self.resolve(&node, imports)?;
+            let (kind, opset) = self.resolve(&node, imports, (graph, position))?;
             if let StepKind::Op(def) = kind {
                 def.check_arity(&node)?;
             }
@@ -458,8 +462,14 @@ impl<'m> Session<'m> {
     }
 
     /// What runs a node: a model-local function or a registered operator, with the opset
-    /// version of the node's domain.
-    fn resolve(&self, node: &Node, imports: &[OpsetImport]) -> Result<(StepKind<'m>, i64)> {
+    /// version of the node's domain. `at` is the node's graph and position there, for the
+    /// message about an operator this build lacks.
+    fn resolve(
+        &self,
+        node: &Node,
+        imports: &[OpsetImport],
+        at: (&Graph, usize),
+    ) -> Result<(StepKind<'m>, i64)> {
         let opset = opset_version(imports, &node.domain)
             .or_else(|| opset_version(&self.model.opset_imports, &node.domain));
         let is_multiaxis =
@@ -487,8 +497,9 @@ impl<'m> Session<'m> {
                     &node.domain
                 };
                 Err(Error::Unsupported(format!(
-                    "operator {} ({domain}, opset {opset}) at node '{}'",
-                    node.op_type, node.name
+                    "operator {} ({domain}, opset {opset}) at {}",
+                    node.op_type,
+                    node_label(node, at.0, at.1)
                 )))
             }
         }
@@ -878,6 +889,19 @@ fn function_imports<'m>(f: &'m Function, outer: &'m [OpsetImport]) -> &'m [Opset
     }
 }
 
+/// How messages name a node: `node 'name'`, or for an unnamed one its position in its graph's
+/// node list (from 0, file order) and its first output.
+fn node_label(node: &Node, graph: &Graph, position: usize) -> String {
+    if !node.name.is_empty() {
+        return format!("node '{}'", node.name);
+    }
+    let output = match node.outputs.first() {
+        Some(out) if !out.is_empty() => format!(", producing '{out}'"),
+        _ => String::new(),
+    };
+    format!("unnamed node #{position} of graph '{}'{output}", graph.name)
+}
+
 fn at_node(node: &Node, e: Error) -> Error {
     match e {
         // Errors that already name a node (a nested graph's, or the loader's) pass through.
@@ -984,6 +1008,84 @@ pub fn stored_to_tensor(t: &StoredTensor) -> Result<Tensor> {
         _ => Tensor::from_bytes(t.elem, &dims, &t.le_bytes()?),
     };
     tensor.map_err(|e| Error::tensor(t.display_name(), e.to_string()))
+}
+
+/// A sparse initializer as a dense runtime tensor: zeros (empty strings) everywhere but at its
+/// indices, which are linear positions (`[NNZ]`) or coordinates (`[NNZ, rank]`), each checked
+/// against the dims. The model keeps the sparse form; only the interpreter sees it dense.
+///
+/// # Example
+/// ```
+/// use multigather::interp::sparse_to_tensor;
+/// use multigather::ir::SparseInitializer;
+/// // A 2x3 float tensor with 5.0 at linear position 4, encoded as a `SparseTensorProto`:
+/// // values (field 1) = TensorProto{dims [1], float, float_data [5.0]}, indices (field 2) =
+/// // TensorProto{dims [1], int64, int64_data [4]}, dims (field 3) = [2, 3].
+/// let values = [0x08, 0x01, 0x10, 0x01, 0x22, 0x04, 0x00, 0x00, 0xa0, 0x40, 0x42, 0x01, b'w'];
+/// let indices = [0x08, 0x01, 0x10, 0x07, 0x3a, 0x01, 0x04];
+/// let mut encoded = vec![0x0a, values.len() as u8];
+/// encoded.extend(values);
+/// encoded.extend([0x12, indices.len() as u8]);
+/// encoded.extend(indices);
+/// encoded.extend([0x1a, 0x02, 0x02, 0x03]);
+/// let sparse = SparseInitializer { name: "w".into(), dims: vec![2, 3], encoded: encoded.into() };
+/// let dense = sparse_to_tensor(&sparse)?;
+/// assert_eq!(dense.as_slice::<f32>()?, &[0.0, 0.0, 0.0, 0.0, 5.0, 0.0]);
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub fn sparse_to_tensor(s: &SparseInitializer) -> Result<Tensor> {
+    let bad = |reason: String| Error::tensor(&s.name, format!("sparse initializer: {reason}"));
+    let (values, indices) = crate::proto::decode_sparse(&s.encoded)?;
+    let values = stored_to_tensor(&values)?;
+    let indices = stored_to_tensor(&indices)?;
+    let dims: Vec<usize> = s
+        .dims
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| bad(format!("negative dims {:?}", s.dims)))?;
+    let nnz = values.len();
+    if values.rank() != 1 {
+        return Err(bad(format!(
+            "values of shape {:?} are not 1-D",
+            values.shape()
+        )));
+    }
+    let coordinates = match indices.shape() {
+        [n] if *n == nnz => false,
+        [n, r] if *n == nnz && *r == dims.len() => true,
+        other => {
+            return Err(bad(format!(
+                "indices of shape {other:?} for {nnz} values of a rank-{} tensor",
+                dims.len()
+            )))
+        }
+    };
+    let mut dense = Tensor::zeros(values.dtype(), &dims).map_err(|e| bad(e.to_string()))?;
+    let len = dense.len();
+    for k in 0..nnz {
+        let position = if coordinates {
+            let mut p = 0usize;
+            for (axis, &d) in dims.iter().enumerate() {
+                let c = indices.index_at(k * dims.len() + axis)?;
+                let c = usize::try_from(c).ok().filter(|&c| c < d).ok_or_else(|| {
+                    bad(format!(
+                        "index {c} is out of range for dim {axis} of size {d}"
+                    ))
+                })?;
+                p = p * d + c;
+            }
+            p
+        } else {
+            let i = indices.index_at(k)?;
+            usize::try_from(i)
+                .ok()
+                .filter(|&i| i < len)
+                .ok_or_else(|| bad(format!("index {i} is out of range for {len} elements")))?
+        };
+        dense.copy_element_from(position, &values, k)?;
+    }
+    Ok(dense)
 }
 
 /// A runtime tensor as a stored tensor named `name` (raw little-endian data, or strings).

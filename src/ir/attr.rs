@@ -130,6 +130,24 @@ impl Node {
         }
     }
 
+    /// A `floats` attribute, if present.
+    pub fn attr_floats(&self, name: &str) -> Result<Option<&[f32]>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(AttrValue::Floats(v)) => Ok(Some(v)),
+            Some(other) => Err(self.wrong_type(name, "floats", other)),
+        }
+    }
+
+    /// A `strings` attribute (byte strings, as ONNX stores them), if present.
+    pub fn attr_strings(&self, name: &str) -> Result<Option<&[Vec<u8>]>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(AttrValue::Strings(v)) => Ok(Some(v)),
+            Some(other) => Err(self.wrong_type(name, "strings", other)),
+        }
+    }
+
     /// A `string` attribute decoded as UTF-8, if present.
     pub fn attr_string(&self, name: &str) -> Result<Option<&str>> {
         match self.attr(name) {

@@ -25,12 +25,14 @@ use crate::tensor::Tensor;
 
 pub mod util;
 
+mod contrib;
 mod control;
 mod gathers;
 mod identity;
 mod layout;
 mod math;
 mod minifloat;
+mod ml;
 mod nn;
 mod rnn;
 pub(crate) mod vector;
@@ -200,10 +202,18 @@ pub fn eval_node(node: &Node, opset: i64, inputs: &[Option<&Tensor>]) -> Result<
     let def = registry()
         .lookup(&node.domain, &node.op_type, opset)
         .ok_or_else(|| {
+            let domain = if node.domain.is_empty() {
+                "ai.onnx"
+            } else {
+                &node.domain
+            };
+            let at = match (node.name.as_str(), node.outputs.first()) {
+                ("", Some(out)) => format!("the unnamed node producing '{out}'"),
+                (name, _) => format!("node '{name}'"),
+            };
             Error::Unsupported(format!(
-                "operator {} (opset {opset}) at node '{}'",
-                node.qualified_op(),
-                node.name
+                "operator {} ({domain}, opset {opset}) at {at}",
+                node.op_type
             ))
         })?;
     def.check_arity(node)?;
@@ -288,11 +298,13 @@ pub fn planned_output_bytes(
 
 /// The operator tables of every family, in one list.
 const FAMILIES: &[&[OpDef]] = &[
+    contrib::DEFS,
     control::DEFS,
     gathers::DEFS,
     identity::DEFS,
     layout::DEFS,
     math::DEFS,
+    ml::DEFS,
     nn::DEFS,
     rnn::DEFS,
 ];

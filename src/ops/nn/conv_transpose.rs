@@ -49,8 +49,9 @@ fn spatial_attr(node: &Node, name: &str, rank: usize) -> Result<Option<Vec<usize
 
 /// The geometry of a transposed convolution over spatial input dims `input`: `output` holds the
 /// output sizes and the pads are those of the equivalent forward convolution. An `output_shape`
-/// larger than the full output gives negative pads; a negative begin pad is returned as a shift
-/// (how far every written position moves towards the end) with a zero begin pad.
+/// larger than the full output pads nothing (the extra positions are at the end) unless
+/// `auto_pad` is `SAME_*`, where the negative begin pad is returned as a shift (how far every
+/// written position moves towards the end) with a zero begin pad.
 fn resolve(node: &Node, input: &[usize], kernel: &[usize]) -> Result<(Geometry, Vec<usize>)> {
     let r = input.len();
     let window = Window::of(node, r, Some(kernel))?;
@@ -84,8 +85,14 @@ fn resolve(node: &Node, input: &[usize], kernel: &[usize]) -> Result<(Geometry, 
         };
         let (out, pb, pe) = match target {
             Some(out) => {
-                let total = i64::try_from(full).map_err(|_| too_large())?
+                let mut total = i64::try_from(full).map_err(|_| too_large())?
                     - i64::try_from(out).map_err(|_| too_large())?;
+                // An `output_shape` past the full output without `SAME_*` pads nothing: the
+                // taps stay where they are and the extra positions at the end hold the bias
+                // (onnx.reference and onnxruntime agree; a negative begin pad is not a shift).
+                if matches!(window.auto_pad, AutoPad::NotSet | AutoPad::Valid) {
+                    total = total.max(0);
+                }
                 // Python's floor division, as in the reference: the odd element goes to the
                 // end with SAME_UPPER, to the beginning otherwise.
                 let small = total.div_euclid(2);
@@ -320,6 +327,30 @@ mod tests {
         assert_eq!(y[0].shape(), &[1, 2, 7, 3]);
         let v = y[0].as_slice::<f32>().unwrap();
         assert_eq!(&v[..6], &[1.0, 1.0, 3.0, 1.0, 1.0, 3.0]);
+    }
+
+    /// Issue 12: strides 3 on a 5x5 input with `output_shape=[15, 17]` (auto_pad NOTSET) wrote
+    /// every column one position to the right; the two extra columns are at the end.
+    #[test]
+    fn output_shape_past_the_full_output_strides_3_5x5_to_15x17() {
+        let x = f32s(&[1, 1, 5, 5], (0..25).map(|v| v as f32).collect());
+        let w = f32s(&[1, 1, 3, 3], vec![1.0; 9]);
+        let node = Node::new("ConvTranspose", "t", ["x", "w"], ["y"])
+            .with_attr("strides", AttrValue::Ints(vec![3, 3]))
+            .with_attr("output_shape", AttrValue::Ints(vec![15, 17]));
+        let y = eval_node(&node, 22, &[Some(&x), Some(&w)]).unwrap();
+        // Kernel and stride are both 3: output (oy, ox) is x[oy / 3][ox / 3] alone.
+        let expected: Vec<f32> = (0..15)
+            .flat_map(|oy| (0..17).map(move |ox| (oy, ox)))
+            .map(|(oy, ox)| {
+                if ox < 15 {
+                    (oy / 3 * 5 + ox / 3) as f32
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        assert_eq!(y[0], f32s(&[1, 1, 15, 17], expected));
     }
 
     #[test]

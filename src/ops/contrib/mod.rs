@@ -1,0 +1,69 @@
+//! The `com.microsoft` domain: the contrib operators onnxruntime's own tools emit most — the
+//! element-wise activations and the fused residual + normalisation of its transformer
+//! optimizer (`onnxruntime.transformers.optimizer`).
+//!
+//! Spec: onnxruntime's `docs/ContribOperators.md`
+//! (<https://github.com/microsoft/onnxruntime/blob/main/docs/ContribOperators.md>).
+//!
+//! Every kernel here is `float` only (what the optimizer emits for float models); another type
+//! is an error naming it. The kernels reuse the engine's vectorised loops (`ops::vector`): the
+//! GELUs are one pass of [`super::vector::par_map`], the normalisations one pass per row.
+//!
+//! `SimplifiedLayerNormalization` (RMS normalisation) is registered in the default domain too,
+//! where onnxruntime defines it.
+
+mod activations;
+mod skip_norm;
+
+use super::OpDef;
+
+/// The domain of the operators here.
+const DOMAIN: &str = "com.microsoft";
+
+/// RMS normalisation, in the default domain as onnxruntime defines it.
+const SIMPLIFIED_LAYER_NORM: OpDef = OpDef::new(
+    "SimplifiedLayerNormalization",
+    1,
+    2..=2,
+    1..=2,
+    skip_norm::eval_simplified_layer_norm,
+)
+.with_infer(activations::infer_like_input);
+
+pub(super) const DEFS: &[OpDef] = &[
+    OpDef::new("Gelu", 1, 1..=1, 1..=1, activations::eval_gelu)
+        .with_infer(activations::infer_like_input)
+        .in_domain(DOMAIN),
+    OpDef::new("FastGelu", 1, 1..=2, 1..=1, activations::eval_fast_gelu)
+        .with_infer(activations::infer_like_input)
+        .in_domain(DOMAIN),
+    OpDef::new("BiasGelu", 1, 2..=2, 1..=1, activations::eval_bias_gelu)
+        .with_infer(activations::infer_like_input)
+        .in_domain(DOMAIN),
+    OpDef::new("QuickGelu", 1, 1..=1, 1..=1, activations::eval_quick_gelu)
+        .with_infer(activations::infer_like_input)
+        .in_domain(DOMAIN),
+    OpDef::new("BiasAdd", 1, 3..=3, 1..=1, activations::eval_bias_add)
+        .with_infer(activations::infer_like_input)
+        .in_domain(DOMAIN),
+    OpDef::new(
+        "SkipLayerNormalization",
+        1,
+        3..=5,
+        1..=4,
+        skip_norm::eval_skip_layer_norm,
+    )
+    .with_infer(skip_norm::infer_skip_norm)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "SkipSimplifiedLayerNormalization",
+        1,
+        3..=4,
+        1..=4,
+        skip_norm::eval_skip_simplified_layer_norm,
+    )
+    .with_infer(skip_norm::infer_skip_norm)
+    .in_domain(DOMAIN),
+    SIMPLIFIED_LAYER_NORM.in_domain(DOMAIN),
+    SIMPLIFIED_LAYER_NORM,
+];
