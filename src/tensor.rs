@@ -25,7 +25,7 @@
 mod arena;
 pub mod packed;
 
-pub use arena::{default_budget, try_vec, try_with_capacity, Arena};
+pub use arena::{default_budget, try_vec, try_with_capacity, Arena, Scratch};
 
 use std::fmt;
 use std::mem::{ManuallyDrop, MaybeUninit};

@@ -35,6 +35,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -263,9 +264,99 @@ pub fn try_with_capacity<T>(n: usize) -> Result<Vec<T>, TensorError> {
     Ok(v)
 }
 
+/// Scratch space of a kernel: `len` elements of `T` in a buffer of the current arena, counted
+/// against its budget while alive and returned to its pool when dropped, so that the next step or
+/// run reuses the memory without page faults (a plain `Vec` of a few hundred KiB goes back to the
+/// system when freed, and is faulted in and zeroed again next time).
+///
+/// # Example
+/// ```
+/// use multigather::tensor::Scratch;
+/// let mut col = Scratch::new(4, 0.0f32)?;
+/// col[1] = 2.5;
+/// assert_eq!(&col[..], &[0.0, 2.5, 0.0, 0.0]);
+/// # Ok::<(), multigather::tensor::TensorError>(())
+/// ```
+pub struct Scratch<T> {
+    words: Vec<MaybeUninit<u64>>,
+    len: usize,
+    home: Arc<Arena>,
+    _elements: PhantomData<T>,
+}
+
+impl<T: bytemuck::Pod> Scratch<T> {
+    /// `len` copies of `fill`.
+    pub fn new(len: usize, fill: T) -> Result<Scratch<T>, TensorError> {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or(TensorError::OutOfMemory { bytes: usize::MAX })?;
+        const { assert!(std::mem::align_of::<T>() <= 8) };
+        let home = Arena::current();
+        let mut words = home.take(bytes.div_ceil(8))?;
+        words.resize(bytes.div_ceil(8), MaybeUninit::uninit());
+        let mut scratch = Scratch {
+            words,
+            len,
+            home,
+            _elements: PhantomData,
+        };
+        for slot in scratch.slots() {
+            slot.write(fill);
+        }
+        Ok(scratch)
+    }
+
+    /// The elements, possibly uninitialised.
+    fn slots(&mut self) -> &mut [MaybeUninit<T>] {
+        // SAFETY: the buffer holds at least `len * size_of::<T>()` bytes (see `new`), is 8-byte
+        // aligned, which is enough for `T` (asserted in `new`), and `MaybeUninit<T>` has no
+        // validity requirement.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), self.len) }
+    }
+}
+
+impl<T: bytemuck::Pod> std::ops::Deref for Scratch<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: as in `slots`; every element was written in `new`, and only initialised `T`s
+        // are written after (through `DerefMut`).
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.len) }
+    }
+}
+
+impl<T: bytemuck::Pod> std::ops::DerefMut for Scratch<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `Deref`.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), self.len) }
+    }
+}
+
+impl<T> Drop for Scratch<T> {
+    fn drop(&mut self) {
+        self.home.give_back(std::mem::take(&mut self.words));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scratch_comes_back_to_the_pool() {
+        let arena = Arena::new(1 << 30, true);
+        let len = MIN_POOLED_BYTES / 4 * 2;
+        let first = arena.enter(|| Scratch::new(len, 1.0f32)).unwrap();
+        let ptr = first.as_ptr();
+        assert!(first.iter().all(|&v| v == 1.0));
+        assert_eq!(arena.live_bytes(), len * 4);
+        drop(first);
+        assert_eq!((arena.live_bytes(), arena.pooled_bytes()), (0, len * 4));
+        let second = arena.enter(|| Scratch::new(len, 2.0f32)).unwrap();
+        assert_eq!(second.as_ptr(), ptr);
+        assert!(second.iter().all(|&v| v == 2.0));
+        let small = Arena::new(1024, true);
+        assert!(small.enter(|| Scratch::new(len, 0u8)).is_err());
+    }
 
     #[test]
     fn freed_buffers_are_reused_within_a_size_class() {

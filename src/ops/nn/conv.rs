@@ -15,7 +15,7 @@
 //! zero points and run the same code in `f64`, which is exact for 8-bit operands; padding then
 //! contributes zero, which is the zero point before the shift, as the spec asks.
 
-use crate::tensor::try_vec;
+use crate::tensor::{try_vec, Scratch};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -242,7 +242,7 @@ impl ConvShape {
         let width = |p0: usize| (p0 + tile).min(p) - p0;
         if !parallel || tiles.len() < 2 {
             // Each tile's product lands straight in its columns of `y`.
-            let mut col = try_vec(kc * tile, T::ZERO)?;
+            let mut col = Scratch::new(kc * tile, T::ZERO)?;
             for &p0 in &tiles {
                 let t = width(p0);
                 im2col(xg, &self.geo, self.cg(), p0, p0 + t, &mut col[..kc * t]);
@@ -261,11 +261,11 @@ impl ConvShape {
         // into its own block, copied into place afterwards.
         let blocks = tiles
             .par_iter()
-            .map(|&p0| -> Result<Vec<T>> {
+            .map(|&p0| -> Result<Scratch<T>> {
                 let t = width(p0);
-                let mut col = try_vec(kc * t, T::ZERO)?;
+                let mut col = Scratch::new(kc * t, T::ZERO)?;
                 im2col(xg, &self.geo, self.cg(), p0, p0 + t, &mut col);
-                let mut block = try_vec(wg.rows() * t, T::ZERO)?;
+                let mut block = Scratch::new(wg.rows() * t, T::ZERO)?;
                 gemm(
                     T::ONE,
                     wg,
@@ -293,11 +293,17 @@ impl ConvShape {
 /// row holds columns `p, p + stride, p + 2 * stride, ...` (zero-padded to a common length).
 /// The columns one kernel tap reads at successive output positions are then one contiguous run
 /// of one phase, which copies and vectorises like a stride-1 row.
-struct Phased<'x, T: Clone> {
-    rows: std::borrow::Cow<'x, [T]>,
+struct Phased<'x, T: bytemuck::Pod> {
+    rows: Rows<'x, T>,
     stride: usize,
     /// Elements per phase.
     phase_len: usize,
+}
+
+/// The rows of [`Phased`]: the input itself, or its split copy.
+enum Rows<'x, T: bytemuck::Pod> {
+    Input(&'x [T]),
+    Split(Scratch<T>),
 }
 
 impl<'x, T: Real> Phased<'x, T> {
@@ -305,27 +311,37 @@ impl<'x, T: Real> Phased<'x, T> {
     fn new(x: &'x [T], width: usize, stride: usize) -> Result<Phased<'x, T>> {
         if stride <= 1 || width == 0 {
             return Ok(Phased {
-                rows: std::borrow::Cow::Borrowed(x),
+                rows: Rows::Input(x),
                 stride: 1,
                 phase_len: width,
             });
         }
         let phase_len = width.div_ceil(stride);
-        let mut rows = try_vec(x.len() / width * stride * phase_len, T::ZERO)?;
+        let mut rows = Scratch::new(x.len() / width * stride * phase_len, T::ZERO)?;
         for (src, dst) in x
             .chunks_exact(width)
             .zip(rows.chunks_exact_mut(stride * phase_len))
         {
+            if stride == 2 {
+                // The usual stride, as one pass that deinterleaves pairs.
+                let (even, odd) = dst.split_at_mut(phase_len);
+                for ((pair, e), o) in src.chunks_exact(2).zip(even.iter_mut()).zip(odd.iter_mut()) {
+                    *e = pair[0];
+                    *o = pair[1];
+                }
+                if width % 2 == 1 {
+                    even[phase_len - 1] = src[width - 1];
+                }
+                continue;
+            }
             for (p, phase) in dst.chunks_exact_mut(phase_len).enumerate() {
-                // Column `p + stride * j` is element `p` of the row's `j`-th chunk.
-                let columns = src.chunks(stride).filter_map(|c| c.get(p));
-                for (d, &v) in phase.iter_mut().zip(columns) {
+                for (d, &v) in phase.iter_mut().zip(src[p..].iter().step_by(stride)) {
                     *d = v;
                 }
             }
         }
         Ok(Phased {
-            rows: std::borrow::Cow::Owned(rows),
+            rows: Rows::Split(rows),
             stride,
             phase_len,
         })
@@ -335,7 +351,11 @@ impl<'x, T: Real> Phased<'x, T> {
     /// inside the row.
     fn run(&self, row: usize, first: usize, n: usize) -> &[T] {
         let (phase, j) = (first % self.stride, first / self.stride);
-        &self.rows[row * self.stride * self.phase_len + phase * self.phase_len + j..][..n]
+        let rows = match &self.rows {
+            Rows::Input(x) => x,
+            Rows::Split(split) => &split[..],
+        };
+        &rows[row * self.stride * self.phase_len + phase * self.phase_len + j..][..n]
     }
 }
 
