@@ -406,18 +406,7 @@ fn file_size_limit_during_the_write() {
 fn earlier_output(model: &Model) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     save_input(dir.path(), &embedding_model(64, 1000.0, 0), false);
-    run_in(
-        dir.path(),
-        &[
-            "rewrite",
-            "model.onnx",
-            "-o",
-            "out.onnx",
-            "--external-data",
-            "w.bin",
-        ],
-    )
-    .assert_success();
+    run_in(dir.path(), &EXTERNAL).assert_success();
     save_input(dir.path(), model, false);
     dir
 }
@@ -864,17 +853,9 @@ fn sigbus_during_a_save_leaves_no_temporary_file() {
         let dir = tempfile::tempdir().unwrap();
         save_input(dir.path(), &embedding_model(rows, 0.0, 0), true);
         let before = listing(dir.path());
-        let args = [
-            "rewrite",
-            "model.onnx",
-            "-o",
-            "out.onnx",
-            "--external-data",
-            "w.bin",
-        ];
         let logs = tempfile::tempdir().unwrap();
         let err_path = logs.path().join("stderr");
-        let mut child = multigather(dir.path(), &args)
+        let mut child = multigather(dir.path(), &EXTERNAL)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&err_path).unwrap())
             .spawn()

@@ -1544,24 +1544,18 @@ fn transpose_of_an_empty_tensor_whose_other_dims_overflow() {
     }
 }
 
-#[test]
-fn constant_of_shape_with_leading_zero_and_dims_past_int64() {
+/// `Transpose(ConstantOfShape(dims), perm=[2, 1, 0])`.
+fn transposed_constant_of_shape(dims: [i64; 3]) -> Vec<u8> {
     let cos = constant_of_shape("cos", "s", "z", None);
     let t = node("Transpose", "t", &["z"], &["y"]).msg(5, attr_ints("perm", &[2, 1, 0]));
-    let bytes = constant_model(
-        13,
-        vec![cos, t],
-        vec![int64s("s", &[3], &[0, 1 << 40, 1 << 36])],
-        &["y"],
-    );
-    check_kernel_case(
-        &bytes,
-        &[
-            "node 'cos' (ConstantOfShape)",
-            "output shape [0, 1099511627776, 68719476736] is too large",
-        ],
-        30,
-    );
+    constant_model(13, vec![cos, t], vec![int64s("s", &[3], &dims)], &["y"])
+}
+
+#[test]
+fn constant_of_shape_with_leading_zero_and_dims_past_int64() {
+    let bytes = transposed_constant_of_shape([0, 1 << 40, 1 << 36]);
+    let expected = "output shape [0, 1099511627776, 68719476736] is too large";
+    check_kernel_case(&bytes, &["node 'cos' (ConstantOfShape)", expected], 30);
 }
 
 #[test]
@@ -1583,62 +1577,34 @@ fn constant_of_shape_2_to_the_62_by_2_by_0() {
 #[test]
 fn empty_tensor_whose_other_dims_multiply_to_2_to_the_62() {
     // The control: as large as an empty tensor may be, transposed without walking it.
-    let cos = constant_of_shape("cos", "s", "z", None);
-    let t = node("Transpose", "t", &["z"], &["y"]).msg(5, attr_ints("perm", &[2, 1, 0]));
-    let bytes = constant_model(
-        13,
-        vec![cos, t],
-        vec![int64s("s", &[3], &[1 << 31, 1 << 31, 0])],
-        &["y"],
-    );
+    let bytes = transposed_constant_of_shape([1 << 31, 1 << 31, 0]);
     check_kernel_case(&bytes, &["y float[0, 2147483648, 2147483648] []"], 30);
+}
+
+/// `Shape(op(x, sizes))` for an empty float `x` of `x_dims` and an int64 `sizes` input.
+fn shape_of_op_on_empty(op: &str, x_dims: &[i64], sizes: &[i64]) -> Vec<u8> {
+    let n = node(op, "op", &["x", "sizes"], &["y"]);
+    let shape = node("Shape", "shape", &["y"], &["s"]);
+    let initializers = vec![
+        floats("x", x_dims, &[]),
+        int64s("sizes", &[sizes.len() as i64], sizes),
+    ];
+    constant_model(13, vec![n, shape], initializers, &["s"])
 }
 
 #[test]
 fn pad_of_an_empty_tensor_to_a_dim_past_int64() {
     // The dim would be 2^63 + 3: `Shape` gave it back negative.
-    let pad = node("Pad", "pad", &["x", "p"], &["y"]);
-    let shape = node("Shape", "shape", &["y"], &["s"]);
-    let bytes = constant_model(
-        13,
-        vec![pad, shape],
-        vec![
-            floats("x", &[0, 2], &[]),
-            int64s("p", &[4], &[0, i64::MAX, 0, 2]),
-        ],
-        &["s"],
-    );
-    check_kernel_case(
-        &bytes,
-        &[
-            "node 'pad' (Pad)",
-            "output shape [0, 9223372036854775811] is too large",
-        ],
-        30,
-    );
+    let bytes = shape_of_op_on_empty("Pad", &[0, 2], &[0, i64::MAX, 0, 2]);
+    let expected = "output shape [0, 9223372036854775811] is too large";
+    check_kernel_case(&bytes, &["node 'op' (Pad)", expected], 30);
 }
 
 #[test]
 fn tile_of_an_empty_tensor_to_a_dim_past_int64() {
-    let tile = node("Tile", "tile", &["x", "r"], &["y"]);
-    let shape = node("Shape", "shape", &["y"], &["s"]);
-    let bytes = constant_model(
-        13,
-        vec![tile, shape],
-        vec![
-            floats("x", &[0, 1 << 40], &[]),
-            int64s("r", &[2], &[1, 1 << 23]),
-        ],
-        &["s"],
-    );
-    check_kernel_case(
-        &bytes,
-        &[
-            "node 'tile' (Tile)",
-            "output shape [0, 9223372036854775808] is too large",
-        ],
-        30,
-    );
+    let bytes = shape_of_op_on_empty("Tile", &[0, 1 << 40], &[1, 1 << 23]);
+    let expected = "output shape [0, 9223372036854775808] is too large";
+    check_kernel_case(&bytes, &["node 'op' (Tile)", expected], 30);
 }
 
 #[test]
