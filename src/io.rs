@@ -7,8 +7,10 @@
 //! leaves a partial output and never touches the input.
 
 mod checks;
+mod cleanup;
 mod input;
 
+pub use cleanup::remove_temporary_files;
 pub use input::{read_input, Origin};
 
 use std::collections::HashMap;
@@ -673,8 +675,45 @@ fn check_data_target(
     Ok(())
 }
 
+/// A temporary file beside an output, registered (see `cleanup`) until it is renamed into place
+/// or dropped, which deletes it.
+struct Temp<F = File> {
+    // Declared first, so dropped (deleting the file) before the registration is.
+    file: tempfile::NamedTempFile<F>,
+    _registration: cleanup::Registration,
+}
+
+impl<F> Temp<F> {
+    fn new(file: tempfile::NamedTempFile<F>) -> Temp<F> {
+        let registration = cleanup::register(file.path());
+        Temp {
+            file,
+            _registration: registration,
+        }
+    }
+
+    /// Renames the file to `path`, then forgets it.
+    fn persist(self, path: &Path) -> std::io::Result<()> {
+        let Temp {
+            file,
+            _registration,
+        } = self;
+        file.persist(path).map(drop).map_err(|e| e.error)
+    }
+}
+
+impl Temp {
+    fn as_file(&self) -> &File {
+        self.file.as_file()
+    }
+
+    fn as_file_mut(&mut self) -> &mut File {
+        self.file.as_file_mut()
+    }
+}
+
 /// Writes `bytes` to a synced temporary file beside `path`.
-fn staged(path: &Path, bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
+fn staged(path: &Path, bytes: &[u8]) -> Result<Temp> {
     let mut tmp = temp_for(path)?;
     tmp.as_file_mut()
         .write_all(bytes)
@@ -703,12 +742,7 @@ fn write_stream(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Renames the external data file into place, then the model. If the model cannot be renamed,
 /// the data file that was there before is put back (or the new one removed), so a failed save
 /// leaves both files as they were.
-fn replace_pair(
-    data: tempfile::NamedTempFile,
-    data_path: &Path,
-    model: tempfile::NamedTempFile,
-    path: &Path,
-) -> Result<()> {
+fn replace_pair(data: Temp, data_path: &Path, model: Temp, path: &Path) -> Result<()> {
     data.as_file()
         .sync_all()
         .map_err(|e| Error::io(data_path, e))?;
@@ -718,7 +752,7 @@ fn replace_pair(
         return Ok(());
     };
     let restored = match previous {
-        Some(old) => old.persist(data_path).map(drop).map_err(|e| e.error),
+        Some(old) => old.persist(data_path),
         None => std::fs::remove_file(data_path),
     };
     match restored {
@@ -734,7 +768,7 @@ fn replace_pair(
 
 /// A second name for the file at `path` (a hard link, or a copy where links are not supported),
 /// deleted when dropped, so the file can be put back after it is replaced.
-fn keep_previous(path: &Path) -> Result<Option<tempfile::NamedTempFile<()>>> {
+fn keep_previous(path: &Path) -> Result<Option<Temp<()>>> {
     if std::fs::symlink_metadata(path).is_err() {
         return Ok(None);
     }
@@ -744,7 +778,7 @@ fn keep_previous(path: &Path) -> Result<Option<tempfile::NamedTempFile<()>>> {
         .make_in(parent_dir(path), |p| {
             std::fs::hard_link(path, p).or_else(|_| std::fs::copy(path, p).map(drop))
         })
-        .map(Some)
+        .map(|file| Some(Temp::new(file)))
         .map_err(|e| Error::io(path, e))
 }
 
@@ -756,7 +790,7 @@ fn write_external(
     dir: &Path,
     file: &str,
     threshold: usize,
-) -> Result<(tempfile::NamedTempFile, HashMap<usize, Payload>)> {
+) -> Result<(Temp, HashMap<usize, Payload>)> {
     let data_path = dir.join(file);
     let mut tmp = temp_for(&data_path)?;
     let mut moved = HashMap::new();
@@ -819,7 +853,7 @@ pub fn visit_tensors(model: &Model, f: &mut dyn FnMut(&StoredTensor) -> Result<(
 /// A temporary file to be renamed to `path`, with the mode the file will have: the mode of the
 /// regular file it replaces (so `--in-place` keeps the input's), else `0666` less the umask, as
 /// any new file gets.
-fn temp_for(path: &Path) -> Result<tempfile::NamedTempFile> {
+fn temp_for(path: &Path) -> Result<Temp> {
     let dir = parent_dir(path);
     let mut builder = tempfile::Builder::new();
     builder.prefix(".multigather-").suffix(".tmp");
@@ -829,7 +863,7 @@ fn temp_for(path: &Path) -> Result<tempfile::NamedTempFile> {
         // The mode given at creation passes through the umask.
         builder.permissions(std::fs::Permissions::from_mode(0o666));
     }
-    let tmp = builder.tempfile_in(&dir).map_err(|e| Error::io(&dir, e))?;
+    let tmp = Temp::new(builder.tempfile_in(&dir).map_err(|e| Error::io(&dir, e))?);
     if let Ok(old) = std::fs::symlink_metadata(path) {
         if old.is_file() {
             tmp.as_file()
@@ -840,9 +874,8 @@ fn temp_for(path: &Path) -> Result<tempfile::NamedTempFile> {
     Ok(tmp)
 }
 
-fn rename_into(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
-    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
-    Ok(())
+fn rename_into(tmp: Temp, path: &Path) -> Result<()> {
+    tmp.persist(path).map_err(|e| Error::io(path, e))
 }
 
 /// Writes bytes to `path` atomically (temporary file, sync, rename), or straight into it when it

@@ -29,15 +29,19 @@ fn main() -> ExitCode {
 
 /// Models and external data are memory-mapped; if another process truncates one while it is
 /// read, the read faults with `SIGBUS`, which would kill the process without a word. This ends it
-/// with the one-line error and exit code every other failure gets. (Saving checks the files first,
-/// so a truncation before the save starts is an ordinary error naming the file.)
+/// with the one-line error and exit code every other failure gets, after removing the temporary
+/// files of a save under way. (Saving checks the files first, so a truncation before the save
+/// starts is an ordinary error naming the file.)
 fn on_sigbus_exit() {
     #[cfg(unix)]
     {
         extern "C" fn handler(_: libc::c_int) {
             const MESSAGE: &[u8] = b"error: a memory-mapped model or external data file was \
 truncated by another process while it was being read\n";
-            // SAFETY: write(2) and _exit(2) are async-signal-safe; nothing else runs here.
+            // The temporary files of a save under way would outlive `_exit`: remove them first.
+            multigather::io::remove_temporary_files();
+            // SAFETY: write(2) and _exit(2) are async-signal-safe; so is the removal above
+            // (loads and unlink(2)); nothing else runs here.
             unsafe {
                 libc::write(2, MESSAGE.as_ptr().cast(), MESSAGE.len());
                 libc::_exit(2);

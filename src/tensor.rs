@@ -39,7 +39,8 @@ use crate::DataType;
 /// What went wrong building, viewing or reshaping a [`Tensor`].
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum TensorError {
-    /// The element count or byte size of a shape overflows `usize`.
+    /// The shape is not addressable: a dim or the product of the non-zero dims is beyond 2^63-1
+    /// (see [`element_count`]), or the byte size overflows.
     #[error("shape {shape:?} of {dtype} is too large to address")]
     TooLarge { dtype: DataType, shape: Vec<usize> },
     /// The memory for a tensor could not be allocated.
@@ -258,9 +259,31 @@ pub fn human_bytes(bytes: usize) -> String {
     }
 }
 
-/// Element count of `shape`, or `None` on overflow.
+/// Element count of `shape`, or `None` when the shape is not addressable: when a dim, or the
+/// product of the non-zero dims, is beyond 2^63-1 (the largest size ONNX can state).
+///
+/// The zeros are left out of the product on purpose. onnxruntime refuses a shape whose running
+/// product overflows `int64` (`[2^40, 2^36, 0]`), but accepts `[0, 2^40, 2^36]` and then fails
+/// in the kernels that compute its strides (Transpose, Gather, Pad, Expand, ...). Refusing both
+/// here, in one place, means that every stride and every product of some of a tensor's dims
+/// fits in `i64`, in every kernel.
+///
+/// # Example
+/// ```
+/// use multigather::tensor::element_count;
+/// assert_eq!(element_count(&[2, 3]), Some(6));
+/// assert_eq!(element_count(&[1 << 31, 1 << 31, 0]), Some(0));
+/// assert_eq!(element_count(&[1 << 40, 1 << 36, 0]), None);
+/// assert_eq!(element_count(&[0, 1 << 40, 1 << 36]), None);
+/// assert_eq!(element_count(&[0, 1 << 63]), None);
+/// ```
 pub fn element_count(shape: &[usize]) -> Option<usize> {
-    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+    const LIMIT: usize = i64::MAX as usize;
+    let nonzero = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |n, &d| n.checked_mul(d).filter(|&n| n <= LIMIT))?;
+    Some(if shape.contains(&0) { 0 } else { nonzero })
 }
 
 fn checked_storage(dtype: DataType, shape: &[usize]) -> Result<(usize, usize), TensorError> {

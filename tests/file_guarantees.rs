@@ -406,18 +406,7 @@ fn file_size_limit_during_the_write() {
 fn earlier_output(model: &Model) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     save_input(dir.path(), &embedding_model(64, 1000.0, 0), false);
-    run_in(
-        dir.path(),
-        &[
-            "rewrite",
-            "model.onnx",
-            "-o",
-            "out.onnx",
-            "--external-data",
-            "w.bin",
-        ],
-    )
-    .assert_success();
+    run_in(dir.path(), &EXTERNAL).assert_success();
     save_input(dir.path(), model, false);
     dir
 }
@@ -832,4 +821,73 @@ fn output_files_have_ordinary_permissions() {
     )
     .assert_success();
     assert_eq!(mode(&dir.path().join("outs/output_0.pb")), 0o644);
+}
+
+/// Every entry under `dir` with its size and a checksum of its bytes: [`snapshot`] for files
+/// too large to print.
+fn listing(dir: &Path) -> Vec<(String, u64, u64)> {
+    use std::hash::{Hash, Hasher};
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let bytes = std::fs::read(e.path()).unwrap();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut h);
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, bytes.len() as u64, h.finish())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn sigbus_during_a_save_leaves_no_temporary_file() {
+    // A mapped external data file truncated by another process while a save reads it raises
+    // SIGBUS in the middle of the save, with temporary files beside the outputs. The signal is
+    // sent here the moment a temporary file appears (the same handler runs); the handler must
+    // remove them before it exits. The table is large enough that the save is still writing
+    // when the signal lands; should it finish first, the attempt is repeated with a larger one.
+    for rows in [1 << 21, 1 << 23] {
+        let dir = tempfile::tempdir().unwrap();
+        save_input(dir.path(), &embedding_model(rows, 0.0, 0), true);
+        let before = listing(dir.path());
+        let logs = tempfile::tempdir().unwrap();
+        let err_path = logs.path().join("stderr");
+        let mut child = multigather(dir.path(), &EXTERNAL)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let mut signalled = false;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(start.elapsed().as_secs() < 120, "the save hangs");
+            let staging = std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(".tmp"));
+            if staging && !signalled {
+                // A moment for the file to be registered (it is, right after it is created).
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                // SAFETY: kill(2) on the child's pid, which has not been waited for yet.
+                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGBUS) };
+                signalled = true;
+            }
+        };
+        if !signalled || status.success() {
+            eprintln!("note: the save of {rows} rows ended before the signal; trying larger");
+            continue;
+        }
+        let err = std::fs::read_to_string(&err_path).unwrap();
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert!(err.contains("truncated by another process"), "{err}");
+        assert_eq!(listing(dir.path()), before, "no file left or changed");
+        return;
+    }
+    panic!("every save finished before the signal could land");
 }

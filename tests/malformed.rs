@@ -1495,3 +1495,254 @@ fn bool_initializer_constant() {
     );
     check_kernel_case(&bytes, &["y bool[2] [false, true]"], 30);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Shape arithmetic: every product and sum of model-controlled sizes is checked. A tensor's dims
+// must be at most 2^63-1 each, and its non-zero dims must multiply to at most 2^63-1: onnxruntime
+// refuses `[2^62, 2, 0]` ("Integer overflow") and fails on `[0, 2^40, 2^30]` in every kernel that
+// computes strides; here both are refused where the tensor is made, so no stride can overflow.
+
+const FLOAT16: i64 = 10;
+
+/// `ConstantOfShape(shape)` into `out`, with an optional one-element `value` attribute.
+fn constant_of_shape(name: &str, shape: &str, out: &str, value: Option<Msg>) -> Msg {
+    let n = node("ConstantOfShape", name, &[shape], &[out]);
+    match value {
+        Some(v) => n.msg(5, attr_tensor("value", v)),
+        None => n,
+    }
+}
+
+#[test]
+fn transpose_of_an_empty_tensor_whose_other_dims_overflow() {
+    // [0, 2^40, 2^30]: no element, but its strides overflow 64 bits (this panicked in Transpose,
+    // DepthToSpace, SpaceToDepth, Flatten, the pools and the convolutions).
+    let cases: [(&str, Vec<Msg>, &[i64]); 4] = [
+        (
+            "Transpose",
+            vec![attr_ints("perm", &[2, 1, 0])],
+            &[0, 1 << 40, 1 << 30],
+        ),
+        (
+            "DepthToSpace",
+            vec![attr_int("blocksize", 2)],
+            &[0, 4, 1 << 40, 1 << 40],
+        ),
+        ("Flatten", vec![attr_int("axis", 1)], &[0, 1 << 40, 1 << 40]),
+        (
+            "MaxPool",
+            vec![attr_ints("kernel_shape", &[2, 2])],
+            &[0, 1, 1 << 40, 1 << 40],
+        ),
+    ];
+    for (op, attrs, dims) in cases {
+        let n = attrs
+            .into_iter()
+            .fold(node(op, "op", &["x"], &["y"]), |n, a| n.msg(5, a));
+        let bytes = constant_model(13, vec![n], vec![floats("x", dims, &[])], &["y"]);
+        check_kernel_case(&bytes, &["tensor 'x'", "is too large to address"], 30);
+    }
+}
+
+/// `Transpose(ConstantOfShape(dims), perm=[2, 1, 0])`.
+fn transposed_constant_of_shape(dims: [i64; 3]) -> Vec<u8> {
+    let cos = constant_of_shape("cos", "s", "z", None);
+    let t = node("Transpose", "t", &["z"], &["y"]).msg(5, attr_ints("perm", &[2, 1, 0]));
+    constant_model(13, vec![cos, t], vec![int64s("s", &[3], &dims)], &["y"])
+}
+
+#[test]
+fn constant_of_shape_with_leading_zero_and_dims_past_int64() {
+    let bytes = transposed_constant_of_shape([0, 1 << 40, 1 << 36]);
+    let expected = "output shape [0, 1099511627776, 68719476736] is too large";
+    check_kernel_case(&bytes, &["node 'cos' (ConstantOfShape)", expected], 30);
+}
+
+#[test]
+fn constant_of_shape_2_to_the_62_by_2_by_0() {
+    // onnxruntime: "Integer overflow" (its running product of the dims passes 2^63-1).
+    let bytes = constant_model(
+        13,
+        vec![constant_of_shape("cos", "s", "y", None)],
+        vec![int64s("s", &[3], &[1 << 62, 2, 0])],
+        &["y"],
+    );
+    check_kernel_case(
+        &bytes,
+        &["node 'cos' (ConstantOfShape)", "is too large"],
+        30,
+    );
+}
+
+#[test]
+fn empty_tensor_whose_other_dims_multiply_to_2_to_the_62() {
+    // The control: as large as an empty tensor may be, transposed without walking it.
+    let bytes = transposed_constant_of_shape([1 << 31, 1 << 31, 0]);
+    check_kernel_case(&bytes, &["y float[0, 2147483648, 2147483648] []"], 30);
+}
+
+/// `Shape(op(x, sizes))` for an empty float `x` of `x_dims` and an int64 `sizes` input.
+fn shape_of_op_on_empty(op: &str, x_dims: &[i64], sizes: &[i64]) -> Vec<u8> {
+    let n = node(op, "op", &["x", "sizes"], &["y"]);
+    let shape = node("Shape", "shape", &["y"], &["s"]);
+    let initializers = vec![
+        floats("x", x_dims, &[]),
+        int64s("sizes", &[sizes.len() as i64], sizes),
+    ];
+    constant_model(13, vec![n, shape], initializers, &["s"])
+}
+
+#[test]
+fn pad_of_an_empty_tensor_to_a_dim_past_int64() {
+    // The dim would be 2^63 + 3: `Shape` gave it back negative.
+    let bytes = shape_of_op_on_empty("Pad", &[0, 2], &[0, i64::MAX, 0, 2]);
+    let expected = "output shape [0, 9223372036854775811] is too large";
+    check_kernel_case(&bytes, &["node 'op' (Pad)", expected], 30);
+}
+
+#[test]
+fn tile_of_an_empty_tensor_to_a_dim_past_int64() {
+    let bytes = shape_of_op_on_empty("Tile", &[0, 1 << 40], &[1, 1 << 23]);
+    let expected = "output shape [0, 9223372036854775808] is too large";
+    check_kernel_case(&bytes, &["node 'op' (Tile)", expected], 30);
+}
+
+#[test]
+fn reverse_sequence_over_2_to_the_40_empty_blocks() {
+    // Time axis 2^40, a batch of 0: the loop over (time, batch) blocks ran 2^40 times.
+    let cos = constant_of_shape("cos", "s", "x", None);
+    let rev = node("ReverseSequence", "rev", &["x", "lens"], &["y"])
+        .msg(5, attr_int("time_axis", 0))
+        .msg(5, attr_int("batch_axis", 1));
+    let bytes = constant_model(
+        13,
+        vec![cos, rev],
+        vec![
+            int64s("s", &[3], &[1 << 40, 0, 1 << 20]),
+            int64s("lens", &[0], &[]),
+        ],
+        &["y"],
+    );
+    check_kernel_case(&bytes, &["y float[1099511627776, 0, 1048576] []"], 30);
+}
+
+#[test]
+fn pools_with_same_padding_and_a_kernel_of_2_to_the_124_taps() {
+    // The taps inside the padding multiplied to 2^124 (the divisor of `count_include_pad`).
+    for op in ["AveragePool", "LpPool", "MaxPool"] {
+        let pool = node(op, "pool", &["x"], &["y"])
+            .msg(5, attr_ints("kernel_shape", &[1 << 62, 1 << 62]))
+            .msg(5, attr_string("auto_pad", "SAME_LOWER"))
+            .msg(5, attr_int("count_include_pad", 1));
+        let bytes = constant_model(
+            19,
+            vec![pool],
+            vec![floats("x", &[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0])],
+            &["y"],
+        );
+        check_kernel_case(&bytes, &["y float[1, 1, 2, 2] ["], 30);
+    }
+}
+
+#[test]
+fn max_pool_of_an_empty_batch_with_2_to_the_20_pads() {
+    // The windows of an empty output are not listed (they were asked for: 2^21 of them per
+    // spatial dim, refused as too large).
+    let pool = node("MaxPool", "pool", &["x"], &["y"])
+        .msg(5, attr_ints("kernel_shape", &[1, 1]))
+        .msg(5, attr_ints("pads", &[1 << 20; 4]));
+    let bytes = constant_model(
+        13,
+        vec![pool],
+        vec![floats("x", &[0, 1, 2, 2], &[])],
+        &["y"],
+    );
+    check_kernel_case(&bytes, &["y float[0, 1, 2097154, 2097154] []"], 30);
+}
+
+#[test]
+fn float16_convolutions_of_an_empty_batch_to_2_to_the_40_positions() {
+    // Computed in f32 and rounded once: the planes of the empty output multiplied past 2^64
+    // before the kernel saw the output was empty.
+    let half = |name: &str, dims: &[i64], n: usize| {
+        with_raw(tensor(name, FLOAT16, dims), &vec![0x3c; 2 * n])
+    };
+    for (op, attr) in [("Conv", "pads"), ("ConvTranspose", "strides")] {
+        let size: &[i64] = if attr == "pads" {
+            &[1 << 40; 4]
+        } else {
+            &[1 << 40; 2]
+        };
+        let conv = node(op, "conv", &["x", "w"], &["y"]).msg(5, attr_ints(attr, size));
+        let initializers = vec![half("x", &[0, 1, 2, 2], 0), half("w", &[1, 1, 1, 1], 1)];
+        let bytes = constant_model(13, vec![conv], initializers, &["y"]);
+        let what = format!("node 'conv' ({op})");
+        check_kernel_case(&bytes, &[&what, "is too large"], 30);
+    }
+}
+
+#[test]
+fn dilated_kernel_extent_wraps_to_2_to_the_64() {
+    // 65535 x 281479271743489 = 2^64 - 1: one more and the extent wrapped to 0.
+    let ones = Msg::new().int(1, 1).int(2, FLOAT).floats(4, &[1.0]);
+    for (op, expected) in [
+        ("ConvTranspose", "output is too large"),
+        ("Conv", "dilated kernel is too large"),
+        ("MaxPool", "dilated kernel is too large"),
+    ] {
+        let x = constant_of_shape("make_x", "xs", "x", Some(ones.clone()));
+        let w = constant_of_shape("make_w", "ws", "w", Some(ones.clone()));
+        let inputs: &[&str] = if op == "MaxPool" { &["x"] } else { &["x", "w"] };
+        let mut op_node =
+            node(op, "op", inputs, &["y"]).msg(5, attr_ints("dilations", &[281_479_271_743_489]));
+        if op == "MaxPool" {
+            op_node = op_node.msg(5, attr_ints("kernel_shape", &[65536]));
+        }
+        let bytes = constant_model(
+            13,
+            vec![x, w, op_node],
+            vec![
+                int64s("xs", &[3], &[1, 1, 1]),
+                int64s("ws", &[3], &[1, 1, 65536]),
+            ],
+            &["y"],
+        );
+        let what = format!("node 'op' ({op})");
+        check_kernel_case(&bytes, &[&what, expected], 30);
+    }
+}
+
+#[test]
+fn range_larger_than_the_address_space_limit() {
+    // 2^30 floats (4 GiB) under a 4 GiB address-space limit: the elements were collected into
+    // an `f64` vector, then copied twice, and the allocation aborted the process.
+    let range = node("Range", "range", &["start", "limit", "delta"], &["y"]);
+    let bytes = constant_model(
+        13,
+        vec![range],
+        vec![
+            floats("start", &[], &[0.0]),
+            floats("limit", &[], &[(1u64 << 30) as f32]),
+            floats("delta", &[], &[1.0]),
+        ],
+        &["y"],
+    );
+    // Out of memory here, or over the budget on a machine with less than 4 GiB.
+    check_kernel_case(&bytes, &["node 'range' (Range)", "bytes"], 60);
+}
+
+#[test]
+fn nonzero_of_2_to_the_28_true_values() {
+    // The coordinates take 4 GiB: refused. They were gathered through an `f64` copy of the input
+    // and a vector of positions (2 GiB each), and the allocation aborted the process.
+    let yes = with_raw(tensor("value", BOOL, &[1]), &[1]);
+    let cos = constant_of_shape("cos", "s", "x", Some(yes));
+    let nz = node("NonZero", "nz", &["x"], &["y"]);
+    let bytes = constant_model(
+        13,
+        vec![cos, nz],
+        vec![int64s("s", &[2], &[1 << 14, 1 << 14])],
+        &["y"],
+    );
+    check_kernel_case(&bytes, &["node 'nz' (NonZero)", "bytes"], 60);
+}

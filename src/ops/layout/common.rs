@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, Shape, TensorType};
-use crate::tensor::{element_count, Tensor};
+use crate::tensor::{element_count, try_with_capacity, Tensor};
 use crate::DataType;
 use std::mem::MaybeUninit;
 
@@ -609,8 +609,17 @@ pub(super) fn from_f64s(dtype: DataType, shape: &[usize], values: &[f64]) -> Res
 pub(super) fn nonzero_flags(t: &Tensor) -> Result<Vec<bool>> {
     use DataType as D;
     let dtype = t.dtype();
-    if let Ok(v) = to_f64s(t) {
-        return Ok(v.into_iter().map(|x| x != 0.0).collect());
+    // Element by element into one flag each (no wider copy of the input on the way).
+    let numeric = crate::dispatch_float!(dtype, T => {
+        Some(flags_of(t.as_slice::<T>()?, |v| v.to_f64() != 0.0)?)
+    }, _ => crate::dispatch_int!(dtype, T => {
+        Some(flags_of(t.as_slice::<T>()?, |&v| v != 0)?)
+    }, _ => match dtype {
+        D::Bool => Some(flags_of(t.as_slice::<u8>()?, |&v| v != 0)?),
+        _ => None,
+    }));
+    if let Some(flags) = numeric {
+        return Ok(flags);
     }
     if dtype == D::String {
         return Ok(t.as_strings()?.iter().map(|s| !s.is_empty()).collect());
@@ -642,6 +651,13 @@ pub(super) fn nonzero_flags(t: &Tensor) -> Result<Vec<bool>> {
             })
             .collect(),
     }
+}
+
+/// `keep(v)` for every element of `values`, in a vector allocated fallibly.
+fn flags_of<T>(values: &[T], keep: impl Fn(&T) -> bool) -> Result<Vec<bool>> {
+    let mut flags = try_with_capacity(values.len())?;
+    flags.extend(values.iter().map(keep));
+    Ok(flags)
 }
 
 /// The dims of input `i`, when its rank is known.
@@ -845,11 +861,13 @@ mod tests {
             AxisRead::identity(2, 3),
             AxisRead::map(4, 1, |i| i.checked_sub(1).filter(|&j| j < 3)),
         ];
-        let huge = [AxisRead::identity(0, 1), AxisRead::identity(usize::MAX, 1)];
-        assert_eq!(
-            gather_axes(&t, &huge, None).unwrap().shape(),
-            &[0, usize::MAX]
-        );
+        let most = i64::MAX as usize;
+        let huge = [AxisRead::identity(0, 1), AxisRead::identity(most, 1)];
+        assert_eq!(gather_axes(&t, &huge, None).unwrap().shape(), &[0, most]);
+        // A dim beyond 2^63-1 is refused even beside a 0.
+        let beyond = [AxisRead::identity(0, 1), AxisRead::identity(most + 1, 1)];
+        let e = gather_axes(&t, &beyond, None).unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
         let e = gather_axes(&t, &[AxisRead::identity(usize::MAX, 1)], None).unwrap_err();
         assert!(e.to_string().contains("too large"), "{e}");
         let out = gather_axes(&t, &axes, Some(&fill)).unwrap();

@@ -6,13 +6,15 @@
 //! A scalar is treated as a one-element vector, as numpy does, giving shape `[1, count]`.
 //! What counts as zero is [`super::common::nonzero_flags`]: `-0.0` is zero, NaN is not.
 
+use std::mem::MaybeUninit;
+
 use crate::error::Result;
 use crate::ir::{Dim, TensorType};
-use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::super::util::{required, strides};
+use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
 use super::common::{in_dims, nonzero_flags, typed};
 
@@ -24,20 +26,27 @@ pub(super) fn eval_nonzero(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resul
         data.shape().to_vec()
     };
     let st = strides(&shape);
-    let hits: Vec<usize> = nonzero_flags(data)?
-        .iter()
-        .enumerate()
-        .filter_map(|(i, &nz)| nz.then_some(i))
-        .collect();
-    let mut coords = try_with_capacity(shape.len() * hits.len())?;
-    for (d, &s) in st.iter().enumerate() {
-        coords.extend(hits.iter().map(|&p| ((p / s) % shape[d]) as i64));
-    }
-    Ok(vec![Tensor::from_vec(
-        DataType::Int64,
-        &[shape.len(), hits.len()],
-        coords,
-    )?])
+    let flags = nonzero_flags(data)?;
+    let count = flags.iter().filter(|&&f| f).count();
+    // The output is the one buffer sized by the data's values, so it comes from the arena
+    // (checked against the budget) and is written in place.
+    let out = Tensor::uninit(DataType::Int64, &[shape.len(), count])?;
+    let out = out.fill(|slots: &mut [MaybeUninit<i64>]| {
+        if count > 0 {
+            for (row, (&s, &dim)) in slots.chunks_exact_mut(count).zip(st.iter().zip(&shape)) {
+                let hits = flags
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, &f)| f.then_some(i));
+                for (slot, p) in row.iter_mut().zip(hits) {
+                    slot.write(((p / s) % dim) as i64);
+                }
+            }
+        }
+        // SAFETY: each of the `rank` rows of `count` slots was written with the `count` hits.
+        unsafe { assume_written(slots) }
+    })?;
+    Ok(vec![out])
 }
 
 pub(super) fn infer_nonzero(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {

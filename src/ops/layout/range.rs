@@ -7,14 +7,17 @@
 //! as the spec writes it (not an accumulated sum). Integers are computed exactly; floats in
 //! `f64`, rounded once to the output type, which is at least as precise as either `stash_type`.
 
+use std::mem::MaybeUninit;
+
 use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::super::util::{required, to_i64s};
+use super::super::util::{required, to_i64s, Float};
+use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
-use super::common::{from_f64s, in_elem, to_f64s, typed, MAX_ELEMENTS};
+use super::common::{in_elem, to_f64s, typed, MAX_ELEMENTS};
 
 /// The scalar inputs of a `Range` node, exact for integers.
 enum Bounds {
@@ -84,17 +87,28 @@ pub(super) fn eval_range(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
     let dtype = start.dtype();
     let b = bounds(start, required(inputs, 1)?, required(inputs, 2)?)?;
     let n = count(&b)?;
+    // The elements are written straight into the output buffer, which comes from the arena
+    // (checked against the budget): `n` comes from values that need not be constants, so no
+    // shape function has checked it yet.
     let out = match b {
-        Bounds::Float(s, _, d) => {
-            let values: Vec<f64> = (0..n).map(|i| s + i as f64 * d).collect();
-            from_f64s(dtype, &[n], &values)?
-        }
+        Bounds::Float(s, _, d) => crate::dispatch_float!(dtype, T => {
+            Tensor::uninit(dtype, &[n])?.fill(|slots: &mut [MaybeUninit<T>]| {
+                for (i, v) in slots.iter_mut().enumerate() {
+                    v.write(T::from_f64(s + i as f64 * d));
+                }
+                // SAFETY: every slot was written just now.
+                unsafe { assume_written(slots) }
+            })?
+        }, _ => return Err(Error::Eval(format!("Range does not take {dtype} values")))),
         Bounds::Int(s, _, d) => crate::dispatch_int!(dtype, T => {
-            // Every element lies between start and limit, so it fits the type.
-            let v: Vec<T> = (0..n)
-                .map(|i| (i128::from(s) + i as i128 * i128::from(d)) as T)
-                .collect();
-            Tensor::from_vec(dtype, &[n], v)?
+            Tensor::uninit(dtype, &[n])?.fill(|slots: &mut [MaybeUninit<T>]| {
+                // Every element lies between start and limit, so it fits the type.
+                for (i, v) in slots.iter_mut().enumerate() {
+                    v.write((i128::from(s) + i as i128 * i128::from(d)) as T);
+                }
+                // SAFETY: every slot was written just now.
+                unsafe { assume_written(slots) }
+            })?
         }, _ => return Err(Error::Eval(format!("Range does not take {dtype} values")))),
     };
     Ok(vec![out])

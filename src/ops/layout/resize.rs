@@ -34,8 +34,8 @@
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
-use crate::tensor::try_vec;
 use crate::tensor::Tensor;
+use crate::tensor::{element_count, try_vec, try_with_capacity};
 
 use super::super::util::{optional, required, strides, to_i64s};
 use super::super::{EvalCtx, InferCtx};
@@ -415,21 +415,26 @@ fn normalize(taps: &mut [(i64, f64)]) {
 
 /// The samples of every output position of an axis.
 fn samples(p: &AxisPlan, params: &Params) -> Result<Vec<Sample>> {
-    (0..p.out_len)
-        .map(|y| {
-            let x = source_coord(params.coord, y, p);
-            let outside = x < 0.0 || x > p.in_len as f64 - 1.0;
-            if params.coord == Coord::TfCropAndResize && outside {
-                return Ok(Sample::Extrapolate);
-            }
-            Ok(match params.mode {
-                Mode::Nearest(rule) => {
-                    Sample::Taps(vec![(nearest_index(x, rule, p.scale, p.in_len), 1.0)])
-                }
-                _ => Sample::Taps(filter_taps(x, p, params)?),
-            })
-        })
-        .collect()
+    // Asked for fallibly: the length comes from scales or sizes that need not be constants,
+    // so no shape function has checked the output against the budget yet.
+    let mut out = try_with_capacity(p.out_len)?;
+    for y in 0..p.out_len {
+        out.push(sample(y, p, params)?);
+    }
+    Ok(out)
+}
+
+/// The sample of output position `y` of an axis.
+fn sample(y: usize, p: &AxisPlan, params: &Params) -> Result<Sample> {
+    let x = source_coord(params.coord, y, p);
+    let outside = x < 0.0 || x > p.in_len as f64 - 1.0;
+    if params.coord == Coord::TfCropAndResize && outside {
+        return Ok(Sample::Extrapolate);
+    }
+    Ok(match params.mode {
+        Mode::Nearest(rule) => Sample::Taps(vec![(nearest_index(x, rule, p.scale, p.in_len), 1.0)]),
+        _ => Sample::Taps(filter_taps(x, p, params)?),
+    })
 }
 
 /// Nearest resize: a gather of input positions, exact for every element type.
@@ -441,13 +446,11 @@ fn resize_nearest(data: &Tensor, plans: &[AxisPlan], params: &Params) -> Result<
         .collect();
     let mut extrapolates = false;
     for p in plans.iter().filter(|p| !p.is_identity()) {
-        let index: Vec<Option<usize>> = samples(p, params)?
-            .into_iter()
-            .map(|s| match s {
-                Sample::Taps(t) => t.first().map(|t| t.0),
-                Sample::Extrapolate => None,
-            })
-            .collect();
+        let mut index: Vec<Option<usize>> = try_with_capacity(p.out_len)?;
+        index.extend(samples(p, params)?.into_iter().map(|s| match s {
+            Sample::Taps(t) => t.first().map(|t| t.0),
+            Sample::Extrapolate => None,
+        }));
         extrapolates |= index.contains(&None);
         reads[p.axis] = AxisRead::map(p.out_len, st[p.axis], move |i| index[i]);
     }
@@ -463,10 +466,17 @@ fn resize_filtered(data: &Tensor, plans: &[AxisPlan], params: &Params) -> Result
     let mut shape = data.shape().to_vec();
     let mut values = to_f64s(data)?;
     for p in plans.iter().filter(|p| !p.is_identity()) {
-        let outer: usize = shape[..p.axis].iter().product();
-        let inner: usize = shape[p.axis + 1..].iter().product();
+        // The axes are resized one at a time, so the intermediate shape mixes resized and
+        // original dims: it may be larger than both the input and the output.
+        let too_large = || Error::Eval(format!("resizing axis {} is too large", p.axis));
+        let outer = element_count(&shape[..p.axis]).ok_or_else(too_large)?;
+        let inner = element_count(&shape[p.axis + 1..]).ok_or_else(too_large)?;
         let samples = samples(p, params)?;
-        let mut out = try_vec(outer * p.out_len * inner, 0.0f64)?;
+        let len = outer
+            .checked_mul(p.out_len)
+            .and_then(|v| v.checked_mul(inner))
+            .ok_or_else(too_large)?;
+        let mut out = try_vec(len, 0.0f64)?;
         if inner > 0 {
             let src_rows = values.chunks_exact(p.in_len * inner);
             for (src, dst) in src_rows.zip(out.chunks_exact_mut(p.out_len * inner)) {

@@ -50,6 +50,10 @@ pub(super) fn eval_reverse_sequence(
     let block = st[1];
     let sources = [data];
     let mut out = Writer::new(data.dtype(), shape, &sources)?;
+    if data.is_empty() {
+        // Nothing to move, however many (empty) blocks the first two dims make.
+        return Ok(vec![out.finish()?]);
+    }
     for a0 in 0..shape[0] {
         for a1 in 0..shape[1] {
             let (t, b) = if t_ax == 0 { (a0, a1) } else { (a1, a0) };

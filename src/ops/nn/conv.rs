@@ -105,6 +105,10 @@ impl ConvShape {
 
     /// Writes `conv(x, w) + bias` into `out` (the output, zeroed), all in `T`.
     pub fn run<T: Real>(&self, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) -> Result<()> {
+        if out.is_empty() {
+            // Nothing to write; the planes of an empty output may multiply past `usize`.
+            return Ok(());
+        }
         let (cg, mg) = (self.cg(), self.mg());
         let (in_plane, out_plane, taps) =
             (self.geo.in_plane(), self.geo.out_plane(), self.geo.taps());

@@ -74,7 +74,7 @@ fn resolve(node: &Node, input: &[usize], kernel: &[usize]) -> Result<(Geometry, 
             .saturating_sub(1)
             .checked_mul(s)
             .and_then(|v| v.checked_add(out_pad[i]))
-            .and_then(|v| v.checked_add((k - 1).checked_mul(d)? + 1))
+            .and_then(|v| v.checked_add((k - 1).checked_mul(d)?.checked_add(1)?))
             .ok_or_else(too_large)?;
         let target = match (&out_shape, window.auto_pad) {
             (Some(o), _) => Some(o[i]),
@@ -171,6 +171,10 @@ impl Layout {
 
     /// Writes the transposed convolution plus bias into `out` (the output, zeroed).
     fn run<T: Real>(&self, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) -> Result<()> {
+        if out.is_empty() {
+            // Nothing to write; the planes of an empty output may multiply past `usize`.
+            return Ok(());
+        }
         let (cg, mg) = (self.c_in / self.group, self.c_out / self.group);
         let (pin, pout, taps) = (self.geo.in_plane(), self.geo.out_plane(), self.geo.taps());
         if x.len() != self.batch * self.c_in * pin
@@ -186,7 +190,11 @@ impl Layout {
         if slab == 0 {
             return Ok(());
         }
-        let mut col = try_vec(mg * taps * pin, T::ZERO)?;
+        let col_len = mg
+            .checked_mul(taps)
+            .and_then(|v| v.checked_mul(pin))
+            .ok_or_else(|| Error::Eval("the column buffer is too large".into()))?;
+        let mut col = try_vec(col_len, T::ZERO)?;
         for (t, y) in out.chunks_mut(slab).enumerate() {
             let (n, g) = (t / self.group, t % self.group);
             let xg = Mat::row_major(&x[(n * self.c_in + g * cg) * pin..][..cg * pin], cg, pin)?;

@@ -59,9 +59,19 @@ impl Pool {
         let geo = geometry.to_3d()?;
         let mut out_shape = x[..2].to_vec();
         out_shape.extend(&geometry.output);
-        checked_product(&out_shape)?;
-        // One span per output index along each dim: as many as the output dims say, which pads
-        // can make huge even when the output is empty (a batch of 0), so the memory is asked for.
+        // An empty output (a batch or a channel count of 0, or a spatial output of 0) has no
+        // windows: its other dims, and the input's spatial dims, may multiply past `usize`.
+        let planes = x[0] * x[1];
+        if checked_product(&out_shape)? == 0 {
+            return Ok(Pool {
+                geo,
+                spans: Default::default(),
+                planes: 0,
+                out_shape,
+            });
+        }
+        // One span per output index along each dim: as many as the output dims say, which are
+        // bounded by the (non-empty, checked) output.
         let mut spans: [Vec<Span>; 3] = Default::default();
         for (i, spans) in spans.iter_mut().enumerate() {
             spans
@@ -79,9 +89,33 @@ impl Pool {
         Ok(Pool {
             geo,
             spans,
-            planes: x[0] * x[1],
+            planes,
             out_shape,
         })
+    }
+
+    /// Whether the output has no elements (then no window is walked and nothing else about the
+    /// geometry is computed).
+    fn is_empty(&self) -> bool {
+        self.planes == 0
+    }
+
+    /// Output elements per plane (0 for an empty output).
+    fn out_plane(&self) -> usize {
+        if self.is_empty() {
+            0
+        } else {
+            self.geo.out_plane()
+        }
+    }
+
+    /// Input elements per plane (0 for an empty output).
+    fn in_plane(&self) -> usize {
+        if self.is_empty() {
+            0
+        } else {
+            self.geo.in_plane()
+        }
     }
 
     /// Runs `f(plane_input, output_index, positions)` for every output element of every plane in
@@ -92,7 +126,7 @@ impl Pool {
         out: &mut [O],
         f: impl Fn(usize, &[usize], &Span3, &mut O) + Sync,
     ) {
-        let out_plane = self.geo.out_plane();
+        let out_plane = self.out_plane();
         if out_plane == 0 {
             return;
         }
@@ -115,8 +149,10 @@ impl Pool {
                                         .extend((0..sx.count).map(|jx| row + sx.first + jx * dw));
                                 }
                             }
+                            // In `f64`: a huge kernel over its SAME padding can count more
+                            // than 2^64 taps.
                             let spans = Span3 {
-                                padded: sz.padded * sy.padded * sx.padded,
+                                padded: sz.padded as f64 * sy.padded as f64 * sx.padded as f64,
                             };
                             f(plane * x_plane, &positions, &spans, &mut y[k]);
                             k += 1;
@@ -130,7 +166,7 @@ impl Pool {
 /// What a window knows besides its positions.
 struct Span3 {
     /// Taps inside the input or its explicit pads.
-    padded: usize,
+    padded: f64,
 }
 
 /// The flat index `MaxPool` reports for plane offset `base` and spatial offset `pos` (row-major
@@ -149,8 +185,8 @@ fn max_pool<T: Copy + PartialOrd + Default + Send + Sync>(
     x: &[T],
     column_major: bool,
 ) -> Result<Vec<(T, i64)>> {
-    let mut out = try_vec(pool.planes * pool.geo.out_plane(), (T::default(), -1i64))?;
-    let x_plane = pool.geo.in_plane();
+    let mut out = try_vec(pool.planes * pool.out_plane(), (T::default(), -1i64))?;
+    let x_plane = pool.in_plane();
     pool.for_each(x_plane, &mut out, |base, positions, _, o| {
         let mut best: Option<(T, usize)> = None;
         for &p in positions {
@@ -175,13 +211,13 @@ fn max_values<T: Pod + PartialOrd + Default + Send + Sync>(
     x: &[T],
     dtype: DataType,
 ) -> Result<Tensor> {
-    let out_plane = pool.geo.out_plane();
+    let out_plane = pool.out_plane();
     let mut tensor = Tensor::zeros(dtype, &pool.out_shape)?;
     let out = tensor.as_slice_mut::<T>()?;
     if out_plane == 0 {
         return Ok(tensor);
     }
-    let x_plane = pool.geo.in_plane();
+    let x_plane = pool.in_plane();
     let [_, ih, iw] = pool.geo.input;
     let [dd, dh, dw] = pool.geo.dilations;
     out.par_chunks_mut(out_plane)
@@ -290,20 +326,16 @@ pub(super) fn eval_max_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
 }
 
 fn average_pool<T: Real>(pool: &Pool, x: &[T], include_pad: bool) -> Result<Vec<T>> {
-    let mut out = try_vec(pool.planes * pool.geo.out_plane(), T::ZERO)?;
-    pool.for_each(
-        pool.geo.in_plane(),
-        &mut out,
-        |base, positions, spans, o| {
-            let sum: T = positions.iter().map(|&p| x[base + p]).sum();
-            let n = if include_pad {
-                spans.padded
-            } else {
-                positions.len()
-            };
-            *o = sum / T::from_usize(n);
-        },
-    );
+    let mut out = try_vec(pool.planes * pool.out_plane(), T::ZERO)?;
+    pool.for_each(pool.in_plane(), &mut out, |base, positions, spans, o| {
+        let sum: T = positions.iter().map(|&p| x[base + p]).sum();
+        let n = if include_pad {
+            T::from_f64(spans.padded)
+        } else {
+            T::from_usize(positions.len())
+        };
+        *o = sum / n;
+    });
     Ok(out)
 }
 
@@ -363,8 +395,8 @@ pub(super) fn eval_lp_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Res
     let dtype = x.dtype();
     let y = dispatch_real!(dtype, R => {
         let xv = R::load(x)?;
-        let mut out = try_vec(pool.planes * pool.geo.out_plane(), R::ZERO)?;
-        pool.for_each(pool.geo.in_plane(), &mut out, |base, positions, _, o| {
+        let mut out = try_vec(pool.planes * pool.out_plane(), R::ZERO)?;
+        pool.for_each(pool.in_plane(), &mut out, |base, positions, _, o| {
             *o = lp_norm(positions.iter().map(|&q| xv[base + q]), p);
         });
         R::store(dtype, &pool.out_shape, out)?
