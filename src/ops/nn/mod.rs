@@ -5,12 +5,15 @@
 //! rounds once on output; matrix products and convolutions go through the `gemm` crate
 //! ([`blas`]), parallelised with rayon over batches, groups or tiles of output positions.
 
+mod attention;
 pub(crate) mod blas;
 mod common;
 mod conv;
 mod conv_transpose;
+mod det;
 mod einsum;
 mod gemm;
+mod loss;
 mod lrn;
 mod matmul;
 mod norm;
@@ -20,21 +23,25 @@ mod window;
 
 use super::OpDef;
 
+use attention::{eval_attention, infer_attention};
 use common::infer_same_as_input;
 use conv::{
     eval_conv, eval_conv_integer, eval_qlinear_conv, infer_conv, infer_conv_integer,
     infer_qlinear_conv,
 };
 use conv_transpose::{eval_conv_transpose, infer_conv_transpose};
+use det::{eval_det, infer_det};
 use einsum::{eval_einsum, infer_einsum};
 use gemm::{eval_gemm, infer_gemm};
+use loss::{eval_nll_loss, eval_softmax_ce_loss, infer_loss};
 use lrn::eval_lrn;
 use matmul::{
     eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
     infer_qlinear_matmul,
 };
 use norm::{
-    eval_batch_norm, eval_group_norm, eval_instance_norm, eval_layer_norm, eval_mvn,
+    eval_batch_norm, eval_group_norm, eval_instance_norm, eval_layer_norm, eval_lp_norm, eval_mvn,
+    eval_rms_norm,
     infer_batch_norm, infer_layer_norm,
 };
 use pool::{
@@ -47,6 +54,7 @@ use quant::{
 };
 
 pub(super) const DEFS: &[OpDef] = &[
+    OpDef::new("Attention", 23, 3..=7, 1..=4, eval_attention).with_infer(infer_attention),
     OpDef::new("MatMul", 1, 2..=2, 1..=1, eval_matmul).with_infer(infer_matmul),
     OpDef::new("MatMulInteger", 10, 2..=4, 1..=1, eval_matmul_integer)
         .with_infer(infer_matmul_integer),
@@ -82,6 +90,14 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_same_as_input),
     OpDef::new("MeanVarianceNormalization", 9, 1..=1, 1..=1, eval_mvn)
         .with_infer(infer_same_as_input),
+    OpDef::new("NegativeLogLikelihoodLoss", 12, 2..=3, 1..=1, eval_nll_loss)
+        .with_infer(infer_loss),
+    OpDef::new("SoftmaxCrossEntropyLoss", 12, 2..=3, 1..=2, eval_softmax_ce_loss)
+        .with_infer(infer_loss),
+    OpDef::new("RMSNormalization", 23, 2..=2, 1..=1, eval_rms_norm)
+        .with_infer(infer_same_as_input),
+    OpDef::new("LpNormalization", 1, 1..=1, 1..=1, eval_lp_norm).with_infer(infer_same_as_input),
+    OpDef::new("Det", 11, 1..=1, 1..=1, eval_det).with_infer(infer_det),
     OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
     OpDef::new("QuantizeLinear", 10, 2..=3, 1..=1, eval_quantize).with_infer(infer_quantize),
     OpDef::new("DequantizeLinear", 10, 2..=3, 1..=1, eval_dequantize).with_infer(infer_dequantize),
