@@ -7,12 +7,14 @@
 
 mod attention;
 pub(crate) mod blas;
+mod causal_conv;
 mod common;
 mod conv;
 mod conv_transpose;
 mod det;
 mod einsum;
 mod gemm;
+mod linear_attention;
 mod loss;
 mod lrn;
 mod matmul;
@@ -24,6 +26,7 @@ mod window;
 use super::OpDef;
 
 use attention::{eval_attention, infer_attention};
+use causal_conv::{eval_causal_conv, infer_causal_conv};
 use common::infer_same_as_input;
 use conv::{
     eval_conv, eval_conv_integer, eval_qlinear_conv, infer_conv, infer_conv_integer,
@@ -34,6 +37,7 @@ use det::{eval_det, infer_det};
 use einsum::{eval_einsum, infer_einsum};
 use gemm::{eval_gemm, infer_gemm};
 use loss::{eval_nll_loss, eval_softmax_ce_loss, infer_loss};
+use linear_attention::{eval_linear_attention, infer_linear_attention};
 use lrn::eval_lrn;
 use matmul::{
     eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
@@ -98,6 +102,10 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_same_as_input),
     OpDef::new("LpNormalization", 1, 1..=1, 1..=1, eval_lp_norm).with_infer(infer_same_as_input),
     OpDef::new("Det", 11, 1..=1, 1..=1, eval_det).with_infer(infer_det),
+    OpDef::new("LinearAttention", 27, 3..=6, 1..=2, eval_linear_attention)
+        .with_infer(infer_linear_attention),
+    OpDef::new("CausalConvWithState", 27, 2..=4, 1..=2, eval_causal_conv)
+        .with_infer(infer_causal_conv),
     OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
     OpDef::new("QuantizeLinear", 10, 2..=3, 1..=1, eval_quantize).with_infer(infer_quantize),
     OpDef::new("DequantizeLinear", 10, 2..=3, 1..=1, eval_dequantize).with_infer(infer_dequantize),
