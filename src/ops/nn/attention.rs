@@ -1,5 +1,6 @@
 //! `Attention` (opsets 23, 24, 25): scaled dot-product attention with masks, causal and
-//! sliding-window masking, grouped-query heads and a key/value cache.
+//! sliding-window masking, grouped-query heads and a key/value cache; and `FlexAttention`
+//! (`ai.onnx.preview` 1), attention whose scores and probabilities subgraphs may rewrite.
 //!
 //! Spec: <https://onnx.ai/onnx/operators/onnx__Attention.html>; the reference is
 //! `onnx.reference.ops.op_attention`, whose results the node tests record.
@@ -513,6 +514,80 @@ pub(super) fn infer_attention(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
         .take(ctx.node.outputs.len())
         .map(|s| tensor_type(elem, Some(s.into_iter().map(|d| Dim::Known(d as i64)).collect())))
         .collect())
+}
+
+/// `FlexAttention` (`ai.onnx.preview`, opset 1): attention on 4-D `Q`, `K`, `V` whose scores and
+/// probabilities may be rewritten by the `score_mod` and `prob_mod` subgraphs, each called once on
+/// the whole `(B, Hq, L, S)` tensor in the softmax precision (float unless the input is double or
+/// `softmax_precision` names float16 or bfloat16).
+pub(super) fn eval_flex_attention(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (q, k, v) = (required(inputs, 0)?, required(inputs, 1)?, required(inputs, 2)?);
+    if q.rank() != 4 {
+        return Err(ctx.error(format!("Q {:?} is not 4-D", q.shape())));
+    }
+    let spec = Spec::new(ctx.node, q.shape(), k.shape(), v.shape(), None)?;
+    let dtype = q.dtype();
+    for (t, what) in [(k, "K"), (v, "V")] {
+        if t.dtype() != dtype {
+            return Err(ctx.error(format!("{what} is {}, Q is {dtype}", t.dtype())));
+        }
+    }
+    let compute = match (dtype, ctx.node.attr_int("softmax_precision", 0)?) {
+        (DataType::Double, _) => DataType::Double,
+        (_, p) => match DataType::from_onnx(p as i32) {
+            Some(d @ (DataType::Float16 | DataType::Bfloat16)) => d,
+            _ => DataType::Float,
+        },
+    };
+    let modifier = |name: &str| ctx.node.attr(name).map(|_| ctx.node.attr_graph(name)).transpose();
+    let (score_mod, prob_mod) = (modifier("score_mod")?, modifier("prob_mod")?);
+    let (hq, group, l, t) = (spec.q_heads, spec.q_heads / spec.kv_heads, spec.q_len, spec.total());
+    let (d, dv) = (spec.head, spec.v_head);
+    let shape = [spec.batch, hq, l, t];
+    let y = dispatch_real!(dtype, R => {
+        let (qv, kv, vv) = (R::load(q)?, R::load(k)?, R::load(v)?);
+        let mut scores = try_vec(spec.batch * hq * l * t, R::ZERO)?;
+        scores.par_chunks_mut((l * t).max(1)).enumerate().try_for_each(|(bh, out)| {
+            let kvh = bh / hq * spec.kv_heads + bh % hq / group;
+            let qm = Mat::row_major(&qv[bh * l * d..][..l * d], l, d)?;
+            let km = Mat::row_major(&kv[kvh * t * d..][..t * d], t, d)?;
+            gemm(R::from_f64(spec.scale), qm, km.t(), R::ZERO, out, t)
+        })?;
+        let run_mod = |graph: &crate::ir::Graph, values: Vec<R>| -> Result<Vec<R>> {
+            let input = R::store(compute, &shape, values)?;
+            let out = ctx.run_subgraph(graph, vec![input])?;
+            match out.as_slice() {
+                [o] if o.shape() == shape => Ok(R::load(o)?.into_owned()),
+                _ => Err(ctx.error("a modifier subgraph must return one tensor of its input's shape")),
+            }
+        };
+        if let Some(g) = score_mod {
+            scores = run_mod(g, scores)?;
+        }
+        let mut probs = try_vec(scores.len(), MaybeUninit::<R>::uninit())?;
+        let mut probs = R::softmax_rows(&scores, t, &mut probs).to_vec();
+        if let Some(g) = prob_mod {
+            probs = run_mod(g, probs)?;
+        }
+        let mut y = try_vec(spec.batch * hq * l * dv, R::ZERO)?;
+        y.par_chunks_mut((l * dv).max(1)).enumerate().try_for_each(|(bh, out)| {
+            let kvh = bh / hq * spec.kv_heads + bh % hq / group;
+            let pm = Mat::row_major(&probs[bh * l * t..][..l * t], l, t)?;
+            let vm = Mat::row_major(&vv[kvh * t * dv..][..t * dv], t, dv)?;
+            gemm(R::ONE, pm, vm, R::ZERO, out, dv)
+        })?;
+        R::store(dtype, &[spec.batch, hq, l, dv], y)?
+    }, _ => return Err(unsupported_type("FlexAttention", dtype)));
+    Ok(vec![y])
+}
+
+pub(super) fn infer_flex_attention(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let mut outs = infer_attention(ctx)?;
+    outs.truncate(1);
+    Ok(outs)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ mod window;
 
 use super::OpDef;
 
-use attention::{eval_attention, infer_attention};
+use attention::{eval_attention, eval_flex_attention, infer_attention, infer_flex_attention};
 use causal_conv::{eval_causal_conv, infer_causal_conv};
 use common::infer_same_as_input;
 use conv::{
@@ -59,6 +59,9 @@ use quant::{
 
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Attention", 23, 3..=7, 1..=4, eval_attention).with_infer(infer_attention),
+    OpDef::new("FlexAttention", 1, 3..=3, 1..=1, eval_flex_attention)
+        .with_infer(infer_flex_attention)
+        .in_domain("ai.onnx.preview"),
     OpDef::new("MatMul", 1, 2..=2, 1..=1, eval_matmul).with_infer(infer_matmul),
     OpDef::new("MatMulInteger", 10, 2..=4, 1..=1, eval_matmul_integer)
         .with_infer(infer_matmul_integer),
