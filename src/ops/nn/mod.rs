@@ -14,6 +14,7 @@ mod conv_transpose;
 mod det;
 mod einsum;
 mod gemm;
+mod grid;
 mod linear_attention;
 mod loss;
 mod lrn;
@@ -38,6 +39,7 @@ use einsum::{eval_einsum, infer_einsum};
 use gemm::{eval_gemm, infer_gemm};
 use loss::{eval_nll_loss, eval_softmax_ce_loss, infer_loss};
 use linear_attention::{eval_linear_attention, infer_linear_attention};
+use grid::{eval_affine_grid, eval_grid_sample, infer_affine_grid, infer_grid_sample};
 use lrn::eval_lrn;
 use matmul::{
     eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
@@ -109,6 +111,8 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_linear_attention),
     OpDef::new("CausalConvWithState", 27, 2..=4, 1..=2, eval_causal_conv)
         .with_infer(infer_causal_conv),
+    OpDef::new("GridSample", 16, 2..=2, 1..=1, eval_grid_sample).with_infer(infer_grid_sample),
+    OpDef::new("AffineGrid", 20, 2..=2, 1..=1, eval_affine_grid).with_infer(infer_affine_grid),
     OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
     OpDef::new("QuantizeLinear", 10, 2..=3, 1..=1, eval_quantize).with_infer(infer_quantize),
     OpDef::new("DequantizeLinear", 10, 2..=3, 1..=1, eval_dequantize).with_infer(infer_dequantize),
