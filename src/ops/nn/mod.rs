@@ -22,6 +22,7 @@ mod matmul;
 mod norm;
 mod pool;
 mod quant;
+mod rotary;
 mod window;
 
 use super::OpDef;
@@ -54,6 +55,7 @@ use pool::{
     eval_average_pool, eval_global_average_pool, eval_global_lp_pool, eval_global_max_pool,
     eval_lp_pool, eval_max_pool, infer_global_pool, infer_pool,
 };
+use rotary::{eval_rotary, infer_rotary};
 use quant::{
     eval_dequantize, eval_dynamic_quantize, eval_quantize, infer_dequantize,
     infer_dynamic_quantize, infer_quantize,
@@ -113,6 +115,7 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_causal_conv),
     OpDef::new("GridSample", 16, 2..=2, 1..=1, eval_grid_sample).with_infer(infer_grid_sample),
     OpDef::new("AffineGrid", 20, 2..=2, 1..=1, eval_affine_grid).with_infer(infer_affine_grid),
+    OpDef::new("RotaryEmbedding", 23, 3..=4, 1..=1, eval_rotary).with_infer(infer_rotary),
     OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
     OpDef::new("QuantizeLinear", 10, 2..=3, 1..=1, eval_quantize).with_infer(infer_quantize),
     OpDef::new("DequantizeLinear", 10, 2..=3, 1..=1, eval_dequantize).with_infer(infer_dequantize),
