@@ -35,6 +35,7 @@ mod minifloat;
 mod ml;
 mod nn;
 mod rnn;
+mod signal;
 pub(crate) mod vector;
 
 /// A kernel: runs one node on its inputs and returns one tensor per output.
@@ -307,6 +308,7 @@ const FAMILIES: &[&[OpDef]] = &[
     ml::DEFS,
     nn::DEFS,
     rnn::DEFS,
+    signal::DEFS,
 ];
 
 /// Every operator definition, indexed by (domain, op type).
