@@ -19,6 +19,7 @@ mod linear_attention;
 mod loss;
 mod lrn;
 mod matmul;
+mod nms;
 mod norm;
 mod pool;
 mod quant;
@@ -46,6 +47,7 @@ use matmul::{
     eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
     infer_qlinear_matmul,
 };
+use nms::{eval_nms, infer_nms};
 use norm::{
     eval_batch_norm, eval_group_norm, eval_instance_norm, eval_layer_norm, eval_lp_norm, eval_mvn,
     eval_rms_norm,
@@ -116,6 +118,7 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("GridSample", 16, 2..=2, 1..=1, eval_grid_sample).with_infer(infer_grid_sample),
     OpDef::new("AffineGrid", 20, 2..=2, 1..=1, eval_affine_grid).with_infer(infer_affine_grid),
     OpDef::new("RotaryEmbedding", 23, 3..=4, 1..=1, eval_rotary).with_infer(infer_rotary),
+    OpDef::new("NonMaxSuppression", 10, 2..=5, 1..=1, eval_nms).with_infer(infer_nms),
     OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
     OpDef::new("QuantizeLinear", 10, 2..=3, 1..=1, eval_quantize).with_infer(infer_quantize),
     OpDef::new("DequantizeLinear", 10, 2..=3, 1..=1, eval_dequantize).with_infer(infer_dequantize),
