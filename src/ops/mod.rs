@@ -36,6 +36,7 @@ mod ml;
 mod nn;
 mod rnn;
 mod signal;
+mod strings;
 pub(crate) mod vector;
 
 /// A kernel: runs one node on its inputs and returns one tensor per output.
@@ -309,6 +310,7 @@ const FAMILIES: &[&[OpDef]] = &[
     nn::DEFS,
     rnn::DEFS,
     signal::DEFS,
+    strings::DEFS,
 ];
 
 /// Every operator definition, indexed by (domain, op type).
