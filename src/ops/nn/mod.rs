@@ -8,6 +8,7 @@
 mod attention;
 pub(crate) mod blas;
 mod causal_conv;
+mod col2im;
 mod common;
 mod conv;
 mod conv_transpose;
@@ -30,6 +31,7 @@ use super::OpDef;
 
 use attention::{eval_attention, eval_flex_attention, infer_attention, infer_flex_attention};
 use causal_conv::{eval_causal_conv, infer_causal_conv};
+use col2im::{eval_col2im, infer_col2im};
 use common::infer_same_as_input;
 use conv::{
     eval_conv, eval_conv_integer, eval_qlinear_conv, infer_conv, infer_conv_integer,
@@ -119,6 +121,7 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("AffineGrid", 20, 2..=2, 1..=1, eval_affine_grid).with_infer(infer_affine_grid),
     OpDef::new("RotaryEmbedding", 23, 3..=4, 1..=1, eval_rotary).with_infer(infer_rotary),
     OpDef::new("NonMaxSuppression", 10, 2..=5, 1..=1, eval_nms).with_infer(infer_nms),
+    OpDef::new("Col2Im", 18, 3..=3, 1..=1, eval_col2im).with_infer(infer_col2im),
     OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
     OpDef::new("QuantizeLinear", 10, 2..=3, 1..=1, eval_quantize).with_infer(infer_quantize),
     OpDef::new("DequantizeLinear", 10, 2..=3, 1..=1, eval_dequantize).with_infer(infer_dequantize),
