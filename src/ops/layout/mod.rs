@@ -33,6 +33,7 @@ mod slice;
 mod tensor_scatter;
 mod transpose;
 mod trilu;
+mod unique;
 
 use super::OpDef;
 
@@ -82,6 +83,7 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(pad::infer_pad)
         .until(10),
     OpDef::new("Pad", 11, 2..=4, 1..=1, pad::eval_pad).with_infer(pad::infer_pad),
+    OpDef::new("Unique", 11, 1..=1, 1..=4, unique::eval_unique).with_infer(unique::infer_unique),
     OpDef::new(
         "CenterCropPad",
         18,
