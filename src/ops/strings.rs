@@ -1,5 +1,5 @@
 //! The string operators: `StringConcat` (opset 20), `StringSplit` (20), `StringNormalizer` (10)
-//! and `RegexFullMatch` (20).
+//! `RegexFullMatch` (20) and `TfIdfVectorizer` (9).
 //!
 //! Specs: <https://onnx.ai/onnx/operators/onnx__StringConcat.html>,
 //! <https://onnx.ai/onnx/operators/onnx__StringSplit.html>,
@@ -11,7 +11,10 @@
 //! `maxsplit` times, and pads every row with empty strings to the longest. `StringNormalizer`
 //! drops the elements equal to a stop word (ignoring case unless `is_case_sensitive`), then
 //! changes case; an input that loses every element gives one empty string. `RegexFullMatch`
-//! matches RE2 syntax (the `regex` crate) against whole strings.
+//! matches RE2 syntax (the `regex` crate) against whole strings. `TfIdfVectorizer` counts the
+//! n-grams of `pool_int64s` / `pool_strings` (sizes `min_gram_length..=max_gram_length`, items
+//! up to `max_skip_count` apart; unigrams once) in each row and weighs the counts (`TF`, `IDF`,
+//! `TFIDF`).
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
@@ -25,6 +28,7 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("StringSplit", 20, 1..=1, 2..=2, eval_split),
     OpDef::new("StringNormalizer", 10, 1..=1, 1..=1, eval_normalizer),
     OpDef::new("RegexFullMatch", 20, 1..=1, 1..=1, eval_regex).with_infer(infer_regex),
+    OpDef::new("TfIdfVectorizer", 9, 1..=1, 1..=1, eval_tfidf),
 ];
 
 /// The strings of `t` as UTF-8 text.
@@ -162,6 +166,111 @@ fn infer_regex(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
         elem: Some(DataType::Bool),
         shape: dims.map(crate::ir::Shape::new),
     }])
+}
+
+/// One item of a `TfIdfVectorizer` row or pool.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Token {
+    Int(i64),
+    Text(Vec<u8>),
+}
+
+fn eval_tfidf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    use std::collections::HashMap;
+    let x = required(inputs, 0)?;
+    let node = ctx.node;
+    let int_attr = |name: &str| -> Result<usize> {
+        usize::try_from(node.attr_int(name, 0)?).map_err(|_| ctx.error(format!("{name} is negative")))
+    };
+    let (min_n, max_n, max_skip) = (
+        int_attr("min_gram_length")?,
+        int_attr("max_gram_length")?,
+        int_attr("max_skip_count")?,
+    );
+    let mode = node.attr_string("mode")?.unwrap_or("TF");
+    if !matches!(mode, "TF" | "IDF" | "TFIDF") || min_n == 0 || min_n > max_n {
+        return Err(ctx.error(format!("mode '{mode}' or gram lengths {min_n}..{max_n} are not valid")));
+    }
+    let counts = node.attr_ints("ngram_counts")?.unwrap_or(&[]);
+    let indexes = node.attr_ints("ngram_indexes")?.unwrap_or(&[]);
+    let weights: Vec<f32> = match node.attr("weights") {
+        Some(crate::ir::AttrValue::Floats(w)) => w.clone(),
+        _ => Vec::new(),
+    };
+    let pool: Vec<Token> = match (node.attr_ints("pool_int64s")?, node.attr("pool_strings")) {
+        (Some(p), _) => p.iter().map(|&v| Token::Int(v)).collect(),
+        (None, Some(crate::ir::AttrValue::Strings(p))) => p.iter().cloned().map(Token::Text).collect(),
+        _ => return Err(ctx.error("pool_int64s or pool_strings is required")),
+    };
+    let width = indexes.iter().copied().max().map_or(0, |m| m.max(-1) + 1) as usize;
+    // Every pooled n-gram of a size in range, mapped to its output column.
+    let mut grams: HashMap<Vec<Token>, usize> = HashMap::new();
+    let mut id = 0usize;
+    for (i, &start) in counts.iter().enumerate() {
+        let n = i + 1;
+        let end = counts.get(i + 1).map_or(pool.len() as i64, |&e| e);
+        let (Ok(start), Ok(end)) = (usize::try_from(start), usize::try_from(end)) else {
+            return Err(ctx.error("ngram_counts holds a negative offset"));
+        };
+        if start > end || end > pool.len() {
+            return Err(ctx.error("ngram_counts does not fit the pool"));
+        }
+        for gram in pool[start..end].chunks_exact(n) {
+            if (min_n..=max_n).contains(&n) {
+                let column = indexes
+                    .get(id)
+                    .and_then(|&c| usize::try_from(c).ok())
+                    .ok_or_else(|| ctx.error(format!("n-gram {id} has no output column")))?;
+                grams.entry(gram.to_vec()).or_insert(column);
+            }
+            id += 1;
+        }
+    }
+    let tokens: Vec<Token> = if x.dtype() == DataType::String {
+        x.as_strings()?.iter().cloned().map(Token::Text).collect()
+    } else {
+        crate::ops::util::to_i64s(x)?.into_iter().map(Token::Int).collect()
+    };
+    let (rows, row_len, out_shape) = match *x.shape() {
+        [] => (1, 1, vec![width]),
+        [c] => (1, c, vec![width]),
+        [b, c] => (b, c, vec![b, width]),
+        _ => return Err(ctx.error(format!("X {:?} is not [C] or [B, C]", x.shape()))),
+    };
+    let mut freq = crate::tensor::try_vec(rows * width, 0u32)?;
+    let mut gram = Vec::new();
+    for r in 0..rows {
+        let row = &tokens[r * row_len..][..row_len];
+        for skip in 1..=max_skip + 1 {
+            for start in 0..row_len {
+                let first_n = if skip == 1 { min_n } else { min_n.max(2) };
+                for n in first_n..=max_n {
+                    let last = start + skip * (n - 1);
+                    if last >= row_len {
+                        break;
+                    }
+                    gram.clear();
+                    gram.extend((0..n).map(|k| row[start + k * skip].clone()));
+                    if let Some(&col) = grams.get(&gram) {
+                        freq[r * width + col] += 1;
+                    }
+                }
+            }
+        }
+    }
+    let y: Vec<f32> = freq
+        .iter()
+        .enumerate()
+        .map(|(p, &f)| {
+            let w = weights.get(p % width.max(1)).copied();
+            match mode {
+                "TF" => f as f32,
+                "IDF" => if f > 0 { w.unwrap_or(1.0) } else { 0.0 },
+                _ => w.unwrap_or(1.0) * f as f32,
+            }
+        })
+        .collect();
+    Ok(vec![Tensor::from_vec(DataType::Float, &out_shape, y)?])
 }
 
 #[cfg(test)]
