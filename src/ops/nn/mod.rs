@@ -25,6 +25,7 @@ mod norm;
 mod pool;
 mod quant;
 mod rotary;
+mod unpool;
 mod window;
 
 use super::OpDef;
@@ -60,6 +61,7 @@ use pool::{
     eval_lp_pool, eval_max_pool, infer_global_pool, infer_pool,
 };
 use rotary::{eval_rotary, infer_rotary};
+use unpool::eval_max_unpool;
 use quant::{
     eval_dequantize, eval_dynamic_quantize, eval_quantize, infer_dequantize,
     infer_dynamic_quantize, infer_quantize,
@@ -122,6 +124,7 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("RotaryEmbedding", 23, 3..=4, 1..=1, eval_rotary).with_infer(infer_rotary),
     OpDef::new("NonMaxSuppression", 10, 2..=5, 1..=1, eval_nms).with_infer(infer_nms),
     OpDef::new("Col2Im", 18, 3..=3, 1..=1, eval_col2im).with_infer(infer_col2im),
+    OpDef::new("MaxUnpool", 9, 2..=3, 1..=1, eval_max_unpool),
     OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
     OpDef::new("QuantizeLinear", 10, 2..=3, 1..=1, eval_quantize).with_infer(infer_quantize),
     OpDef::new("DequantizeLinear", 10, 2..=3, 1..=1, eval_dequantize).with_infer(infer_dequantize),
