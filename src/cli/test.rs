@@ -219,12 +219,20 @@ fn same_kind(want: &multigather::Tensor, got: &multigather::Tensor) -> bool {
     }
     let finite = |t: &multigather::Tensor| -> Option<Vec<bool>> {
         match t.dtype() {
-            multigather::DataType::Float => {
-                Some(t.as_slice::<f32>().ok()?.iter().map(|v| v.is_finite()).collect())
-            }
-            multigather::DataType::Double => {
-                Some(t.as_slice::<f64>().ok()?.iter().map(|v| v.is_finite()).collect())
-            }
+            multigather::DataType::Float => Some(
+                t.as_slice::<f32>()
+                    .ok()?
+                    .iter()
+                    .map(|v| v.is_finite())
+                    .collect(),
+            ),
+            multigather::DataType::Double => Some(
+                t.as_slice::<f64>()
+                    .ok()?
+                    .iter()
+                    .map(|v| v.is_finite())
+                    .collect(),
+            ),
             _ => None,
         }
     };

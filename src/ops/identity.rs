@@ -25,8 +25,7 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Constant", 1, 0..=0, 1..=1, eval_constant).with_infer(infer_constant),
     OpDef::new("OptionalHasElement", 15, 0..=1, 1..=1, eval_has_element)
         .with_infer(infer_has_element),
-    OpDef::new("OptionalGetElement", 15, 1..=1, 1..=1, eval_get_element)
-        .with_infer(infer_identity),
+    OpDef::new("OptionalGetElement", 15, 1..=1, 1..=1, eval_get_element).with_infer(infer_identity),
 ];
 
 fn eval_has_element(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {

@@ -80,7 +80,11 @@ impl Stream {
 /// forms, float for the others) and `shape` (or the input's shape).
 fn target(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<(DataType, Vec<usize>)> {
     let like = ctx.node.op_type.ends_with("Like") || ctx.node.op_type == "Bernoulli";
-    let default = if like { required(inputs, 0)?.dtype() } else { DataType::Float };
+    let default = if like {
+        required(inputs, 0)?.dtype()
+    } else {
+        DataType::Float
+    };
     let dtype = match ctx.node.attr("dtype") {
         Some(_) => {
             let code = ctx.node.attr_int("dtype", 1)?;
@@ -109,7 +113,11 @@ fn fill(dtype: DataType, shape: &[usize], mut draw: impl FnMut() -> f64) -> Resu
         return tensor_from_iter(dtype, shape, std::iter::from_fn(|| Some(T::from_f64(draw()))));
     }, _ => {});
     if dtype == DataType::Bool {
-        return tensor_from_iter(dtype, shape, std::iter::from_fn(|| Some(u8::from(draw() != 0.0))));
+        return tensor_from_iter(
+            dtype,
+            shape,
+            std::iter::from_fn(|| Some(u8::from(draw() != 0.0))),
+        );
     }
     crate::dispatch_int!(dtype, T => tensor_from_iter(dtype, shape, std::iter::from_fn(|| Some(draw() as T))),
         _ => Err(Error::Eval(format!("random values of type {dtype} are not defined"))))
@@ -180,12 +188,25 @@ mod tests {
             .with_attr("low", AttrValue::Float(2.0))
             .with_attr("high", AttrValue::Float(3.0));
         let a = eval_node(&node, 22, &[Some(&x)]).unwrap().remove(0);
-        assert!(a.as_slice::<f64>().unwrap().iter().all(|&v| (2.0..3.0).contains(&v)));
+        assert!(a
+            .as_slice::<f64>()
+            .unwrap()
+            .iter()
+            .all(|&v| (2.0..3.0).contains(&v)));
         assert_eq!(a, eval_node(&node, 22, &[Some(&x)]).unwrap().remove(0));
         let node = Node::new("Bernoulli", "b", ["x"], ["y"]);
         let b = eval_node(&node, 22, &[Some(&x)]).unwrap().remove(0);
-        let ones = b.as_slice::<f64>().unwrap().iter().filter(|&&v| v == 1.0).count();
-        assert!(b.as_slice::<f64>().unwrap().iter().all(|&v| v == 0.0 || v == 1.0));
+        let ones = b
+            .as_slice::<f64>()
+            .unwrap()
+            .iter()
+            .filter(|&&v| v == 1.0)
+            .count();
+        assert!(b
+            .as_slice::<f64>()
+            .unwrap()
+            .iter()
+            .all(|&v| v == 0.0 || v == 1.0));
         assert!((150..350).contains(&ones), "{ones} of 1000 at p = 0.25");
     }
 }

@@ -44,7 +44,14 @@ fn store(dtype: DataType, shape: &[usize], values: &[f64]) -> Result<Tensor> {
 }
 
 /// `X[k] = Σ x[n] e^(∓2πi kn/N)` for `k < bins`, over `n < min(len, N)` of the complex input.
-fn dft_line(re: &[f64], im: &[f64], n_fft: usize, bins: usize, inverse: bool, out: &mut [(f64, f64)]) {
+fn dft_line(
+    re: &[f64],
+    im: &[f64],
+    n_fft: usize,
+    bins: usize,
+    inverse: bool,
+    out: &mut [(f64, f64)],
+) {
     let sign = if inverse { 1.0 } else { -1.0 };
     let n = re.len().min(n_fft);
     for (k, o) in out.iter_mut().enumerate().take(bins) {
@@ -136,7 +143,14 @@ fn eval_dft(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>
                     re[j] = values[at(j)];
                     im[j] = if comps == 2 { values[at(j) + 1] } else { 0.0 };
                 }
-                dft_line(&re[..n_fft], &im[..n_fft], n_fft, out_len, inverse, &mut line);
+                dft_line(
+                    &re[..n_fft],
+                    &im[..n_fft],
+                    n_fft,
+                    out_len,
+                    inverse,
+                    &mut line,
+                );
             }
             let scale = if inverse { 1.0 / n_fft as f64 } else { 1.0 };
             for (k, &(r, im)) in line.iter().enumerate().take(out_len) {
@@ -157,7 +171,10 @@ fn eval_dft(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>
 fn infer_dft(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     // The output length depends on inputs that may not be constant; the type is the input's.
     let elem = ctx.input(0).and_then(|t| t.elem);
-    let rank = ctx.input(0).and_then(|t| t.shape.as_ref()).map(|s| s.dims.len());
+    let rank = ctx
+        .input(0)
+        .and_then(|t| t.shape.as_ref())
+        .map(|s| s.dims.len());
     Ok(vec![TensorType {
         elem,
         shape: rank.map(|r| crate::ir::Shape::new(vec![Dim::Unknown; r])),
@@ -179,7 +196,9 @@ fn eval_stft(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor
     }
     let window = optional(inputs, 2).map(f64s).transpose()?;
     let frame = match (optional(inputs, 3), &window) {
-        (Some(f), _) => usize::try_from(scalar_i64(f)?).map_err(|_| ctx.error("negative frame_length"))?,
+        (Some(f), _) => {
+            usize::try_from(scalar_i64(f)?).map_err(|_| ctx.error("negative frame_length"))?
+        }
         (None, Some(w)) => w.len(),
         (None, None) => len,
     };
@@ -233,11 +252,19 @@ fn store_any(dtype: DataType, shape: &[usize], values: &[f64]) -> Result<Tensor>
 }
 
 /// A window of the size input 0 gives: `f(n, N)` with `N` the size (periodic) or size - 1.
-fn window(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], f: fn(f64, f64) -> f64) -> Result<Vec<Tensor>> {
+fn window(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+    f: fn(f64, f64) -> f64,
+) -> Result<Vec<Tensor>> {
     let size = usize::try_from(scalar_i64(required(inputs, 0)?)?)
         .map_err(|_| ctx.error("the window size is negative"))?;
     let periodic = ctx.node.attr_int("periodic", 1)? != 0;
-    let n = if periodic { size as f64 } else { size as f64 - 1.0 };
+    let n = if periodic {
+        size as f64
+    } else {
+        size as f64 - 1.0
+    };
     let mut values = try_vec(size, 0.0f64)?;
     for (i, v) in values.iter_mut().enumerate() {
         *v = f(i as f64, n);
@@ -266,7 +293,9 @@ fn eval_mel(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>
     let int = |i: usize| -> Result<i64> { scalar_i64(required(inputs, i)?) };
     let float = |i: usize| -> Result<f64> {
         let v = f64s(required(inputs, i)?)?;
-        v.first().copied().ok_or_else(|| ctx.error("an empty frequency"))
+        v.first()
+            .copied()
+            .ok_or_else(|| ctx.error("an empty frequency"))
     };
     let (mels, dft, rate) = (int(0)?, int(1)?, int(2)?);
     let (low, high) = (float(3)?, float(4)?);
@@ -288,9 +317,12 @@ fn eval_mel(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>
         .collect();
     let mut out = try_vec(bins * mels, 0.0f64)?;
     let mut set = |j: i64, i: usize, v: f64| -> Result<()> {
-        let j = usize::try_from(j).ok().filter(|&j| j < bins).ok_or_else(|| {
-            Error::Eval(format!("a mel band reaches frequency bin {j} of {bins}"))
-        })?;
+        let j = usize::try_from(j)
+            .ok()
+            .filter(|&j| j < bins)
+            .ok_or_else(|| {
+                Error::Eval(format!("a mel band reaches frequency bin {j} of {bins}"))
+            })?;
         out[j * mels + i] = v;
         Ok(())
     };
@@ -322,10 +354,16 @@ mod tests {
         let x = Tensor::from_vec(DataType::Float, &[1, 4, 1], vec![1.0f32, 0.0, 0.0, 0.0]).unwrap();
         let node = Node::new("DFT", "d", ["x"], ["y"]).with_attr("axis", AttrValue::Int(1));
         let y = eval_node(&node, 19, &[Some(&x)]).unwrap().remove(0);
-        assert_eq!(y.as_slice::<f32>().unwrap(), &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]);
+        assert_eq!(
+            y.as_slice::<f32>().unwrap(),
+            &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+        );
         let node = node.with_attr("inverse", AttrValue::Int(1));
         let back = eval_node(&node, 19, &[Some(&y)]).unwrap().remove(0);
-        assert_eq!(back.as_slice::<f32>().unwrap(), &[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(
+            back.as_slice::<f32>().unwrap(),
+            &[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        );
     }
 
     #[test]

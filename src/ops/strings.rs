@@ -47,7 +47,10 @@ fn eval_concat(_ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Ten
     let (x, y) = (required(inputs, 0)?, required(inputs, 1)?);
     let shape = broadcast_shapes(&[x.shape(), y.shape()])?;
     let (xs, ys) = (x.as_strings()?, y.as_strings()?);
-    let (xo, yo) = (broadcast_offsets(x.shape(), &shape), broadcast_offsets(y.shape(), &shape));
+    let (xo, yo) = (
+        broadcast_offsets(x.shape(), &shape),
+        broadcast_offsets(y.shape(), &shape),
+    );
     let mut out = try_with_capacity(xo.len())?;
     for (&i, &j) in xo.iter().zip(&yo) {
         let mut s = xs[i].clone();
@@ -115,9 +118,14 @@ fn eval_normalizer(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<
         [1, _] => true,
         _ => return Err(ctx.error(format!("X {shape:?} is not [C] or [1, C]"))),
     };
-    let case = ctx.node.attr_string("case_change_action")?.unwrap_or("NONE");
+    let case = ctx
+        .node
+        .attr_string("case_change_action")?
+        .unwrap_or("NONE");
     if !matches!(case, "NONE" | "LOWER" | "UPPER") {
-        return Err(ctx.error(format!("case_change_action '{case}' is not NONE, LOWER or UPPER")));
+        return Err(ctx.error(format!(
+            "case_change_action '{case}' is not NONE, LOWER or UPPER"
+        )));
     }
     let sensitive = ctx.node.attr_int("is_case_sensitive", 0)? != 0;
     let stops: Vec<String> = match ctx.node.attr("stopwords") {
@@ -128,7 +136,13 @@ fn eval_normalizer(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<
         _ => Vec::new(),
     };
     let is_stop = |w: &str| {
-        stops.iter().any(|s| if sensitive { s == w } else { s.to_lowercase() == w.to_lowercase() })
+        stops.iter().any(|s| {
+            if sensitive {
+                s == w
+            } else {
+                s.to_lowercase() == w.to_lowercase()
+            }
+        })
     };
     let mut out: Vec<Vec<u8>> = texts(x)?
         .into_iter()
@@ -153,7 +167,10 @@ fn eval_regex(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
     let pattern = ctx.node.attr_string("pattern")?.unwrap_or("");
     let re = regex::Regex::new(&format!("^(?:{pattern})$"))
         .map_err(|e| ctx.error(format!("pattern '{pattern}' is not a valid regex: {e}")))?;
-    let matches: Vec<u8> = texts(x)?.into_iter().map(|s| u8::from(re.is_match(s))).collect();
+    let matches: Vec<u8> = texts(x)?
+        .into_iter()
+        .map(|s| u8::from(re.is_match(s)))
+        .collect();
     Ok(vec![Tensor::from_vec(DataType::Bool, x.shape(), matches)?])
 }
 
@@ -180,7 +197,8 @@ fn eval_tfidf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
     let x = required(inputs, 0)?;
     let node = ctx.node;
     let int_attr = |name: &str| -> Result<usize> {
-        usize::try_from(node.attr_int(name, 0)?).map_err(|_| ctx.error(format!("{name} is negative")))
+        usize::try_from(node.attr_int(name, 0)?)
+            .map_err(|_| ctx.error(format!("{name} is negative")))
     };
     let (min_n, max_n, max_skip) = (
         int_attr("min_gram_length")?,
@@ -189,7 +207,9 @@ fn eval_tfidf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
     );
     let mode = node.attr_string("mode")?.unwrap_or("TF");
     if !matches!(mode, "TF" | "IDF" | "TFIDF") || min_n == 0 || min_n > max_n {
-        return Err(ctx.error(format!("mode '{mode}' or gram lengths {min_n}..{max_n} are not valid")));
+        return Err(ctx.error(format!(
+            "mode '{mode}' or gram lengths {min_n}..{max_n} are not valid"
+        )));
     }
     let counts = node.attr_ints("ngram_counts")?.unwrap_or(&[]);
     let indexes = node.attr_ints("ngram_indexes")?.unwrap_or(&[]);
@@ -199,7 +219,9 @@ fn eval_tfidf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
     };
     let pool: Vec<Token> = match (node.attr_ints("pool_int64s")?, node.attr("pool_strings")) {
         (Some(p), _) => p.iter().map(|&v| Token::Int(v)).collect(),
-        (None, Some(crate::ir::AttrValue::Strings(p))) => p.iter().cloned().map(Token::Text).collect(),
+        (None, Some(crate::ir::AttrValue::Strings(p))) => {
+            p.iter().cloned().map(Token::Text).collect()
+        }
         _ => return Err(ctx.error("pool_int64s or pool_strings is required")),
     };
     let width = indexes.iter().copied().max().map_or(0, |m| m.max(-1) + 1) as usize;
@@ -229,7 +251,10 @@ fn eval_tfidf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
     let tokens: Vec<Token> = if x.dtype() == DataType::String {
         x.as_strings()?.iter().cloned().map(Token::Text).collect()
     } else {
-        crate::ops::util::to_i64s(x)?.into_iter().map(Token::Int).collect()
+        crate::ops::util::to_i64s(x)?
+            .into_iter()
+            .map(Token::Int)
+            .collect()
     };
     let (rows, row_len, out_shape) = match *x.shape() {
         [] => (1, 1, vec![width]),
@@ -265,7 +290,13 @@ fn eval_tfidf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
             let w = weights.get(p % width.max(1)).copied();
             match mode {
                 "TF" => f as f32,
-                "IDF" => if f > 0 { w.unwrap_or(1.0) } else { 0.0 },
+                "IDF" => {
+                    if f > 0 {
+                        w.unwrap_or(1.0)
+                    } else {
+                        0.0
+                    }
+                }
                 _ => w.unwrap_or(1.0) * f as f32,
             }
         })
@@ -280,7 +311,10 @@ mod tests {
     #[test]
     fn whitespace_splitting_follows_python() {
         assert_eq!(split("  a  b c ", None, None), ["a", "b", "c"]);
-        assert_eq!(split("the quick brown fox", None, Some(2)), ["the", "quick", "brown fox"]);
+        assert_eq!(
+            split("the quick brown fox", None, Some(2)),
+            ["the", "quick", "brown fox"]
+        );
         assert_eq!(split("o-n--x-", Some("-"), None), ["o", "n", "", "x", ""]);
         assert!(split("   ", None, None).is_empty());
     }

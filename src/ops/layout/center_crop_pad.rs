@@ -12,7 +12,9 @@ use crate::ops::util::{required, strides, to_i64s};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{const_ints, gather_axes, in_dims, in_elem, normalize_axes, to_usize, typed, AxisRead};
+use super::common::{
+    const_ints, gather_axes, in_dims, in_elem, normalize_axes, to_usize, typed, AxisRead,
+};
 
 /// The target size of every axis: `shape` on `axes`, the input's elsewhere.
 fn target(ctx_axes: Option<&[i64]>, shape: &[i64], dims: usize) -> Result<Vec<Option<i64>>> {

@@ -10,8 +10,8 @@
 //! The mask is `bool` from opset 10 and has the data's type before, as those opsets declare.
 
 use crate::error::Result;
-use crate::tensor::try_with_capacity;
 use crate::ir::{Dim, TensorType};
+use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -48,7 +48,11 @@ pub(super) fn eval_dropout(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Res
         let x = to_f64s(data)?;
         let mut keep = try_with_capacity::<bool>(x.len())?;
         keep.extend((0..x.len()).map(|_| stream.unit() >= ratio));
-        let scale = if ratio < 1.0 { 1.0 / (1.0 - ratio) } else { 0.0 };
+        let scale = if ratio < 1.0 {
+            1.0 / (1.0 - ratio)
+        } else {
+            0.0
+        };
         let y: Vec<f64> = x
             .iter()
             .zip(&keep)
@@ -101,10 +105,18 @@ mod tests {
         let r = Tensor::scalar(DataType::Float, 0.5f32).unwrap();
         let t = Tensor::scalar(DataType::Bool, 1u8).unwrap();
         let y = eval_node(&node, 13, &[Some(&x), Some(&r), Some(&t)]).unwrap();
-        for (&v, &orig) in y[0].as_slice::<f32>().unwrap().iter().zip(&[1.0f32, 2.0, 3.0]) {
+        for (&v, &orig) in y[0]
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .zip(&[1.0f32, 2.0, 3.0])
+        {
             assert!(v == 0.0 || v == 2.0 * orig, "{v} from {orig}");
         }
-        assert_eq!(y[0], eval_node(&node, 13, &[Some(&x), Some(&r), Some(&t)]).unwrap()[0]);
+        assert_eq!(
+            y[0],
+            eval_node(&node, 13, &[Some(&x), Some(&r), Some(&t)]).unwrap()[0]
+        );
         let zero = Tensor::scalar(DataType::Float, 0.0f32).unwrap();
         assert_eq!(
             eval_node(&node, 13, &[Some(&x), Some(&zero), Some(&t)]).unwrap()[0],

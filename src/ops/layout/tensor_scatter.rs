@@ -60,11 +60,14 @@ pub(super) fn eval_tensor_scatter(
                 if circular && max_len > 0 {
                     at = at.rem_euclid(max_len as i64);
                 }
-                let at = usize::try_from(at).ok().filter(|&a| a < max_len).ok_or_else(|| {
-                    ctx.error(format!(
-                        "write index {start} + {s} is outside the cache of {max_len}"
-                    ))
-                })?;
+                let at = usize::try_from(at)
+                    .ok()
+                    .filter(|&a| a < max_len)
+                    .ok_or_else(|| {
+                        ctx.error(format!(
+                            "write index {start} + {s} is outside the cache of {max_len}"
+                        ))
+                    })?;
                 let row = b * prefixes + pre;
                 let dst = (row * max_len + at) * inner;
                 let src = (row * len + s) * inner;
@@ -78,7 +81,10 @@ pub(super) fn eval_tensor_scatter(
 }
 
 pub(super) fn infer_tensor_scatter(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    Ok(vec![typed(in_elem(ctx, 0), in_dims(ctx, 0).map(<[_]>::to_vec))])
+    Ok(vec![typed(
+        in_elem(ctx, 0),
+        in_dims(ctx, 0).map(<[_]>::to_vec),
+    )])
 }
 
 #[cfg(test)]

@@ -46,10 +46,18 @@ fn keys(t: &Tensor) -> Result<Vec<Key>> {
     use crate::ops::util::Float;
     let dtype = t.dtype();
     if dtype == DataType::String {
-        return Ok(t.as_strings()?.iter().map(|s| Key::Bytes(s.clone())).collect());
+        return Ok(t
+            .as_strings()?
+            .iter()
+            .map(|s| Key::Bytes(s.clone()))
+            .collect());
     }
     if dtype == DataType::Bool {
-        return Ok(t.as_slice::<u8>()?.iter().map(|&b| Key::Int(i128::from(b))).collect());
+        return Ok(t
+            .as_slice::<u8>()?
+            .iter()
+            .map(|&b| Key::Int(i128::from(b)))
+            .collect());
     }
     crate::dispatch_float!(dtype, T => {
         return Ok(t.as_slice::<T>()?.iter().map(|v| Key::Float(v.to_f64())).collect());
@@ -140,7 +148,10 @@ pub(super) fn eval_unique(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
 }
 
 pub(super) fn infer_unique(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    let rank = ctx.input(0).and_then(|t| t.shape.as_ref()).map(|s| s.dims.len());
+    let rank = ctx
+        .input(0)
+        .and_then(|t| t.shape.as_ref())
+        .map(|s| s.dims.len());
     let y_rank = match ctx.node.attr("axis") {
         Some(_) => rank,
         None => Some(1),
@@ -163,7 +174,8 @@ mod tests {
 
     #[test]
     fn follows_the_onnx_example_unsorted() {
-        let x = Tensor::from_vec(DataType::Float, &[6], vec![2.0f32, 1.0, 1.0, 3.0, 4.0, 3.0]).unwrap();
+        let x =
+            Tensor::from_vec(DataType::Float, &[6], vec![2.0f32, 1.0, 1.0, 3.0, 4.0, 3.0]).unwrap();
         let node = Node::new("Unique", "u", ["x"], ["y", "i", "v", "c"])
             .with_attr("sorted", AttrValue::Int(0));
         let out = eval_node(&node, 11, &[Some(&x)]).unwrap();

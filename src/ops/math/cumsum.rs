@@ -97,7 +97,9 @@ mod tests {
         let mut node = Node::new("CumProd", "c", ["x", "a"], ["y"]);
         node = node.with_attr("exclusive", AttrValue::Int(1));
         let a = Tensor::scalar(DataType::Int32, 1i32).unwrap();
-        let y = eval_node(&node, 26, &[Some(&x), Some(&a)]).unwrap().remove(0);
+        let y = eval_node(&node, 26, &[Some(&x), Some(&a)])
+            .unwrap()
+            .remove(0);
         assert_eq!(y.to_vec::<i32>().unwrap(), [1, 1, 2, 1, 4, 20]);
         let err = run(&[], &x, 2).unwrap_err();
         assert!(err.to_string().contains("out of range"), "{err}");

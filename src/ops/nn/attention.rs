@@ -54,7 +54,11 @@ pub(super) trait Attend: Real {
 }
 
 impl Attend for f32 {
-    fn softmax_rows<'d>(src: &[f32], size: usize, dst: &'d mut [MaybeUninit<f32>]) -> &'d mut [f32] {
+    fn softmax_rows<'d>(
+        src: &[f32],
+        size: usize,
+        dst: &'d mut [MaybeUninit<f32>],
+    ) -> &'d mut [f32] {
         vector::softmax_rows(src, size, dst)
     }
     fn tanh(self) -> f32 {
@@ -63,7 +67,11 @@ impl Attend for f32 {
 }
 
 impl Attend for f64 {
-    fn softmax_rows<'d>(src: &[f64], size: usize, dst: &'d mut [MaybeUninit<f64>]) -> &'d mut [f64] {
+    fn softmax_rows<'d>(
+        src: &[f64],
+        size: usize,
+        dst: &'d mut [MaybeUninit<f64>],
+    ) -> &'d mut [f64] {
         let n = src.len().min(dst.len());
         let n = if size == 0 { 0 } else { n - n % size };
         for (s, d) in src[..n].chunks(size).zip(dst[..n].chunks_mut(size)) {
@@ -106,7 +114,13 @@ pub(super) struct Spec {
 
 impl Spec {
     /// The spec of `node` for operands of shapes `q`, `k`, `v` and an optional `past_key`.
-    pub fn new(node: &Node, q: &[usize], k: &[usize], v: &[usize], past: Option<&[usize]>) -> Result<Spec> {
+    pub fn new(
+        node: &Node,
+        q: &[usize],
+        k: &[usize],
+        v: &[usize],
+        past: Option<&[usize]>,
+    ) -> Result<Spec> {
         let err = |m: String| Error::Eval(m);
         if q.len() != k.len() || q.len() != v.len() || !(q.len() == 3 || q.len() == 4) {
             return Err(err(format!(
@@ -122,7 +136,7 @@ impl Spec {
             }
         };
         let split = |hidden: usize, heads: usize, what: &str| -> Result<usize> {
-            if hidden % heads != 0 {
+            if !hidden.is_multiple_of(heads) {
                 return Err(err(format!(
                     "{what} hidden size {hidden} is not a multiple of {heads} heads"
                 )));
@@ -138,20 +152,28 @@ impl Spec {
             k_head = split(k[2], kv_heads, "K")?;
             v_head = split(v[2], kv_heads, "V")?;
             if v[1] != kv_len {
-                return Err(err(format!("K {k:?} and V {v:?} differ in sequence length")));
+                return Err(err(format!(
+                    "K {k:?} and V {v:?} differ in sequence length"
+                )));
             }
         } else {
             (batch, q_heads, q_len, head) = (q[0], q[1], q[2], q[3]);
             (kv_heads, kv_len, k_head, v_head) = (k[1], k[2], k[3], v[3]);
             if v[1] != kv_heads || v[2] != kv_len {
-                return Err(err(format!("K {k:?} and V {v:?} differ in heads or length")));
+                return Err(err(format!(
+                    "K {k:?} and V {v:?} differ in heads or length"
+                )));
             }
         }
         if k[0] != batch || v[0] != batch {
-            return Err(err(format!("Q {q:?}, K {k:?}, V {v:?} differ in batch size")));
+            return Err(err(format!(
+                "Q {q:?}, K {k:?}, V {v:?} differ in batch size"
+            )));
         }
         if k_head != head {
-            return Err(err(format!("Q head size {head} differs from K head size {k_head}")));
+            return Err(err(format!(
+                "Q head size {head} differs from K head size {k_head}"
+            )));
         }
         if kv_heads == 0 || q_heads % kv_heads != 0 {
             return Err(err(format!(
@@ -226,7 +248,12 @@ impl Spec {
 
     /// Where element `(b, h, s, 0)` of a Q, K or V operand with `heads` heads of `size` lies,
     /// and the stride between sequence positions.
-    fn layout(&self, heads: usize, len: usize, size: usize) -> impl Fn(usize, usize) -> (usize, usize) {
+    fn layout(
+        &self,
+        heads: usize,
+        len: usize,
+        size: usize,
+    ) -> impl Fn(usize, usize) -> (usize, usize) {
         let rank3 = self.rank3;
         move |b, h| {
             if rank3 {
@@ -277,7 +304,7 @@ impl<R: Real> Bias<'_, R> {
                     || (s.right >= 0 && -diff > s.right)
                     || valid.is_some_and(|n| j as i64 >= n);
                 if blocked {
-                    x = x + neg;
+                    x += neg;
                 }
                 *v = x;
             }
@@ -289,7 +316,9 @@ impl<R: Real> Bias<'_, R> {
 fn load_mask<R: Real>(spec: &Spec, mask: &Tensor) -> Result<(Vec<R>, [usize; 3], usize)> {
     let shape = mask.shape();
     if shape.is_empty() || shape.len() > 4 {
-        return Err(Error::Eval(format!("attn_mask {shape:?} is not 1-D to 4-D")));
+        return Err(Error::Eval(format!(
+            "attn_mask {shape:?} is not 1-D to 4-D"
+        )));
     }
     let len = shape[shape.len() - 1];
     if len > spec.total() {
@@ -397,7 +426,11 @@ fn attend<R: Attend>(
                 let mut add = try_vec(scores_len, R::ZERO)?;
                 bias.fill(b, h, &mut add);
                 let neg = R::from_f64(f64::NEG_INFINITY);
-                for (i, (row, brow)) in scores.chunks_mut(t.max(1)).zip(add.chunks(t.max(1))).enumerate() {
+                for (i, (row, brow)) in scores
+                    .chunks_mut(t.max(1))
+                    .zip(add.chunks(t.max(1)))
+                    .enumerate()
+                {
                     if brow.iter().all(|&x| x == neg) {
                         masked_rows.push(i);
                     }
@@ -435,7 +468,11 @@ fn attend<R: Attend>(
 }
 
 pub(super) fn eval_attention(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let (q, k, v) = (required(inputs, 0)?, required(inputs, 1)?, required(inputs, 2)?);
+    let (q, k, v) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
     let mask = optional(inputs, 3);
     let (past_k, past_v) = (optional(inputs, 4), optional(inputs, 5));
     let nonpad = optional(inputs, 6);
@@ -445,7 +482,13 @@ pub(super) fn eval_attention(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> R
     if nonpad.is_some() && past_k.is_some() {
         return Err(ctx.error("nonpad_kv_seqlen cannot be combined with past_key"));
     }
-    let spec = Spec::new(ctx.node, q.shape(), k.shape(), v.shape(), past_k.map(Tensor::shape))?;
+    let spec = Spec::new(
+        ctx.node,
+        q.shape(),
+        k.shape(),
+        v.shape(),
+        past_k.map(Tensor::shape),
+    )?;
     if let Some(pv) = past_v {
         let want = [spec.batch, spec.kv_heads, spec.past_len, spec.v_head];
         if pv.shape() != want {
@@ -512,7 +555,12 @@ pub(super) fn infer_attention(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
         .output_shapes()
         .into_iter()
         .take(ctx.node.outputs.len())
-        .map(|s| tensor_type(elem, Some(s.into_iter().map(|d| Dim::Known(d as i64)).collect())))
+        .map(|s| {
+            tensor_type(
+                elem,
+                Some(s.into_iter().map(|d| Dim::Known(d as i64)).collect()),
+            )
+        })
         .collect())
 }
 
@@ -524,7 +572,11 @@ pub(super) fn eval_flex_attention(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let (q, k, v) = (required(inputs, 0)?, required(inputs, 1)?, required(inputs, 2)?);
+    let (q, k, v) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
     if q.rank() != 4 {
         return Err(ctx.error(format!("Q {:?} is not 4-D", q.shape())));
     }
@@ -542,9 +594,19 @@ pub(super) fn eval_flex_attention(
             _ => DataType::Float,
         },
     };
-    let modifier = |name: &str| ctx.node.attr(name).map(|_| ctx.node.attr_graph(name)).transpose();
+    let modifier = |name: &str| {
+        ctx.node
+            .attr(name)
+            .map(|_| ctx.node.attr_graph(name))
+            .transpose()
+    };
     let (score_mod, prob_mod) = (modifier("score_mod")?, modifier("prob_mod")?);
-    let (hq, group, l, t) = (spec.q_heads, spec.q_heads / spec.kv_heads, spec.q_len, spec.total());
+    let (hq, group, l, t) = (
+        spec.q_heads,
+        spec.q_heads / spec.kv_heads,
+        spec.q_len,
+        spec.total(),
+    );
     let (d, dv) = (spec.head, spec.v_head);
     let shape = [spec.batch, hq, l, t];
     let y = dispatch_real!(dtype, R => {

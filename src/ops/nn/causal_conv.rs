@@ -42,7 +42,10 @@ pub(super) fn eval_causal_conv(
     let ctx_len = k - 1;
     if let Some(p) = past {
         if p.shape() != [b, c, ctx_len] {
-            return Err(ctx.error(format!("past_state {:?} is not ({b}, {c}, {ctx_len})", p.shape())));
+            return Err(ctx.error(format!(
+                "past_state {:?} is not ({b}, {c}, {ctx_len})",
+                p.shape()
+            )));
         }
     }
     if let Some(bi) = bias {
@@ -67,7 +70,12 @@ pub(super) fn eval_causal_conv(
         let kern = &wv[ch * k..][..k];
         let b0 = bv.as_ref().map_or(0.0, |b| b[ch]);
         for (i, out) in y[row * l..][..l].iter_mut().enumerate() {
-            let v = b0 + kern.iter().zip(&padded[i..i + k]).map(|(a, b)| a * b).sum::<f64>();
+            let v = b0
+                + kern
+                    .iter()
+                    .zip(&padded[i..i + k])
+                    .map(|(a, b)| a * b)
+                    .sum::<f64>();
             *out = if silu { v / (1.0 + (-v).exp()) } else { v };
         }
         state[row * ctx_len..][..ctx_len].copy_from_slice(&padded[total - ctx_len..]);

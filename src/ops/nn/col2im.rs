@@ -18,7 +18,10 @@ use super::common::{dispatch_real, input_dims, store_f64s, tensor_type, Real};
 /// A per-dim attribute of `r` values (default `fill`).
 fn per_dim(ctx: &EvalCtx<'_>, name: &str, r: usize, fill: i64) -> Result<Vec<i64>> {
     let want = if name == "pads" { 2 * r } else { r };
-    let v = ctx.node.attr_ints(name)?.map_or_else(|| vec![fill; want], <[i64]>::to_vec);
+    let v = ctx
+        .node
+        .attr_ints(name)?
+        .map_or_else(|| vec![fill; want], <[i64]>::to_vec);
     if v.len() != want || v.iter().any(|&x| x < 0 || (name != "pads" && x == 0)) {
         return Err(ctx.error(format!("{name} {v:?} is not {want} valid values")));
     }
@@ -31,7 +34,9 @@ pub(super) fn eval_col2im(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     let block = to_i64s(required(inputs, 2)?)?;
     let r = image.len();
     if r == 0 || block.len() != r || image.iter().chain(&block).any(|&d| d <= 0) {
-        return Err(ctx.error(format!("image_shape {image:?} and block_shape {block:?} do not match")));
+        return Err(ctx.error(format!(
+            "image_shape {image:?} and block_shape {block:?} do not match"
+        )));
     }
     let (dil, pads, st) = (
         per_dim(ctx, "dilations", r, 1)?,
@@ -57,7 +62,11 @@ pub(super) fn eval_col2im(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     let plane: usize = image.iter().product();
     let block_u: Vec<usize> = block.iter().map(|&d| d as usize).collect();
     let cols_u: Vec<usize> = cols.iter().map(|&d| d as usize).collect();
-    let (kst, cst, ist) = (row_strides(&block_u), row_strides(&cols_u), row_strides(&image));
+    let (kst, cst, ist) = (
+        row_strides(&block_u),
+        row_strides(&cols_u),
+        row_strides(&image),
+    );
     let dtype = x.dtype();
     let xv: Vec<f64> = dispatch_real!(dtype, R => R::load(x)?.iter().map(|v| v.to_f64()).collect(),
         _ => return Err(unsupported_type("Col2Im", dtype)));

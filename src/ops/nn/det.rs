@@ -63,7 +63,9 @@ pub(super) fn eval_det(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
 
 pub(super) fn infer_det(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let elem = ctx.input(0).and_then(|t| t.elem);
-    let dims = input_dims(ctx, 0).filter(|d| d.len() >= 2).map(|d| d[..d.len() - 2].to_vec());
+    let dims = input_dims(ctx, 0)
+        .filter(|d| d.len() >= 2)
+        .map(|d| d[..d.len() - 2].to_vec());
     Ok(vec![tensor_type(elem, dims)])
 }
 

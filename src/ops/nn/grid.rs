@@ -288,8 +288,7 @@ pub(super) fn eval_affine_grid(
                 homo[r - 1 - i] = coords[i][p / st[i] % spatial[i]];
             }
             for j in 0..r {
-                out[(b * points + p) * r + j] =
-                    (0..=r).map(|k| t[j * (r + 1) + k] * homo[k]).sum();
+                out[(b * points + p) * r + j] = (0..=r).map(|k| t[j * (r + 1) + k] * homo[k]).sum();
             }
         }
     }
@@ -326,11 +325,19 @@ mod tests {
 
     #[test]
     fn identity_grid_samples_the_input_back() {
-        let x = Tensor::from_vec(DataType::Float, &[1, 1, 2, 2], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
-        let theta = Tensor::from_vec(DataType::Float, &[1, 2, 3], vec![1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0]).unwrap();
+        let x =
+            Tensor::from_vec(DataType::Float, &[1, 1, 2, 2], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        let theta = Tensor::from_vec(
+            DataType::Float,
+            &[1, 2, 3],
+            vec![1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0],
+        )
+        .unwrap();
         let size = Tensor::from_vec(DataType::Int64, &[4], vec![1i64, 1, 2, 2]).unwrap();
         let node = Node::new("AffineGrid", "a", ["t", "s"], ["g"]);
-        let g = eval_node(&node, 20, &[Some(&theta), Some(&size)]).unwrap().remove(0);
+        let g = eval_node(&node, 20, &[Some(&theta), Some(&size)])
+            .unwrap()
+            .remove(0);
         assert_eq!(g.shape(), &[1, 2, 2, 2]);
         for mode in ["nearest", "linear", "cubic"] {
             let node = Node::new("GridSample", "s", ["x", "g"], ["y"])

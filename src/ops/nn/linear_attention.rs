@@ -40,9 +40,20 @@ pub(super) fn eval_linear_attention(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let (q, k, v) = (required(inputs, 0)?, required(inputs, 1)?, required(inputs, 2)?);
-    let (past, decay, beta) = (optional(inputs, 3), optional(inputs, 4), optional(inputs, 5));
-    let rule = ctx.node.attr_string("update_rule")?.unwrap_or("gated_delta");
+    let (q, k, v) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
+    let (past, decay, beta) = (
+        optional(inputs, 3),
+        optional(inputs, 4),
+        optional(inputs, 5),
+    );
+    let rule = ctx
+        .node
+        .attr_string("update_rule")?
+        .unwrap_or("gated_delta");
     let (gating, delta) = match rule {
         "linear" => (false, false),
         "gated" => (true, false),
@@ -57,7 +68,10 @@ pub(super) fn eval_linear_attention(
             if delta { "" } else { "no " }
         )));
     }
-    let (hq, hkv) = (heads(ctx.node, "q_num_heads")?, heads(ctx.node, "kv_num_heads")?);
+    let (hq, hkv) = (
+        heads(ctx.node, "q_num_heads")?,
+        heads(ctx.node, "kv_num_heads")?,
+    );
     if hq % hkv != 0 {
         return Err(ctx.error(format!("{hq} query heads are not a multiple of {hkv}")));
     }
@@ -83,7 +97,9 @@ pub(super) fn eval_linear_attention(
     };
     let beta_per_head = match beta.map(Tensor::shape) {
         None => false,
-        Some([bb, bt, last]) if *bb == b && *bt == t && (*last == hkv || *last == 1) => *last == hkv,
+        Some([bb, bt, last]) if *bb == b && *bt == t && (*last == hkv || *last == 1) => {
+            *last == hkv
+        }
         Some(s) => return Err(ctx.error(format!("beta {s:?} is not (B, T, Hkv or 1)"))),
     };
     if let Some(p) = past {
@@ -95,7 +111,7 @@ pub(super) fn eval_linear_attention(
         }
     }
     let scale = match ctx.node.attr_float("scale", 0.0)? {
-        s if s == 0.0 => 1.0 / (dk as f64).sqrt(),
+        0.0 => 1.0 / (dk as f64).sqrt(),
         s => s as f64,
     };
     let (qv, kv, vv) = (f64s(q)?, f64s(k)?, f64s(v)?);
@@ -131,7 +147,11 @@ pub(super) fn eval_linear_attention(
                 let key = &kv[row * hkv * dk + h * dk..][..dk];
                 val.copy_from_slice(&vv[row * hkv * dv + h * dv..][..dv]);
                 if let Some(be) = &bv {
-                    let bt = if beta_per_head { be[row * hkv + h] } else { be[row] };
+                    let bt = if beta_per_head {
+                        be[row * hkv + h]
+                    } else {
+                        be[row]
+                    };
                     for (m, x) in val.iter_mut().enumerate() {
                         let retrieved: f64 = (0..dk).map(|i| s[i * dv + m] * key[i]).sum();
                         *x = bt * (*x - retrieved);
@@ -181,14 +201,22 @@ pub(super) fn infer_linear_attention(ctx: &InferCtx<'_>) -> Result<Vec<TensorTyp
     if q.len() != 3 || v.len() != 3 {
         return Err(Error::Eval("query and value must be 3-D".into()));
     }
-    let (hq, hkv) = (heads(ctx.node, "q_num_heads")?, heads(ctx.node, "kv_num_heads")?);
+    let (hq, hkv) = (
+        heads(ctx.node, "q_num_heads")?,
+        heads(ctx.node, "kv_num_heads")?,
+    );
     use crate::ir::Dim;
     let div = |d: &Dim, n: usize| d.known().map_or(Dim::Unknown, |d| Dim::Known(d / n as i64));
     let (dk, dv) = (div(&q[2], hq), div(&v[2], hkv));
-    let y_last = dv.known().map_or(Dim::Unknown, |d| Dim::Known(d * hq as i64));
+    let y_last = dv
+        .known()
+        .map_or(Dim::Unknown, |d| Dim::Known(d * hq as i64));
     Ok(vec![
         tensor_type(elem, Some(vec![q[0].clone(), q[1].clone(), y_last])),
-        tensor_type(state_elem, Some(vec![q[0].clone(), Dim::Known(hkv as i64), dk, dv])),
+        tensor_type(
+            state_elem,
+            Some(vec![q[0].clone(), Dim::Known(hkv as i64), dk, dv]),
+        ),
     ])
 }
 

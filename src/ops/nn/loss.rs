@@ -136,7 +136,9 @@ fn operands<'t>(ctx: &EvalCtx<'_>, inputs: &[Option<&'t Tensor>]) -> Result<Oper
 fn loss_shape(ops: &Operands<'_>) -> Vec<usize> {
     let s = ops.x.shape();
     match ops.how {
-        Reduction::None => std::iter::once(s[0]).chain(s[2..].iter().copied()).collect(),
+        Reduction::None => std::iter::once(s[0])
+            .chain(s[2..].iter().copied())
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -146,7 +148,14 @@ pub(super) fn eval_nll_loss(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
     let dtype = ops.x.dtype();
     let x: Vec<f64> = dispatch_real!(dtype, R => R::load(ops.x)?.iter().map(|v| v.to_f64()).collect(),
         _ => return Err(unsupported_type("NegativeLogLikelihoodLoss", dtype)));
-    let loss = nll(&x, ops.x.shape(), &ops.target, ops.weight.as_deref(), ops.ignore, ops.how)?;
+    let loss = nll(
+        &x,
+        ops.x.shape(),
+        &ops.target,
+        ops.weight.as_deref(),
+        ops.ignore,
+        ops.how,
+    )?;
     Ok(vec![store_f64s(dtype, &loss_shape(&ops), &loss)?])
 }
 
@@ -163,7 +172,9 @@ pub(super) fn eval_softmax_ce_loss(
     let (c, d) = (shape[1], shape[2..].iter().product::<usize>());
     for block in logp.chunks_mut((c * d).max(1)) {
         for j in 0..d {
-            let max = (0..c).map(|k| block[k * d + j]).fold(f64::NEG_INFINITY, f64::max);
+            let max = (0..c)
+                .map(|k| block[k * d + j])
+                .fold(f64::NEG_INFINITY, f64::max);
             let shift = if max.is_finite() { max } else { 0.0 };
             let sum: f64 = (0..c).map(|k| (block[k * d + j] - shift).exp()).sum();
             let log_sum = sum.ln() + shift;
@@ -172,7 +183,14 @@ pub(super) fn eval_softmax_ce_loss(
             }
         }
     }
-    let loss = nll(&logp, shape, &ops.target, ops.weight.as_deref(), ops.ignore, ops.how)?;
+    let loss = nll(
+        &logp,
+        shape,
+        &ops.target,
+        ops.weight.as_deref(),
+        ops.ignore,
+        ops.how,
+    )?;
     let mut outs = vec![store_f64s(dtype, &loss_shape(&ops), &loss)?];
     if ctx.node.outputs.len() > 1 {
         outs.push(store_f64s(dtype, shape, &logp)?);
@@ -205,7 +223,8 @@ mod tests {
     #[test]
     fn mean_divides_by_the_weights_of_kept_elements() {
         // x (2, 2): log-probs; targets [0, 1]; weights [1, 3]; target 1 ignored.
-        let x = Tensor::from_vec(DataType::Float, &[2, 2], vec![-1.0f32, -2.0, -3.0, -4.0]).unwrap();
+        let x =
+            Tensor::from_vec(DataType::Float, &[2, 2], vec![-1.0f32, -2.0, -3.0, -4.0]).unwrap();
         let t = Tensor::from_vec(DataType::Int64, &[2], vec![0i64, 1]).unwrap();
         let w = Tensor::from_vec(DataType::Float, &[2], vec![1.0f32, 3.0]).unwrap();
         let node = Node::new("NegativeLogLikelihoodLoss", "l", ["x", "t", "w"], ["y"]);

@@ -42,9 +42,9 @@ use conv_transpose::{eval_conv_transpose, infer_conv_transpose};
 use det::{eval_det, infer_det};
 use einsum::{eval_einsum, infer_einsum};
 use gemm::{eval_gemm, infer_gemm};
-use loss::{eval_nll_loss, eval_softmax_ce_loss, infer_loss};
-use linear_attention::{eval_linear_attention, infer_linear_attention};
 use grid::{eval_affine_grid, eval_grid_sample, infer_affine_grid, infer_grid_sample};
+use linear_attention::{eval_linear_attention, infer_linear_attention};
+use loss::{eval_nll_loss, eval_softmax_ce_loss, infer_loss};
 use lrn::eval_lrn;
 use matmul::{
     eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
@@ -53,19 +53,18 @@ use matmul::{
 use nms::{eval_nms, infer_nms};
 use norm::{
     eval_batch_norm, eval_group_norm, eval_instance_norm, eval_layer_norm, eval_lp_norm, eval_mvn,
-    eval_rms_norm,
-    infer_batch_norm, infer_layer_norm,
+    eval_rms_norm, infer_batch_norm, infer_layer_norm,
 };
 use pool::{
     eval_average_pool, eval_global_average_pool, eval_global_lp_pool, eval_global_max_pool,
     eval_lp_pool, eval_max_pool, infer_global_pool, infer_pool,
 };
-use rotary::{eval_rotary, infer_rotary};
-use unpool::eval_max_unpool;
 use quant::{
     eval_dequantize, eval_dynamic_quantize, eval_quantize, infer_dequantize,
     infer_dynamic_quantize, infer_quantize,
 };
+use rotary::{eval_rotary, infer_rotary};
+use unpool::eval_max_unpool;
 
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Attention", 23, 3..=7, 1..=4, eval_attention).with_infer(infer_attention),
@@ -107,12 +106,16 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_same_as_input),
     OpDef::new("MeanVarianceNormalization", 9, 1..=1, 1..=1, eval_mvn)
         .with_infer(infer_same_as_input),
-    OpDef::new("NegativeLogLikelihoodLoss", 12, 2..=3, 1..=1, eval_nll_loss)
-        .with_infer(infer_loss),
-    OpDef::new("SoftmaxCrossEntropyLoss", 12, 2..=3, 1..=2, eval_softmax_ce_loss)
-        .with_infer(infer_loss),
-    OpDef::new("RMSNormalization", 23, 2..=2, 1..=1, eval_rms_norm)
-        .with_infer(infer_same_as_input),
+    OpDef::new("NegativeLogLikelihoodLoss", 12, 2..=3, 1..=1, eval_nll_loss).with_infer(infer_loss),
+    OpDef::new(
+        "SoftmaxCrossEntropyLoss",
+        12,
+        2..=3,
+        1..=2,
+        eval_softmax_ce_loss,
+    )
+    .with_infer(infer_loss),
+    OpDef::new("RMSNormalization", 23, 2..=2, 1..=1, eval_rms_norm).with_infer(infer_same_as_input),
     OpDef::new("LpNormalization", 1, 1..=1, 1..=1, eval_lp_norm).with_infer(infer_same_as_input),
     OpDef::new("Det", 11, 1..=1, 1..=1, eval_det).with_infer(infer_det),
     OpDef::new("LinearAttention", 27, 3..=6, 1..=2, eval_linear_attention)

@@ -29,7 +29,12 @@ fn corners(b: &[f64], center: bool) -> (f64, f64, f64, f64) {
         let (hw, hh) = (b[2] / 2.0, b[3] / 2.0);
         (b[0] - hw, b[1] - hh, b[0] + hw, b[1] + hh)
     } else {
-        (b[1].min(b[3]), b[0].min(b[2]), b[1].max(b[3]), b[0].max(b[2]))
+        (
+            b[1].min(b[3]),
+            b[0].min(b[2]),
+            b[1].max(b[3]),
+            b[0].max(b[2]),
+        )
     }
 }
 
@@ -80,7 +85,10 @@ pub(super) fn eval_nms(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
     let score_min = first(4)?;
     let center = ctx.node.attr_int("center_point_box", 0)? != 0;
     let (bv, sv) = (f64s(boxes)?, f64s(scores)?);
-    let most = b.saturating_mul(c).saturating_mul(n.min(max_out)).saturating_mul(3);
+    let most = b
+        .saturating_mul(c)
+        .saturating_mul(n.min(max_out))
+        .saturating_mul(3);
     let mut selected: Vec<i64> = try_with_capacity(most)?;
     let mut order = try_with_capacity::<usize>(n)?;
     let mut kept: Vec<(f64, f64, f64, f64)> = try_with_capacity(n.min(max_out))?;
@@ -104,7 +112,11 @@ pub(super) fn eval_nms(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
         }
     }
     let rows = selected.len() / 3;
-    Ok(vec![Tensor::from_vec(DataType::Int64, &[rows, 3], selected)?])
+    Ok(vec![Tensor::from_vec(
+        DataType::Int64,
+        &[rows, 3],
+        selected,
+    )?])
 }
 
 pub(super) fn infer_nms(_ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
@@ -126,14 +138,21 @@ mod tests {
         let boxes = Tensor::from_vec(
             DataType::Float,
             &[1, 3, 4],
-            vec![0.0f32, 0.0, 1.0, 1.0, 0.0, 0.1, 1.0, 1.1, 0.0, 5.0, 1.0, 6.0],
+            vec![
+                0.0f32, 0.0, 1.0, 1.0, 0.0, 0.1, 1.0, 1.1, 0.0, 5.0, 1.0, 6.0,
+            ],
         )
         .unwrap();
         let scores = Tensor::from_vec(DataType::Float, &[1, 1, 3], vec![0.9f32, 0.8, 0.7]).unwrap();
         let max = Tensor::from_vec(DataType::Int64, &[1], vec![3i64]).unwrap();
         let iou = Tensor::from_vec(DataType::Float, &[1], vec![0.5f32]).unwrap();
         let node = Node::new("NonMaxSuppression", "n", ["b", "s", "m", "i"], ["y"]);
-        let y = eval_node(&node, 11, &[Some(&boxes), Some(&scores), Some(&max), Some(&iou)]).unwrap();
+        let y = eval_node(
+            &node,
+            11,
+            &[Some(&boxes), Some(&scores), Some(&max), Some(&iou)],
+        )
+        .unwrap();
         assert_eq!(y[0].as_slice::<i64>().unwrap(), &[0, 0, 0, 0, 0, 2]);
     }
 }

@@ -334,10 +334,7 @@ fn param_offsets(t: &Tensor, shape: &[usize], axis: usize) -> Result<Option<Vec<
 
 /// `RMSNormalization` (opset 23): `y = x / sqrt(mean(x²) + epsilon) * scale`, the mean over the
 /// dims from `axis` on, accumulated in `f64`.
-pub(super) fn eval_rms_norm(
-    ctx: &EvalCtx<'_>,
-    inputs: &[Option<&Tensor>],
-) -> Result<Vec<Tensor>> {
+pub(super) fn eval_rms_norm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (x, scale) = (required(inputs, 0)?, required(inputs, 1)?);
     let shape = x.shape();
     let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, shape.len())?;

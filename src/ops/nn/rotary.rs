@@ -18,7 +18,11 @@ use super::super::{EvalCtx, InferCtx};
 use super::common::{dispatch_real, infer_same_as_input, output, Real};
 
 pub(super) fn eval_rotary(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let (x, cos, sin) = (required(inputs, 0)?, required(inputs, 1)?, required(inputs, 2)?);
+    let (x, cos, sin) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
     let positions = optional(inputs, 3).map(to_i64s).transpose()?;
     let shape = x.shape();
     let (b, s, h, d, rank4) = match *shape {
@@ -37,7 +41,11 @@ pub(super) fn eval_rotary(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
         r => usize::try_from(r)
             .ok()
             .filter(|&r| r <= d && r % 2 == 0)
-            .ok_or_else(|| ctx.error(format!("rotary_embedding_dim {r} does not fit head size {d}")))?,
+            .ok_or_else(|| {
+                ctx.error(format!(
+                    "rotary_embedding_dim {r} does not fit head size {d}"
+                ))
+            })?,
     };
     let half = rdim / 2;
     // The cache row of (batch, position).
@@ -73,7 +81,12 @@ pub(super) fn eval_rotary(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
             Some(p) => usize::try_from(p[bi * s + si])
                 .ok()
                 .filter(|&r| r < rows)
-                .ok_or_else(|| ctx.error(format!("position id {} is outside the caches", p[bi * s + si]))),
+                .ok_or_else(|| {
+                    ctx.error(format!(
+                        "position id {} is outside the caches",
+                        p[bi * s + si]
+                    ))
+                }),
         }
     };
     let interleaved = ctx.node.attr_int("interleaved", 0)? != 0;

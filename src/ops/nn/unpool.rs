@@ -24,8 +24,14 @@ pub(super) fn eval_max_unpool(
         .node
         .attr_ints("kernel_shape")?
         .ok_or_else(|| ctx.error("kernel_shape is required"))?;
-    let pads = ctx.node.attr_ints("pads")?.map_or_else(|| vec![0; 2 * r], <[i64]>::to_vec);
-    let steps = ctx.node.attr_ints("strides")?.map_or_else(|| vec![1; r], <[i64]>::to_vec);
+    let pads = ctx
+        .node
+        .attr_ints("pads")?
+        .map_or_else(|| vec![0; 2 * r], <[i64]>::to_vec);
+    let steps = ctx
+        .node
+        .attr_ints("strides")?
+        .map_or_else(|| vec![1; r], <[i64]>::to_vec);
     if r == 0 || kernel.len() != r || pads.len() != 2 * r || steps.len() != r {
         return Err(ctx.error(format!(
             "kernel_shape, pads and strides do not fit X {shape:?}"
@@ -34,7 +40,8 @@ pub(super) fn eval_max_unpool(
     let mut unpooled = shape[..2].to_vec();
     for d in 0..r {
         let len = (shape[d + 2] as i64 - 1) * steps[d] - pads[d] - pads[d + r] + kernel[d];
-        unpooled.push(usize::try_from(len).map_err(|_| ctx.error("the unpooled shape is negative"))?);
+        unpooled
+            .push(usize::try_from(len).map_err(|_| ctx.error("the unpooled shape is negative"))?);
     }
     let out_shape = match optional(inputs, 2) {
         Some(s) => {
@@ -63,7 +70,9 @@ pub(super) fn eval_max_unpool(
             .ok()
             .filter(|&a| a < total)
             .ok_or_else(|| ctx.error(format!("index {at} is outside the unpooled {unpooled:?}")))?;
-        let dst: usize = (0..unpooled.len()).map(|d| at / ust[d] % unpooled[d] * ost[d]).sum();
+        let dst: usize = (0..unpooled.len())
+            .map(|d| at / ust[d] % unpooled[d] * ost[d])
+            .sum();
         y.copy_element_from(dst, x, i)?;
     }
     Ok(vec![y])
