@@ -262,15 +262,19 @@ fn eval_tfidf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
         [b, c] => (b, c, vec![b, width]),
         _ => return Err(ctx.error(format!("X {:?} is not [C] or [B, C]", x.shape()))),
     };
-    let mut freq = crate::tensor::try_vec(rows * width, 0u32)?;
+    let cells = rows
+        .checked_mul(width)
+        .ok_or_else(|| ctx.error("the output is too large"))?;
+    let mut freq = crate::tensor::try_vec(cells, 0u32)?;
     let mut gram = Vec::new();
     for r in 0..rows {
         let row = &tokens[r * row_len..][..row_len];
-        for skip in 1..=max_skip + 1 {
+        // A skip as long as the row leaves only unigrams, counted at skip 1.
+        for skip in 1..=max_skip.saturating_add(1).min(row_len.max(1)) {
             for start in 0..row_len {
                 let first_n = if skip == 1 { min_n } else { min_n.max(2) };
                 for n in first_n..=max_n {
-                    let last = start + skip * (n - 1);
+                    let last = skip.saturating_mul(n - 1).saturating_add(start);
                     if last >= row_len {
                         break;
                     }

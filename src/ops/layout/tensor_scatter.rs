@@ -56,7 +56,7 @@ pub(super) fn eval_tensor_scatter(
     for (b, &start) in indices.iter().enumerate() {
         for pre in 0..prefixes {
             for s in 0..len {
-                let mut at = start + s as i64;
+                let mut at = start.saturating_add(s as i64);
                 if circular && max_len > 0 {
                     at = at.rem_euclid(max_len as i64);
                 }

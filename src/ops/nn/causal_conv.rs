@@ -12,14 +12,9 @@ use crate::error::Result;
 use crate::ir::{Dim, TensorType};
 use crate::tensor::{try_vec, Tensor};
 
-use super::super::util::{optional, required, unsupported_type};
+use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{dispatch_real, input_dims, store_f64s, tensor_type, Real};
-
-fn f64s(t: &Tensor) -> Result<Vec<f64>> {
-    dispatch_real!(t.dtype(), R => Ok(R::load(t)?.iter().map(|v| v.to_f64()).collect()),
-        _ => Err(unsupported_type("CausalConvWithState", t.dtype())))
-}
+use super::common::{input_dims, real_f64s, store_f64s, tensor_type};
 
 pub(super) fn eval_causal_conv(
     ctx: &EvalCtx<'_>,
@@ -53,9 +48,16 @@ pub(super) fn eval_causal_conv(
             return Err(ctx.error(format!("bias holds {} values for {c} channels", bi.len())));
         }
     }
-    let (xv, wv) = (f64s(x)?, f64s(w)?);
-    let bv = bias.map(f64s).transpose()?;
-    let pv = past.map(f64s).transpose()?;
+    let (xv, wv) = (
+        real_f64s(x, "CausalConvWithState")?,
+        real_f64s(w, "CausalConvWithState")?,
+    );
+    let bv = bias
+        .map(|t| real_f64s(t, "CausalConvWithState"))
+        .transpose()?;
+    let pv = past
+        .map(|t| real_f64s(t, "CausalConvWithState"))
+        .transpose()?;
     let total = ctx_len + l;
     let mut padded = try_vec(total, 0.0f64)?;
     let mut y = try_vec(b * c * l, 0.0f64)?;

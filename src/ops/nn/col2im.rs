@@ -43,11 +43,23 @@ pub(super) fn eval_col2im(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
         per_dim(ctx, "pads", r, 0)?,
         per_dim(ctx, "strides", r, 1)?,
     );
+    let too_large = || ctx.error("image_shape, block_shape and the attributes overflow");
     let cols: Vec<i64> = (0..r)
-        .map(|i| (image[i] + pads[i] + pads[i + r] - (dil[i] * (block[i] - 1) + 1)) / st[i] + 1)
-        .collect();
-    let k: i64 = block.iter().product();
-    let l: i64 = cols.iter().product();
+        .map(|i| {
+            let span = dil[i].checked_mul(block[i] - 1)?.checked_add(1)?;
+            let room = image[i].checked_add(pads[i])?.checked_add(pads[i + r])?;
+            Some(room.checked_sub(span)? / st[i] + 1)
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(too_large)?;
+    let k = block
+        .iter()
+        .try_fold(1i64, |a, &b| a.checked_mul(b))
+        .ok_or_else(too_large)?;
+    let l = cols
+        .iter()
+        .try_fold(1i64, |a, &b| a.checked_mul(b.max(0)))
+        .ok_or_else(too_large)?;
     let &[n, ck, len] = x.shape() else {
         return Err(ctx.error(format!("input {:?} is not (N, C * K, L)", x.shape())));
     };
@@ -59,7 +71,7 @@ pub(super) fn eval_col2im(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     }
     let (k, c) = (k as usize, ck / k as usize);
     let image: Vec<usize> = image.iter().map(|&d| d as usize).collect();
-    let plane: usize = image.iter().product();
+    let plane = super::common::checked_product(&image)?;
     let block_u: Vec<usize> = block.iter().map(|&d| d as usize).collect();
     let cols_u: Vec<usize> = cols.iter().map(|&d| d as usize).collect();
     let (kst, cst, ist) = (
@@ -70,7 +82,7 @@ pub(super) fn eval_col2im(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     let dtype = x.dtype();
     let xv: Vec<f64> = dispatch_real!(dtype, R => R::load(x)?.iter().map(|v| v.to_f64()).collect(),
         _ => return Err(unsupported_type("Col2Im", dtype)));
-    let mut out = try_vec(n * c * plane, 0.0f64)?;
+    let mut out = try_vec(super::common::checked_product(&[n, c, plane])?, 0.0f64)?;
     for b in 0..n {
         for ch in 0..c {
             let dst = &mut out[(b * c + ch) * plane..][..plane];

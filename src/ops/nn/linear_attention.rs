@@ -17,15 +17,9 @@ use crate::error::{Error, Result};
 use crate::ir::TensorType;
 use crate::tensor::{try_vec, Tensor};
 
-use super::super::util::{optional, required, unsupported_type};
+use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{dispatch_real, input_dims, store_f64s, tensor_type, Real};
-
-/// The values of a float tensor as `f64`.
-fn f64s(t: &Tensor) -> Result<Vec<f64>> {
-    dispatch_real!(t.dtype(), R => Ok(R::load(t)?.iter().map(|v| v.to_f64()).collect()),
-        _ => Err(unsupported_type("LinearAttention", t.dtype())))
-}
+use super::common::{input_dims, real_f64s, store_f64s, tensor_type};
 
 /// A positive head-count attribute.
 fn heads(node: &crate::ir::Node, name: &str) -> Result<usize> {
@@ -114,11 +108,15 @@ pub(super) fn eval_linear_attention(
         0.0 => 1.0 / (dk as f64).sqrt(),
         s => s as f64,
     };
-    let (qv, kv, vv) = (f64s(q)?, f64s(k)?, f64s(v)?);
-    let dv_ = decay.map(f64s).transpose()?;
-    let bv = beta.map(f64s).transpose()?;
+    let (qv, kv, vv) = (
+        real_f64s(q, "LinearAttention")?,
+        real_f64s(k, "LinearAttention")?,
+        real_f64s(v, "LinearAttention")?,
+    );
+    let dv_ = decay.map(|t| real_f64s(t, "LinearAttention")).transpose()?;
+    let bv = beta.map(|t| real_f64s(t, "LinearAttention")).transpose()?;
     let mut state = match past {
-        Some(p) => f64s(p)?,
+        Some(p) => real_f64s(p, "LinearAttention")?,
         None => try_vec(b * hkv * dk * dv, 0.0)?,
     };
     let group = hq / hkv;

@@ -14,14 +14,9 @@ use crate::ir::{Dim, TensorType};
 use crate::tensor::{try_with_capacity, Tensor};
 use crate::DataType;
 
-use super::super::util::{optional, required, to_i64s, unsupported_type};
+use super::super::util::{optional, required, to_i64s};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{dispatch_real, tensor_type, Real};
-
-fn f64s(t: &Tensor) -> Result<Vec<f64>> {
-    dispatch_real!(t.dtype(), R => Ok(R::load(t)?.iter().map(|v| v.to_f64()).collect()),
-        _ => Err(unsupported_type("NonMaxSuppression", t.dtype())))
-}
+use super::common::{real_f64s, tensor_type};
 
 /// `(x_min, y_min, x_max, y_max)` of a box.
 fn corners(b: &[f64], center: bool) -> (f64, f64, f64, f64) {
@@ -73,7 +68,7 @@ pub(super) fn eval_nms(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
     }
     let first = |i: usize| -> Result<Option<f64>> {
         Ok(match optional(inputs, i) {
-            Some(t) if !t.is_empty() => f64s(t)?.first().copied(),
+            Some(t) if !t.is_empty() => real_f64s(t, "NonMaxSuppression")?.first().copied(),
             _ => None,
         })
     };
@@ -84,7 +79,10 @@ pub(super) fn eval_nms(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
     let iou = first(3)?.unwrap_or(0.0);
     let score_min = first(4)?;
     let center = ctx.node.attr_int("center_point_box", 0)? != 0;
-    let (bv, sv) = (f64s(boxes)?, f64s(scores)?);
+    let (bv, sv) = (
+        real_f64s(boxes, "NonMaxSuppression")?,
+        real_f64s(scores, "NonMaxSuppression")?,
+    );
     let most = b
         .saturating_mul(c)
         .saturating_mul(n.min(max_out))

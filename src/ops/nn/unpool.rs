@@ -39,9 +39,16 @@ pub(super) fn eval_max_unpool(
     }
     let mut unpooled = shape[..2].to_vec();
     for d in 0..r {
-        let len = (shape[d + 2] as i64 - 1) * steps[d] - pads[d] - pads[d + r] + kernel[d];
-        unpooled
-            .push(usize::try_from(len).map_err(|_| ctx.error("the unpooled shape is negative"))?);
+        let len = (shape[d + 2] as i64 - 1)
+            .checked_mul(steps[d])
+            .and_then(|v| {
+                v.checked_sub(pads[d])?
+                    .checked_sub(pads[d + r])?
+                    .checked_add(kernel[d])
+            })
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| ctx.error("the unpooled shape is negative or too large"))?;
+        unpooled.push(len);
     }
     let out_shape = match optional(inputs, 2) {
         Some(s) => {
@@ -63,7 +70,7 @@ pub(super) fn eval_max_unpool(
         return Err(ctx.error("indices and X differ in size"));
     }
     let (ust, ost) = (row_strides(&unpooled), row_strides(&out_shape));
-    let total: usize = unpooled.iter().product();
+    let total = super::common::checked_product(&unpooled)?;
     let mut y = Tensor::zeros(x.dtype(), &out_shape)?;
     for (i, &at) in idx.iter().enumerate() {
         let at = usize::try_from(at)
