@@ -34,8 +34,13 @@ mod math;
 mod minifloat;
 mod ml;
 mod nn;
+mod random;
 mod rnn;
+mod signal;
+mod strings;
 pub(crate) mod vector;
+
+pub use random::is_random;
 
 /// A kernel: runs one node on its inputs and returns one tensor per output.
 pub type EvalFn = fn(&EvalCtx<'_>, &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
@@ -306,7 +311,10 @@ const FAMILIES: &[&[OpDef]] = &[
     math::DEFS,
     ml::DEFS,
     nn::DEFS,
+    random::DEFS,
     rnn::DEFS,
+    signal::DEFS,
+    strings::DEFS,
 ];
 
 /// Every operator definition, indexed by (domain, op type).

@@ -3,15 +3,19 @@
 //!
 //! Spec: <https://onnx.ai/onnx/operators/onnx__Dropout.html>.
 //!
-//! From opset 12 `training_mode` is an input; a true value with a non-zero `ratio` would drop
-//! elements at random, which this interpreter does not do (an error, not a silent identity).
+//! From opset 12 `training_mode` is an input; a true value with a non-zero `ratio` drops each
+//! element with probability `ratio` and scales the rest by `1 / (1 - ratio)`, drawing from the
+//! seeded stream of the random operators (`ops::random`): the same on every run, not numpy's
+//! draw.
 //! The mask is `bool` from opset 10 and has the data's type before, as those opsets declare.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ir::{Dim, TensorType};
+use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 use crate::DataType;
 
+use super::super::random::Stream;
 use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
 use super::common::{from_f64s, in_dims, in_elem, nonzero_flags, to_f64s, two_valued, typed};
@@ -27,16 +31,39 @@ fn mask_type(opset: i64, data: Option<DataType>) -> Option<DataType> {
 
 pub(super) fn eval_dropout(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
-    if let Some(training) = optional(inputs, 2) {
-        let ratio = match optional(inputs, 1) {
-            Some(r) => to_f64s(r)?.first().copied().unwrap_or(0.5),
-            None => 0.5,
-        };
-        if nonzero_flags(training)?.first() == Some(&true) && ratio != 0.0 {
-            return Err(Error::Unsupported(
-                "Dropout in training mode (random dropping)".into(),
-            ));
+    let ratio = match optional(inputs, 1) {
+        Some(r) => to_f64s(r)?.first().copied().unwrap_or(0.5),
+        None => 0.5,
+    };
+    let training = match optional(inputs, 2) {
+        Some(t) => nonzero_flags(t)?.first() == Some(&true),
+        None => false,
+    };
+    if training && ratio != 0.0 {
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(ctx.error(format!("ratio {ratio} is not in [0, 1]")));
         }
+        // Keep each element with probability 1 - ratio, scaled by 1 / (1 - ratio).
+        let mut stream = Stream::of(ctx.node)?;
+        let x = to_f64s(data)?;
+        let mut keep = try_with_capacity::<bool>(x.len())?;
+        keep.extend((0..x.len()).map(|_| stream.unit() >= ratio));
+        let scale = if ratio < 1.0 {
+            1.0 / (1.0 - ratio)
+        } else {
+            0.0
+        };
+        let y: Vec<f64> = x
+            .iter()
+            .zip(&keep)
+            .map(|(&v, &k)| if k { v * scale } else { 0.0 })
+            .collect();
+        let mut outputs = vec![from_f64s(data.dtype(), data.shape(), &y)?];
+        if ctx.node.outputs.len() > 1 {
+            let values = from_f64s(DataType::Bool, &[2], &[0.0, 1.0])?;
+            outputs.push(two_valued(&values, data.shape(), |i| keep[i])?);
+        }
+        return Ok(outputs);
     }
     let mut outputs = vec![data.clone()];
     if ctx.node.outputs.len() > 1 {
@@ -64,7 +91,7 @@ mod tests {
     use crate::DataType;
 
     #[test]
-    fn inference_copies_and_masks_ones_training_fails() {
+    fn inference_copies_and_masks_ones_training_drops_and_scales() {
         let x = Tensor::from_vec(DataType::Float, &[3], vec![1.0f32, 2.0, 3.0]).unwrap();
         let node = Node::new("Dropout", "d", ["x"], ["y", "m"]);
         let out = eval_node(&node, 13, &[Some(&x)]).unwrap();
@@ -77,8 +104,19 @@ mod tests {
         let node = Node::new("Dropout", "d", ["x", "r", "t"], ["y"]);
         let r = Tensor::scalar(DataType::Float, 0.5f32).unwrap();
         let t = Tensor::scalar(DataType::Bool, 1u8).unwrap();
-        let e = eval_node(&node, 13, &[Some(&x), Some(&r), Some(&t)]).unwrap_err();
-        assert!(e.to_string().contains("training mode"), "{e}");
+        let y = eval_node(&node, 13, &[Some(&x), Some(&r), Some(&t)]).unwrap();
+        for (&v, &orig) in y[0]
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .zip(&[1.0f32, 2.0, 3.0])
+        {
+            assert!(v == 0.0 || v == 2.0 * orig, "{v} from {orig}");
+        }
+        assert_eq!(
+            y[0],
+            eval_node(&node, 13, &[Some(&x), Some(&r), Some(&t)]).unwrap()[0]
+        );
         let zero = Tensor::scalar(DataType::Float, 0.0f32).unwrap();
         assert_eq!(
             eval_node(&node, 13, &[Some(&x), Some(&zero), Some(&t)]).unwrap()[0],

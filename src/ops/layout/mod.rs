@@ -13,6 +13,7 @@
 //! Each operator has one line in [`DEFS`]; a second line with `.until(v)` marks an opset where
 //! its inputs or attributes changed meaning.
 
+mod center_crop_pad;
 mod common;
 mod concat_split;
 mod constant;
@@ -29,8 +30,10 @@ mod reverse_sequence;
 mod scatter;
 mod shape;
 mod slice;
+mod tensor_scatter;
 mod transpose;
 mod trilu;
+mod unique;
 
 use super::OpDef;
 
@@ -80,6 +83,23 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(pad::infer_pad)
         .until(10),
     OpDef::new("Pad", 11, 2..=4, 1..=1, pad::eval_pad).with_infer(pad::infer_pad),
+    OpDef::new("Unique", 11, 1..=1, 1..=4, unique::eval_unique).with_infer(unique::infer_unique),
+    OpDef::new(
+        "CenterCropPad",
+        18,
+        2..=2,
+        1..=1,
+        center_crop_pad::eval_center_crop_pad,
+    )
+    .with_infer(center_crop_pad::infer_center_crop_pad),
+    OpDef::new(
+        "TensorScatter",
+        24,
+        2..=3,
+        1..=1,
+        tensor_scatter::eval_tensor_scatter,
+    )
+    .with_infer(tensor_scatter::infer_tensor_scatter),
     OpDef::new(
         "ConstantOfShape",
         9,

@@ -332,6 +332,43 @@ fn target(node: &crate::ir::Node) -> Result<DataType> {
     }
 }
 
+/// `BitCast` (opset 26): the same bytes read as the element type `to`, which must be as wide as
+/// the input's (strings excluded).
+pub(super) fn eval_bitcast(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    let to = bitcast_target(ctx.node, x.dtype())?;
+    Ok(vec![Tensor::from_bytes(to, x.shape(), x.as_bytes()?)?])
+}
+
+/// The `to` type of a `BitCast` node from `from`, checked to have the same width.
+fn bitcast_target(node: &crate::ir::Node, from: DataType) -> Result<DataType> {
+    let code = node.attr_int("to", 0)?;
+    let to = i32::try_from(code)
+        .ok()
+        .and_then(DataType::from_onnx)
+        .ok_or_else(|| Error::Eval(format!("'to' {code} is not an element type")))?;
+    if to == DataType::String || from == DataType::String || to.bits() != from.bits() {
+        return Err(Error::Eval(format!(
+            "BitCast from {from} to {to} needs two types of one width (no strings)"
+        )));
+    }
+    Ok(to)
+}
+
+pub(super) fn infer_bitcast(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let Some(x) = ctx.input(0) else {
+        return Ok(Vec::new());
+    };
+    let to = match x.elem {
+        Some(from) => Some(bitcast_target(ctx.node, from)?),
+        None => None,
+    };
+    Ok(vec![TensorType {
+        elem: to,
+        shape: x.shape.clone(),
+    }])
+}
+
 pub(super) fn eval_cast(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
     Ok(vec![cast(x, target(ctx.node)?, options(ctx)?)?])

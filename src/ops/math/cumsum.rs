@@ -1,6 +1,7 @@
-//! `CumSum` (opset 11+): running sums along the axis given by input 1 (a scalar), optionally
-//! `exclusive` (each output leaves its own element out) and `reverse` (summing from the end).
-//! Every numeric type; `f16`/`bf16` sums run in `f32`, integer sums wrap.
+//! `CumSum` (opset 11+) and `CumProd` (opset 26): running sums or products along the axis given
+//! by input 1 (a scalar), optionally `exclusive` (each output leaves its own element out) and
+//! `reverse` (running from the end). Every numeric type; `f16`/`bf16` run in `f32`, integers
+//! wrap.
 
 use crate::error::Result;
 use crate::ops::util::{normalize_axis, required, scalar_i64, tensor};
@@ -9,17 +10,31 @@ use crate::tensor::Tensor;
 
 use super::common::{bad_type, dispatch_num, split_at_axis, Arith, Num};
 
-fn cumsum<T: Num>(x: &Tensor, axis: usize, exclusive: bool, reverse: bool) -> Result<Tensor> {
+fn cumulate<T: Num>(
+    x: &Tensor,
+    axis: usize,
+    exclusive: bool,
+    reverse: bool,
+    product: bool,
+) -> Result<Tensor> {
     let (outer, size, inner) = split_at_axis(x.shape(), axis);
     let v = x.as_slice::<T>()?;
     let mut out = v.to_vec();
     for o in 0..outer {
         for k in 0..inner {
-            let mut acc = <T::Work as Arith>::ZERO;
+            let mut acc = if product {
+                <T::Work as Arith>::ONE
+            } else {
+                <T::Work as Arith>::ZERO
+            };
             for step in 0..size {
                 let i = if reverse { size - 1 - step } else { step };
                 let at = (o * size + i) * inner + k;
-                let next = acc.add(v[at].widen());
+                let next = if product {
+                    acc.mul(v[at].widen())
+                } else {
+                    acc.add(v[at].widen())
+                };
                 out[at] = T::narrow(if exclusive { acc } else { next });
                 acc = next;
             }
@@ -29,11 +44,23 @@ fn cumsum<T: Num>(x: &Tensor, axis: usize, exclusive: bool, reverse: bool) -> Re
 }
 
 pub(super) fn eval_cumsum(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    eval_cumulative(ctx, inputs, false)
+}
+
+pub(super) fn eval_cumprod(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    eval_cumulative(ctx, inputs, true)
+}
+
+fn eval_cumulative(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+    product: bool,
+) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
     let axis = normalize_axis(scalar_i64(required(inputs, 1)?)?, x.rank())?;
     let exclusive = ctx.node.attr_int("exclusive", 0)? != 0;
     let reverse = ctx.node.attr_int("reverse", 0)? != 0;
-    dispatch_num!(x.dtype(), T => Ok(vec![cumsum::<T>(x, axis, exclusive, reverse)?]),
+    dispatch_num!(x.dtype(), T => Ok(vec![cumulate::<T>(x, axis, exclusive, reverse, product)?]),
         _ => Err(bad_type(ctx, x.dtype())))
 }
 
@@ -67,6 +94,13 @@ mod tests {
         let x = Tensor::from_vec(DataType::Int32, &[2, 3], vec![1i32, 2, 3, 4, 5, 6]).unwrap();
         let y = run(&[], &x, -2).unwrap();
         assert_eq!(y.to_vec::<i32>().unwrap(), [1, 2, 3, 5, 7, 9]);
+        let mut node = Node::new("CumProd", "c", ["x", "a"], ["y"]);
+        node = node.with_attr("exclusive", AttrValue::Int(1));
+        let a = Tensor::scalar(DataType::Int32, 1i32).unwrap();
+        let y = eval_node(&node, 26, &[Some(&x), Some(&a)])
+            .unwrap()
+            .remove(0);
+        assert_eq!(y.to_vec::<i32>().unwrap(), [1, 1, 2, 1, 4, 20]);
         let err = run(&[], &x, 2).unwrap_err();
         assert!(err.to_string().contains("out of range"), "{err}");
     }

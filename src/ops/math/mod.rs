@@ -1,6 +1,6 @@
 //! The math family: elementwise operators (unary, binary with broadcasting, variadic, `Where`,
 //! `Clip`), `Cast` and `CastLike`, the reductions, `ArgMax`/`ArgMin`, `Softmax`/`LogSoftmax`/
-//! `Hardmax`, `CumSum` and `TopK`.
+//! `Hardmax`, `CumSum`, `CumProd` and `TopK`.
 //!
 //! Specs: <https://onnx.ai/onnx/operators/> (one page per operator). Each file documents its
 //! operators' opset differences and edge cases; [`common`] holds what they share: the work types
@@ -65,6 +65,9 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Mish", 18, 1..=1, 1..=1, unary::eval_mish).with_infer(infer_like_input),
     OpDef::new("HardSwish", 14, 1..=1, 1..=1, unary::eval_hard_swish).with_infer(infer_like_input),
     OpDef::new("LeakyRelu", 1, 1..=1, 1..=1, unary::eval_leaky_relu).with_infer(infer_like_input),
+    OpDef::new("Swish", 24, 1..=1, 1..=1, unary::eval_swish).with_infer(infer_like_input),
+    OpDef::new("Shrink", 9, 1..=1, 1..=1, unary::eval_shrink).with_infer(infer_like_input),
+    OpDef::new("SwiGLU", 28, 2..=2, 1..=1, unary::eval_swiglu).with_infer(infer_like_input),
     OpDef::new("Elu", 1, 1..=1, 1..=1, unary::eval_elu).with_infer(infer_like_input),
     OpDef::new("Selu", 1, 1..=1, 1..=1, unary::eval_selu).with_infer(infer_like_input),
     OpDef::new("Celu", 12, 1..=1, 1..=1, unary::eval_celu).with_infer(infer_like_input),
@@ -156,6 +159,7 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Clip", 11, 1..=3, 1..=1, variadic::eval_clip).with_infer(infer_like_input),
     // Casts.
     OpDef::new("Cast", 1, 1..=1, 1..=1, cast::eval_cast).with_infer(cast::infer_cast),
+    OpDef::new("BitCast", 26, 1..=1, 1..=1, cast::eval_bitcast).with_infer(cast::infer_bitcast),
     OpDef::new("CastLike", 15, 2..=2, 1..=1, cast::eval_cast_like)
         .with_infer(cast::infer_cast_like),
     // Reductions: `axes` is an attribute, then an input.
@@ -240,6 +244,7 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_like_input),
     OpDef::new("Hardmax", 1, 1..=1, 1..=1, softmax::eval_hardmax).with_infer(infer_like_input),
     OpDef::new("CumSum", 11, 2..=2, 1..=1, cumsum::eval_cumsum).with_infer(infer_like_input),
+    OpDef::new("CumProd", 26, 2..=2, 1..=1, cumsum::eval_cumprod).with_infer(infer_like_input),
     OpDef::new("TopK", 1, 1..=1, 2..=2, topk::eval_topk)
         .with_infer(topk::infer_topk)
         .until(9),

@@ -168,6 +168,54 @@ pub(super) fn eval_leaky_relu(
     )
 }
 
+pub(super) fn eval_swish(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let a = ctx.node.attr_float("alpha", 1.0)?;
+    let alpha = f64::from(a);
+    unary_fast(
+        ctx,
+        inputs,
+        |x| x / (1.0 + (-alpha * x).exp()),
+        move |x: f32| x * vector::sigmoid(a * x),
+    )
+}
+
+/// `SwiGLU` (opset 28): `a * sigmoid(alpha * a) * b` on equally shaped `a` and `b`.
+pub(super) fn eval_swiglu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
+    if a.shape() != b.shape() || a.dtype() != b.dtype() {
+        return Err(ctx.error(format!(
+            "A {}{:?} and B {}{:?} must have one type and shape",
+            a.dtype(),
+            a.shape(),
+            b.dtype(),
+            b.shape()
+        )));
+    }
+    let alpha = f64::from(ctx.node.attr_float("alpha", 1.0)?);
+    crate::dispatch_float!(a.dtype(), T => {
+        let (av, bv) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
+        let v = av.iter().zip(bv).map(|(&x, &y)| {
+            let x = x.to_f64();
+            T::from_f64(x / (1.0 + (-alpha * x).exp()) * y.to_f64())
+        });
+        Ok(vec![tensor_from_iter(a.dtype(), a.shape(), v)?])
+    }, _ => Err(bad_type(ctx, a.dtype())))
+}
+
+pub(super) fn eval_shrink(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let bias = f64::from(ctx.node.attr_float("bias", 0.0)?);
+    let lambd = f64::from(ctx.node.attr_float("lambd", 0.5)?);
+    unary_float(ctx, inputs, |x| {
+        if x < -lambd {
+            x + bias
+        } else if x > lambd {
+            x - bias
+        } else {
+            0.0
+        }
+    })
+}
+
 pub(super) fn eval_elu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let alpha = f64::from(ctx.node.attr_float("alpha", 1.0)?);
     unary_float(

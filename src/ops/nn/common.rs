@@ -367,6 +367,13 @@ pub(super) fn store_f64s(dtype: DataType, shape: &[usize], values: &[f64]) -> Re
     }
 }
 
+/// The values of a floating-point tensor as `f64` (for kernels that compute in double
+/// whatever the element type); `what` names the operator in the error for another type.
+pub(super) fn real_f64s(t: &Tensor, what: &str) -> Result<Vec<f64>> {
+    dispatch_real!(t.dtype(), R => Ok(R::load(t)?.iter().map(|v| v.to_f64()).collect()),
+        _ => Err(unsupported_type(what, t.dtype())))
+}
+
 /// An integer tensor of `dtype` holding `values` narrowed (wrapping) to its width.
 pub(super) fn store_ints(dtype: DataType, shape: &[usize], values: &[i64]) -> Result<Tensor> {
     crate::dispatch_int!(dtype, T => {

@@ -5,37 +5,55 @@
 //! rounds once on output; matrix products and convolutions go through the `gemm` crate
 //! ([`blas`]), parallelised with rayon over batches, groups or tiles of output positions.
 
+mod attention;
 pub(crate) mod blas;
+mod causal_conv;
+mod col2im;
 mod common;
 mod conv;
 mod conv_transpose;
+mod det;
 mod einsum;
 mod gemm;
+mod grid;
+mod linear_attention;
+mod loss;
 mod lrn;
 mod matmul;
+mod nms;
 mod norm;
 mod pool;
 mod quant;
+mod rotary;
+mod unpool;
 mod window;
 
 use super::OpDef;
 
+use attention::{eval_attention, eval_flex_attention, infer_attention, infer_flex_attention};
+use causal_conv::{eval_causal_conv, infer_causal_conv};
+use col2im::{eval_col2im, infer_col2im};
 use common::infer_same_as_input;
 use conv::{
     eval_conv, eval_conv_integer, eval_qlinear_conv, infer_conv, infer_conv_integer,
     infer_qlinear_conv,
 };
 use conv_transpose::{eval_conv_transpose, infer_conv_transpose};
+use det::{eval_det, infer_det};
 use einsum::{eval_einsum, infer_einsum};
 use gemm::{eval_gemm, infer_gemm};
+use grid::{eval_affine_grid, eval_grid_sample, infer_affine_grid, infer_grid_sample};
+use linear_attention::{eval_linear_attention, infer_linear_attention};
+use loss::{eval_nll_loss, eval_softmax_ce_loss, infer_loss};
 use lrn::eval_lrn;
 use matmul::{
     eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
     infer_qlinear_matmul,
 };
+use nms::{eval_nms, infer_nms};
 use norm::{
-    eval_batch_norm, eval_group_norm, eval_instance_norm, eval_layer_norm, eval_mvn,
-    infer_batch_norm, infer_layer_norm,
+    eval_batch_norm, eval_group_norm, eval_instance_norm, eval_layer_norm, eval_lp_norm, eval_mvn,
+    eval_rms_norm, infer_batch_norm, infer_layer_norm,
 };
 use pool::{
     eval_average_pool, eval_global_average_pool, eval_global_lp_pool, eval_global_max_pool,
@@ -45,8 +63,14 @@ use quant::{
     eval_dequantize, eval_dynamic_quantize, eval_quantize, infer_dequantize,
     infer_dynamic_quantize, infer_quantize,
 };
+use rotary::{eval_rotary, infer_rotary};
+use unpool::eval_max_unpool;
 
 pub(super) const DEFS: &[OpDef] = &[
+    OpDef::new("Attention", 23, 3..=7, 1..=4, eval_attention).with_infer(infer_attention),
+    OpDef::new("FlexAttention", 1, 3..=3, 1..=1, eval_flex_attention)
+        .with_infer(infer_flex_attention)
+        .in_domain("ai.onnx.preview"),
     OpDef::new("MatMul", 1, 2..=2, 1..=1, eval_matmul).with_infer(infer_matmul),
     OpDef::new("MatMulInteger", 10, 2..=4, 1..=1, eval_matmul_integer)
         .with_infer(infer_matmul_integer),
@@ -82,6 +106,28 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_same_as_input),
     OpDef::new("MeanVarianceNormalization", 9, 1..=1, 1..=1, eval_mvn)
         .with_infer(infer_same_as_input),
+    OpDef::new("NegativeLogLikelihoodLoss", 12, 2..=3, 1..=1, eval_nll_loss).with_infer(infer_loss),
+    OpDef::new(
+        "SoftmaxCrossEntropyLoss",
+        12,
+        2..=3,
+        1..=2,
+        eval_softmax_ce_loss,
+    )
+    .with_infer(infer_loss),
+    OpDef::new("RMSNormalization", 23, 2..=2, 1..=1, eval_rms_norm).with_infer(infer_same_as_input),
+    OpDef::new("LpNormalization", 1, 1..=1, 1..=1, eval_lp_norm).with_infer(infer_same_as_input),
+    OpDef::new("Det", 11, 1..=1, 1..=1, eval_det).with_infer(infer_det),
+    OpDef::new("LinearAttention", 27, 3..=6, 1..=2, eval_linear_attention)
+        .with_infer(infer_linear_attention),
+    OpDef::new("CausalConvWithState", 27, 2..=4, 1..=2, eval_causal_conv)
+        .with_infer(infer_causal_conv),
+    OpDef::new("GridSample", 16, 2..=2, 1..=1, eval_grid_sample).with_infer(infer_grid_sample),
+    OpDef::new("AffineGrid", 20, 2..=2, 1..=1, eval_affine_grid).with_infer(infer_affine_grid),
+    OpDef::new("RotaryEmbedding", 23, 3..=4, 1..=1, eval_rotary).with_infer(infer_rotary),
+    OpDef::new("NonMaxSuppression", 10, 2..=5, 1..=1, eval_nms).with_infer(infer_nms),
+    OpDef::new("Col2Im", 18, 3..=3, 1..=1, eval_col2im).with_infer(infer_col2im),
+    OpDef::new("MaxUnpool", 9, 2..=3, 1..=1, eval_max_unpool),
     OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
     OpDef::new("QuantizeLinear", 10, 2..=3, 1..=1, eval_quantize).with_infer(infer_quantize),
     OpDef::new("DequantizeLinear", 10, 2..=3, 1..=1, eval_dequantize).with_infer(infer_dequantize),

@@ -1,6 +1,6 @@
 //! The normalizations: `BatchNormalization` (opsets 1, 6, 7, 9, 14, 15),
-//! `InstanceNormalization` (1, 6, 22), `LayerNormalization` (17), `GroupNormalization` (18, 21)
-//! and `MeanVarianceNormalization` (9, 13).
+//! `InstanceNormalization` (1, 6, 22), `LayerNormalization` (17), `GroupNormalization` (18, 21),
+//! `MeanVarianceNormalization` (9, 13), `RMSNormalization` (23) and `LpNormalization` (1, 22).
 //!
 //! Specs: <https://onnx.ai/onnx/operators/onnx__BatchNormalization.html>,
 //! <https://onnx.ai/onnx/operators/onnx__InstanceNormalization.html>,
@@ -27,7 +27,7 @@ use super::super::util::{
     broadcast_offsets, broadcast_shapes, normalize_axis, required, strides, unsupported_type,
 };
 use super::super::{vector, EvalCtx, InferCtx};
-use super::common::{dispatch_real, input_dims, store_f64s, tensor_type, Real};
+use super::common::{dispatch_real, input_dims, output, store_f64s, tensor_type, Real};
 
 /// Mean and population variance of `values`, in `f64`.
 fn stats<T: Real>(values: impl Iterator<Item = T> + Clone) -> (f64, f64) {
@@ -268,22 +268,7 @@ pub(super) fn eval_layer_norm(
     let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
     let stash = stash_dtype(ctx.node.attr_int("stash_type", 1)?)?;
     let row_len: usize = shape[axis..].iter().product();
-    // Scale and B broadcast to X; the usual shape, X's normalized dims, indexes by position.
-    let offsets = |t: &Tensor| -> Result<Option<Vec<usize>>> {
-        let s = t.shape();
-        let trailing = s.iter().skip_while(|&&d| d == 1).count() <= shape.len() - axis
-            && t.len() == row_len
-            && s.iter().rev().zip(shape.iter().rev()).all(|(a, b)| a == b);
-        if trailing {
-            return Ok(None);
-        }
-        if broadcast_shapes(&[s, shape])? != shape {
-            return Err(Error::Eval(format!(
-                "{s:?} does not broadcast to X {shape:?}"
-            )));
-        }
-        Ok(Some(broadcast_offsets(s, shape)))
-    };
+    let offsets = |t: &Tensor| param_offsets(t, shape, axis);
     let scale_at = offsets(scale)?;
     let bias_at = bias.map(offsets).transpose()?.flatten();
     let dtype = x.dtype();
@@ -325,6 +310,107 @@ pub(super) fn eval_layer_norm(
     ];
     outs.truncate(ctx.node.outputs.len().max(1));
     Ok(outs)
+}
+
+/// Where each element of X finds its value of a parameter `t` broadcast to X: `None` for the
+/// usual shape, X's normalized dims from `axis` on (indexed by position within a row), else one
+/// offset per element of X.
+fn param_offsets(t: &Tensor, shape: &[usize], axis: usize) -> Result<Option<Vec<usize>>> {
+    let s = t.shape();
+    let row_len: usize = shape[axis..].iter().product();
+    let trailing = s.iter().skip_while(|&&d| d == 1).count() <= shape.len() - axis
+        && t.len() == row_len
+        && s.iter().rev().zip(shape.iter().rev()).all(|(a, b)| a == b);
+    if trailing {
+        return Ok(None);
+    }
+    if broadcast_shapes(&[s, shape])? != shape {
+        return Err(Error::Eval(format!(
+            "{s:?} does not broadcast to X {shape:?}"
+        )));
+    }
+    Ok(Some(broadcast_offsets(s, shape)))
+}
+
+/// `RMSNormalization` (opset 23): `y = x / sqrt(mean(x²) + epsilon) * scale`, the mean over the
+/// dims from `axis` on, accumulated in `f64`.
+pub(super) fn eval_rms_norm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let (x, scale) = (required(inputs, 0)?, required(inputs, 1)?);
+    let shape = x.shape();
+    let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, shape.len())?;
+    let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
+    stash_dtype(ctx.node.attr_int("stash_type", 1)?)?;
+    let row_len: usize = shape[axis..].iter().product();
+    let scale_at = param_offsets(scale, shape, axis)?;
+    let dtype = x.dtype();
+    let y = dispatch_real!(dtype, R => {
+        let xv = R::load(x)?;
+        let s = R::load(scale)?;
+        output::<R>(dtype, shape, |y| {
+            if row_len == 0 {
+                return Ok(());
+            }
+            y.par_chunks_mut(row_len)
+                .zip(xv.par_chunks(row_len))
+                .enumerate()
+                .for_each(|(r, (yr, xr))| {
+                    let sq: f64 = xr.iter().map(|v| v.to_f64() * v.to_f64()).sum();
+                    let inv = R::from_f64(1.0 / (sq / row_len as f64 + eps).sqrt());
+                    match &scale_at {
+                        None => {
+                            for ((yv, &xv), &sv) in yr.iter_mut().zip(xr).zip(s.iter()) {
+                                *yv = xv * inv * sv;
+                            }
+                        }
+                        Some(o) => {
+                            let o = &o[r * row_len..][..row_len];
+                            for ((yv, &xv), &k) in yr.iter_mut().zip(xr).zip(o) {
+                                *yv = xv * inv * s[k];
+                            }
+                        }
+                    }
+                });
+            Ok(())
+        })?
+    }, _ => return Err(unsupported_type("RMSNormalization", dtype)));
+    Ok(vec![y])
+}
+
+/// `LpNormalization` (opsets 1, 22): `x / ||x||_p` along `axis` (`p` 1 or 2); a zero norm gives 0.
+pub(super) fn eval_lp_norm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    let shape = x.shape();
+    let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, shape.len())?;
+    let p = ctx.node.attr_int("p", 2)?;
+    if p != 1 && p != 2 {
+        return Err(ctx.error(format!("p must be 1 or 2, found {p}")));
+    }
+    let size = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let dtype = x.dtype();
+    let y = dispatch_real!(dtype, R => {
+        let xv = R::load(x)?;
+        output::<R>(dtype, shape, |y| {
+            let block = size * inner;
+            if block == 0 {
+                return Ok(());
+            }
+            for (yb, xb) in y.chunks_mut(block).zip(xv.chunks(block)) {
+                for k in 0..inner {
+                    let norm: f64 = (0..size).map(|i| xb[i * inner + k].to_f64()).map(|v| {
+                        if p == 1 { v.abs() } else { v * v }
+                    }).sum();
+                    let norm = if p == 1 { norm } else { norm.sqrt() };
+                    for i in 0..size {
+                        let v = xb[i * inner + k].to_f64();
+                        yb[i * inner + k] = R::from_f64(if norm == 0.0 { 0.0 } else { v / norm });
+                    }
+                }
+            }
+            Ok(())
+        })?
+    }, _ => return Err(unsupported_type("LpNormalization", dtype)));
+    Ok(vec![y])
 }
 
 pub(super) fn eval_mvn(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
