@@ -118,11 +118,12 @@ fn run_original(
             tried,
         } => (drawn, error, free, tried),
     };
-    let error = anyhow::Error::new(error).context("running the original model");
+    let error = anyhow::Error::new(error);
     if drawn.choices.iter().all(|c| !c.drawn) {
-        return Err(error);
+        return Err(error.context("running the original model"));
     }
-    Err(error.context(failure_hint(&drawn, &free, &tried)))
+    let hint = failure_hint(&drawn, &free, &tried);
+    Err(error.context(format!("running the original model {hint}")))
 }
 
 /// What was drawn when the original model failed on it, and what to give instead:

@@ -964,3 +964,141 @@ fn random_tensor(
     };
     Ok((t, range))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{AttrValue, StoredTensor, Type, ValueInfo};
+
+    /// A graph with `x: float[3, 4]`, `w: float[5]`, int64 inputs `i: [2]` and `j: [2]`, the
+    /// constant `two = 2`, and `nodes`; returns the range drawn for `i`.
+    fn range_of_i(opset: i64, nodes: Vec<Node>) -> Option<String> {
+        let mut g = Graph::new("g");
+        let t =
+            |elem, dims: &[i64]| Type::tensor(elem, dims.iter().map(|&d| Dim::Known(d)).collect());
+        g.inputs = vec![
+            ValueInfo::new("x", t(DataType::Float, &[3, 4])),
+            ValueInfo::new("w", t(DataType::Float, &[5])),
+            ValueInfo::new("i", t(DataType::Int64, &[2])),
+            ValueInfo::new("j", t(DataType::Int64, &[2])),
+        ];
+        g.initializers
+            .push(StoredTensor::from_i64s(Some("two"), &[], &[2]));
+        g.initializers
+            .push(StoredTensor::from_i64s(Some("zero"), &[1], &[0]));
+        for n in nodes {
+            g.add_node(n);
+        }
+        let drawn = draw_inputs(&Model::new(g, opset), &DrawOptions::default()).unwrap();
+        let i = drawn.choices.iter().find(|c| c.name == "i").unwrap();
+        let values = drawn.inputs.iter().find(|(n, _)| n == "i").unwrap();
+        let values = values.1.as_slice::<i64>().unwrap();
+        // The values are in the range the report gives.
+        if let Some((lo, hi)) = i
+            .range
+            .as_deref()
+            .and_then(|r| r.strip_prefix('[')?.strip_suffix(')')?.split_once(", "))
+            .and_then(|(a, b)| Some((a.parse::<i64>().ok()?, b.parse::<i64>().ok()?)))
+        {
+            assert!(values.iter().all(|v| (lo..hi).contains(v)), "{values:?}");
+        }
+        i.range.clone()
+    }
+
+    fn gather(data: &str, idx: &str, axis: i64) -> Node {
+        Node::new("Gather", "", [data, idx], ["y"]).with_attr("axis", AttrValue::Int(axis))
+    }
+
+    #[test]
+    fn index_ranges_follow_the_values_to_the_gather() {
+        let cases: Vec<(&str, i64, Vec<Node>, &str)> = vec![
+            ("direct", 13, vec![gather("x", "i", 1)], "[-4, 4)"),
+            (
+                "old_opset_has_no_negative_indices",
+                9,
+                vec![gather("x", "i", 1)],
+                "[0, 4)",
+            ),
+            (
+                "through_sub_of_a_constant",
+                13,
+                vec![
+                    Node::new("Sub", "", ["i", "two"], ["k"]),
+                    gather("x", "k", -1),
+                ],
+                "[-2, 6)",
+            ),
+            (
+                "through_unsqueeze_and_concat",
+                13,
+                vec![
+                    Node::new("Unsqueeze", "", ["i", "zero"], ["u"]),
+                    Node::new("Unsqueeze", "", ["j", "zero"], ["v"]),
+                    Node::new("Concat", "", ["u", "v"], ["k"]).with_attr("axis", AttrValue::Int(0)),
+                    gather("x", "k", 0),
+                ],
+                "[-3, 3)",
+            ),
+            (
+                "two_gathers_intersect",
+                13,
+                vec![
+                    gather("x", "i", 0),
+                    Node::new("Gather", "", ["w", "i"], ["z"]).with_attr("axis", AttrValue::Int(0)),
+                ],
+                "[-3, 3)",
+            ),
+            (
+                "gathernd_coordinates_in_order",
+                13,
+                vec![Node::new("GatherND", "", ["x", "i"], ["y"])],
+                "[-3, 3) × [-4, 4)",
+            ),
+            (
+                "negated_values_are_not_followed",
+                13,
+                vec![
+                    Node::new("Sub", "", ["two", "i"], ["k"]),
+                    gather("x", "k", 0),
+                ],
+                "[-100, 100)",
+            ),
+            ("no_gather", 13, vec![], "[-100, 100)"),
+        ];
+        for (name, opset, nodes, want) in cases {
+            assert_eq!(range_of_i(opset, nodes).as_deref(), Some(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn candidate_sizes_reach_the_total_stride_and_the_widest_kernel() {
+        let conv = |strides: &[i64], kernel: &[i64]| {
+            Node::new("Conv", "", ["x", "w"], ["y"])
+                .with_attr("strides", AttrValue::Ints(strides.to_vec()))
+                .with_attr("kernel_shape", AttrValue::Ints(kernel.to_vec()))
+        };
+        let cases: Vec<(&str, Vec<Node>, usize)> = vec![
+            ("no_convolution", vec![], 64),
+            (
+                "five_stride_2_layers",
+                (0..5).map(|_| conv(&[2, 2], &[3, 3])).collect(),
+                32,
+            ),
+            ("a_window_of_400", vec![conv(&[160], &[400])], 512),
+            (
+                "huge_strides_are_capped",
+                (0..9).map(|_| conv(&[64], &[1])).collect(),
+                4096,
+            ),
+        ];
+        for (name, nodes, top) in cases {
+            let mut g = Graph::new("g");
+            for n in nodes {
+                g.add_node(n);
+            }
+            let sizes = candidate_sizes(&g);
+            assert_eq!(sizes.first(), Some(&2), "{name}");
+            assert_eq!(sizes.last(), Some(&top), "{name}");
+        }
+    }
+}
