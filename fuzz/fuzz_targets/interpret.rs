@@ -223,9 +223,19 @@ impl Builder {
                     .with_attr("largest", AttrValue::Int(r.small(0, 1)))
             }
             15 => {
-                let terms = ["ab,bc->ac", "a,b,c->", "...i,...i->...", "ii->i", "abc->cb", "a,a->"];
+                let terms = [
+                    "ab,bc->ac",
+                    "a,b,c->",
+                    "...i,...i->...",
+                    "ii->i",
+                    "abc->cb",
+                    "a,a->",
+                ];
                 let equation = terms[r.below(terms.len())];
-                let inputs: Vec<String> = (0..equation.split("->").next().map_or(1, |l| l.split(',').count()))
+                let inputs: Vec<String> = (0..equation
+                    .split("->")
+                    .next()
+                    .map_or(1, |l| l.split(',').count()))
                     .map(|_| self.pick(r))
                     .collect();
                 Node::new("Einsum", &out, inputs, [out.clone()])
@@ -257,9 +267,7 @@ fn elements(shape: &[usize]) -> usize {
 /// input file could not produce either: reading it is a clean error).
 fn build(r: &mut Reader) -> Option<(Model, Tensor)> {
     let shape = r.shape(4);
-    let values: Vec<f32> = (0..elements(&shape))
-        .map(|_| f32::from(r.byte()))
-        .collect();
+    let values: Vec<f32> = (0..elements(&shape)).map(|_| f32::from(r.byte())).collect();
     let input = Tensor::from_vec(DataType::Float, &shape, values).ok()?;
     let dims = shape.iter().map(|&d| Dim::Known(d as i64)).collect();
     let mut b = Builder {

@@ -115,18 +115,36 @@ fn constant(out: &str, dims: &[usize], values: &[i64]) -> Node {
     )
 }
 
-/// A gather of `data` (of rank `rank`, axis sizes at most 4) into `out`, with its indices as a
-/// `Constant` node named `idx`: returns the two nodes. Indices are mostly in range, negative
-/// ones included.
-fn gather_nodes(r: &mut Reader, data: &str, rank: usize, idx: &str, out: &str) -> [Node; 2] {
-    let index = |r: &mut Reader| i64::from(r.byte() % 9) - 4;
-    let rank = rank.max(1);
-    match r.below(3) {
+/// A gather of `data` (axis sizes `dims`) into `out`, with its indices as a `Constant` node
+/// named `idx`: returns the two nodes. Index values are in range for `dims` (negative ones from
+/// opset 11, where the gathers allow them), and one time in sixteen anything in `-4..=4`;
+/// `GatherElements` and `GatherND` appear from opset 11, and one time in sixteen before (an
+/// error the rewrite must report, not a panic).
+fn gather_nodes(
+    r: &mut Reader,
+    data: &str,
+    dims: &[usize],
+    opset: i64,
+    idx: &str,
+    out: &str,
+) -> [Node; 2] {
+    let rank = dims.len().max(1);
+    let dim = |axis: usize| dims.get(axis).copied().unwrap_or(1) as i64;
+    let index = |r: &mut Reader, d: i64| -> i64 {
+        if r.byte() % 16 == 0 {
+            return i64::from(r.byte() % 9) - 4;
+        }
+        let low = if opset >= 11 { -d } else { 0 };
+        low + i64::from(r.byte()) % (d - low).max(1)
+    };
+    let newer = opset >= 11 || r.byte() % 16 == 0;
+    match if newer { r.below(3) } else { 0 } {
         0 => {
             let shape = r.shape(0, 2);
             let n: usize = shape.iter().product();
-            let values: Vec<i64> = (0..n).map(|_| index(r)).collect();
-            let axis = r.below(rank) as i64 - if r.flag() { rank as i64 } else { 0 };
+            let axis = r.below(rank);
+            let values: Vec<i64> = (0..n).map(|_| index(r, dim(axis))).collect();
+            let axis = axis as i64 - if r.flag() { rank as i64 } else { 0 };
             [
                 constant(idx, &shape, &values),
                 Node::new("Gather", out, [data, idx], [out])
@@ -134,21 +152,25 @@ fn gather_nodes(r: &mut Reader, data: &str, rank: usize, idx: &str, out: &str) -
             ]
         }
         1 => {
-            // GatherElements needs indices of the data's rank.
-            let shape: Vec<usize> = (0..rank).map(|_| 1 + r.below(2)).collect();
+            // GatherElements: indices of the data's rank, no larger than the data off the axis.
+            let axis = r.below(rank);
+            let shape: Vec<usize> = (0..rank)
+                .map(|k| 1 + r.below(dim(k).max(1) as usize))
+                .collect();
             let n: usize = shape.iter().product();
-            let values: Vec<i64> = (0..n).map(|_| index(r)).collect();
-            let axis = r.below(rank) as i64;
+            let values: Vec<i64> = (0..n).map(|_| index(r, dim(axis))).collect();
             [
                 constant(idx, &shape, &values),
                 Node::new("GatherElements", out, [data, idx], [out])
-                    .with_attr("axis", AttrValue::Int(axis)),
+                    .with_attr("axis", AttrValue::Int(axis as i64)),
             ]
         }
         _ => {
             let depth = 1 + r.below(rank);
             let rows = 1 + r.below(3);
-            let values: Vec<i64> = (0..rows * depth).map(|_| index(r)).collect();
+            let values: Vec<i64> = (0..rows * depth)
+                .map(|k| index(r, dim(k % depth)))
+                .collect();
             [
                 constant(idx, &[rows, depth], &values),
                 Node::new("GatherND", out, [data, idx], [out]),
@@ -198,7 +220,7 @@ fn build(r: &mut Reader) -> (Model, Inputs) {
     let mut g = Graph::new("main");
     g.inputs = vec![float_input("x", &inputs.x), float_input("z", &inputs.z)];
     let mut functions = Vec::new();
-    let [c, n] = gather_nodes(r, "x", inputs.x.len(), "i0", "y0");
+    let [c, n] = gather_nodes(r, "x", &inputs.x, opset, "i0", "y0");
     g.add_node(c);
     g.add_node(n);
     g.outputs.push(ValueInfo::untyped("y0"));
@@ -212,7 +234,7 @@ fn build(r: &mut Reader) -> (Model, Inputs) {
             ValueInfo::untyped("x"),
         ];
         body.outputs = vec![ValueInfo::untyped("c_out"), ValueInfo::untyped("x_out")];
-        let [c, n] = gather_nodes(r, "x", inputs.z.len(), "i_body", "picked");
+        let [c, n] = gather_nodes(r, "x", &inputs.z, opset, "i_body", "picked");
         body.add_node(c);
         body.add_node(n);
         body.add_node(Node::new("Identity", "keep_going", ["c"], ["c_out"]));
@@ -232,7 +254,7 @@ fn build(r: &mut Reader) -> (Model, Inputs) {
             let mut b = Graph::new(name);
             b.outputs = vec![ValueInfo::untyped("branch_out")];
             b.add_node(Node::new("Identity", "redefine_x", ["z"], ["x"]));
-            let [c, n] = gather_nodes(r, "x", inputs.z.len(), "i_branch", "branch_out");
+            let [c, n] = gather_nodes(r, "x", &inputs.z, opset, "i_branch", "branch_out");
             b.add_node(c);
             b.add_node(n);
             b
@@ -255,10 +277,17 @@ fn build(r: &mut Reader) -> (Model, Inputs) {
     }
     if cases & 4 == 4 {
         // `f2` gathers; the main graph calls it on `x`, and `f1` (called on `z`) calls it too.
+        // Indices that fit both call sites where they can: the smaller size on each axis.
+        let both: Vec<usize> = inputs
+            .x
+            .iter()
+            .zip(&inputs.z)
+            .map(|(a, b)| *a.min(b))
+            .collect();
         let f2 = function(
             "f2",
             opset,
-            gather_nodes(r, "a", inputs.x.len(), "idx", "b").into(),
+            gather_nodes(r, "a", &both, opset, "idx", "b").into(),
         );
         let f1 = function(
             "f1",
