@@ -640,9 +640,9 @@ fn index_bounds(
     found
 }
 
-fn collect_bounds<'g>(
+fn collect_bounds(
     model: &Model,
-    scopes: &mut Vec<&'g Graph>,
+    scopes: &mut Vec<&Graph>,
     env: &TypeEnv,
     sizes: &HashMap<String, usize>,
     opset: i64,
