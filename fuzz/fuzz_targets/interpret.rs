@@ -18,12 +18,14 @@
 
 #![no_main]
 
+mod shared;
+
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use multigather::interp::Session;
 use multigather::ir::{AttrValue, Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
 use multigather::pass::{GatherToMultiaxis, LowerMultiaxis, RewriteConfig};
 use multigather::{DataType, Tensor};
+use shared::{check_same, session};
 
 /// Reads the fuzz bytes front to back; past the end every read is zero, so any input decodes.
 struct Reader<'a>(&'a [u8]);
@@ -286,34 +288,12 @@ fn build(r: &mut Reader) -> Option<(Model, Tensor)> {
     Some((model, input))
 }
 
-/// Runs `model` and checks it computes `expected` exactly; on a difference, panics showing
-/// the original and the transformed model (all it takes to reproduce a finding by hand).
-fn check_same(original: &Model, model: &Model, stage: &str, input: &Tensor, expected: &Outputs) {
-    let show = || {
-        use multigather::text::model_to_text;
-        let (before, after) = (model_to_text(original), model_to_text(model));
-        format!("input {input:?}\noriginal:\n{before}\n{stage}:\n{after}")
-    };
-    match Session::new(model).run(vec![("x".to_owned(), input.clone())]) {
-        Err(e) => panic!(
-            "the {stage} model fails where the original ran: {e}\n{}",
-            show()
-        ),
-        Ok(actual) if actual != *expected => panic!(
-            "the {stage} model computes something else:\n{expected:?}\n{actual:?}\n{}",
-            show()
-        ),
-        Ok(_) => {}
-    }
-}
-
-type Outputs = Vec<(String, Tensor)>;
-
 fuzz_target!(|data: &[u8]| {
     let Some((model, input)) = build(&mut Reader(data)) else {
         return;
     };
-    let Ok(expected) = Session::new(&model).run(vec![("x".to_owned(), input.clone())]) else {
+    let feeds = vec![("x".to_owned(), input)];
+    let Ok(expected) = session(&model, None).run(feeds.clone()) else {
         return;
     };
     // The run succeeded. The rewrite and the lowering only move data, so the rewritten model,
@@ -322,7 +302,7 @@ fuzz_target!(|data: &[u8]| {
     if GatherToMultiaxis::rewrite(&mut rewritten, RewriteConfig::default()).is_err() {
         return;
     }
-    check_same(&model, &rewritten, "rewritten", &input, &expected);
+    check_same(&model, &rewritten, "rewritten", &feeds, &expected, None);
     // One known difference, left alone: `GatherMultiaxis` reads no index when its output is
     // empty, while the standard gathers it lowers to check every index, so a lowered model may
     // fail where some output is empty.
@@ -331,6 +311,6 @@ fuzz_target!(|data: &[u8]| {
     }
     if LowerMultiaxis::lower(&mut rewritten).is_ok() {
         let stage = "rewritten and lowered";
-        check_same(&model, &rewritten, stage, &input, &expected);
+        check_same(&model, &rewritten, stage, &feeds, &expected, None);
     }
 });

@@ -21,15 +21,17 @@
 
 #![no_main]
 
+mod shared;
+
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use multigather::interp::{RunOptions, Session};
 use multigather::ir::{
     AttrValue, Dim, Function, Graph, Model, Node, OpsetImport, StoredTensor, Type, ValueInfo,
 };
 use multigather::pass::{GatherToMultiaxis, LowerMultiaxis, Pass, PassManager, RewriteConfig};
 use multigather::text::model_to_text;
 use multigather::{DataType, Tensor};
+use shared::{check_same, session};
 
 fuzz_target!(|data: &[u8]| {
     match data.split_first() {
@@ -359,43 +361,6 @@ fn model_opset_problem(model: &Model) -> Option<String> {
     })
 }
 
-/// Runs `model` and checks it computes `expected` exactly.
-fn check_same(
-    original: &Model,
-    model: &Model,
-    stage: &str,
-    feeds: &[(String, Tensor)],
-    expected: &Outputs,
-) {
-    let show = || {
-        let (before, after) = (model_to_text(original), model_to_text(model));
-        format!("inputs {feeds:?}\noriginal:\n{before}\n{stage}:\n{after}")
-    };
-    match session(model).run(feeds.to_vec()) {
-        Err(e) => panic!(
-            "the {stage} model fails where the original ran: {e}\n{}",
-            show()
-        ),
-        Ok(actual) if actual != *expected => panic!(
-            "the {stage} model computes something else:\n{expected:?}\n{actual:?}\n{}",
-            show()
-        ),
-        Ok(_) => {}
-    }
-}
-
-type Outputs = Vec<(String, Tensor)>;
-
-/// A session on the calling thread: worker threads would outlive the input, and their
-/// thread-local destructors read as leaks to LeakSanitizer.
-fn session(model: &Model) -> Session<'_> {
-    let options = RunOptions {
-        threads: Some(1),
-        max_memory: None,
-    };
-    Session::with_options(model, options)
-}
-
 /// The generated mode.
 fn generated(r: &mut Reader) {
     let (model, inputs) = build(r);
@@ -419,10 +384,10 @@ fn generated(r: &mut Reader) {
     let second = GatherToMultiaxis::rewrite(&mut again, RewriteConfig::default())
         .expect("a rewritten model rewrites again");
     assert_eq!(second.rewritten, 0, "a second rewrite changed the model");
-    let Ok(expected) = session(&model).run(feeds.clone()) else {
+    let Ok(expected) = session(&model, Some(1)).run(feeds.clone()) else {
         return;
     };
-    check_same(&model, &rewritten, "rewritten", &feeds, &expected);
+    check_same(&model, &rewritten, "rewritten", &feeds, &expected, Some(1));
     if expected.iter().any(|(_, t)| t.is_empty()) {
         return;
     }
@@ -433,6 +398,7 @@ fn generated(r: &mut Reader) {
             "rewritten and lowered",
             &feeds,
             &expected,
+            Some(1),
         );
     }
 }

@@ -19,7 +19,8 @@
 //!    that are not only the first axis of inputs of rank 2 or more (a batch) take, together,
 //!    the sizes 2, 4, 8, … up to the first power of two at least the product of the strides of
 //!    the convolutions and pools and at least their largest kernel extent (64 when the graph has
-//!    neither), at most 4096, until the model runs.
+//!    neither), at most 4096, until the model runs. The search stops early on a failure that
+//!    larger sizes cannot cure (an unsupported operator, the memory budget).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -221,7 +222,7 @@ pub fn draw_runnable<T>(
                         tried,
                     })
                 }
-                Err(Error::Tensor(_)) => break,
+                Err(e) if !may_depend_on_sizes(&e) => break,
                 Err(_) => tried.push(size),
             }
         }
@@ -233,6 +234,17 @@ pub fn draw_runnable<T>(
         free,
         tried,
     })
+}
+
+/// Whether a run's failure may go away with other input sizes: not an operator or construct
+/// the interpreter does not support, nor a memory budget or limit (larger sizes only make those
+/// worse).
+fn may_depend_on_sizes(e: &Error) -> bool {
+    match e {
+        Error::AtNode { cause, .. } | Error::Pass { cause, .. } => may_depend_on_sizes(cause),
+        Error::Unsupported(_) | Error::Tensor(_) | Error::Limit(_) => false,
+        _ => true,
+    }
 }
 
 /// Random inputs for every graph input that is not an initializer, with the symbolic dims in
