@@ -25,23 +25,9 @@ use libfuzzer_sys::fuzz_target;
 use multigather::ir::{AttrValue, Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
 use multigather::pass::{GatherToMultiaxis, LowerMultiaxis, RewriteConfig};
 use multigather::{DataType, Tensor};
-use shared::{check_same, session};
-
-/// Reads the fuzz bytes front to back; past the end every read is zero, so any input decodes.
-struct Reader<'a>(&'a [u8]);
+use shared::{check_same, session, Reader};
 
 impl Reader<'_> {
-    fn byte(&mut self) -> u8 {
-        let (&b, rest) = self.0.split_first().unwrap_or((&0, &[]));
-        self.0 = rest;
-        b
-    }
-
-    /// A value in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        usize::from(self.byte()) % n
-    }
-
     /// A small signed value in `lo..=hi`.
     fn small(&mut self, lo: i64, hi: i64) -> i64 {
         lo + (i64::from(self.byte()) % (hi - lo + 1))

@@ -31,7 +31,7 @@ use multigather::ir::{
 use multigather::pass::{GatherToMultiaxis, LowerMultiaxis, Pass, PassManager, RewriteConfig};
 use multigather::text::model_to_text;
 use multigather::{DataType, Tensor};
-use shared::{check_same, session};
+use shared::{check_same, session, Reader};
 
 fuzz_target!(|data: &[u8]| {
     match data.split_first() {
@@ -63,21 +63,7 @@ fn bytes_as_model(data: &[u8]) {
     assert!(!changed, "a second rewrite changed the model");
 }
 
-/// Reads the fuzz bytes front to back; past the end every read is zero, so any input decodes.
-struct Reader<'a>(&'a [u8]);
-
 impl Reader<'_> {
-    fn byte(&mut self) -> u8 {
-        let (&b, rest) = self.0.split_first().unwrap_or((&0, &[]));
-        self.0 = rest;
-        b
-    }
-
-    /// A value in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        usize::from(self.byte()) % n
-    }
-
     fn flag(&mut self) -> bool {
         self.byte() & 1 == 1
     }

@@ -1,10 +1,27 @@
-//! What the fuzz targets that run models share: the check that a transformed model computes
-//! what the original did.
+//! What the fuzz targets that generate models share: the reader of the fuzz bytes, and the
+//! check that a transformed model computes what the original did. Each target adds the reads
+//! it needs to `Reader` in its own file.
 
 use multigather::interp::{RunOptions, Session};
 use multigather::ir::Model;
 use multigather::text::model_to_text;
 use multigather::Tensor;
+
+/// Reads the fuzz bytes front to back; past the end every read is zero, so any input decodes.
+pub struct Reader<'a>(pub &'a [u8]);
+
+impl Reader<'_> {
+    pub fn byte(&mut self) -> u8 {
+        let (&b, rest) = self.0.split_first().unwrap_or((&0, &[]));
+        self.0 = rest;
+        b
+    }
+
+    /// A value in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        usize::from(self.byte()) % n
+    }
+}
 
 /// A model's outputs, by name.
 pub type Outputs = Vec<(String, Tensor)>;
