@@ -31,6 +31,7 @@ pub fn session(model: &Model, threads: Option<usize>) -> Session<'_> {
     let options = RunOptions {
         threads,
         max_memory: None,
+        ..RunOptions::default()
     };
     Session::with_options(model, options)
 }
