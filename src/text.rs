@@ -63,6 +63,39 @@ pub fn model_to_text_with(model: &Model, options: &TextOptions) -> String {
     p.out
 }
 
+/// A unified diff (three lines of context) of two models' text forms, headed `--- original` /
+/// `+++ rewritten`; empty when both print the same.
+///
+/// It is as stable as the text form: nodes in execution order, everything else in file order,
+/// floats in their shortest round-trip form, tensors of more than 16 elements elided, and no
+/// path, time or platform in it, so a snapshot of it holds across runs and machines. `multigather
+/// rewrite --diff` prints this text; [`crate::pass::rewrite_diff`] rewrites and diffs in one call.
+///
+/// # Example
+/// ```
+/// use multigather::ir::{Graph, Model, Node};
+/// let mut g = Graph::new("main");
+/// g.add_node(Node::new("Relu", "", ["X"], ["Y"]));
+/// let before = Model::new(g.clone(), 13);
+/// g.add_node(Node::new("Neg", "", ["Y"], ["Z"]));
+/// let after = Model::new(g, 13);
+/// let diff = multigather::text::model_diff(&before, &after);
+/// assert!(diff.starts_with("--- original\n+++ rewritten\n@@"));
+/// assert!(diff.contains("\n+   Z = Neg (Y)\n"));
+/// assert_eq!(multigather::text::model_diff(&before, &before), "");
+/// ```
+pub fn model_diff(before: &Model, after: &Model) -> String {
+    let (a, b) = (model_to_text(before), model_to_text(after));
+    if a == b {
+        return String::new();
+    }
+    similar::TextDiff::from_lines(&a, &b)
+        .unified_diff()
+        .context_radius(3)
+        .header("original", "rewritten")
+        .to_string()
+}
+
 /// Renders one graph (no model header), e.g. a subgraph in an error message.
 pub fn graph_to_text(graph: &Graph) -> String {
     let mut p = Printer {

@@ -5,17 +5,19 @@
 //! does; [`compare`] reports, per output, whether the bits agree and, if not, how many elements
 //! differ and by how much.
 //!
-//! Random inputs are drawn deterministically from a seed. Integer inputs that a gather uses as its
-//! indices are drawn in the range that gather accepts, negative values included, so a random run
-//! exercises the gathers instead of failing on the first index.
+//! Random inputs are drawn deterministically from a seed, by rules that make them inputs the model
+//! can take (module `inputs`, [`draw_inputs`]): symbolic dims sized as the graph requires, integer
+//! inputs that reach gather indices drawn within the indexed dimension, and larger sizes searched
+//! when the model fails on the first draw ([`draw_runnable`]).
 
-use std::collections::HashMap;
+mod inputs;
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::infer::TypeEnv;
-use crate::ir::{Dim, Graph, Model};
+pub use inputs::{
+    draw_inputs, draw_runnable, random_inputs, Attempt, DimChoice, DrawOptions, Drawn, InputChoice,
+};
+
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -51,210 +53,6 @@ impl Rng {
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 52) as f64 - 1.0
     }
-}
-
-/// Random inputs for every graph input that is not an initializer.
-///
-/// Symbolic dimensions take their size from `dims` (default 1); unknown dimensions are 1.
-///
-/// # Example
-/// ```
-/// use multigather::ir::{Dim, Graph, Model, Type, ValueInfo};
-/// use multigather::DataType;
-/// let mut g = Graph::new("g");
-/// g.inputs.push(ValueInfo::new("x", Type::tensor(DataType::Float, vec![Dim::Symbolic("n".into()), Dim::Known(2)])));
-/// let model = Model::new(g, 13);
-/// let dims = [("n".to_string(), 3)].into_iter().collect();
-/// let inputs = multigather::verify::random_inputs(&model, 7, &dims)?;
-/// assert_eq!(inputs[0].0, "x");
-/// assert_eq!(inputs[0].1.shape(), &[3, 2]);
-/// # Ok::<(), multigather::Error>(())
-/// ```
-pub fn random_inputs(
-    model: &Model,
-    seed: u64,
-    dims: &HashMap<String, usize>,
-) -> Result<Vec<(String, Tensor)>> {
-    let graph = &model.graph;
-    let ranges = index_ranges(model, dims);
-    let mut rng = Rng::new(seed);
-    let mut out = Vec::new();
-    for input in &graph.inputs {
-        if graph.initializer(&input.name).is_some() {
-            continue;
-        }
-        let ty = input.tensor_type().ok_or_else(|| {
-            Error::Unsupported(format!(
-                "input '{}' is not a tensor, so no random value can be drawn for it",
-                input.name
-            ))
-        })?;
-        let elem = ty.elem.ok_or_else(|| {
-            Error::Unsupported(format!("input '{}' has no element type", input.name))
-        })?;
-        let shape: Vec<usize> = match &ty.shape {
-            Some(s) => s.dims.iter().map(|d| resolve(d, dims)).collect(),
-            None => {
-                return Err(Error::Unsupported(format!(
-                    "input '{}' has an unknown rank; give its value with --inputs",
-                    input.name
-                )))
-            }
-        };
-        let range = ranges.get(&input.name);
-        out.push((
-            input.name.clone(),
-            random_tensor(elem, &shape, range, &mut rng)?,
-        ));
-    }
-    Ok(out)
-}
-
-fn resolve(d: &Dim, dims: &HashMap<String, usize>) -> usize {
-    match d {
-        Dim::Known(v) if *v >= 0 => *v as usize,
-        Dim::Symbolic(s) => dims.get(s).copied().unwrap_or(1),
-        Dim::Known(_) | Dim::Unknown => 1,
-    }
-}
-
-/// For graph inputs used directly as gather indices: the valid range of each coordinate
-/// (`[-d, d)` for an axis of size `d`), in the order coordinates appear in the last dimension.
-fn index_ranges(model: &Model, dims: &HashMap<String, usize>) -> HashMap<String, Vec<(i64, i64)>> {
-    let graph = &model.graph;
-    let env = TypeEnv::infer(graph, &model.opset_imports, &TypeEnv::default());
-    let mut ranges = HashMap::new();
-    collect_ranges(graph, &env, dims, &mut ranges);
-    ranges
-}
-
-fn collect_ranges(
-    graph: &Graph,
-    env: &TypeEnv,
-    dims: &HashMap<String, usize>,
-    ranges: &mut HashMap<String, Vec<(i64, i64)>>,
-) {
-    for (_, node) in graph.nodes() {
-        for g in node.subgraphs() {
-            collect_ranges(g, env, dims, ranges);
-        }
-        let (Some(data), Some(indices)) = (node.inputs.first(), node.inputs.get(1)) else {
-            continue;
-        };
-        let Some(data_dims) = env.dims(data) else {
-            continue;
-        };
-        let size = |axis: i64| -> Option<(i64, i64)> {
-            let r = data_dims.len() as i64;
-            let a = if axis < 0 { axis + r } else { axis };
-            let d = resolve(data_dims.get(usize::try_from(a).ok()?)?, dims) as i64;
-            Some((-d, d))
-        };
-        let coordinates: Option<Vec<(i64, i64)>> =
-            match (node.domain.as_str(), node.op_type.as_str()) {
-                ("" | "ai.onnx", "Gather" | "GatherElements") => node
-                    .attr_int("axis", 0)
-                    .ok()
-                    .and_then(size)
-                    .map(|r| vec![r]),
-                ("" | "ai.onnx", "GatherND") => {
-                    let batch = node.attr_int("batch_dims", 0).unwrap_or(0);
-                    // The depth as the inputs will have it: known, or a symbolic dim resolved
-                    // like every other.
-                    let depth = env
-                        .dims(indices)
-                        .and_then(|d| d.last())
-                        .map(|d| resolve(d, dims) as i64);
-                    depth.and_then(|k| (0..k).map(|j| size(batch + j)).collect())
-                }
-                (crate::gather::DOMAIN, "GatherMultiaxis") => node
-                    .attr_ints("axes")
-                    .ok()
-                    .flatten()
-                    .and_then(|axes| axes.iter().map(|&a| size(a)).collect()),
-                _ => None,
-            };
-        if let Some(c) = coordinates.filter(|c| !c.is_empty()) {
-            ranges.entry(indices.clone()).or_insert(c);
-        }
-    }
-}
-
-fn random_tensor(
-    elem: DataType,
-    shape: &[usize],
-    range: Option<&Vec<(i64, i64)>>,
-    rng: &mut Rng,
-) -> Result<Tensor> {
-    Tensor::check_size(elem, shape)?;
-    let count: usize = shape.iter().product();
-    let mut int = |i: usize, low: i64, high: i64| -> i64 {
-        match range {
-            Some(r) => {
-                let (lo, hi) = r[i % r.len()];
-                rng.range(lo, hi)
-            }
-            None => rng.range(low, high),
-        }
-    };
-    macro_rules! ints {
-        ($t:ty, $low:expr, $high:expr) => {
-            Tensor::from_vec(
-                elem,
-                shape,
-                (0..count)
-                    .map(|i| int(i, $low, $high) as $t)
-                    .collect::<Vec<$t>>(),
-            )?
-        };
-    }
-    let t = match elem {
-        DataType::Float => Tensor::from_vec(
-            elem,
-            shape,
-            (0..count).map(|_| rng.unit() as f32).collect::<Vec<f32>>(),
-        )?,
-        DataType::Double => Tensor::from_vec(
-            elem,
-            shape,
-            (0..count).map(|_| rng.unit()).collect::<Vec<f64>>(),
-        )?,
-        DataType::Float16 => Tensor::from_vec(
-            elem,
-            shape,
-            (0..count)
-                .map(|_| half::f16::from_f64(rng.unit()))
-                .collect::<Vec<_>>(),
-        )?,
-        DataType::Bfloat16 => Tensor::from_vec(
-            elem,
-            shape,
-            (0..count)
-                .map(|_| half::bf16::from_f64(rng.unit()))
-                .collect::<Vec<_>>(),
-        )?,
-        DataType::Int64 => ints!(i64, -100, 100),
-        DataType::Int32 => ints!(i32, -100, 100),
-        DataType::Int16 => ints!(i16, -100, 100),
-        DataType::Int8 => ints!(i8, -100, 100),
-        DataType::Uint64 => ints!(u64, 0, 200),
-        DataType::Uint32 => ints!(u32, 0, 200),
-        DataType::Uint16 => ints!(u16, 0, 200),
-        DataType::Uint8 => ints!(u8, 0, 200),
-        DataType::Bool => ints!(u8, 0, 2),
-        DataType::String => Tensor::from_strings(
-            shape,
-            (0..count)
-                .map(|_| format!("s{}", rng.range(0, 100)).into_bytes())
-                .collect(),
-        )?,
-        other => {
-            let bytes = other.storage_bytes(count).unwrap_or(0);
-            let data: Vec<u8> = (0..bytes).map(|_| rng.next_u64() as u8).collect();
-            Tensor::from_bytes(other, shape, &data)?
-        }
-    };
-    Ok(t)
 }
 
 /// How one output of two runs compares.

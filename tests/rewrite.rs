@@ -48,6 +48,16 @@ fn fixture_rewrites() {
     });
 }
 
+/// The recipe the README gives users for their own models: a snapshot of the diff the rewrite
+/// makes (`pass::rewrite_diff`), reviewed with `cargo insta review`.
+#[test]
+fn rewrite_diff_snapshot_of_a_gather_in_an_if_branch() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gather_in_if/model.onnx");
+    let model = multigather::io::load(&path).unwrap();
+    let diff = multigather::pass::rewrite_diff(&model, RewriteConfig::default()).unwrap();
+    insta::assert_snapshot!(diff);
+}
+
 #[test]
 fn skip_patterns_and_op_selection_leave_nodes_alone() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gather_chain/model.onnx");

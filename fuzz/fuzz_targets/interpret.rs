@@ -23,28 +23,17 @@
 
 #![no_main]
 
+mod shared;
+
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use multigather::interp::{RunOptions, Session};
+use multigather::interp::RunOptions;
 use multigather::ir::{AttrValue, Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
 use multigather::pass::{GatherToMultiaxis, LowerMultiaxis, RewriteConfig};
 use multigather::{DataType, Tensor};
-
-/// Reads the fuzz bytes front to back; past the end every read is zero, so any input decodes.
-struct Reader<'a>(&'a [u8]);
+use shared::{check_same, session, Reader};
 
 impl Reader<'_> {
-    fn byte(&mut self) -> u8 {
-        let (&b, rest) = self.0.split_first().unwrap_or((&0, &[]));
-        self.0 = rest;
-        b
-    }
-
-    /// A value in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        usize::from(self.byte()) % n
-    }
-
     /// A small signed value in `lo..=hi`.
     fn small(&mut self, lo: i64, hi: i64) -> i64 {
         lo + (i64::from(self.byte()) % (hi - lo + 1))
@@ -126,15 +115,6 @@ impl Reader<'_> {
 /// The memory budget of every session the target runs: large enough for any output the small
 /// shapes make, small enough that a large one is refused at once.
 const BUDGET: usize = 64 << 20;
-
-/// A session under `budget` bytes.
-fn session(model: &Model, budget: usize) -> Session<'_> {
-    let options = RunOptions {
-        max_memory: Some(budget),
-        ..RunOptions::default()
-    };
-    Session::with_options(model, options)
-}
 
 /// The graph under construction: the values defined so far, and a counter for fresh names.
 struct Builder {
@@ -484,36 +464,16 @@ fn build(r: &mut Reader) -> Option<(Model, Tensor)> {
     Some((model, input))
 }
 
-/// Runs `model` and checks it computes `expected` exactly; on a difference, panics showing
-/// the original and the transformed model (all it takes to reproduce a finding by hand).
-fn check_same(original: &Model, model: &Model, stage: &str, input: &Tensor, expected: &Outputs) {
-    let show = || {
-        use multigather::text::model_to_text;
-        let (before, after) = (model_to_text(original), model_to_text(model));
-        format!("input {input:?}\noriginal:\n{before}\n{stage}:\n{after}")
-    };
-    // The transformed model may hold a few more intermediate values at once than the original:
-    // it gets room for them, so that only a real difference is a finding.
-    match session(model, 4 * BUDGET).run(vec![("x".to_owned(), input.clone())]) {
-        Err(e) => panic!(
-            "the {stage} model fails where the original ran: {e}\n{}",
-            show()
-        ),
-        Ok(actual) if actual != *expected => panic!(
-            "the {stage} model computes something else:\n{expected:?}\n{actual:?}\n{}",
-            show()
-        ),
-        Ok(_) => {}
-    }
-}
-
-type Outputs = Vec<(String, Tensor)>;
-
 fuzz_target!(|data: &[u8]| {
     let Some((model, input)) = build(&mut Reader(data)) else {
         return;
     };
-    let Ok(expected) = session(&model, BUDGET).run(vec![("x".to_owned(), input.clone())]) else {
+    let feeds = vec![("x".to_owned(), input)];
+    let options = |max_memory| RunOptions {
+        max_memory: Some(max_memory),
+        ..RunOptions::default()
+    };
+    let Ok(expected) = session(&model, &options(BUDGET)).run(feeds.clone()) else {
         return;
     };
     // The run succeeded. The rewrite and the lowering only move data, so the rewritten model,
@@ -522,7 +482,10 @@ fuzz_target!(|data: &[u8]| {
     if GatherToMultiaxis::rewrite(&mut rewritten, RewriteConfig::default()).is_err() {
         return;
     }
-    check_same(&model, &rewritten, "rewritten", &input, &expected);
+    // The transformed model may hold a few more intermediate values at once than the original:
+    // it gets room for them, so that only a real difference is a finding.
+    let room = options(4 * BUDGET);
+    check_same(&model, &rewritten, "rewritten", &feeds, &expected, &room);
     // One known difference, left alone: `GatherMultiaxis` reads no index when its output is
     // empty, while the standard gathers it lowers to check every index, so a lowered model may
     // fail where some output is empty.
@@ -531,6 +494,6 @@ fuzz_target!(|data: &[u8]| {
     }
     if LowerMultiaxis::lower(&mut rewritten).is_ok() {
         let stage = "rewritten and lowered";
-        check_same(&model, &rewritten, stage, &input, &expected);
+        check_same(&model, &rewritten, stage, &feeds, &expected, &room);
     }
 });

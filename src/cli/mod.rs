@@ -29,7 +29,9 @@ Examples:
   multigather inspect model.onnx --json
   multigather rewrite model.onnx -o model.mg.onnx
   multigather rewrite model.onnx -o model.mg.onnx --with-function-body
-  multigather verify model.onnx --random --seed 1 --dim batch=2
+  multigather rewrite model.onnx -o model.mg.onnx --diff
+  multigather verify model.onnx --seed 1 --dim batch=2
+  multigather verify model.onnx --input ids=ids.npy
   multigather lower model.mg.onnx -o model.lowered.onnx
   multigather run model.onnx --inputs test_data_set_0 --output-dir out
   multigather test tests/data/node
@@ -93,6 +95,10 @@ pub enum Command {
         /// differ). For chosen inputs or symbolic dims, use `verify` on the output.
         #[arg(long)]
         verify: bool,
+        /// Print a unified diff of the text form, before and after the rewrite, on standard
+        /// output (stable across runs and platforms: fit for snapshot tests).
+        #[arg(long)]
+        diff: bool,
     },
     /// Replace every GatherMultiaxis by standard ONNX operators (exit 1 if some cannot be).
     Lower {
@@ -146,13 +152,18 @@ pub enum Command {
         /// A directory of inputs, as for `run`.
         #[arg(long)]
         inputs: Option<PathBuf>,
-        /// Draw random inputs from the declared types.
+        /// One input as NAME=FILE (.pb or .npy), as for `run`; repeatable. Inputs not given
+        /// are drawn.
+        #[arg(long = "input")]
+        input: Vec<String>,
+        /// Draw the inputs not given (the default; accepted for scripts that pass it).
         #[arg(long)]
         random: bool,
-        /// Seed for --random.
+        /// Seed of the drawn inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Size of a symbolic dimension for --random, as NAME=VALUE; repeatable (default 1).
+        /// Size of a symbolic dimension of the drawn inputs, as NAME=VALUE; repeatable (default:
+        /// what the graph requires, else 1, larger sizes searched if the model fails).
         #[arg(long)]
         dim: Vec<String>,
         /// Print the comparison as JSON.
@@ -189,6 +200,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             external_threshold,
             with_function_body,
             verify,
+            diff,
         } => rewrite::run(rewrite::RewriteArgs {
             model: &model,
             output: &output,
@@ -199,6 +211,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             save: rewrite::save_options(external_data.as_ref(), external_threshold),
             with_function_body,
             verify,
+            diff,
         }),
         Command::Lower {
             model,
@@ -234,7 +247,8 @@ pub fn run(args: Args) -> Result<Outcome> {
             model,
             rewritten,
             inputs,
-            random,
+            input,
+            random: _,
             seed,
             dim,
             json,
@@ -243,7 +257,7 @@ pub fn run(args: Args) -> Result<Outcome> {
             model: &model,
             rewritten: rewritten.as_deref(),
             inputs: inputs.as_deref(),
-            random,
+            input: &input,
             seed,
             dims: &dim,
             json,

@@ -1,13 +1,12 @@
 //! `multigather rewrite`: the GatherToMultiaxis pass from file to file.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use multigather::interp::RunOptions;
 use multigather::io::{ExternalPolicy, SaveOptions};
 use multigather::pass::{DefineMultiaxisFunctions, GatherKind, GatherToMultiaxis, RewriteConfig};
-use multigather::verify::random_inputs;
+use multigather::verify::DrawOptions;
 
 use super::{output, Outcome};
 
@@ -21,9 +20,11 @@ pub struct RewriteArgs<'a> {
     pub skip: &'a [String],
     pub save: SaveOptions,
     pub with_function_body: bool,
-    /// Prove the rewrite before writing it: both models run on random inputs drawn from the
-    /// declared types (seed 0, symbolic dims 1) and must agree bit for bit.
+    /// Prove the rewrite before writing it: both models run on inputs drawn as `verify` draws
+    /// them (seed 0) and must agree bit for bit.
     pub verify: bool,
+    /// Print the unified diff of the text form before and after on standard output.
+    pub diff: bool,
 }
 
 /// Parses `--ops` values into op kinds.
@@ -75,32 +76,45 @@ pub fn run(args: RewriteArgs) -> Result<Outcome> {
     if args.json && multigather::io::is_stdout_path(args.output) {
         bail!("--json prints the report on standard output, where the model goes; write the model to a file");
     }
+    if args.diff && multigather::io::is_stdout_path(args.output) {
+        bail!("--diff prints on standard output, where the model goes; write the model to a file");
+    }
+    if args.diff && args.json {
+        bail!("--diff and --json both print on standard output; give one of them");
+    }
     let config = RewriteConfig {
         kinds: kinds(args.ops)?,
         skip: args.skip.to_vec(),
     };
     let mut model = super::load(args.model)?;
-    let original = args.verify.then(|| model.clone());
+    let original = (args.verify || args.diff).then(|| model.clone());
     let report = GatherToMultiaxis::rewrite(&mut model, config)
         .with_context(|| format!("rewriting {}", args.model.display()))?;
-    if let Some(original) = &original {
-        let inputs = random_inputs(original, 0, &HashMap::new())
-            .context("drawing random inputs to verify the rewrite (use `multigather verify` with --dim or --inputs)")?;
-        let comparisons =
-            match super::verify::prove(original, &model, &inputs, &RunOptions::default()) {
-                // The interpreter lacks an operator: the rewrite is written, checked statically
-                // only, and the message says so.
-                Err(e) if super::verify::is_unsupported(&e) => {
-                    output::eprintln(&format!(
-                        "not verified by running ({e:#}); the rewrite is written, checked \
-                         statically only"
-                    ));
-                    None
-                }
-                other => Some(other.context(
-                    "verifying the rewrite (use `multigather verify` with --dim or --inputs)",
-                )?),
-            };
+    if let Some(original) = original.as_ref().filter(|_| args.verify) {
+        let proved = super::verify::prove(
+            original,
+            &model,
+            &DrawOptions::default(),
+            &RunOptions::default(),
+        );
+        let comparisons = match proved {
+            // The interpreter lacks an operator: the rewrite is written, checked statically
+            // only, and the message says so.
+            Err(e) if super::verify::is_unsupported(&e) => {
+                output::eprintln(&format!(
+                    "not verified by running ({e:#}); the rewrite is written, checked \
+                     statically only"
+                ));
+                None
+            }
+            other => Some(
+                other
+                    .context(
+                        "verifying the rewrite (`multigather verify` takes --dim and --input)",
+                    )?
+                    .1,
+            ),
+        };
         let proved = comparisons.is_some();
         let comparisons = comparisons.unwrap_or_default();
         let different: Vec<&str> = comparisons
@@ -122,6 +136,12 @@ pub fn run(args: RewriteArgs) -> Result<Outcome> {
             ));
         }
     }
+    // The diff of the rewrite itself, before any function bodies are defined; printed once the
+    // model is saved.
+    let diff = match (&original, args.diff) {
+        (Some(original), true) => Some(multigather::text::model_diff(original, &model)),
+        _ => None,
+    };
     let functions = if args.with_function_body {
         let report = DefineMultiaxisFunctions::define(&mut model)
             .with_context(|| format!("defining functions in {}", args.model.display()))?;
@@ -136,6 +156,9 @@ pub fn run(args: RewriteArgs) -> Result<Outcome> {
     }
     if args.json {
         output::println(&serde_json::to_string_pretty(&report)?)?;
+    }
+    if let Some(diff) = &diff {
+        output::print(diff)?;
     }
     Ok(Outcome::Success)
 }

@@ -1,16 +1,21 @@
 //! `multigather verify`: rewrites a model in memory (or takes a rewritten file), runs both on the
 //! same inputs and compares every output bit for bit. A rewrite only moves data, so any
 //! difference is a bug; exit 1 says so.
+//!
+//! Inputs not given (`--inputs DIR`, `--input NAME=FILE`) are drawn by the rules of
+//! `multigather::verify::draw_inputs`; what was drawn, with which shapes and ranges, is printed.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use multigather::interp::{RunOptions, Session};
 use multigather::ir::Model;
 use multigather::pass::{GatherToMultiaxis, RewriteConfig};
 use multigather::tensor::{default_budget, Arena};
-use multigather::verify::{compare, random_inputs, OutputComparison};
+use multigather::verify::{
+    compare, draw_runnable, Attempt, DimChoice, DrawOptions, Drawn, InputChoice, OutputComparison,
+};
 use multigather::Tensor;
 use serde::Serialize;
 
@@ -21,7 +26,7 @@ pub struct VerifyArgs<'a> {
     pub model: &'a Path,
     pub rewritten: Option<&'a Path>,
     pub inputs: Option<&'a Path>,
-    pub random: bool,
+    pub input: &'a [String],
     pub seed: u64,
     pub dims: &'a [String],
     pub json: bool,
@@ -32,11 +37,13 @@ pub struct VerifyArgs<'a> {
 struct Report<'a> {
     identical: bool,
     rewritten_nodes: usize,
+    inputs: &'a [InputChoice],
+    dims: &'a [DimChoice],
     outputs: &'a [OutputComparison],
 }
 
 /// Parses `--dim NAME=VALUE` pairs.
-fn dim_sizes(pairs: &[String]) -> Result<HashMap<String, usize>> {
+pub fn dim_sizes(pairs: &[String]) -> Result<HashMap<String, usize>> {
     pairs
         .iter()
         .map(|p| {
@@ -51,14 +58,16 @@ fn dim_sizes(pairs: &[String]) -> Result<HashMap<String, usize>> {
         .collect()
 }
 
-/// Runs `original` and `rewritten` on the same `inputs` and compares every output bit for bit.
+/// Runs `original` and `rewritten` on the same inputs, given or drawn (see [`run_original`]),
+/// and compares every output bit for bit.
 pub fn prove(
     original: &Model,
     rewritten: &Model,
-    inputs: &[(String, Tensor)],
+    draw: &DrawOptions,
     options: &RunOptions,
-) -> Result<Vec<OutputComparison>> {
-    let original = Session::with_options(original, options.clone());
+) -> Result<(Drawn, Vec<OutputComparison>)> {
+    let model = original;
+    let original = Session::with_options(model, options.clone());
     let rewritten = Session::with_options(rewritten, options.clone());
     // Both models are checked before either runs: an operator the interpreter lacks is
     // reported before any work is done.
@@ -67,14 +76,12 @@ pub fn prove(
             .check()
             .with_context(|| format!("running the {what} model"))?;
     }
-    let run = |session: &Session, what: &str| {
-        session
-            .run(inputs.to_vec())
-            .with_context(|| format!("running the {what} model"))
-    };
-    let expected = run(&original, "original")?;
-    let actual = run(&rewritten, "rewritten")?;
-    Ok(compare(&expected, &actual))
+    let (drawn, expected) = run_original(model, &original, draw, options)?;
+    let actual = rewritten
+        .run(drawn.inputs.clone())
+        .context("running the rewritten model")?;
+    let comparisons = compare(&expected, &actual);
+    Ok((drawn, comparisons))
 }
 
 /// Whether `e` says the interpreter lacks an operator (the rewrite may still be right; it
@@ -86,6 +93,71 @@ pub fn is_unsupported(e: &anyhow::Error) -> bool {
             Some(multigather::Error::Unsupported(_))
         )
     })
+}
+
+/// Inputs the original model runs on, given or drawn (larger sizes searched when the first draw
+/// fails), with the original's outputs. When no draw runs, the error names the drawn inputs
+/// with their shapes and the `--dim` flags that would set them.
+fn run_original(
+    model: &Model,
+    session: &Session,
+    draw: &DrawOptions,
+    options: &RunOptions,
+) -> Result<(Drawn, Vec<(String, Tensor)>)> {
+    // Drawn tensors count against the same budget as a run's.
+    let budget = Arena::new(options.max_memory.unwrap_or_else(default_budget), false);
+    let attempt = budget
+        .enter(|| draw_runnable(model, draw, |inputs| session.run(inputs.to_vec())))
+        .context("drawing random inputs")?;
+    let (drawn, error, free, tried) = match attempt {
+        Attempt::Ran { drawn, result, .. } => return Ok((drawn, result)),
+        Attempt::Failed {
+            drawn,
+            error,
+            free,
+            tried,
+        } => (drawn, error, free, tried),
+    };
+    let error = anyhow::Error::new(error);
+    if drawn.choices.iter().all(|c| !c.drawn) {
+        return Err(error.context("running the original model"));
+    }
+    let hint = failure_hint(&drawn, &free, &tried);
+    Err(error.context(format!("running the original model {hint}")))
+}
+
+/// What was drawn when the original model failed on it, and what to give instead:
+/// `on drawn inputs x float[1, 3, 1, 1] with h=1, w=1 (also tried h, w = 2, 4); give sizes with
+/// --dim h=VALUE --dim w=VALUE or inputs with --input NAME=FILE`.
+fn failure_hint(drawn: &Drawn, free: &[String], tried: &[usize]) -> String {
+    let mut hint = format!("on drawn inputs {}", drawn.shapes());
+    if !drawn.dims.is_empty() {
+        let sizes: Vec<String> = drawn
+            .dims
+            .iter()
+            .map(|d| format!("{}={}", d.name, d.size))
+            .collect();
+        hint += &format!(" with {}", sizes.join(", "));
+    }
+    if !tried.is_empty() {
+        let sizes: Vec<String> = tried.iter().map(usize::to_string).collect();
+        hint += &format!(" (also tried {} = {})", free.join(", "), sizes.join(", "));
+    }
+    let wanted: Vec<&str> = if free.is_empty() {
+        drawn.dims.iter().map(|d| d.name.as_str()).collect()
+    } else {
+        free.iter().map(String::as_str).collect()
+    };
+    if wanted.is_empty() {
+        hint += "; give inputs with --input NAME=FILE";
+    } else {
+        let flags: Vec<String> = wanted.iter().map(|n| format!("--dim {n}=VALUE")).collect();
+        hint += &format!(
+            "; give sizes with {} or inputs with --input NAME=FILE",
+            flags.join(" ")
+        );
+    }
+    hint
 }
 
 pub fn run(args: VerifyArgs) -> Result<Outcome> {
@@ -105,18 +177,12 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
         max_memory: args.max_memory,
         ..RunOptions::default()
     };
-    let budget = Arena::new(args.max_memory.unwrap_or_else(default_budget), false);
-    let inputs = match (args.inputs, args.random) {
-        (Some(_), true) => bail!("give either --inputs or --random, not both"),
-        (Some(dir), false) => super::run::gather_inputs(&original, Some(dir), &[])?,
-        (None, _) => {
-            let dims = dim_sizes(args.dims)?;
-            budget
-                .enter(|| random_inputs(&original, args.seed, &dims))
-                .context("drawing random inputs")?
-        }
+    let draw = DrawOptions {
+        seed: args.seed,
+        dims: dim_sizes(args.dims)?,
+        given: super::run::gather_inputs(&original, args.inputs, args.input)?,
     };
-    let comparisons = match prove(&original, &rewritten, &inputs, &options) {
+    let (drawn, comparisons) = match prove(&original, &rewritten, &draw, &options) {
         Err(e) if is_unsupported(&e) && args.rewritten.is_none() => {
             return Err(e.context(format!(
                 "cannot prove the rewrite by running it ({rewritten_nodes} gathers rewritten and \
@@ -130,6 +196,8 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
         let report = Report {
             identical,
             rewritten_nodes,
+            inputs: &drawn.choices,
+            dims: &drawn.dims,
             outputs: &comparisons,
         };
         output::println(&serde_json::to_string_pretty(&report)?)?;
@@ -150,6 +218,11 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
             ))?;
             if let Some(p) = &c.problem {
                 output::println(&format!("  {p}"))?;
+            }
+        }
+        if drawn.choices.iter().any(|c| c.drawn) {
+            for line in drawn.lines() {
+                output::eprintln(&line);
             }
         }
         let verdict = if identical { "identical" } else { "DIFFERENT" };

@@ -20,6 +20,33 @@ pub use lower::{LowerMultiaxis, LowerReport, Pattern};
 use crate::error::{Error, Result};
 use crate::ir::Model;
 
+/// Rewrites a copy of `model` and returns the unified diff of its text form before and after
+/// ([`crate::text::model_diff`]): what `multigather rewrite --diff` prints, for snapshot tests of
+/// what the rewrite does to a model.
+///
+/// # Example
+/// ```
+/// use multigather::ir::{AttrValue, Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
+/// use multigather::pass::{rewrite_diff, RewriteConfig};
+/// use multigather::DataType;
+/// let mut g = Graph::new("main");
+/// g.inputs.push(ValueInfo::new("x", Type::tensor(DataType::Float, vec![Dim::Known(3), Dim::Known(4)])));
+/// g.outputs.push(ValueInfo::untyped("y"));
+/// g.initializers.push(StoredTensor::from_i64s(Some("i"), &[2], &[2, 0]));
+/// g.add_node(Node::new("Gather", "g", ["x", "i"], ["y"]).with_attr("axis", AttrValue::Int(1)));
+/// let diff = rewrite_diff(&Model::new(g, 13), RewriteConfig::default())?;
+/// assert!(diff.contains("\n-   [g] y = Gather <axis: int = 1> (x, i)\n"));
+/// assert!(diff.contains("multigather.GatherMultiaxis"));
+/// // Something like this in a user's test, reviewed with `cargo insta review`:
+/// // insta::assert_snapshot!(diff);
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub fn rewrite_diff(model: &Model, config: RewriteConfig) -> Result<String> {
+    let mut rewritten = model.clone();
+    GatherToMultiaxis::rewrite(&mut rewritten, config)?;
+    Ok(crate::text::model_diff(model, &rewritten))
+}
+
 /// A transformation of a model.
 ///
 /// # Example
