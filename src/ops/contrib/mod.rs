@@ -5,7 +5,8 @@
 //! Spec: onnxruntime's `docs/ContribOperators.md`
 //! (<https://github.com/microsoft/onnxruntime/blob/main/docs/ContribOperators.md>).
 //!
-//! Every kernel here is `float` only (what the optimizer emits for float models); another type
+//! `QLinearSigmoid` and `QLinearLeakyRelu` take uint8/int8 with per-tensor scales (a lookup
+//! table per call, `qlinear`). Every other kernel here is `float` only (what the optimizer emits for float models); another type
 //! is an error naming it. The kernels reuse the engine's vectorised loops (`ops::vector`): the
 //! GELUs are one pass of [`super::vector::par_map`], the normalisations one pass per row.
 //!
@@ -13,6 +14,7 @@
 //! where onnxruntime defines it.
 
 mod activations;
+mod qlinear;
 mod skip_norm;
 
 use super::OpDef;
@@ -66,4 +68,22 @@ pub(super) const DEFS: &[OpDef] = &[
     .in_domain(DOMAIN),
     SIMPLIFIED_LAYER_NORM.in_domain(DOMAIN),
     SIMPLIFIED_LAYER_NORM,
+    OpDef::new(
+        "QLinearSigmoid",
+        1,
+        4..=5,
+        1..=1,
+        qlinear::eval_qlinear_sigmoid,
+    )
+    .with_infer(activations::infer_like_input)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "QLinearLeakyRelu",
+        1,
+        4..=5,
+        1..=1,
+        qlinear::eval_qlinear_leaky_relu,
+    )
+    .with_infer(activations::infer_like_input)
+    .in_domain(DOMAIN),
 ];
