@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
-use crate::tensor::Tensor;
+use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
 use super::super::util::{
@@ -55,12 +55,11 @@ fn params<R: Real>(t: &Tensor, len: usize, what: &str) -> Result<Vec<R>> {
     Ok(R::load(t)?.into_owned())
 }
 
-/// `y = x * a[c] + b[c]` over `x` viewed as `(outer, channels, inner)`.
-fn affine<R: Real>(x: &[R], a: &[R], b: &[R], inner: usize) -> Vec<R> {
-    let mut y = vec![R::ZERO; x.len()];
+/// `y = x * a[c] + b[c]` over `x` (and `y`) viewed as `(outer, channels, inner)`.
+fn affine<R: Real>(x: &[R], a: &[R], b: &[R], inner: usize, y: &mut [R]) {
     let block = a.len() * inner;
     if block == 0 {
-        return y;
+        return;
     }
     y.par_chunks_mut(block)
         .zip(x.par_chunks(block))
@@ -72,7 +71,6 @@ fn affine<R: Real>(x: &[R], a: &[R], b: &[R], inner: usize) -> Vec<R> {
                 }
             }
         });
-    y
 }
 
 pub(super) fn eval_batch_norm(
@@ -129,7 +127,10 @@ pub(super) fn eval_batch_norm(
         let shift: Vec<R> = (0..channels)
             .map(|c| R::from_f64(b[c].to_f64() - use_mean[c] * a[c].to_f64()))
             .collect();
-        let mut outs = vec![R::store(dtype, shape, affine(&xv, &a, &shift, inner))?];
+        let mut outs = vec![output::<R>(dtype, shape, |y| {
+            affine(&xv, &a, &shift, inner, y);
+            Ok(())
+        })?];
         if training {
             let running = |input: &[R], batch: &[f64]| -> Vec<f64> {
                 input
@@ -154,10 +155,10 @@ fn normalize_rows<R: Real>(
     row_len: usize,
     eps: f64,
     scale_bias: impl Fn(usize, usize) -> (R, R) + Sync,
-) -> (Vec<R>, Vec<f64>, Vec<f64>) {
-    let mut y = vec![R::ZERO; x.len()];
+) -> Result<(Vec<R>, Vec<f64>, Vec<f64>)> {
+    let mut y = try_vec(x.len(), R::ZERO)?;
     if row_len == 0 {
-        return (y, Vec::new(), Vec::new());
+        return Ok((y, Vec::new(), Vec::new()));
     }
     let row_stats: Vec<(f64, f64)> = y
         .par_chunks_mut(row_len)
@@ -175,7 +176,7 @@ fn normalize_rows<R: Real>(
         })
         .collect();
     let (means, invs) = row_stats.into_iter().unzip();
-    (y, means, invs)
+    Ok((y, means, invs))
 }
 
 /// `X`, `scale` and `B` of a per-channel normalization; `X` must have a batch and a channel dim.
@@ -204,7 +205,7 @@ pub(super) fn eval_instance_norm(
     let y = dispatch_real!(dtype, R => {
         let s = params::<R>(scale, channels, "scale")?;
         let b = params::<R>(bias, channels, "B")?;
-        let (y, _, _) = normalize_rows(&R::load(x)?, plane, eps, |r, _| (s[r % channels], b[r % channels]));
+        let (y, _, _) = normalize_rows(&R::load(x)?, plane, eps, |r, _| (s[r % channels], b[r % channels]))?;
         R::store(dtype, shape, y)?
     }, _ => return Err(unsupported_type("InstanceNormalization", dtype)));
     Ok(vec![y])
@@ -239,7 +240,7 @@ pub(super) fn eval_group_norm(
             let p = if per_channel { g * (channels / groups) + j / plane.max(1) } else { g };
             (s[p], b[p])
         };
-        let (y, _, _) = normalize_rows(&R::load(x)?, row_len, eps, at);
+        let (y, _, _) = normalize_rows(&R::load(x)?, row_len, eps, at)?;
         R::store(dtype, shape, y)?
     }, _ => return Err(unsupported_type("GroupNormalization", dtype)));
     Ok(vec![y])
@@ -298,7 +299,7 @@ pub(super) fn eval_layer_norm(
         };
         let (y, m, i) = normalize_rows(&R::load(x)?, row_len, eps, |r, j| {
             (pick(&s, &scale_at, r, j), b.as_ref().map_or(R::ZERO, |b| pick(b, &bias_at, r, j)))
-        });
+        })?;
         (R::store(dtype, shape, y)?, m, i)
     }, _ => return Err(unsupported_type("LayerNormalization", dtype)));
     let mut stat_shape = shape[..axis].to_vec();
