@@ -339,7 +339,9 @@ impl<'x, T: Real> Phased<'x, T> {
                 continue;
             }
             for (p, phase) in dst.chunks_exact_mut(phase_len).enumerate() {
-                for (d, &v) in phase.iter_mut().zip(src[p..].iter().step_by(stride)) {
+                // A stride wider than the row leaves its last phases empty (zero).
+                let columns = src.get(p..).unwrap_or_default();
+                for (d, &v) in phase.iter_mut().zip(columns.iter().step_by(stride)) {
                     *d = v;
                 }
             }
@@ -721,6 +723,43 @@ mod tests {
         assert_eq!(y[0].shape(), &[2, 6, 11, 20]);
         let want = reference(&x, xs, &w, ws, 2, [2, 1], [1, 3], [1, 2], [11, 20]);
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &want[..]);
+    }
+
+    #[test]
+    fn width_strides_split_rows_into_phases_for_any_width() {
+        // Strides 2 (the deinterleaving pass), 3 and 5 (the general split), on rows narrower
+        // than, as wide as and wider than the stride; depthwise (2 groups of 1 channel) and
+        // dense (1 group); every path must agree with the direct loops.
+        for (stride, width) in [(2, 1), (2, 7), (3, 1), (3, 2), (3, 8), (5, 3), (5, 11)] {
+            for group in [1, 2] {
+                let xs = [1, 2, 12, width];
+                let ws = [2, 2 / group, 3, 3];
+                let x: Vec<f32> = (0..xs.iter().product::<usize>())
+                    .map(|i| ((i * 7) % 11) as f32 - 5.0)
+                    .collect();
+                let w: Vec<f32> = (0..ws.iter().product::<usize>())
+                    .map(|i| ((i * 5) % 7) as f32 - 3.0)
+                    .collect();
+                let node = Node::new("Conv", "c", ["x", "w"], ["y"])
+                    .with_attr("group", AttrValue::Int(group as i64))
+                    .with_attr("strides", AttrValue::Ints(vec![1, stride as i64]))
+                    .with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
+                let inputs = [Some(&f32s(&xs, x.clone())), Some(&f32s(&ws, w.clone()))];
+                let y = eval_node(&node, 22, &inputs).unwrap();
+                let out = [12, (width + 2 - 3) / stride + 1];
+                assert_eq!(
+                    y[0].shape(),
+                    &[1, 2, out[0], out[1]],
+                    "stride {stride}, width {width}"
+                );
+                let want = reference(&x, xs, &w, ws, group, [1, stride], [1, 1], [1, 1], out);
+                assert_eq!(
+                    y[0].as_slice::<f32>().unwrap(),
+                    &want[..],
+                    "stride {stride}, width {width}, group {group}"
+                );
+            }
+        }
     }
 
     #[test]
