@@ -204,9 +204,9 @@ pub(super) fn gather_axes(
 ) -> Result<Tensor> {
     let shape: Vec<usize> = axes.iter().map(|a| a.len).collect();
     let sources: Vec<&Tensor> = std::iter::once(data).chain(fill).collect();
-    let mut out = Writer::new(data.dtype(), &shape, &sources)?;
-    if out.total == 0 {
-        return out.finish();
+    if checked_len(&shape)? == 0 || fill.is_some_and(|f| f.dtype() != data.dtype()) {
+        // Nothing to write, or a fill of another type, which the writer reports.
+        return Writer::new(data.dtype(), &shape, &sources)?.finish();
     }
     // The output is not empty, so no axis is longer than the (checked) output.
     let maps: Vec<Vec<Option<usize>>> = axes
@@ -222,6 +222,7 @@ pub(super) fn gather_axes(
         outer -= 1;
     }
     if outer == 0 {
+        let mut out = Writer::new(data.dtype(), &shape, &sources)?;
         out.copy(0, 0, block)?;
         return out.finish();
     }
@@ -245,6 +246,7 @@ pub(super) fn gather_axes(
     }
     // The odometer walks the axes before the last non-contiguous one; that axis runs in an
     // inner loop whose adjacent blocks merge into single copies (a slice row is one copy).
+    let mut out = Writer::new(data.dtype(), &shape, &sources)?;
     let mut coord = vec![0usize; last];
     loop {
         match offset(&maps[..last], &strides, &coord)? {
