@@ -14,8 +14,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use multigather::interp::files::{read_inputs_dir, read_outputs_dir};
 use multigather::interp::Session;
+use multigather::io::files::{read_inputs_dir, read_outputs_dir};
 use multigather::verify::close_enough;
 
 use super::{output, Outcome};

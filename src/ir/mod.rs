@@ -17,8 +17,10 @@ use bytes::Bytes;
 
 pub use attr::{AttrValue, Attribute};
 pub use graph::{Graph, Node, NodeId, NodeMut, QuantAnnotation, SparseInitializer};
-pub use stored::{element_count, ExternalData, Payload, StoredTensor};
-pub use types::{Dim, Shape, TensorType, Type, TypeKind, ValueInfo};
+pub use stored::{
+    element_count, stored_to_tensor, tensor_to_stored, ExternalData, Payload, StoredTensor,
+};
+pub use types::{broadcast_dim, same_dim, Dim, Shape, TensorType, Type, TypeKind, ValueInfo};
 
 use crate::error::{Error, Result};
 

@@ -40,6 +40,7 @@ mod signal;
 mod strings;
 pub(crate) mod vector;
 
+pub use gathers::{gather_multiaxis_dims, logical_indices_dims};
 pub use random::is_random;
 
 /// A kernel: runs one node on its inputs and returns one tensor per output.

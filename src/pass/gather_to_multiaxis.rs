@@ -40,11 +40,12 @@ use super::Pass;
 use crate::error::{Error, Result};
 use crate::gather::map::onnx as rules;
 use crate::gather::{GatherPlan, OutOfRange};
-use crate::infer::{gather_multiaxis_dims, same_dim};
+use crate::ir::same_dim;
 use crate::ir::{
     opset_version, AttrValue, Dim, Graph, Model, Node, OpsetImport, StoredTensor, Type,
     UniqueNames, ValueInfo,
 };
+use crate::ops::gather_multiaxis_dims;
 use crate::DataType;
 
 /// The domain of `GatherMultiaxis`.

@@ -73,10 +73,12 @@ use super::walk::{label, walk, Change, Rule, Site};
 use super::{NodeOutcome, NodeReport, Pass};
 use crate::error::Result;
 use crate::gather::{GatherSpec, OutOfRange, DOMAIN, OP_TYPE};
-use crate::infer::{broadcast_dim, gather_multiaxis_dims, logical_indices_dims, same_dim, TypeEnv};
+use crate::infer::TypeEnv;
+use crate::ir::{broadcast_dim, same_dim};
 use crate::ir::{
     AttrValue, Dim, Graph, Model, Node, Payload, StoredTensor, TensorType, UniqueNames,
 };
+use crate::ops::{gather_multiaxis_dims, logical_indices_dims};
 use crate::DataType;
 
 /// The rule a node was lowered with.

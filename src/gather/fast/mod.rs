@@ -29,6 +29,7 @@
 //! two grains it runs serially on the calling thread.
 
 mod canon;
+mod elem;
 mod offsets;
 mod rows;
 mod rowwise;
@@ -41,14 +42,15 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use self::canon::Layout;
-use self::offsets::{BadIndex, Offset};
-use self::rows::{drive, ByteSink, Inner, PackedSink, RowSink, StringSink, Word};
+use self::elem::{Offset, Word};
+use self::offsets::BadIndex;
+use self::rows::{drive, ByteSink, Inner, PackedSink, RowSink, StringSink};
 use super::{check_operands, unravel, GatherError, GatherSpec, OutOfRange};
 use crate::tensor::{element_count, Tensor, TensorError};
 use crate::DataType;
 
+pub use self::elem::SimdLevel;
 pub use self::offsets::Indices;
-pub use self::simd::SimdLevel;
 
 /// Tuning knobs of the fast kernel. The defaults are what [`gather_multiaxis`] uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
