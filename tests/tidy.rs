@@ -73,15 +73,15 @@ fn blank_comments_and_strings(src: &str) -> String {
         } else if b[i] == b'r' && (b[i..].starts_with(b"r#\"") || b[i..].starts_with(b"r\"")) {
             let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
             let mut close = vec![b'"'];
-            close.extend(std::iter::repeat(b'#').take(hashes));
+            close.extend(std::iter::repeat_n(b'#', hashes));
             out.push(b'r');
             i += 1 + hashes + 1;
-            out.extend(std::iter::repeat(b' ').take(hashes + 1));
+            out.extend(std::iter::repeat_n(b' ', hashes + 1));
             while i < b.len() && !b[i..].starts_with(&close) {
                 out.push(blank(b[i]));
                 i += 1;
             }
-            out.extend(std::iter::repeat(b' ').take(close.len().min(b.len() - i)));
+            out.extend(std::iter::repeat_n(b' ', close.len().min(b.len() - i)));
             i += close.len();
         } else if b[i] == b'"' {
             out.push(b' ');
@@ -97,7 +97,7 @@ fn blank_comments_and_strings(src: &str) -> String {
             i += 1;
         } else if b[i] == b'\'' && is_char_literal(&b[i..]) {
             let len = char_literal_len(&b[i..]);
-            out.extend(std::iter::repeat(b' ').take(len));
+            out.extend(std::iter::repeat_n(b' ', len));
             i += len;
         } else {
             out.push(b[i]);
@@ -511,6 +511,9 @@ fn every_module_of_the_library_is_in_a_layer() {
     assert!(missing.is_empty(), "modules in no layer: {missing:?}");
 }
 
+/// A case of the checks: source files (path under `src/`, text), then the messages expected.
+type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
+
 fn source(rel: &str, text: &str) -> Source {
     Source {
         rel: PathBuf::from(rel),
@@ -526,7 +529,7 @@ fn layers(line: &str) -> Vec<Vec<String>> {
 #[test]
 fn layer_check_cases() {
     let order = layers("dtype → ir → ops → interp, pass → io");
-    let cases: &[(&[(&str, &str)], &[&str])] = &[
+    let cases: &[Case] = &[
         // Downwards, through a group, a root re-export, and a climb that stays inside.
         (
             &[
@@ -577,7 +580,7 @@ fn layer_check_cases() {
 
 #[test]
 fn sibling_cycle_cases() {
-    let cases: &[(&[(&str, &str)], &[&str])] = &[
+    let cases: &[Case] = &[
         (
             &[
                 ("gather/fast/offsets.rs", "use super::simd::SimdLevel;"),
