@@ -1,6 +1,6 @@
 //! The reference interpreter: runs a model's graph on tensors, node by node, in execution order.
 //!
-//! A [`Session`] holds a model and, per graph it has run, a [`Plan`]: the nodes in execution order
+//! A [`Session`] holds a model and, per graph it has run, a `Plan`: the nodes in execution order
 //! with their operator definitions resolved (an unknown operator is reported before anything
 //! runs), the initializers converted to tensors once, and for each node the values whose last use
 //! it is, so they are freed as soon as possible.
