@@ -10,7 +10,8 @@ use std::collections::HashMap;
 
 use crate::ir::stored_to_tensor;
 use crate::ir::{
-    opset_version, same_dim, Dim, Graph, Node, OpsetImport, Shape, StoredTensor, TensorType,
+    is_onnx_domain, opset_version, same_dim, Dim, Graph, Node, OpsetImport, Shape, StoredTensor,
+    TensorType,
 };
 use crate::ops;
 use crate::tensor::Tensor;
@@ -241,7 +242,7 @@ pub fn formals(
         return Vec::new();
     };
     let unknown = || vec![None; graph.inputs.len()];
-    if !matches!(node.domain.as_str(), "" | "ai.onnx") {
+    if !is_onnx_domain(&node.domain) {
         return unknown();
     }
     match (node.op_type.as_str(), attr) {
@@ -259,7 +260,7 @@ fn control_outputs(
     imports: &[OpsetImport],
     env: &TypeEnv,
 ) -> Vec<Option<TensorType>> {
-    if !matches!(node.domain.as_str(), "" | "ai.onnx") {
+    if !is_onnx_domain(&node.domain) {
         return Vec::new();
     }
     let outputs = |g: &Graph, benv: &TypeEnv| -> Vec<Option<TensorType>> {

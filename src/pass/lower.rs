@@ -74,7 +74,7 @@ use super::{NodeOutcome, NodeReport, Pass};
 use crate::error::Result;
 use crate::gather::{GatherSpec, OutOfRange, DOMAIN, OP_TYPE};
 use crate::infer::TypeEnv;
-use crate::ir::{broadcast_dim, same_dim};
+use crate::ir::{broadcast_dim, is_onnx_domain, same_dim};
 use crate::ir::{
     AttrValue, Dim, Graph, Model, Node, Payload, StoredTensor, TensorType, UniqueNames,
 };
@@ -1289,7 +1289,7 @@ impl Lowerer<'_, '_> {
             return Some(source.clone());
         }
         let node = self.graph.node(self.graph.producer(&v.name)?);
-        let reshapes = matches!(node.domain.as_str(), "" | "ai.onnx")
+        let reshapes = is_onnx_domain(&node.domain)
             && matches!(
                 node.op_type.as_str(),
                 "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten" | "Identity"
