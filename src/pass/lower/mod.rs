@@ -507,6 +507,7 @@ struct Lowerer<'a, 'e> {
 
 #[cfg(test)]
 mod tests {
+    use super::vals::zero_scalar;
     use super::*;
     use crate::ir::Payload;
 
