@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use multigather::gather::map::onnx;
 use multigather::gather::GatherPlan;
-use multigather::interp::files::{read_inputs_dir, read_outputs_dir};
+use multigather::io::files::{read_inputs_dir, read_outputs_dir};
 use multigather::{DataType, Tensor};
 use rayon::ThreadPool;
 

@@ -8,8 +8,11 @@
 
 use std::collections::HashMap;
 
-use crate::interp::stored_to_tensor;
-use crate::ir::{opset_version, Dim, Graph, Node, OpsetImport, Shape, StoredTensor, TensorType};
+use crate::ir::stored_to_tensor;
+use crate::ir::{
+    is_onnx_domain, opset_version, same_dim, Dim, Graph, Node, OpsetImport, Shape, StoredTensor,
+    TensorType,
+};
 use crate::ops;
 use crate::tensor::Tensor;
 
@@ -239,7 +242,7 @@ pub fn formals(
         return Vec::new();
     };
     let unknown = || vec![None; graph.inputs.len()];
-    if !matches!(node.domain.as_str(), "" | "ai.onnx") {
+    if !is_onnx_domain(&node.domain) {
         return unknown();
     }
     match (node.op_type.as_str(), attr) {
@@ -257,7 +260,7 @@ fn control_outputs(
     imports: &[OpsetImport],
     env: &TypeEnv,
 ) -> Vec<Option<TensorType>> {
-    if !matches!(node.domain.as_str(), "" | "ai.onnx") {
+    if !is_onnx_domain(&node.domain) {
         return Vec::new();
     }
     let outputs = |g: &Graph, benv: &TypeEnv| -> Vec<Option<TensorType>> {
@@ -516,77 +519,6 @@ fn type_text(t: &TensorType) -> String {
         }
         None => elem,
     }
-}
-
-/// Two dims that are provably the same size: equal known sizes or the same symbol.
-///
-/// # Example
-/// ```
-/// use multigather::infer::same_dim;
-/// use multigather::ir::Dim;
-/// assert!(same_dim(&Dim::Symbolic("n".into()), &Dim::Symbolic("n".into())));
-/// assert!(!same_dim(&Dim::Unknown, &Dim::Unknown));
-/// ```
-pub fn same_dim(a: &Dim, b: &Dim) -> bool {
-    match (a, b) {
-        (Dim::Known(x), Dim::Known(y)) => x == y && *x >= 0,
-        (Dim::Symbolic(x), Dim::Symbolic(y)) => x == y,
-        _ => false,
-    }
-}
-
-/// What is known of the bidirectional broadcast of two dims (`1` gives way to the other side).
-pub fn broadcast_dim(a: &Dim, b: &Dim) -> Dim {
-    match (a, b) {
-        (a, b) if same_dim(a, b) => b.clone(),
-        (Dim::Known(1), b) => b.clone(),
-        (a, Dim::Known(1)) => a.clone(),
-        (Dim::Known(n), _) | (_, Dim::Known(n)) => Dim::Known(*n),
-        _ => Dim::Unknown,
-    }
-}
-
-/// The output dims of `GatherMultiaxis` over possibly symbolic input and indices dims of equal
-/// rank: the dims of `axes` come from the logical indices (the last indices dim divided by the
-/// coordinate size `max(len(axes), 1)`), the others broadcast.
-///
-/// # Example
-/// ```
-/// use multigather::infer::gather_multiaxis_dims;
-/// use multigather::ir::Dim;
-/// let b = Dim::Symbolic("B".into());
-/// let out = gather_multiaxis_dims(&[b.clone(), Dim::Known(5), Dim::Known(1)], &[Dim::Known(1), Dim::Known(1), Dim::Known(8)], &[1, 2]);
-/// assert_eq!(out, vec![b, Dim::Known(1), Dim::Known(4)]);
-/// ```
-pub fn gather_multiaxis_dims(input: &[Dim], indices: &[Dim], axes: &[usize]) -> Vec<Dim> {
-    let logical = logical_indices_dims(indices, axes.len());
-    input
-        .iter()
-        .zip(&logical)
-        .enumerate()
-        .map(|(j, (x, l))| {
-            if axes.contains(&j) {
-                l.clone()
-            } else {
-                broadcast_dim(x, l)
-            }
-        })
-        .collect()
-}
-
-/// The logical indices dims of `GatherMultiaxis` with `axis_count` axes: the last dim divided by
-/// the coordinate size (unknown unless it is a known size).
-pub fn logical_indices_dims(indices: &[Dim], axis_count: usize) -> Vec<Dim> {
-    let c = axis_count.max(1) as i64;
-    let mut logical = indices.to_vec();
-    if let Some(last) = logical.last_mut() {
-        *last = match &*last {
-            Dim::Known(n) => Dim::Known(*n / c),
-            d if c == 1 => d.clone(),
-            _ => Dim::Unknown,
-        };
-    }
-    logical
 }
 
 fn known_dims(dims: &[i64]) -> Vec<Dim> {

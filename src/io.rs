@@ -8,6 +8,7 @@
 
 mod checks;
 mod cleanup;
+pub mod files;
 mod input;
 
 pub use cleanup::remove_temporary_files;

@@ -181,7 +181,7 @@ fn run_writes_outputs_that_match_the_recorded_ones() {
     let recorded = std::fs::read(data_set("gathernd_batch1").join("output_0.pb")).unwrap();
     let decode = |b: Vec<u8>| {
         let t = multigather::proto::decode_tensor(b.into()).unwrap();
-        multigather::interp::stored_to_tensor(&t).unwrap()
+        multigather::ir::stored_to_tensor(&t).unwrap()
     };
     assert_eq!(decode(written), decode(recorded));
     std::fs::remove_dir_all(out_dir).ok();

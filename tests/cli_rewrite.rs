@@ -75,10 +75,10 @@ fn negative_dim_value_is_unknown_to_run_verify_and_rewrite() {
         (0..12).map(|v| v as f32).collect(),
     )
     .unwrap();
-    multigather::interp::files::write_tensor_pb(&x, "x", &data).unwrap();
+    multigather::io::files::write_tensor_pb(&x, "x", &data).unwrap();
     let i = dir.path().join("i.pb");
     let idx = Tensor::from_vec(DataType::Int64, &[2], vec![3i64, -4]).unwrap();
-    multigather::interp::files::write_tensor_pb(&i, "i", &idx).unwrap();
+    multigather::io::files::write_tensor_pb(&i, "i", &idx).unwrap();
     let outputs = dir.path().join("outputs");
     let out = multigather(&[
         "run",
@@ -217,7 +217,7 @@ fn verify_input_fixes_some_inputs_and_draws_the_rest_with_their_dims() {
     edge_gather_model(&model);
     let x = dir.path().join("x.pb");
     let data = Tensor::from_vec(DataType::Float, &[6, 8], vec![0.5f32; 48]).unwrap();
-    multigather::interp::files::write_tensor_pb(&x, "x", &data).unwrap();
+    multigather::io::files::write_tensor_pb(&x, "x", &data).unwrap();
     let out = multigather(&[
         "verify",
         model.to_str().unwrap(),

@@ -10,8 +10,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use multigather::interp::files::{read_inputs_dir, read_outputs_dir};
 use multigather::interp::Session;
+use multigather::io::files::{read_inputs_dir, read_outputs_dir};
 use multigather::verify::close_enough;
 
 /// Runs one test directory; the error says which data set and output failed.

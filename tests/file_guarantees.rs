@@ -807,7 +807,7 @@ fn output_files_have_ordinary_permissions() {
     let inputs = dir.path().join("inputs");
     std::fs::create_dir(&inputs).unwrap();
     let ids = multigather::Tensor::from_vec(DataType::Int64, &[3], vec![0i64, 1, 2]).unwrap();
-    multigather::interp::files::write_tensor_pb(&inputs.join("ids.pb"), "ids", &ids).unwrap();
+    multigather::io::files::write_tensor_pb(&inputs.join("ids.pb"), "ids", &ids).unwrap();
     run_umask_022(
         dir.path(),
         &[

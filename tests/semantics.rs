@@ -10,8 +10,8 @@ mod common;
 
 use std::path::Path;
 
-use multigather::interp::files::{read_inputs_dir, read_outputs_dir};
 use multigather::interp::Session;
+use multigather::io::files::{read_inputs_dir, read_outputs_dir};
 use multigather::ir::Model;
 use multigather::pass::{GatherToMultiaxis, LowerMultiaxis, RewriteConfig};
 use multigather::verify::{close_enough, random_inputs};

@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use multigather::interp::files::{read_tensor, tensor_from_bytes, write_tensor_pb};
+use multigather::io::files::{read_tensor, tensor_from_bytes, write_tensor_pb};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&kind, bytes)) = data.split_first() else {

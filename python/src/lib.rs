@@ -16,9 +16,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::Parser;
-use multigather::interp::{stored_to_tensor, tensor_to_stored, Session};
+use multigather::interp::Session;
 use multigather::io::{ExternalPolicy, SaveOptions};
 use multigather::ir::Model;
+use multigather::ir::{stored_to_tensor, tensor_to_stored};
 use multigather::pass::{
     DefineMultiaxisFunctions, GatherKind, GatherToMultiaxis, LowerMultiaxis, RewriteConfig,
 };

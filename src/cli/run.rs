@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use multigather::interp::files::{read_inputs_dir, read_tensor, write_tensor_pb};
 use multigather::interp::{Profile, RunOptions, Session};
+use multigather::io::files::{read_inputs_dir, read_tensor, write_tensor_pb};
 use multigather::ir::Model;
 use multigather::Tensor;
 use serde::Serialize;

@@ -14,8 +14,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use multigather::interp::files::{read_inputs_dir, read_outputs_dir};
 use multigather::interp::Session;
+use multigather::io::files::{read_inputs_dir, read_outputs_dir};
 use multigather::verify::close_enough;
 
 use super::{output, Outcome};
@@ -110,7 +110,7 @@ fn run_one(dir: &Path) -> Verdict {
         Err(why) => return Verdict::Fail(why),
     };
     let random = model.graph.nodes_unordered().any(|n| {
-        (n.domain.is_empty() || n.domain == "ai.onnx") && multigather::ops::is_random(&n.op_type)
+        multigather::ir::is_onnx_domain(&n.domain) && multigather::ops::is_random(&n.op_type)
     });
     let mut drew = false;
     for set in &sets {

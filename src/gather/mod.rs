@@ -16,7 +16,7 @@
 //! - [`resolve_index`], the definition of how one index value selects a coordinate;
 //! - [`GatherError`], the one error type of the gather code.
 //!
-//! The kernels live in [`reference`] (the scalar oracle, a transcription of the definition) and
+//! The kernels live in [`reference`](mod@reference) (the scalar oracle, a transcription of the definition) and
 //! [`fast`] (the kernel used in practice, bit-identical to the oracle). [`plan`] and [`map`]
 //! express every other gather as a rank-level recipe around one `GatherMultiaxis`.
 

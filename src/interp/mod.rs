@@ -1,6 +1,6 @@
 //! The reference interpreter: runs a model's graph on tensors, node by node, in execution order.
 //!
-//! A [`Session`] holds a model and, per graph it has run, a [`Plan`]: the nodes in execution order
+//! A [`Session`] holds a model and, per graph it has run, a `Plan`: the nodes in execution order
 //! with their operator definitions resolved (an unknown operator is reported before anything
 //! runs), the initializers converted to tensors once, and for each node the values whose last use
 //! it is, so they are freed as soon as possible.
@@ -29,8 +29,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod files;
-
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -38,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::ir::{
-    opset_version, AttrValue, Attribute, Function, Graph, Model, Node, OpsetImport,
-    SparseInitializer, StoredTensor,
+    opset_version, stored_to_tensor, AttrValue, Attribute, Function, Graph, Model, Node,
+    OpsetImport, SparseInitializer,
 };
 use crate::ops::{planned_output_bytes, registry, EvalCtx, OpDef, SubgraphRunner};
 use crate::tensor::{default_budget, Arena, Tensor};
@@ -985,31 +983,6 @@ fn check_declared(name: &str, declared: Option<&crate::ir::TensorType>, t: &Tens
     Ok(())
 }
 
-/// A stored tensor (initializer, attribute, `.pb` file) as a runtime tensor.
-///
-/// # Example
-/// ```
-/// use multigather::interp::stored_to_tensor;
-/// use multigather::ir::StoredTensor;
-/// let t = stored_to_tensor(&StoredTensor::from_i64s(Some("s"), &[2], &[3, -1]))?;
-/// assert_eq!(t.as_slice::<i64>()?, &[3, -1]);
-/// # Ok::<(), multigather::Error>(())
-/// ```
-pub fn stored_to_tensor(t: &StoredTensor) -> Result<Tensor> {
-    t.check_size()?;
-    let dims: Vec<usize> = t
-        .dims
-        .iter()
-        .map(|&d| usize::try_from(d))
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|_| Error::tensor(t.display_name(), format!("negative dims {:?}", t.dims)))?;
-    let tensor = match &t.payload {
-        crate::ir::Payload::String(v) => Tensor::from_strings(&dims, v.clone()),
-        _ => Tensor::from_bytes(t.elem, &dims, &t.le_bytes()?),
-    };
-    tensor.map_err(|e| Error::tensor(t.display_name(), e.to_string()))
-}
-
 /// A sparse initializer as a dense runtime tensor: zeros (empty strings) everywhere but at its
 /// indices, which are linear positions (`[NNZ]`) or coordinates (`[NNZ, rank]`), each checked
 /// against the dims. The model keeps the sparse form; only the interpreter sees it dense.
@@ -1086,22 +1059,4 @@ pub fn sparse_to_tensor(s: &SparseInitializer) -> Result<Tensor> {
         dense.copy_element_from(position, &values, k)?;
     }
     Ok(dense)
-}
-
-/// A runtime tensor as a stored tensor named `name` (raw little-endian data, or strings).
-pub fn tensor_to_stored(name: &str, t: &Tensor) -> Result<StoredTensor> {
-    let dims: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
-    Ok(match t.as_strings() {
-        Ok(strings) => {
-            let mut s = StoredTensor::raw(Some(name), t.dtype(), &dims, bytes::Bytes::new());
-            s.payload = crate::ir::Payload::String(strings.to_vec());
-            s
-        }
-        Err(_) => StoredTensor::raw(
-            Some(name),
-            t.dtype(),
-            &dims,
-            bytes::Bytes::copy_from_slice(t.as_bytes()?),
-        ),
-    })
 }

@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
-use crate::ir::{opset_version, Function, Graph, Model, Node, OpsetImport};
+use crate::ir::{canonical_domain, opset_version, Function, Graph, Model, Node, OpsetImport};
 use crate::ops::registry;
 
 /// Runs every check on a decoded model.
@@ -186,7 +186,7 @@ fn check_node(node: &Node, imports: &[OpsetImport], local: &HashSet<FunctionKey>
     if local.contains(&call_key(node)) {
         return Ok(());
     }
-    let domain = canonical(&node.domain);
+    let domain = canonical_domain(&node.domain);
     for &(d, op, attr, expected) in TYPED_ATTRIBUTES {
         if d != domain || op != node.op_type {
             continue;
@@ -208,14 +208,6 @@ fn check_node(node: &Node, imports: &[OpsetImport], local: &HashSet<FunctionKey>
     match registry().lookup(&node.domain, &node.op_type, opset) {
         Some(def) => def.check_arity(node),
         None => Ok(()),
-    }
-}
-
-fn canonical(domain: &str) -> &str {
-    if domain == "ai.onnx" {
-        ""
-    } else {
-        domain
     }
 }
 

@@ -95,7 +95,7 @@ pub(crate) fn read_limited(file: File, meta: &Metadata, path: &Path, max: u64) -
     Ok(bytes)
 }
 
-/// Reads the file at `path` (see [`open_input`] and [`read_limited`]).
+/// Reads the file at `path` (see `open_input` and `read_limited`).
 ///
 /// # Example
 /// ```

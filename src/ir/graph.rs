@@ -14,7 +14,7 @@ use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::{EdgeRef, NodeIndexable};
 use petgraph::Direction;
 
-use super::{AttrValue, Attribute, StoredTensor, ValueInfo};
+use super::{canonical_domain, AttrValue, Attribute, StoredTensor, ValueInfo};
 use crate::error::{Error, Result};
 
 /// A node's index in its graph. Stays valid while other nodes are added or removed.
@@ -83,8 +83,8 @@ impl Node {
 
     /// `op_type` prefixed by its domain when the domain is not the default one.
     pub fn qualified_op(&self) -> String {
-        match self.domain.as_str() {
-            "" | "ai.onnx" => self.op_type.clone(),
+        match canonical_domain(&self.domain) {
+            "" => self.op_type.clone(),
             d => format!("{d}.{}", self.op_type),
         }
     }

@@ -17,8 +17,10 @@ use bytes::Bytes;
 
 pub use attr::{AttrValue, Attribute};
 pub use graph::{Graph, Node, NodeId, NodeMut, QuantAnnotation, SparseInitializer};
-pub use stored::{element_count, ExternalData, Payload, StoredTensor};
-pub use types::{Dim, Shape, TensorType, Type, TypeKind, ValueInfo};
+pub use stored::{
+    element_count, stored_to_tensor, tensor_to_stored, ExternalData, Payload, StoredTensor,
+};
+pub use types::{broadcast_dim, same_dim, Dim, Shape, TensorType, Type, TypeKind, ValueInfo};
 
 use crate::error::{Error, Result};
 
@@ -39,11 +41,54 @@ impl OpsetImport {
 
 /// The opset version imported for `domain` (`""` and `ai.onnx` are the same domain).
 pub fn opset_version(imports: &[OpsetImport], domain: &str) -> Option<i64> {
-    let canonical = |d: &str| if d == "ai.onnx" { "" } else { d }.to_owned();
+    let domain = canonical_domain(domain);
     imports
         .iter()
-        .find(|o| canonical(o.domain()) == canonical(domain))
+        .find(|o| canonical_domain(o.domain()) == domain)
         .map(|o| o.version)
+}
+
+/// The one spelling of a domain: ONNX's default domain is `""`, also written `ai.onnx`; every
+/// other domain is itself. Everything that compares or looks up domains goes through this.
+///
+/// # Example
+/// ```
+/// use multigather::ir::canonical_domain;
+/// assert_eq!(canonical_domain("ai.onnx"), "");
+/// assert_eq!(canonical_domain("ai.onnx.ml"), "ai.onnx.ml");
+/// ```
+pub fn canonical_domain(domain: &str) -> &str {
+    if domain == "ai.onnx" {
+        ""
+    } else {
+        domain
+    }
+}
+
+/// Whether `domain` is ONNX's default domain (`""` or `ai.onnx`).
+///
+/// # Example
+/// ```
+/// use multigather::ir::is_onnx_domain;
+/// assert!(is_onnx_domain("") && is_onnx_domain("ai.onnx") && !is_onnx_domain("com.microsoft"));
+/// ```
+pub fn is_onnx_domain(domain: &str) -> bool {
+    canonical_domain(domain).is_empty()
+}
+
+/// The domain as messages name it: the default domain is `ai.onnx`.
+///
+/// # Example
+/// ```
+/// use multigather::ir::display_domain;
+/// assert_eq!((display_domain(""), display_domain("multigather")), ("ai.onnx", "multigather"));
+/// ```
+pub fn display_domain(domain: &str) -> &str {
+    if domain.is_empty() {
+        "ai.onnx"
+    } else {
+        domain
+    }
 }
 
 /// A model-local function (`FunctionProto`). Its body is a [`Graph`] whose inputs and outputs are

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
+use crate::tensor::Tensor;
 use crate::DataType;
 
 /// A tensor stored in a model.
@@ -284,6 +285,60 @@ fn int32_field_to_bytes(elem: DataType, values: &[i32], count: usize) -> Vec<u8>
         }
         _ => Vec::new(),
     }
+}
+
+/// A stored tensor (initializer, attribute, `.pb` file) as a runtime tensor.
+///
+/// # Example
+/// ```
+/// use multigather::ir::stored_to_tensor;
+/// use multigather::ir::StoredTensor;
+/// let t = stored_to_tensor(&StoredTensor::from_i64s(Some("s"), &[2], &[3, -1]))?;
+/// assert_eq!(t.as_slice::<i64>()?, &[3, -1]);
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub fn stored_to_tensor(t: &StoredTensor) -> Result<Tensor> {
+    t.check_size()?;
+    let dims: Vec<usize> = t
+        .dims
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| Error::tensor(t.display_name(), format!("negative dims {:?}", t.dims)))?;
+    let tensor = match &t.payload {
+        Payload::String(v) => Tensor::from_strings(&dims, v.clone()),
+        _ => Tensor::from_bytes(t.elem, &dims, &t.le_bytes()?),
+    };
+    tensor.map_err(|e| Error::tensor(t.display_name(), e.to_string()))
+}
+
+/// A runtime tensor as a stored tensor named `name` (raw little-endian data, or strings).
+///
+/// # Example
+/// ```
+/// use multigather::ir::{stored_to_tensor, tensor_to_stored};
+/// use multigather::{DataType, Tensor};
+/// let t = Tensor::from_vec(DataType::Int32, &[2], vec![7i32, -2])?;
+/// let stored = tensor_to_stored("t", &t)?;
+/// assert_eq!((stored.name.as_deref(), stored.dims.as_slice()), (Some("t"), &[2i64][..]));
+/// assert_eq!(stored_to_tensor(&stored)?, t);
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub fn tensor_to_stored(name: &str, t: &Tensor) -> Result<StoredTensor> {
+    let dims: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+    Ok(match t.as_strings() {
+        Ok(strings) => {
+            let mut s = StoredTensor::raw(Some(name), t.dtype(), &dims, Bytes::new());
+            s.payload = Payload::String(strings.to_vec());
+            s
+        }
+        Err(_) => StoredTensor::raw(
+            Some(name),
+            t.dtype(),
+            &dims,
+            Bytes::copy_from_slice(t.as_bytes()?),
+        ),
+    })
 }
 
 #[cfg(test)]

@@ -199,3 +199,38 @@ impl ValueInfo {
         self.ty.as_ref().and_then(Type::as_tensor)
     }
 }
+
+/// Two dims that are provably the same size: equal known sizes or the same symbol.
+///
+/// # Example
+/// ```
+/// use multigather::ir::{same_dim, Dim};
+/// assert!(same_dim(&Dim::Symbolic("n".into()), &Dim::Symbolic("n".into())));
+/// assert!(!same_dim(&Dim::Unknown, &Dim::Unknown));
+/// ```
+pub fn same_dim(a: &Dim, b: &Dim) -> bool {
+    match (a, b) {
+        (Dim::Known(x), Dim::Known(y)) => x == y && *x >= 0,
+        (Dim::Symbolic(x), Dim::Symbolic(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// What is known of the bidirectional broadcast of two dims (`1` gives way to the other side).
+///
+/// # Example
+/// ```
+/// use multigather::ir::{broadcast_dim, Dim};
+/// let n = Dim::Symbolic("n".into());
+/// assert_eq!(broadcast_dim(&Dim::Known(1), &n), n);
+/// assert_eq!(broadcast_dim(&Dim::Known(3), &Dim::Unknown), Dim::Known(3));
+/// ```
+pub fn broadcast_dim(a: &Dim, b: &Dim) -> Dim {
+    match (a, b) {
+        (a, b) if same_dim(a, b) => b.clone(),
+        (Dim::Known(1), b) => b.clone(),
+        (a, Dim::Known(1)) => a.clone(),
+        (Dim::Known(n), _) | (_, Dim::Known(n)) => Dim::Known(*n),
+        _ => Dim::Unknown,
+    }
+}

@@ -13,8 +13,7 @@
 
 use crate::error::{Error, Result};
 use crate::gather::{self, GatherSpec};
-use crate::infer;
-use crate::ir::{Dim, Shape, TensorType};
+use crate::ir::{broadcast_dim, Dim, Shape, TensorType};
 use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 
@@ -264,11 +263,54 @@ fn infer_multiaxis(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     if i.rank() != d.rank() {
         return unknown_shape();
     }
-    let dims: Vec<Dim> = infer::gather_multiaxis_dims(&d.dims, &i.dims, &spec.axes);
+    let dims: Vec<Dim> = gather_multiaxis_dims(&d.dims, &i.dims, &spec.axes);
     Ok(vec![TensorType {
         elem: data.elem,
         shape: Some(Shape::new(dims)),
     }])
+}
+
+/// The output dims of `GatherMultiaxis` over possibly symbolic input and indices dims of equal
+/// rank: the dims of `axes` come from the logical indices (the last indices dim divided by the
+/// coordinate size `max(len(axes), 1)`), the others broadcast.
+///
+/// # Example
+/// ```
+/// use multigather::ops::gather_multiaxis_dims;
+/// use multigather::ir::Dim;
+/// let b = Dim::Symbolic("B".into());
+/// let out = gather_multiaxis_dims(&[b.clone(), Dim::Known(5), Dim::Known(1)], &[Dim::Known(1), Dim::Known(1), Dim::Known(8)], &[1, 2]);
+/// assert_eq!(out, vec![b, Dim::Known(1), Dim::Known(4)]);
+/// ```
+pub fn gather_multiaxis_dims(input: &[Dim], indices: &[Dim], axes: &[usize]) -> Vec<Dim> {
+    let logical = logical_indices_dims(indices, axes.len());
+    input
+        .iter()
+        .zip(&logical)
+        .enumerate()
+        .map(|(j, (x, l))| {
+            if axes.contains(&j) {
+                l.clone()
+            } else {
+                broadcast_dim(x, l)
+            }
+        })
+        .collect()
+}
+
+/// The logical indices dims of `GatherMultiaxis` with `axis_count` axes: the last dim divided by
+/// the coordinate size (unknown unless it is a known size).
+pub fn logical_indices_dims(indices: &[Dim], axis_count: usize) -> Vec<Dim> {
+    let c = axis_count.max(1) as i64;
+    let mut logical = indices.to_vec();
+    if let Some(last) = logical.last_mut() {
+        *last = match &*last {
+            Dim::Known(n) => Dim::Known(*n / c),
+            d if c == 1 => d.clone(),
+            _ => Dim::Unknown,
+        };
+    }
+    logical
 }
 
 #[cfg(test)]

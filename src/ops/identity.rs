@@ -12,7 +12,7 @@
 //! tensor on (an omitted one is an error, as reading an empty optional is).
 
 use crate::error::Result;
-use crate::interp::stored_to_tensor;
+use crate::ir::stored_to_tensor;
 use crate::ir::{AttrValue, Dim, Shape, TensorType};
 use crate::tensor::Tensor;
 use crate::DataType;

@@ -20,7 +20,7 @@ use std::ops::RangeInclusive;
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
-use crate::ir::{Dim, Graph, Node, TensorType};
+use crate::ir::{canonical_domain, display_domain, Dim, Graph, Node, TensorType};
 use crate::tensor::Tensor;
 
 pub mod util;
@@ -40,6 +40,7 @@ mod signal;
 mod strings;
 pub(crate) mod vector;
 
+pub use gathers::{gather_multiaxis_dims, logical_indices_dims};
 pub use random::is_random;
 
 /// A kernel: runs one node on its inputs and returns one tensor per output.
@@ -207,11 +208,7 @@ pub fn eval_node(node: &Node, opset: i64, inputs: &[Option<&Tensor>]) -> Result<
     let def = registry()
         .lookup(&node.domain, &node.op_type, opset)
         .ok_or_else(|| {
-            let domain = if node.domain.is_empty() {
-                "ai.onnx"
-            } else {
-                &node.domain
-            };
+            let domain = display_domain(&node.domain);
             let at = match (node.name.as_str(), node.outputs.first()) {
                 ("", Some(out)) => format!("the unnamed node producing '{out}'"),
                 (name, _) => format!("node '{name}'"),
@@ -340,7 +337,7 @@ pub fn registry() -> &'static Registry {
 impl Registry {
     /// The definition of `op_type` in `domain` at `opset`, if this build has one.
     pub fn lookup(&self, domain: &str, op_type: &str, opset: i64) -> Option<&'static OpDef> {
-        let domain = if domain == "ai.onnx" { "" } else { domain };
+        let domain = canonical_domain(domain);
         self.by_op
             .get(&(domain, op_type))?
             .iter()
@@ -350,7 +347,7 @@ impl Registry {
 
     /// Whether any opset of `op_type` in `domain` is known.
     pub fn knows(&self, domain: &str, op_type: &str) -> bool {
-        let domain = if domain == "ai.onnx" { "" } else { domain };
+        let domain = canonical_domain(domain);
         self.by_op.contains_key(&(domain, op_type))
     }
 

@@ -40,11 +40,12 @@ use super::Pass;
 use crate::error::{Error, Result};
 use crate::gather::map::onnx as rules;
 use crate::gather::{GatherPlan, OutOfRange};
-use crate::infer::{gather_multiaxis_dims, same_dim};
+use crate::ir::{is_onnx_domain, same_dim};
 use crate::ir::{
     opset_version, AttrValue, Dim, Graph, Model, Node, OpsetImport, StoredTensor, Type,
     UniqueNames, ValueInfo,
 };
+use crate::ops::gather_multiaxis_dims;
 use crate::DataType;
 
 /// The domain of `GatherMultiaxis`.
@@ -69,7 +70,7 @@ impl GatherKind {
 
     /// The kind of a node of the default domain, if it is a gather.
     pub fn of(node: &Node) -> Option<GatherKind> {
-        if !matches!(node.domain.as_str(), "" | "ai.onnx") {
+        if !is_onnx_domain(&node.domain) {
             return None;
         }
         GatherKind::from_name(&node.op_type)

@@ -149,7 +149,12 @@ mod tests {
                 w.push(*v);
             }
             assert_eq!(w.finish(), nbytes);
-            let got: Vec<u8> = buf.iter().map(|b| unsafe { b.assume_init() }).collect();
+            let got: Vec<u8> = buf
+                .iter()
+                // SAFETY: `finish` returned `nbytes`, the length of `buf`: the writer
+                // initialised every byte of it.
+                .map(|b| unsafe { b.assume_init() })
+                .collect();
             assert_eq!(got, expected, "bits {bits}");
             assert_eq!(got[nbytes - 1] & padding_mask(bits, values.len()), 0);
         }

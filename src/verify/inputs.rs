@@ -29,7 +29,7 @@ use serde::Serialize;
 use super::Rng;
 use crate::error::{Error, Result};
 use crate::infer::TypeEnv;
-use crate::ir::{Dim, Graph, Model, Node};
+use crate::ir::{canonical_domain, is_onnx_domain, Dim, Graph, Model, Node};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -346,7 +346,7 @@ fn declared_dims(input: &crate::ir::ValueInfo) -> Option<&[Dim]> {
 fn required_sizes(graph: &Graph, env: &TypeEnv) -> BTreeMap<String, (usize, String)> {
     let mut out = BTreeMap::new();
     for (_, node) in graph.nodes() {
-        if !matches!(node.domain.as_str(), "" | "ai.onnx") {
+        if !is_onnx_domain(&node.domain) {
             continue;
         }
         let dims = |i: usize| node.inputs.get(i).and_then(|n| env.dims(n));
@@ -697,12 +697,12 @@ fn gather_bound(
         Some((if negatives { -d } else { 0 }, d))
     };
     let (coords, what): (Vec<(i64, i64)>, String) =
-        match (node.domain.as_str(), node.op_type.as_str()) {
-            ("" | "ai.onnx", "Gather" | "GatherElements") => {
+        match (canonical_domain(&node.domain), node.op_type.as_str()) {
+            ("", "Gather" | "GatherElements") => {
                 let axis = node.attr_int("axis", 0).ok()?;
                 (vec![size(axis)?], format!("axis {axis}"))
             }
-            ("" | "ai.onnx", "GatherND") => {
+            ("", "GatherND") => {
                 let batch = node.attr_int("batch_dims", 0).ok()?;
                 // The depth as the drawn inputs will have it.
                 let depth = env.dims(node.inputs.get(1)?)?.last()?;
@@ -783,9 +783,7 @@ fn trace_node(
     depth: usize,
     found: &mut HashMap<String, Bound>,
 ) {
-    if !matches!(node.domain.as_str(), "" | "ai.onnx")
-        || node.outputs.first().map(String::as_str) != Some(value)
-    {
+    if !is_onnx_domain(&node.domain) || node.outputs.first().map(String::as_str) != Some(value) {
         return;
     }
     let first = |b: Bound, found: &mut HashMap<String, Bound>| {

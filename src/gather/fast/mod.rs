@@ -2,17 +2,17 @@
 //!
 //! The work is split in three steps:
 //!
-//! 1. **Canonicalise** ([`canon`]): drop unit dimensions, classify the rest as index or block
+//! 1. **Canonicalise** (`canon`): drop unit dimensions, classify the rest as index or block
 //!    dimensions (broadcasting is a zero stride), merge neighbours that are contiguous in both
 //!    operands. A gather ends up as a few loops: outer × index tuples × inner block.
-//! 2. **Index pre-pass** ([`offsets`]): validate every index tuple, count negatives from the end,
+//! 2. **Index pre-pass** (`offsets`): validate every index tuple, count negatives from the end,
 //!    apply the mode, fold in the input offset of non-axis index dimensions, and produce one
 //!    element offset per tuple. The first bad index (lowest position in the indices) is reported.
 //!    Nothing is read from the input before its offsets are validated, and every offset is
 //!    checked against the input size before use, so no index value can cause an out-of-bounds
 //!    read.
-//! 3. **Copy** ([`rows`]): walk the output front to back, one row of the innermost dimension at a
-//!    time: block copies for contiguous rows, element gathers (hardware gathers, [`simd`]) for
+//! 3. **Copy** (`rows`): walk the output front to back, one row of the innermost dimension at a
+//!    time: block copies for contiguous rows, element gathers (hardware gathers, `simd`) for
 //!    index rows. The output is allocated uninitialised and written exactly once.
 //!
 //! When every index dimension is outside every block dimension (embedding lookups,
@@ -21,7 +21,7 @@
 //! then smaller than the output, is built first.
 //!
 //! Two shapes of `GatherElements` have kernels of their own, with steps 2 and 3 fused:
-//! [`rowwise`] (along the last axis: rows are prefetched whole, one ahead) and [`staged`] (along
+//! `rowwise` (along the last axis: rows are prefetched whole, one ahead) and `staged` (along
 //! an outer axis of a large input: column tiles of every row are staged in L2 first).
 //!
 //! Parallelism: the output is cut into chunks of at least [`FastOptions::grain_bytes`], processed
@@ -29,6 +29,7 @@
 //! two grains it runs serially on the calling thread.
 
 mod canon;
+mod elem;
 mod offsets;
 mod rows;
 mod rowwise;
@@ -41,14 +42,15 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use self::canon::Layout;
-use self::offsets::{BadIndex, Offset};
-use self::rows::{drive, ByteSink, Inner, PackedSink, RowSink, StringSink, Word};
+use self::elem::{Offset, Word};
+use self::offsets::BadIndex;
+use self::rows::{drive, ByteSink, Inner, PackedSink, RowSink, StringSink};
 use super::{check_operands, unravel, GatherError, GatherSpec, OutOfRange};
 use crate::tensor::{element_count, Tensor, TensorError};
 use crate::DataType;
 
+pub use self::elem::SimdLevel;
 pub use self::offsets::Indices;
-pub use self::simd::SimdLevel;
 
 /// Tuning knobs of the fast kernel. The defaults are what [`gather_multiaxis`] uses.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,56 +11,8 @@
 //! merged by position.
 
 use super::canon::{AxisInfo, TLayout};
-use super::simd::SimdLevel;
+use super::elem::{Offset, SimdLevel};
 use crate::gather::OutOfRange;
-
-/// An entry of the offset table.
-pub(crate) trait Offset: Copy + Send + Sync + Default + PartialEq + 'static {
-    /// Marks a tuple that reads nothing (mode `zero`); never a valid offset.
-    const NONE: Self;
-    fn from_usize(v: usize) -> Self;
-    fn to_usize(self) -> usize;
-    /// The table as 32-bit offsets, for hardware gathers; `None` for 64-bit tables.
-    fn as_u32(t: &[Self]) -> Option<&[u32]>;
-    /// The table as mutable 32-bit offsets, for the 32-bit pre-pass; `None` for 64-bit tables.
-    fn as_u32_mut(t: &mut [Self]) -> Option<&mut [u32]>;
-}
-
-impl Offset for u32 {
-    const NONE: u32 = u32::MAX;
-    #[inline(always)]
-    fn from_usize(v: usize) -> u32 {
-        v as u32
-    }
-    #[inline(always)]
-    fn to_usize(self) -> usize {
-        self as usize
-    }
-    fn as_u32(t: &[u32]) -> Option<&[u32]> {
-        Some(t)
-    }
-    fn as_u32_mut(t: &mut [u32]) -> Option<&mut [u32]> {
-        Some(t)
-    }
-}
-
-impl Offset for u64 {
-    const NONE: u64 = u64::MAX;
-    #[inline(always)]
-    fn from_usize(v: usize) -> u64 {
-        v as u64
-    }
-    #[inline(always)]
-    fn to_usize(self) -> usize {
-        self as usize
-    }
-    fn as_u32(_: &[u64]) -> Option<&[u32]> {
-        None
-    }
-    fn as_u32_mut(_: &mut [u64]) -> Option<&mut [u32]> {
-        None
-    }
-}
 
 /// Index values borrowed from an `int32` or `int64` tensor, in row-major order (the indices
 /// operand of [`super::gather_multiaxis_into`]).

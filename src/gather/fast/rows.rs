@@ -21,8 +21,8 @@
 use std::mem::MaybeUninit;
 
 use super::canon::Dim;
-use super::offsets::Offset;
-use super::simd::{prefetch, GatherFn};
+use super::elem::{GatherFn, Offset, Word};
+use super::simd::prefetch;
 use crate::tensor::packed::{self, BitWriter};
 
 /// What the innermost canonical dimension is.
@@ -135,12 +135,6 @@ fn advance(outer: &[Dim], coord: &mut [usize], base: &mut usize, tb: &mut usize)
         *base -= outer[d].in_stride * outer[d].size;
         *tb -= outer[d].t_stride * outer[d].size;
     }
-}
-
-/// A whole-byte element type moved as one value.
-pub(crate) trait Word: bytemuck::Pod + Default + Send + Sync {
-    /// The hardware gather for this width at the enabled SIMD level, if any.
-    fn simd_gather(level: super::SimdLevel) -> Option<GatherFn<Self>>;
 }
 
 /// Output for whole-byte element types.

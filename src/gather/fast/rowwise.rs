@@ -20,8 +20,8 @@
 use std::mem::MaybeUninit;
 
 use super::canon::{Layout, TDim};
+use super::elem::Word;
 use super::offsets::{IndexValue, Indices};
-use super::rows::Word;
 use super::simd::prefetch;
 use crate::gather::OutOfRange;
 

@@ -20,9 +20,9 @@ use crate::tensor::try_with_capacity;
 use std::mem::MaybeUninit;
 
 use super::canon::Layout;
+use super::elem::SimdLevel;
+use super::elem::Word;
 use super::offsets::{fill_block, Axes32, IndexValue, Indices};
-use super::rows::Word;
-use super::simd::SimdLevel;
 use crate::gather::OutOfRange;
 
 /// Size of the stage: fits L2 with room for the indices and the output.

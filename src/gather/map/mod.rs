@@ -4,15 +4,15 @@
 //! ranks and static attributes only (GatherND also needs the static index depth). The systems
 //! share three recipes, defined here:
 //!
-//! - [`blocks`]: single-axis block gather with optional batch dimensions (ONNX `Gather`,
+//! - `blocks`: single-axis block gather with optional batch dimensions (ONNX `Gather`,
 //!   `numpy.take`, TensorFlow `gather`, OpenVINO `Gather-8`, CoreML `gather`, DirectML
 //!   `DML_GATHER`);
-//! - [`elements`]: single-axis element gather (ONNX `GatherElements`, `numpy.take_along_axis`,
+//! - `elements`: single-axis element gather (ONNX `GatherElements`, `numpy.take_along_axis`,
 //!   PyTorch `gather` / `take_along_dim`, CoreML `gather_along_axis`);
-//! - [`nd`]: multi-axis block gather (ONNX `GatherND`, TensorFlow `gather_nd`, CoreML
+//! - `nd`: multi-axis block gather (ONNX `GatherND`, TensorFlow `gather_nd`, CoreML
 //!   `gather_nd`);
 //!
-//! plus [`flat`] for gathers from the flattened input (PyTorch `take`).
+//! plus `flat` for gathers from the flattened input (PyTorch `take`).
 //!
 //! Design note: the layouts put the index dimensions where the output needs them, so that the
 //! output usually needs no reshape at all ("axis first": the gathered axis holds the first index

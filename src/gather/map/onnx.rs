@@ -49,7 +49,7 @@ pub fn gather_elements(rank: usize, axis: i64) -> Result<GatherPlan, GatherError
 /// of rank `q` with static last dimension `index_depth = k`, and `batch_dims = b`:
 ///
 /// `GatherND(data, idx, batch_dims=b) ==> Squeeze?(GatherMultiaxis(Unsqueeze?(data),
-/// Unsqueeze?(idx), axes=[b, b+k)))`, see [`super::nd`] for the layout.
+/// Unsqueeze?(idx), axes=[b, b+k)))`, see `nd` for the layout.
 ///
 /// `k = 0` (allowed by TensorFlow, not by ONNX) cannot be expressed: the indices would have to
 /// lose a dimension of size 0, which no rank-level shape operation does.

@@ -12,7 +12,7 @@ use super::blocks_checked;
 ///
 /// `Gather-8(data, idx, axis=a, batch_dims=b) ==> GatherMultiaxis(Unsqueeze(data, [a+1, a+m)),
 /// Unsqueeze(idx, [b, a) + [a+m, r+m-1)), axes=[a], mode="zero")` with `m = rank(idx) - b`
-/// index dimensions (see [`super::blocks`], which also covers `m = 0`).
+/// index dimensions (see `blocks`, which also covers `m = 0`).
 ///
 /// A negative `batch_dims` counts from the end of the indices' dimensions; a negative `axis`
 /// from the end of the data's.

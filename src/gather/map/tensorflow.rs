@@ -13,7 +13,7 @@ use crate::gather::map::onnx::nd_checked;
 ///
 /// `out[b.., p.., i.., t..] = params[b.., p.., idx[b.., i..], t..]` with `b = batch_dims`
 /// (negative counts from the end of `indices`' dimensions) and `b <= axis`; with `b = 0` it is
-/// ONNX `Gather`. The plan is [`super::blocks`]'s: index dimensions after the batch
+/// ONNX `Gather`. The plan is `blocks`'s: index dimensions after the batch
 /// dimensions are unsqueezed to line up with the data, axis-first.
 pub fn gather(
     params_rank: usize,

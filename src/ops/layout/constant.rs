@@ -8,7 +8,7 @@
 //! 2-D tensor of its input's shape, in the `dtype` attribute's type or the input's.
 
 use crate::error::{Error, Result};
-use crate::interp::stored_to_tensor;
+use crate::ir::stored_to_tensor;
 use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 use crate::DataType;

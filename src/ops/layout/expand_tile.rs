@@ -8,7 +8,7 @@
 //! the output may be larger than `shape`.
 
 use crate::error::Result;
-use crate::infer::broadcast_dim;
+use crate::ir::broadcast_dim;
 use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 

@@ -12,7 +12,7 @@ use bytemuck::Pod;
 use half::{bf16, f16};
 
 use crate::error::{Error, Result};
-use crate::infer::broadcast_dim;
+use crate::ir::broadcast_dim;
 use crate::ir::{Dim, Shape, TensorType};
 use crate::ops::util::{broadcast_binary, tensor, tensor_from_iter, unsupported_type};
 use crate::ops::{EvalCtx, InferCtx};

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::interp::stored_to_tensor;
+use crate::ir::stored_to_tensor;
 use crate::ir::Node;
 use crate::tensor::{try_with_capacity, Tensor};
 use crate::DataType;
@@ -238,7 +238,7 @@ pub(in crate::ops) fn infer_label_encoder(ctx: &InferCtx<'_>) -> Result<Vec<Tens
 
 #[cfg(test)]
 mod tests {
-    use crate::interp::tensor_to_stored;
+    use crate::ir::tensor_to_stored;
     use crate::ir::AttrValue;
     use crate::{DataType, Tensor};
 

@@ -198,7 +198,7 @@ pub(super) fn floats_or_tensor(node: &Node, name: &str) -> Result<Vec<f64>> {
             Ok(out)
         }
         (None, Some(t)) => {
-            let t = crate::interp::stored_to_tensor(t)?;
+            let t = crate::ir::stored_to_tensor(t)?;
             tensor_f64s(&t)
         }
         (None, None) => Ok(Vec::new()),

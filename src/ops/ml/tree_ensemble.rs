@@ -289,7 +289,7 @@ impl<T: Value> Forest<T> {
         let leaf_targets = ints(node, "leaf_targetids")?;
         let tensor = |name: &str| -> Result<Vec<f64>> {
             match node.attr_tensor(name)? {
-                Some(t) => super::tensor_f64s(&crate::interp::stored_to_tensor(t)?),
+                Some(t) => super::tensor_f64s(&crate::ir::stored_to_tensor(t)?),
                 None => Ok(Vec::new()),
             }
         };
@@ -297,7 +297,7 @@ impl<T: Value> Forest<T> {
         let leaf_weights = tensor("leaf_weights")?;
         let membership = tensor("membership_values")?;
         let modes = match node.attr_tensor("nodes_modes")? {
-            Some(t) => super::super::util::to_i64s(&crate::interp::stored_to_tensor(t)?)?,
+            Some(t) => super::super::util::to_i64s(&crate::ir::stored_to_tensor(t)?)?,
             None => Vec::new(),
         };
         let n = features.len();
@@ -873,7 +873,7 @@ pub(in crate::ops) fn infer_tree_ensemble(ctx: &InferCtx<'_>) -> Result<Vec<Tens
 
 #[cfg(test)]
 mod tests {
-    use crate::interp::tensor_to_stored;
+    use crate::ir::tensor_to_stored;
     use crate::ir::AttrValue;
     use crate::{DataType, Tensor};
 

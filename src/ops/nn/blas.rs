@@ -6,12 +6,18 @@
 //! depends only on the shapes and the thread count, so a product computes the same bits on
 //! every run with the same options.
 
-use crate::error::{Error, Result};
+use std::ops::Mul;
 
-use super::common::Real;
+use crate::error::{Error, Result};
 
 /// Products with at least this many multiply-adds are split across threads.
 const PARALLEL_FLOPS: usize = 1 << 20;
+
+/// An element type the checked products take: `f32` and `f64` (`Real` in `nn/common.rs` and
+/// `rnn/math.rs` imply it), with `T::default()` its zero.
+pub(crate) trait Element: 'static + Copy + PartialEq + Default + Mul<Output = Self> {}
+
+impl<T: 'static + Copy + PartialEq + Default + Mul<Output = T>> Element for T {}
 
 /// A read-only `rows x cols` matrix inside a slice, element `(i, j)` at `i * rs + j * cs`.
 #[derive(Clone, Copy, Debug)]
@@ -91,7 +97,7 @@ impl<'a, T> Mat<'a, T> {
 
 /// `C = alpha * A * B + beta * C`, with C the row-major `A.rows x B.cols` block of `c` whose rows
 /// start `ldc` elements apart. With `beta == 0` the old contents of C are ignored.
-pub(super) fn gemm<T: Real>(
+pub(super) fn gemm<T: Element>(
     alpha: T,
     a: Mat<'_, T>,
     b: Mat<'_, T>,
@@ -124,7 +130,14 @@ pub(super) fn gemm<T: Real>(
 }
 
 /// One product; the shapes and bounds were checked by [`gemm`].
-fn gemm_serial<T: Real>(alpha: T, a: Mat<'_, T>, b: Mat<'_, T>, beta: T, c: &mut [T], ldc: usize) {
+fn gemm_serial<T: Element>(
+    alpha: T,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
+    beta: T,
+    c: &mut [T],
+    ldc: usize,
+) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if m == 0 || n == 0 {
         return;
@@ -132,7 +145,11 @@ fn gemm_serial<T: Real>(alpha: T, a: Mat<'_, T>, b: Mat<'_, T>, beta: T, c: &mut
     if k == 0 {
         for row in c.chunks_mut(ldc).take(m) {
             for v in &mut row[..n] {
-                *v = if beta == T::ZERO { T::ZERO } else { beta * *v };
+                *v = if beta == T::default() {
+                    T::default()
+                } else {
+                    beta * *v
+                };
             }
         }
         return;
@@ -141,7 +158,7 @@ fn gemm_serial<T: Real>(alpha: T, a: Mat<'_, T>, b: Mat<'_, T>, beta: T, c: &mut
     // their slices, `gemm` checked that `(m - 1) * ldc + n <= c.len()` with `ldc >= n`, so every
     // addressed element of C is inside `c` and distinct; all strides fit in `isize`.
     unsafe {
-        T::gemm_raw(
+        gemm_raw(
             m,
             k,
             n,
@@ -168,7 +185,7 @@ fn gemm_serial<T: Real>(alpha: T, a: Mat<'_, T>, b: Mat<'_, T>, beta: T, c: &mut
 /// Every element the strides address inside A, B and C must lie inside the allocations behind
 /// the pointers, and C's elements must not alias each other or A and B.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm_raw<T: 'static + Copy + PartialEq + Default>(
+pub(crate) unsafe fn gemm_raw<T: Element>(
     m: usize,
     k: usize,
     n: usize,

@@ -76,29 +76,6 @@ pub(super) trait Real:
     /// `self` raised to `e`.
     fn powf(self, e: Self) -> Self;
 
-    /// `C = alpha * A * B + beta * C` over raw strided matrices (see `nn::blas::gemm_raw`).
-    ///
-    /// # Safety
-    /// Every element the strides address inside `m x k` (A), `k x n` (B) and `m x n` (C) must lie
-    /// inside the allocations behind the pointers, and C's elements must not alias each other.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_raw(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: Self,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        beta: Self,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    );
-
     /// The values of a floating-point tensor in this type, borrowed when no conversion is needed.
     fn load(t: &Tensor) -> Result<Cow<'_, [Self]>>;
 
@@ -107,7 +84,7 @@ pub(super) trait Real:
 }
 
 macro_rules! real_impl {
-    ($t:ty, $gemm:path) => {
+    ($t:ty) => {
         impl Ring for $t {
             fn add(self, other: Self) -> Self {
                 self + other
@@ -136,25 +113,6 @@ macro_rules! real_impl {
             fn powf(self, e: Self) -> Self {
                 <$t>::powf(self, e)
             }
-            unsafe fn gemm_raw(
-                m: usize,
-                k: usize,
-                n: usize,
-                alpha: Self,
-                a: *const Self,
-                rsa: isize,
-                csa: isize,
-                b: *const Self,
-                rsb: isize,
-                csb: isize,
-                beta: Self,
-                c: *mut Self,
-                rsc: isize,
-                csc: isize,
-            ) {
-                // SAFETY: forwarded from the caller's contract.
-                unsafe { $gemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
-            }
             fn load(t: &Tensor) -> Result<Cow<'_, [Self]>> {
                 load_impl::<$t>(t)
             }
@@ -165,8 +123,8 @@ macro_rules! real_impl {
     };
 }
 
-real_impl!(f32, super::blas::gemm_raw::<f32>);
-real_impl!(f64, super::blas::gemm_raw::<f64>);
+real_impl!(f32);
+real_impl!(f64);
 
 /// Widening loads: `f32` computes for float, float16 and bfloat16; `f64` for double.
 trait Widen: Sized + Copy {

@@ -14,7 +14,7 @@ use crate::tensor::try_vec;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::infer::broadcast_dim;
+use crate::ir::broadcast_dim;
 use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 use crate::DataType;

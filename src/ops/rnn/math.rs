@@ -13,7 +13,9 @@
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 use crate::error::{Error, Result};
+use crate::ops::nn::blas::gemm_raw;
 use crate::ops::util::{dot, Float};
+
 /// The element types the recurrences compute in: `f32` (also for `float16` and `bfloat16`
 /// tensors, converted on the way in and out) and `f64`.
 pub(super) trait Real:
@@ -37,26 +39,10 @@ pub(super) trait Real:
     fn ln_1p(self) -> Self;
     /// The absolute value.
     fn abs(self) -> Self;
-    /// `C <- A B + beta C` through the `gemm` crate, with `A` `m x k`, `B` `k x n` and `C`
-    /// `m x n` given by their first element and row and column strides.
-    ///
-    /// # Safety
-    /// Every element the strides address must lie inside its allocation, and the strides of `C`
-    /// must not alias two elements. [`gemm`] checks both.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_raw(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: (*const Self, isize, isize),
-        b: (*const Self, isize, isize),
-        beta: Self,
-        c: (*mut Self, isize, isize),
-    );
 }
 
 macro_rules! impl_real {
-    ($t:ty, $gemm:path) => {
+    ($t:ty) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -72,28 +58,12 @@ macro_rules! impl_real {
             fn abs(self) -> Self {
                 <$t>::abs(self)
             }
-            unsafe fn gemm_raw(
-                m: usize,
-                k: usize,
-                n: usize,
-                a: (*const Self, isize, isize),
-                b: (*const Self, isize, isize),
-                beta: Self,
-                c: (*mut Self, isize, isize),
-            ) {
-                // SAFETY: forwarded from the caller's contract.
-                unsafe {
-                    $gemm(
-                        m, k, n, 1.0, a.0, a.1, a.2, b.0, b.1, b.2, beta, c.0, c.1, c.2,
-                    )
-                }
-            }
         }
     };
 }
 
-impl_real!(f32, crate::ops::nn::blas::gemm_raw::<f32>);
-impl_real!(f64, crate::ops::nn::blas::gemm_raw::<f64>);
+impl_real!(f32);
+impl_real!(f64);
 
 /// A read-only `rows x cols` matrix inside a slice: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy, Debug)]
@@ -191,14 +161,21 @@ pub(super) fn gemm<T: Real>(
     // SAFETY: `fits` checked that every addressed element of A, B and C is inside its slice;
     // C's column stride is 1 and its row stride is at least its width, so no two elements alias.
     unsafe {
-        T::gemm_raw(
+        gemm_raw(
             m,
             k,
             n,
-            (a.data.as_ptr(), sa.0, sa.1),
-            (b.data.as_ptr(), sb.0, sb.1),
+            T::ONE,
+            a.data.as_ptr(),
+            sa.0,
+            sa.1,
+            b.data.as_ptr(),
+            sb.0,
+            sb.1,
             beta,
-            (c.as_mut_ptr(), sc.0, sc.1),
+            c.as_mut_ptr(),
+            sc.0,
+            sc.1,
         );
     }
     Ok(())

@@ -20,26 +20,7 @@
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use super::rows::Word;
-
-/// A hardware gather of `t.len()` elements: `out[i] = *(start + t[i] * size_of::<W>())`.
-///
-/// # Safety
-/// The CPU must support the function's target features; every `t[i]` must be at most
-/// `i32::MAX`; at least `max(4, size_of::<W>())` bytes must be readable at every source address;
-/// `out` must be writable for `t.len()` elements.
-pub(crate) type GatherFn<W> = unsafe fn(*const u8, &[u32], *mut W);
-
-/// The instruction-set level of the element gathers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum SimdLevel {
-    /// The unrolled scalar loop (every CPU).
-    Scalar,
-    /// AVX2 `vpgatherdd` / `vpgatherdq`, 256-bit.
-    Avx2,
-    /// AVX-512F gathers, 512-bit.
-    Avx512,
-}
+use super::elem::{GatherFn, SimdLevel, Word};
 
 impl SimdLevel {
     /// The widest level this CPU supports (detected once, then cached).

@@ -9,20 +9,19 @@ use std::path::Path;
 
 use bytes::Bytes;
 
+use super::{read_input, write_atomic, LoadOptions, Origin};
 use crate::error::{Error, Result};
-use crate::io::{read_input, LoadOptions, Origin};
-use crate::ir::Graph;
+use crate::ir::{stored_to_tensor, tensor_to_stored, Graph};
+use crate::proto::{decode_tensor, encode_tensor};
 use crate::tensor::Tensor;
 use crate::DataType;
-
-use super::{stored_to_tensor, tensor_to_stored};
 
 /// Reads a tensor from a `.pb` (serialized `TensorProto`) or `.npy` file; returns the name the
 /// file gives it (a `.pb` tensor's name, else none).
 ///
 /// # Example
 /// ```
-/// use multigather::interp::files::{read_tensor, write_tensor_pb};
+/// use multigather::io::files::{read_tensor, write_tensor_pb};
 /// use multigather::{DataType, Tensor};
 /// let dir = std::env::temp_dir().join(format!("mg-doc-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
@@ -38,7 +37,7 @@ pub fn read_tensor(path: &Path) -> Result<(Option<String>, Tensor)> {
 }
 
 /// Like [`read_tensor`], for a file named by the user or found in a directory (which must then be
-/// a regular file: see [`crate::io::read_input`]).
+/// a regular file: see [`read_input`]).
 fn read_tensor_from(path: &Path, origin: Origin) -> Result<(Option<String>, Tensor)> {
     // The largest tensor the loader accepts, and room for a TensorProto's other fields.
     let max = LoadOptions::default()
@@ -57,7 +56,7 @@ fn read_tensor_from(path: &Path, origin: Origin) -> Result<(Option<String>, Tens
 ///
 /// # Example
 /// ```
-/// use multigather::interp::files::tensor_from_bytes;
+/// use multigather::io::files::tensor_from_bytes;
 /// let err = tensor_from_bytes(b"not numpy".to_vec(), true).unwrap_err();
 /// assert!(err.to_string().contains("missing magic"));
 /// ```
@@ -65,7 +64,7 @@ pub fn tensor_from_bytes(bytes: Vec<u8>, npy: bool) -> Result<(Option<String>, T
     if npy {
         return Ok((None, read_npy(&bytes)?));
     }
-    let stored = crate::proto::decode_tensor(Bytes::from(bytes))?;
+    let stored = decode_tensor(Bytes::from(bytes))?;
     let tensor = stored_to_tensor(&stored)?;
     Ok((stored.name.filter(|n| !n.is_empty()), tensor))
 }
@@ -73,7 +72,7 @@ pub fn tensor_from_bytes(bytes: Vec<u8>, npy: bool) -> Result<(Option<String>, T
 /// Writes `t` as a serialized `TensorProto` named `name`, atomically.
 pub fn write_tensor_pb(path: &Path, name: &str, t: &Tensor) -> Result<()> {
     let stored = tensor_to_stored(name, t)?;
-    crate::io::write_atomic(path, &crate::proto::encode_tensor(&stored))
+    write_atomic(path, &encode_tensor(&stored))
 }
 
 /// The inputs of `graph` found in `dir`, in the graph's input order.
