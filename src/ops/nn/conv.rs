@@ -126,23 +126,37 @@ impl ConvShape {
         if slab == 0 {
             return Ok(());
         }
-        let task = |(t, y): (usize, &mut [T]), parallel: bool| -> Result<()> {
+        // The padded plane of a unit-stride depthwise convolution, allocated once per thread.
+        let depthwise = cg == 1 && self.group > 1;
+        let plane = || -> Result<Option<PaddedPlane<'_, T>>> {
+            match depthwise {
+                true => PaddedPlane::new(&self.geo),
+                false => Ok(None),
+            }
+        };
+        let task = |plane: &mut Option<PaddedPlane<'_, T>>,
+                    (t, y): (usize, &mut [T]),
+                    parallel: bool|
+         -> Result<()> {
             let (n, g) = (t / self.group, t % self.group);
             let xg = &x[(n * self.c_in + g * cg) * in_plane..][..cg * in_plane];
             let wg = Mat::row_major(&w[g * mg * kc..(g + 1) * mg * kc], mg, kc)?;
             let bg = bias.map(|b| &b[g * mg..(g + 1) * mg]);
-            self.run_group(xg, wg, bg, y, parallel)
+            self.run_group(xg, wg, bg, y, parallel, plane.as_mut())
         };
         let tasks = self.batch * self.group;
         let threads = rayon::current_num_threads();
         if tasks >= threads && tasks > 1 && threads > 1 {
+            // A plane that cannot be allocated leaves the channels to the general loop, whose
+            // own allocation then reports the error.
             out.par_chunks_mut(slab)
                 .enumerate()
-                .try_for_each(|ty| task(ty, false))?;
+                .try_for_each_init(|| plane().ok().flatten(), |p, ty| task(p, ty, false))?;
         } else {
+            let mut p = plane()?;
             out.chunks_mut(slab)
                 .enumerate()
-                .try_for_each(|ty| task(ty, threads > 1))?;
+                .try_for_each(|ty| task(&mut p, ty, threads > 1))?;
         }
         Ok(())
     }
@@ -156,6 +170,7 @@ impl ConvShape {
         bias: Option<&[T]>,
         y: &mut [T],
         parallel: bool,
+        plane: Option<&mut PaddedPlane<'_, T>>,
     ) -> Result<()> {
         let p = self.geo.out_plane();
         let kc = wg.cols();
@@ -175,7 +190,7 @@ impl ConvShape {
             // STFT by convolution with hundreds of filters and taps over a few output positions,
             // the product is the better loop.)
             let init = |m: usize| bias.map_or(T::ZERO, |b| b[m]);
-            if let Some(mut plane) = PaddedPlane::new(xg, &self.geo)? {
+            if let Some(plane) = plane.and_then(|plane| plane.load(xg).then_some(plane)) {
                 for (m, ym) in y.chunks_mut(p).enumerate() {
                     plane.convolve(&wg.row(m), init(m), ym);
                 }
@@ -458,26 +473,34 @@ struct PaddedPlane<'a, T: bytemuck::Pod> {
 }
 
 impl<'a, T: Real> PaddedPlane<'a, T> {
-    /// The padded plane of `x` (one input channel), if `g` has unit strides and no depth taps.
-    fn new(x: &[T], g: &'a Geometry3) -> Result<Option<Self>> {
+    /// A padded plane for the input channels of `g`, if `g` has unit strides and no depth taps.
+    fn new(g: &'a Geometry3) -> Result<Option<Self>> {
         let ([_, oh, ow], [id, ih, iw], [kd, _, kw]) = (g.output, g.input, g.kernel);
-        if g.strides != [1; 3] || kd != 1 || id != 1 || x.len() != ih * iw {
+        if g.strides != [1; 3] || kd != 1 || id != 1 {
             return Ok(None);
         }
         let (pw, dw) = (g.pad_begin[2], g.dilations[2]);
         let reach = (kw - 1) * dw;
         let pitch = (pw + iw).max(ow + reach);
-        let rows = Scratch::new(ih * pitch + reach, T::ZERO);
-        let mut rows = rows?;
-        for (src, dst) in x.chunks_exact(iw).zip(rows.chunks_mut(pitch)) {
-            dst[pw..pw + iw].copy_from_slice(src);
-        }
         Ok(Some(PaddedPlane {
             g,
             pitch,
-            x: rows,
+            x: Scratch::new(ih * pitch + reach, T::ZERO)?,
             y: Scratch::new(oh * pitch, T::ZERO)?,
         }))
+    }
+
+    /// Copies the input channel `x` into the plane (the padding stays zero); `false` if `x` is
+    /// not one input channel.
+    fn load(&mut self, x: &[T]) -> bool {
+        let ([_, ih, iw], pw) = (self.g.input, self.g.pad_begin[2]);
+        if x.len() != ih * iw {
+            return false;
+        }
+        for (src, dst) in x.chunks_exact(iw).zip(self.x.chunks_mut(self.pitch)) {
+            dst[pw..pw + iw].copy_from_slice(src);
+        }
+        true
     }
 
     /// Writes the convolution by filter `w` plus `init` into the output plane `y`.
