@@ -27,15 +27,17 @@ ort.set_default_logger_severity(3)
 
 
 def case(op, inputs, outputs=("y",), domain="com.microsoft", dtype=TensorProto.FLOAT,
-         consts=(), **attrs):
+         consts=(), out_types=None, **attrs):
     """A one-node model: inputs are (name, shape) pairs of `dtype`, then `consts` (numpy arrays,
-    named) as initializers; an empty name is an absent optional input."""
+    named) as initializers; an empty name is an absent optional input. `out_types` gives each
+    output's element type when they are not all `dtype`."""
     names = [n for n, _ in inputs] + [n for n, _ in consts]
     node = helper.make_node(op, names, list(outputs), domain=domain, **attrs)
+    types = out_types or [dtype] * len(outputs)
     graph = helper.make_graph(
         [node], op,
-        [helper.make_tensor_value_info(n, dtype, s) for n, s in inputs],
-        [helper.make_tensor_value_info(o, dtype, None) for o in outputs if o],
+        [helper.make_tensor_value_info(n, dtype, s) for n, s in inputs if n],
+        [helper.make_tensor_value_info(o, t, None) for o, t in zip(outputs, types) if o],
         initializer=[numpy_helper.from_array(v, n) for n, v in consts if n])
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     return helper.make_model(graph, opset_imports=opsets, ir_version=8)
@@ -74,6 +76,137 @@ CASES.update({
     "qlinear_leaky_relu_u8": qlinear("QLinearLeakyRelu", np.uint8, 120, alpha=0.1),
     "qlinear_leaky_relu_i8": qlinear("QLinearLeakyRelu", np.int8, -5, alpha=0.2),
 })
+
+
+def node_case(op, args, outputs=("y",), out_types=None, **attrs):
+    """A one-node model whose inputs are given in node order: `None` is an absent input,
+    `(name, [dims])` a float graph input, `(name, array)` an initializer."""
+    names, graph_inputs, inits = [], [], []
+    for a in args:
+        if a is None:
+            names.append("")
+        elif isinstance(a[1], np.ndarray):
+            names.append(a[0])
+            inits.append(numpy_helper.from_array(a[1], a[0]))
+        else:
+            names.append(a[0])
+            graph_inputs.append(helper.make_tensor_value_info(a[0], TensorProto.FLOAT, a[1]))
+    node = helper.make_node(op, names, list(outputs), domain="com.microsoft", **attrs)
+    types = out_types or [TensorProto.FLOAT] * len(outputs)
+    graph = helper.make_graph(
+        [node], op, graph_inputs,
+        [helper.make_tensor_value_info(o, t, None) for o, t in zip(outputs, types) if o],
+        initializer=inits)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+def transformer_cases():
+    """The transformer optimizer's fused operators at batch 2, hidden 16, 2 heads of 8."""
+    rng = np.random.default_rng(1)
+    f = lambda *d: (rng.standard_normal(d) * 0.5).astype(np.float32)
+    i32 = lambda v: np.array(v, np.int32)
+    nh, hd = 2, H // 2
+    w, bias = ("w", f(H, 3 * H)), ("bias", f(3 * H))
+    mask2 = i32([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    mask3 = (rng.random((B, S, S)) > 0.3).astype(np.int32)
+    mask3[:, :, 0] = 1
+    att = lambda *extra, outputs=("y",), **a: node_case(
+        "Attention", [X, w, bias, *extra], outputs=outputs, num_heads=nh, **a)
+    cases = {
+        "attention": att(),
+        "attention_mask_1d_end": att(("m", i32([5, 3]))),
+        "attention_mask_1d_end_start": att(("m", i32([5, 4, 0, 1]))),
+        "attention_mask_2d": att(("m", mask2)),
+        "attention_mask_3d": att(("m", mask3)),
+        "attention_unidirectional_past_present": att(
+            None, ("past", [2, B, nh, 3, hd]), outputs=("y", "present"), unidirectional=1),
+        "attention_past_mask_2d": att(
+            ("m", np.ones((B, S + 3), np.int32)), ("past", [2, B, nh, 3, hd]),
+            outputs=("y", "present")),
+        "attention_bias_input": att(None, None, ("ab", [B, nh, S, S])),
+        "attention_qkv_hidden_sizes": node_case(
+            "Attention", [X, ("w", f(H, 2 * H + 8)), ("bias", f(2 * H + 8))],
+            num_heads=nh, qkv_hidden_sizes=[H, H, 8]),
+        "mha_self_with_bias_mask_past": node_case(
+            "MultiHeadAttention",
+            [("q", [B, S, H]), ("k", [B, S, H]), ("v", [B, S, H]), ("b", f(3 * H)),
+             ("m", np.concatenate([np.ones((B, 3), np.int32), mask2], 1)), None,
+             ("pk", [B, nh, 3, hd]), ("pv", [B, nh, 3, hd])],
+            outputs=("y", "pk_out", "pv_out"), num_heads=nh),
+        "mha_key_padding_2d": node_case(
+            "MultiHeadAttention",
+            [("q", [B, S, H]), ("k", [B, 4, H]), ("v", [B, 4, H]), None,
+             ("m", i32([[1, 1, 0, 0], [1, 1, 1, 1]]))], num_heads=nh),
+        "mha_unidirectional": node_case(
+            "MultiHeadAttention", [("q", [B, S, H]), ("k", [B, S, H]), ("v", [B, S, H])],
+            num_heads=nh, unidirectional=1),
+        "mha_cross_bnsh": node_case(
+            "MultiHeadAttention",
+            [("q", [B, S, H]), ("k", [B, nh, 4, hd]), ("v", [B, nh, 4, hd]), ("b", f(3 * H))],
+            num_heads=nh),
+        "mha_attention_bias": node_case(
+            "MultiHeadAttention",
+            [("q", [B, S, H]), ("k", [B, S, H]), ("v", [B, S, H]), None, None,
+             ("ab", [1, nh, S, S])], num_heads=nh),
+    }
+    cos, sin = np.cos(f(32, hd // 2) * 3), np.sin(f(32, hd // 2) * 3)
+    # onnxruntime's CPU kernel takes several new tokens with a past only at batch 1, and
+    # rotary embedding only on heads whose size is a multiple of 16.
+    gqa_h, kv_h, gd = 4, 2, 16
+    gcos, gsin = np.cos(f(32, gd // 2) * 3), np.sin(f(32, gd // 2) * 3)
+    for name, batch, seq, past, extra in [
+        ("gqa_prompt", B, S, 0, {}),
+        ("gqa_past_one_token", B, 1, 3, {}),
+        ("gqa_past_batch1", 1, S, 3, {}),
+        ("gqa_packed_qkv", B, S, 0, dict(packed=True)),
+        ("gqa_rotary_softcap_window", 1, S, 3,
+         dict(do_rotary=1, softcap=2.0, local_window_size=3)),
+        ("gqa_rotary_interleaved", B, 1, 2, dict(do_rotary=1, rotary_interleaved=1)),
+    ]:
+        if extra.pop("packed", False):
+            args = [("qkv", [batch, seq, (gqa_h + 2 * kv_h) * gd]), None, None]
+        else:
+            args = [("q", [batch, seq, gqa_h * gd]), ("k", [batch, seq, kv_h * gd]),
+                    ("v", [batch, seq, kv_h * gd])]
+        args += [("pk", [batch, kv_h, past, gd]), ("pv", [batch, kv_h, past, gd])] \
+            if past else [None, None]
+        args += [("seqlens", i32([past + seq - 1] * batch)), ("total", i32(past + seq))]
+        if extra.get("do_rotary"):
+            args += [("cos", gcos.astype(np.float32)), ("sin", gsin.astype(np.float32))]
+        cases[name] = node_case("GroupQueryAttention", args, outputs=("y", "pk_out", "pv_out"),
+                                num_heads=gqa_h, kv_num_heads=kv_h, **extra)
+    pos = np.array(rng.integers(0, 32, (B, S)), np.int64)
+    rot = lambda x, p, **a: node_case(
+        "RotaryEmbedding", [x, ("pos", p), ("cos", cos.astype(np.float32)),
+                            ("sin", sin.astype(np.float32))], **a)
+    cases.update({
+        "rotary_3d": rot(X, pos, num_heads=nh),
+        "rotary_3d_offset_interleaved": rot(X, np.array([4], np.int64), interleaved=1),
+        "rotary_4d": rot(("x", [B, nh, S, hd]), pos),
+        "rotary_partial_dim": node_case(
+            "RotaryEmbedding", [X, ("pos", pos), ("cos", cos[:, :2].astype(np.float32)),
+                                ("sin", sin[:, :2].astype(np.float32))],
+            num_heads=nh, rotary_embedding_dim=4),
+    })
+    ids = np.array(rng.integers(0, 30, (B, S)), np.int32)
+    seg = np.array(rng.integers(0, 2, (B, S)), np.int32)
+    emb = [("words", f(30, H)), ("positions", f(S, H))]
+    norm = [("gamma", f(H)), ("beta", f(H))]
+    cases.update({
+        "embed_layer_norm": node_case(
+            "EmbedLayerNormalization",
+            [("ids", ids), ("seg", seg), *emb, ("segments", f(2, H)), *norm, ("mask", mask2)],
+            outputs=("y", "mask_index", "sum"),
+            out_types=[TensorProto.FLOAT, TensorProto.INT32, TensorProto.FLOAT], epsilon=1e-5),
+        "embed_layer_norm_no_segment_no_mask": node_case(
+            "EmbedLayerNormalization", [("ids", ids), None, *emb, None, *norm],
+            outputs=("y", "mask_index"), out_types=[TensorProto.FLOAT, TensorProto.INT32]),
+    })
+    return cases
+
+
+CASES.update(transformer_cases())
 
 
 def random_input(rng, dtype, dims):

@@ -14,7 +14,10 @@
 //! where onnxruntime defines it.
 
 mod activations;
+mod attention;
+mod embed_norm;
 mod qlinear;
+mod rotary;
 mod skip_norm;
 
 use super::OpDef;
@@ -85,5 +88,38 @@ pub(super) const DEFS: &[OpDef] = &[
         qlinear::eval_qlinear_leaky_relu,
     )
     .with_infer(activations::infer_like_input)
+    .in_domain(DOMAIN),
+    OpDef::new("Attention", 1, 2..=7, 1..=2, attention::eval_attention)
+        .with_infer(attention::infer_float_outputs)
+        .in_domain(DOMAIN),
+    OpDef::new(
+        "MultiHeadAttention",
+        1,
+        1..=10,
+        1..=4,
+        attention::eval_multi_head_attention,
+    )
+    .with_infer(attention::infer_float_outputs)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "GroupQueryAttention",
+        1,
+        7..=12,
+        1..=4,
+        attention::eval_group_query_attention,
+    )
+    .with_infer(attention::infer_float_outputs)
+    .in_domain(DOMAIN),
+    OpDef::new("RotaryEmbedding", 1, 4..=4, 1..=1, rotary::eval_rotary_embedding)
+        .with_infer(activations::infer_like_input)
+        .in_domain(DOMAIN),
+    OpDef::new(
+        "EmbedLayerNormalization",
+        1,
+        7..=9,
+        2..=3,
+        embed_norm::eval_embed_layer_norm,
+    )
+    .with_infer(attention::infer_float_outputs)
     .in_domain(DOMAIN),
 ];
