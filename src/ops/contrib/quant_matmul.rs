@@ -1,0 +1,202 @@
+//! The quantised matrix products of `com.microsoft` (opset 1) that onnxruntime's quantisation
+//! tools emit: `MatMulIntegerToFloat` (8-bit operands, float output), `DynamicQuantizeMatMul`
+//! (a float A quantised on the fly against 8-bit weights) and `MatMulNBits` (float A against
+//! 4-bit block-quantised weights).
+//!
+//! Spec: onnxruntime `docs/ContribOperators.md`, sections `com.microsoft.MatMulIntegerToFloat`,
+//! `com.microsoft.DynamicQuantizeMatMul` and `com.microsoft.MatMulNBits`.
+//!
+//! The 8-bit forms share the default domain's exact integer product (`nn::integer_product`,
+//! accumulated in `f64`) and scale it by `a_scale * b_scale[column]` (per tensor or per column)
+//! before adding the bias. `DynamicQuantizeMatMul` quantises A as `DynamicQuantizeLinear`
+//! does (`nn::dynamic_quantize`). `MatMulNBits` dequantises its weights `(N, K)` block by block
+//! — `(code - zero) * scale`, codes two to a byte low nibble first, zero points packed the same
+//! way (8 when absent) or given as floats — into one buffer, then runs one GEMM (`nn::gemm`).
+
+use crate::error::Result;
+use crate::tensor::{try_vec, Tensor};
+use crate::DataType;
+
+use super::super::nn::{dynamic_quantize, gemm, integer_product, Mat};
+use super::super::util::{optional, required};
+use super::super::EvalCtx;
+use super::activations::floats;
+
+/// `acc * a_scale * b_scale[col] + bias[col]` for exact accumulators of `n` columns.
+fn scale_columns(
+    ctx: &EvalCtx<'_>,
+    acc: Vec<f64>,
+    n: usize,
+    a_scale: f32,
+    b_scale: &Tensor,
+    bias: Option<&Tensor>,
+) -> Result<Vec<f32>> {
+    let bs = floats(b_scale, "b_scale")?;
+    if bs.len() != 1 && bs.len() != n {
+        return Err(ctx.error(format!(
+            "b_scale {:?} is neither one value nor one per column ({n})",
+            b_scale.shape()
+        )));
+    }
+    let bias = bias.map(|b| floats(b, "bias")).transpose()?;
+    if bias.is_some_and(|b| b.len() != n) {
+        return Err(ctx.error(format!("bias does not hold {n} values")));
+    }
+    let mut out = try_vec(acc.len(), 0.0f32)?;
+    for (k, (o, v)) in out.iter_mut().zip(acc).enumerate() {
+        let j = k % n.max(1);
+        let s = a_scale * bs[if bs.len() == 1 { 0 } else { j }];
+        *o = v as f32 * s + bias.map_or(0.0, |b| b[j]);
+    }
+    Ok(out)
+}
+
+/// One float scale.
+fn scalar_scale(ctx: &EvalCtx<'_>, t: &Tensor, what: &str) -> Result<f32> {
+    match floats(t, what)? {
+        [s] => Ok(*s),
+        _ => Err(ctx.error(format!(
+            "{what} {:?} is not one value (per tensor)",
+            t.shape()
+        ))),
+    }
+}
+
+pub(in crate::ops) fn eval_matmul_integer_to_float(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
+    let a_scale = scalar_scale(ctx, required(inputs, 2)?, "a_scale")?;
+    let b_scale = required(inputs, 3)?;
+    let (plan, acc) = integer_product(a, optional(inputs, 4), b, optional(inputs, 5))?;
+    let y = scale_columns(ctx, acc, plan.n, a_scale, b_scale, optional(inputs, 6))?;
+    Ok(vec![Tensor::from_vec(DataType::Float, &plan.out_shape, y)?])
+}
+
+pub(in crate::ops) fn eval_dynamic_quantize_matmul(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
+    let (codes, a_scale, a_zero) = dynamic_quantize(floats(a, "DynamicQuantizeMatMul")?)?;
+    let qa = Tensor::from_vec(DataType::Uint8, a.shape(), codes)?;
+    let za = Tensor::scalar(DataType::Uint8, a_zero)?;
+    let (plan, acc) = integer_product(&qa, Some(&za), b, optional(inputs, 3))?;
+    let y = scale_columns(
+        ctx,
+        acc,
+        plan.n,
+        a_scale,
+        required(inputs, 2)?,
+        optional(inputs, 4),
+    )?;
+    Ok(vec![Tensor::from_vec(DataType::Float, &plan.out_shape, y)?])
+}
+
+/// A positive size attribute.
+fn size_attr(ctx: &EvalCtx<'_>, name: &str, default: i64) -> Result<usize> {
+    let v = ctx.node.attr_int(name, default)?;
+    usize::try_from(v)
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| ctx.error(format!("{name} must be positive, found {v}")))
+}
+
+pub(in crate::ops) fn eval_matmul_nbits(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, b, scales) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
+    let (zeros, g_idx, bias) = (optional(inputs, 3), optional(inputs, 4), optional(inputs, 5));
+    if g_idx.is_some() {
+        return Err(ctx.error("g_idx is not supported"));
+    }
+    let (k, n) = (size_attr(ctx, "K", 0)?, size_attr(ctx, "N", 0)?);
+    let block = size_attr(ctx, "block_size", 0)?;
+    if ctx.node.attr_int("bits", 4)? != 4 || block < 16 || !block.is_power_of_two() {
+        return Err(ctx.error("only 4-bit weights in power-of-two blocks of 16 or more are supported"));
+    }
+    let blocks = k.div_ceil(block);
+    let blob = block / 2;
+    if b.dtype() != DataType::Uint8 || b.len() != n * blocks * blob {
+        return Err(ctx.error(format!(
+            "B {:?} ({}) is not uint8 ({n}, {blocks}, {blob})",
+            b.shape(),
+            b.dtype()
+        )));
+    }
+    let sv = floats(scales, "scales")?;
+    if sv.len() != n * blocks {
+        return Err(ctx.error(format!("scales do not hold {n} x {blocks} values")));
+    }
+    // The zero point of (column, block).
+    let zero_bytes = blocks.div_ceil(2);
+    let zero = |col: usize, blk: usize| -> Result<f32> {
+        Ok(match zeros {
+            None => 8.0 * sv[col * blocks + blk],
+            Some(z) if z.dtype() == DataType::Uint8 && z.len() == n * zero_bytes => {
+                let byte = z.as_slice::<u8>()?[col * zero_bytes + blk / 2];
+                f32::from((byte >> (4 * (blk % 2))) & 0xF) * sv[col * blocks + blk]
+            }
+            Some(z) if z.dtype() == DataType::Float && z.len() == n * blocks => {
+                z.as_slice::<f32>()?[col * blocks + blk]
+            }
+            Some(z) => {
+                return Err(ctx.error(format!(
+                    "zero_points {:?} ({}) are neither packed uint8 nor one float per block",
+                    z.shape(),
+                    z.dtype()
+                )))
+            }
+        })
+    };
+    // W (N, K) dequantised: code * scale - zero * scale (float zero points are already scaled).
+    let codes = b.as_slice::<u8>()?;
+    let mut w = try_vec(n * k, 0.0f32)?;
+    for (col, row) in w.chunks_mut(k.max(1)).enumerate() {
+        for (blk, chunk) in row.chunks_mut(block).enumerate() {
+            let s = sv[col * blocks + blk];
+            let z = zero(col, blk)?;
+            let bytes = &codes[(col * blocks + blk) * blob..][..blob];
+            for (i, o) in chunk.iter_mut().enumerate() {
+                let code = (bytes[i / 2] >> (4 * (i % 2))) & 0xF;
+                *o = f32::from(code) * s - z;
+            }
+        }
+    }
+    let av = floats(a, "MatMulNBits")?;
+    let shape = a.shape();
+    if shape.last() != Some(&k) {
+        return Err(ctx.error(format!("A {shape:?} does not end in K = {k}")));
+    }
+    let m = av.len() / k;
+    let bias = bias.map(|t| floats(t, "bias")).transpose()?;
+    if bias.is_some_and(|b| b.len() != n) {
+        return Err(ctx.error(format!("bias does not hold {n} values")));
+    }
+    let mut y = try_vec(m * n, 0.0f32)?;
+    if let Some(bias) = bias {
+        for row in y.chunks_mut(n) {
+            row.copy_from_slice(bias);
+        }
+    }
+    let beta = if bias.is_some() { 1.0 } else { 0.0 };
+    gemm(
+        1.0f32,
+        Mat::row_major(av, m, k)?,
+        Mat::row_major(&w, n, k)?.t(),
+        beta,
+        &mut y,
+        n,
+    )?;
+    let mut out_shape = shape.to_vec();
+    if let Some(last) = out_shape.last_mut() {
+        *last = n;
+    }
+    Ok(vec![Tensor::from_vec(DataType::Float, &out_shape, y)?])
+}
