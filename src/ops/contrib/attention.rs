@@ -46,6 +46,24 @@ pub(super) fn infer_float_outputs(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>>
     Ok(vec![t; ctx.node.outputs.len()])
 }
 
+/// One output of the first input's element type (the third's for `QLinearConcat`, whose first
+/// two are the output's scale and zero point), its shape left to the kernel.
+pub(super) fn infer_first_input_type(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let at = if ctx.node.op_type == "QLinearConcat" { 2 } else { 0 };
+    let elem = ctx.input(at).and_then(|t| t.elem);
+    Ok(vec![TensorType { elem, shape: None }])
+}
+
+/// `EmbedLayerNormalization`: float, the int32 mask index, float.
+pub(super) fn infer_embed_outputs(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let t = |elem| TensorType {
+        elem: Some(elem),
+        shape: None,
+    };
+    let all = [t(DataType::Float), t(DataType::Int32), t(DataType::Float)];
+    Ok(all.into_iter().take(ctx.node.outputs.len()).collect())
+}
+
 /// A positive head-count attribute.
 fn heads(ctx: &EvalCtx<'_>, name: &str) -> Result<usize> {
     let n = ctx.node.attr_int(name, 0)?;

@@ -12,13 +12,15 @@
 //! does (`nn::dynamic_quantize`). `MatMulNBits` dequantises its weights `(N, K)` block by block
 //! — `(code - zero) * scale`, codes two to a byte low nibble first, zero points packed the same
 //! way (8 when absent) or given as floats — into one buffer, then runs one GEMM (`nn::gemm`).
+//! `GatherBlockQuantized` (section `com.microsoft.GatherBlockQuantized`) gathers rows of weights
+//! stored the same way and dequantises only the rows it gathers.
 
 use crate::error::Result;
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
 use super::super::nn::{dynamic_quantize, gemm, integer_product, Mat};
-use super::super::util::{optional, required};
+use super::super::util::{normalize_axis, optional, required, to_i64s};
 use super::super::EvalCtx;
 use super::activations::floats;
 
@@ -197,6 +199,97 @@ pub(in crate::ops) fn eval_matmul_nbits(
     let mut out_shape = shape.to_vec();
     if let Some(last) = out_shape.last_mut() {
         *last = n;
+    }
+    Ok(vec![Tensor::from_vec(DataType::Float, &out_shape, y)?])
+}
+
+/// `GatherBlockQuantized` on uint8 data in `MatMulNBits`'s layout (`bits` 4: two codes a byte,
+/// low nibble first, zero point 8 by default; `bits` 8: one code a byte, zero point 128),
+/// quantised in blocks along the last axis: gathers `indices` along `gather_axis` of the
+/// logical (unpacked) data and dequantises only the gathered rows, `(code - zero) * scale`.
+pub(in crate::ops) fn eval_gather_block_quantized(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (data, indices, scales) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
+    let zeros = optional(inputs, 3);
+    let bits = ctx.node.attr_int("bits", 4)?;
+    let per_byte = match bits {
+        4 => 2,
+        8 => 1,
+        _ => return Err(ctx.error(format!("bits {bits} is not 4 or 8"))),
+    };
+    if data.dtype() != DataType::Uint8 || zeros.is_some_and(|z| z.dtype() != DataType::Uint8) {
+        return Err(ctx.error("only uint8 data and zero points are supported"));
+    }
+    let rank = data.rank();
+    let mut shape = data.shape().to_vec();
+    let Some(last) = shape.last_mut() else {
+        return Err(ctx.error("data is a scalar"));
+    };
+    *last *= per_byte;
+    let k = *last;
+    let qaxis = normalize_axis(ctx.node.attr_int("quantize_axis", 1)?, rank)?;
+    if qaxis + 1 != rank {
+        return Err(ctx.error("only quantisation along the last axis is supported"));
+    }
+    let gaxis = normalize_axis(ctx.node.attr_int("gather_axis", 0)?, rank)?;
+    let block = size_attr(ctx, "block_size", 128)?;
+    let blocks = k.div_ceil(block);
+    let rows = shape[..rank - 1].iter().product::<usize>();
+    let sv = floats(scales, "scales")?;
+    let zero_row = if per_byte == 2 { blocks.div_ceil(2) } else { blocks };
+    if sv.len() != rows * blocks || zeros.is_some_and(|z| z.len() != rows * zero_row) {
+        return Err(ctx.error(format!(
+            "scales {:?} or zero_points do not hold one value per block of {block} along the last axis of {shape:?}",
+            scales.shape()
+        )));
+    }
+    let zb = zeros.map(|z| z.as_slice::<u8>()).transpose()?;
+    let codes = data.as_slice::<u8>()?;
+    let code = |p: usize| -> u8 {
+        if per_byte == 2 {
+            (codes[p / 2] >> (4 * (p % 2))) & 0xF
+        } else {
+            codes[p]
+        }
+    };
+    let zero = |row: usize, blk: usize| -> f32 {
+        match zb {
+            None if per_byte == 2 => 8.0,
+            None => 128.0,
+            Some(z) if per_byte == 2 => f32::from((z[row * zero_row + blk / 2] >> (4 * (blk % 2))) & 0xF),
+            Some(z) => f32::from(z[row * zero_row + blk]),
+        }
+    };
+    let ids = to_i64s(indices)?;
+    let dg = shape[gaxis];
+    let outer: usize = shape[..gaxis].iter().product();
+    let inner: usize = shape[gaxis + 1..].iter().product();
+    let mut out_shape = shape[..gaxis].to_vec();
+    out_shape.extend_from_slice(indices.shape());
+    out_shape.extend_from_slice(&shape[gaxis + 1..]);
+    let mut y = try_vec(outer * ids.len() * inner, 0.0f32)?;
+    let mut slabs = y.chunks_mut(inner.max(1));
+    for o in 0..outer {
+        for &id in &ids {
+            let i = if id < 0 { id + dg as i64 } else { id };
+            let i = usize::try_from(i)
+                .ok()
+                .filter(|&i| i < dg)
+                .ok_or_else(|| ctx.error(format!("index {id} is outside {dg}")))?;
+            let Some(slab) = slabs.next() else { break };
+            let base = (o * dg + i) * inner;
+            for (r, v) in slab.iter_mut().enumerate() {
+                let p = base + r;
+                let (row, blk) = (p / k, p % k / block);
+                *v = (f32::from(code(p)) - zero(row, blk)) * sv[row * blocks + blk];
+            }
+        }
     }
     Ok(vec![Tensor::from_vec(DataType::Float, &out_shape, y)?])
 }
