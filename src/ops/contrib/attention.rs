@@ -49,7 +49,11 @@ pub(super) fn infer_float_outputs(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>>
 /// One output of the first input's element type (the third's for `QLinearConcat`, whose first
 /// two are the output's scale and zero point), its shape left to the kernel.
 pub(super) fn infer_first_input_type(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    let at = if ctx.node.op_type == "QLinearConcat" { 2 } else { 0 };
+    let at = if ctx.node.op_type == "QLinearConcat" {
+        2
+    } else {
+        0
+    };
     let elem = ctx.input(at).and_then(|t| t.elem);
     Ok(vec![TensorType { elem, shape: None }])
 }
@@ -166,9 +170,7 @@ fn combine(
     };
     let shape = bias.shape();
     let (bb, bh) = match *shape {
-        [bb, bh, bs, bt]
-            if (bb == b || bb == 1) && (bh == h || bh == 1) && bs == s && bt == t =>
-        {
+        [bb, bh, bs, bt] if (bb == b || bb == 1) && (bh == h || bh == 1) && bs == s && bt == t => {
             (bb, bh)
         }
         _ => {
@@ -320,7 +322,15 @@ pub(in crate::ops) fn eval_attention(
     let past_values = past.map(|p| floats(p, OP)).transpose()?;
     let half = b * h * past_len * d;
     let past_kv = past_values.map(|p| (&p[..half], &p[half..]));
-    let [y, pk, pv, _] = attend::<f32>(&spec, &q, &k, &v, past_kv, &Bias::new(&spec, additive), false)?;
+    let [y, pk, pv, _] = attend::<f32>(
+        &spec,
+        &q,
+        &k,
+        &v,
+        past_kv,
+        &Bias::new(&spec, additive),
+        false,
+    )?;
     let t = past_len + s;
     let mut present = pk;
     present.extend_from_slice(&pv);
@@ -343,10 +353,7 @@ fn heads_last(x: &[f32], (h, l, d): (usize, usize, usize)) -> Result<Vec<f32>> {
 /// Part `part` of `parts` of a packed `(B, L, H, parts, D)` tensor as `(B, L, H * D)`.
 fn unpack(x: &[f32], parts: usize, part: usize, d: usize) -> Result<Vec<f32>> {
     let mut out = try_vec(x.len() / parts.max(1), 0.0f32)?;
-    for (row, o) in x
-        .chunks(parts * d.max(1))
-        .zip(out.chunks_mut(d.max(1)))
-    {
+    for (row, o) in x.chunks(parts * d.max(1)).zip(out.chunks_mut(d.max(1))) {
         o.copy_from_slice(&row[part * d..][..d]);
     }
     Ok(out)
@@ -381,7 +388,11 @@ pub(in crate::ops) fn eval_multi_head_attention(
     };
     // Q, K, V as (B, S or L, H * size), K and V with the bias still to add when 3-D.
     let (b, s, l, d, dv, mut q, mut k, mut v, kv_biased);
-    match (query.shape(), key.map(Tensor::shape), value.map(Tensor::shape)) {
+    match (
+        query.shape(),
+        key.map(Tensor::shape),
+        value.map(Tensor::shape),
+    ) {
         (&[qb, qs, qh, 3, qd], None, None) if qh == h => {
             (b, s, l, d, dv) = (qb, qs, qs, qd, qd);
             q = unpack(qv, 3, 0, d)?;
@@ -443,7 +454,13 @@ pub(in crate::ops) fn eval_multi_head_attention(
             add(&mut v, &bias[2 * qh..]);
         }
     }
-    mha_finish(ctx, (b, s, l, d, dv, h), (&q, &k, &v), (mask, attn_bias), (past_k, past_v))
+    mha_finish(
+        ctx,
+        (b, s, l, d, dv, h),
+        (&q, &k, &v),
+        (mask, attn_bias),
+        (past_k, past_v),
+    )
 }
 
 /// The attention step of `MultiHeadAttention` on `(B, S or L, H * size)` operands.
@@ -555,7 +572,11 @@ pub(in crate::ops) fn eval_group_query_attention(
                 hk * d
             )));
         }
-        (qv.to_vec(), floats(key, OP)?.to_vec(), floats(value, OP)?.to_vec())
+        (
+            qv.to_vec(),
+            floats(key, OP)?.to_vec(),
+            floats(value, OP)?.to_vec(),
+        )
     };
     let total = match total[..] {
         [t] => usize::try_from(t).ok(),
@@ -568,7 +589,9 @@ pub(in crate::ops) fn eval_group_query_attention(
         )));
     }
     let past_len = total.checked_sub(s).ok_or_else(|| {
-        ctx.error(format!("total_sequence_length {total} is below the {s} new tokens"))
+        ctx.error(format!(
+            "total_sequence_length {total} is below the {s} new tokens"
+        ))
     })?;
     match (past_k, past_v) {
         (Some(pk), Some(pv)) if pk.shape() == [b, hk, past_len, d] && pv.shape() == pk.shape() => {}
@@ -627,7 +650,15 @@ pub(in crate::ops) fn eval_group_query_attention(
     let additive = combine(ctx, None, attn_bias, &z)?;
     let spec = Spec::from_sizes(z, scale(ctx, d)?, softcap, true, window)?;
     let (pk, pv) = (opt_floats(past_k, OP)?, opt_floats(past_v, OP)?);
-    let [y, pk, pv, _] = attend::<f32>(&spec, &q, &k, &v, pk.zip(pv), &Bias::new(&spec, additive), false)?;
+    let [y, pk, pv, _] = attend::<f32>(
+        &spec,
+        &q,
+        &k,
+        &v,
+        pk.zip(pv),
+        &Bias::new(&spec, additive),
+        false,
+    )?;
     outputs(
         ctx,
         vec![
@@ -692,7 +723,15 @@ mod tests {
         let y = eval_node(
             &n,
             1,
-            &[Some(&q), Some(&q), Some(&v), None, None, Some(&seqlens), Some(&total)],
+            &[
+                Some(&q),
+                Some(&q),
+                Some(&v),
+                None,
+                None,
+                Some(&seqlens),
+                Some(&total),
+            ],
         )
         .unwrap();
         // Query 0 sees value 2 only; query 1 averages 2 and 4 (equal scores).

@@ -57,7 +57,11 @@ pub(in crate::ops) fn eval_embed_layer_norm(
         return Err(ctx.error(format!("input_ids {:?} is not 2-D", ids.shape())));
     };
     let hidden = word.shape().get(1).copied().unwrap_or(0);
-    for (t, what) in [(pos, "position_embedding"), (gamma, "gamma"), (beta, "beta")] {
+    for (t, what) in [
+        (pos, "position_embedding"),
+        (gamma, "gamma"),
+        (beta, "beta"),
+    ] {
         if t.shape().last() != Some(&hidden) {
             return Err(ctx.error(format!(
                 "{what} {:?} does not end in the hidden size {hidden}",

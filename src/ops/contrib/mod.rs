@@ -111,9 +111,15 @@ pub(super) const DEFS: &[OpDef] = &[
     )
     .with_infer(attention::infer_float_outputs)
     .in_domain(DOMAIN),
-    OpDef::new("RotaryEmbedding", 1, 4..=4, 1..=1, rotary::eval_rotary_embedding)
-        .with_infer(activations::infer_like_input)
-        .in_domain(DOMAIN),
+    OpDef::new(
+        "RotaryEmbedding",
+        1,
+        4..=4,
+        1..=1,
+        rotary::eval_rotary_embedding,
+    )
+    .with_infer(activations::infer_like_input)
+    .in_domain(DOMAIN),
     OpDef::new(
         "EmbedLayerNormalization",
         1,
@@ -129,9 +135,15 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("QLinearMul", 1, 7..=8, 1..=1, qlinear::eval_qlinear_mul)
         .with_infer(attention::infer_first_input_type)
         .in_domain(DOMAIN),
-    OpDef::new("QLinearConcat", 1, 5..=usize::MAX, 1..=1, qlinear::eval_qlinear_concat)
-        .with_infer(attention::infer_first_input_type)
-        .in_domain(DOMAIN),
+    OpDef::new(
+        "QLinearConcat",
+        1,
+        5..=usize::MAX,
+        1..=1,
+        qlinear::eval_qlinear_concat,
+    )
+    .with_infer(attention::infer_first_input_type)
+    .in_domain(DOMAIN),
     OpDef::new(
         "QLinearGlobalAveragePool",
         1,
@@ -168,7 +180,13 @@ pub(super) const DEFS: &[OpDef] = &[
     )
     .with_infer(attention::infer_float_outputs)
     .in_domain(DOMAIN),
-    OpDef::new("MatMulNBits", 1, 3..=6, 1..=1, quant_matmul::eval_matmul_nbits)
-        .with_infer(attention::infer_float_outputs)
-        .in_domain(DOMAIN),
+    OpDef::new(
+        "MatMulNBits",
+        1,
+        3..=6,
+        1..=1,
+        quant_matmul::eval_matmul_nbits,
+    )
+    .with_infer(attention::infer_float_outputs)
+    .in_domain(DOMAIN),
 ];

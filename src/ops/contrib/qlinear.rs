@@ -205,7 +205,10 @@ pub(in crate::ops) fn eval_qlinear_concat(
             )));
         }
         shape[axis] += x.shape()[axis];
-        parts.push((dequantize(x, required(t, 1)?, optional(t, 2), OP, "X")?, x.shape()[axis]));
+        parts.push((
+            dequantize(x, required(t, 1)?, optional(t, 2), OP, "X")?,
+            x.shape()[axis],
+        ));
     }
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
@@ -241,7 +244,14 @@ pub(in crate::ops) fn eval_qlinear_global_average_pool(
     }
     let v = dequantize(x, required(inputs, 1)?, optional(inputs, 2), OP, "x")?;
     let last = ctx.node.attr_int("channels_last", 0)? != 0;
-    let (n, c) = (shape[0], if last { shape[shape.len() - 1] } else { shape[1] });
+    let (n, c) = (
+        shape[0],
+        if last {
+            shape[shape.len() - 1]
+        } else {
+            shape[1]
+        },
+    );
     let spatial: usize = if last {
         shape[1..shape.len() - 1].iter().product()
     } else {

@@ -114,14 +114,20 @@ pub(in crate::ops) fn eval_matmul_nbits(
         required(inputs, 1)?,
         required(inputs, 2)?,
     );
-    let (zeros, g_idx, bias) = (optional(inputs, 3), optional(inputs, 4), optional(inputs, 5));
+    let (zeros, g_idx, bias) = (
+        optional(inputs, 3),
+        optional(inputs, 4),
+        optional(inputs, 5),
+    );
     if g_idx.is_some() {
         return Err(ctx.error("g_idx is not supported"));
     }
     let (k, n) = (size_attr(ctx, "K", 0)?, size_attr(ctx, "N", 0)?);
     let block = size_attr(ctx, "block_size", 0)?;
     if ctx.node.attr_int("bits", 4)? != 4 || block < 16 || !block.is_power_of_two() {
-        return Err(ctx.error("only 4-bit weights in power-of-two blocks of 16 or more are supported"));
+        return Err(
+            ctx.error("only 4-bit weights in power-of-two blocks of 16 or more are supported")
+        );
     }
     let blocks = k.div_ceil(block);
     let blob = block / 2;
@@ -242,7 +248,11 @@ pub(in crate::ops) fn eval_gather_block_quantized(
     let blocks = k.div_ceil(block);
     let rows = shape[..rank - 1].iter().product::<usize>();
     let sv = floats(scales, "scales")?;
-    let zero_row = if per_byte == 2 { blocks.div_ceil(2) } else { blocks };
+    let zero_row = if per_byte == 2 {
+        blocks.div_ceil(2)
+    } else {
+        blocks
+    };
     if sv.len() != rows * blocks || zeros.is_some_and(|z| z.len() != rows * zero_row) {
         return Err(ctx.error(format!(
             "scales {:?} or zero_points do not hold one value per block of {block} along the last axis of {shape:?}",
@@ -262,7 +272,9 @@ pub(in crate::ops) fn eval_gather_block_quantized(
         match zb {
             None if per_byte == 2 => 8.0,
             None => 128.0,
-            Some(z) if per_byte == 2 => f32::from((z[row * zero_row + blk / 2] >> (4 * (blk % 2))) & 0xF),
+            Some(z) if per_byte == 2 => {
+                f32::from((z[row * zero_row + blk / 2] >> (4 * (blk % 2))) & 0xF)
+            }
             Some(z) => f32::from(z[row * zero_row + blk]),
         }
     };

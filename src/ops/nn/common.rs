@@ -23,7 +23,9 @@ use super::super::InferCtx;
 
 /// Element types with exact (wrapping, for integers) addition and multiplication: what the
 /// generic matrix-product and einsum loops accumulate in.
-pub(in crate::ops) trait Ring: Copy + Send + Sync + Default + Debug + 'static {
+pub(in crate::ops) trait Ring:
+    Copy + Send + Sync + Default + Debug + 'static
+{
     /// The sum (wrapping for integers).
     fn add(self, other: Self) -> Self;
     /// The product (wrapping for integers).
