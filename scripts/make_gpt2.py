@@ -15,11 +15,8 @@ transformer optimizer). The node pattern is what a PyTorch export of Hugging Fac
 - a tanh-approximated GELU feed-forward (`Gemm`s and `Pow`, `Mul`, `Add`, `Tanh`), residual `Add`;
 - a final `LayerNormalization` and the tied output projection to logits.
 """
-import os
-import sys
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
 import model_builder
@@ -104,16 +101,11 @@ def build():
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [BATCH, SEQ])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [BATCH, SEQ, VOCAB])],
         b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return model_builder.checked_model(graph)
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    os.makedirs(sys.argv[1], exist_ok=True)
-    onnx.save(build(), os.path.join(sys.argv[1], f"gpt2_b{BATCH}s{SEQ}.onnx"))
+    model_builder.write_main(__doc__, build, f"gpt2_b{BATCH}s{SEQ}.onnx")
 
 
 if __name__ == "__main__":

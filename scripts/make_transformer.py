@@ -17,12 +17,9 @@ pattern a PyTorch export of a MiniLM-L3 encoder has (hidden 384, 12 heads, FFN 1
   (Div, Erf, Add, Mul, Mul), residual Add + LayerNormalization;
 - mean pooling over the mask (Mul, ReduceSum, Div) and a `Gather` of the first token.
 """
-import os
-import sys
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import model_builder
 
@@ -117,16 +114,11 @@ def build(batch=BATCH, seq=SEQ, vocab=VOCAB, hidden=HIDDEN, heads=HEADS, ffn=FFN
         ],
         b.inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return model_builder.checked_model(graph)
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    os.makedirs(sys.argv[1], exist_ok=True)
-    onnx.save(build(), os.path.join(sys.argv[1], f"transformer_b{BATCH}s{SEQ}.onnx"))
+    model_builder.write_main(__doc__, build, f"transformer_b{BATCH}s{SEQ}.onnx")
 
 
 if __name__ == "__main__":

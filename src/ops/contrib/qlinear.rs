@@ -397,4 +397,53 @@ mod tests {
         .to_string();
         assert!(err.contains("X_scale"), "{err}");
     }
+
+    /// [2, 3] + [1] with unit scales, zero points 0, 1 and 2: (2 + 0) + 2 = 4, 3 + 2 = 5.
+    #[test]
+    fn qlinear_add_broadcasts_and_requantizes() {
+        let a = Tensor::from_vec(DataType::Uint8, &[2], vec![2u8, 3]).unwrap();
+        let b = Tensor::from_vec(DataType::Uint8, &[1], vec![1u8]).unwrap();
+        let z = |v: u8| Tensor::from_vec(DataType::Uint8, &[], vec![v]).unwrap();
+        let one = scalar_f(1.0);
+        let y = run(
+            "QLinearAdd",
+            &[
+                Some(&a),
+                Some(&one),
+                Some(&z(0)),
+                Some(&b),
+                Some(&one),
+                Some(&z(1)),
+                Some(&one),
+                Some(&z(2)),
+            ],
+            vec![],
+        )
+        .unwrap();
+        assert_eq!(y.as_slice::<u8>().unwrap(), &[4, 5]);
+    }
+
+    #[test]
+    fn qlinear_concat_rejects_mismatched_inputs() {
+        let x = Tensor::from_vec(DataType::Uint8, &[1, 2], vec![1u8, 2]).unwrap();
+        let w = Tensor::from_vec(DataType::Uint8, &[2, 1], vec![1u8, 2]).unwrap();
+        let one = scalar_f(1.0);
+        let err = run(
+            "QLinearConcat",
+            &[
+                Some(&one),
+                None,
+                Some(&x),
+                Some(&one),
+                None,
+                Some(&w),
+                Some(&one),
+                None,
+            ],
+            vec![("axis", AttrValue::Int(1))],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("does not concatenate"), "{err}");
+    }
 }

@@ -96,6 +96,11 @@ pub(in crate::ops) fn eval_dynamic_quantize_matmul(
     Ok(vec![Tensor::from_vec(DataType::Float, &plan.out_shape, y)?])
 }
 
+/// Code `i` of 4-bit codes packed two to a byte, low nibble first.
+fn nibble(bytes: &[u8], i: usize) -> u8 {
+    (bytes[i / 2] >> (4 * (i % 2))) & 0xF
+}
+
 /// A positive size attribute.
 fn size_attr(ctx: &EvalCtx<'_>, name: &str, default: i64) -> Result<usize> {
     let v = ctx.node.attr_int(name, default)?;
@@ -148,8 +153,8 @@ pub(in crate::ops) fn eval_matmul_nbits(
         Ok(match zeros {
             None => 8.0 * sv[col * blocks + blk],
             Some(z) if z.dtype() == DataType::Uint8 && z.len() == n * zero_bytes => {
-                let byte = z.as_slice::<u8>()?[col * zero_bytes + blk / 2];
-                f32::from((byte >> (4 * (blk % 2))) & 0xF) * sv[col * blocks + blk]
+                let row = &z.as_slice::<u8>()?[col * zero_bytes..];
+                f32::from(nibble(row, blk)) * sv[col * blocks + blk]
             }
             Some(z) if z.dtype() == DataType::Float && z.len() == n * blocks => {
                 z.as_slice::<f32>()?[col * blocks + blk]
@@ -172,8 +177,7 @@ pub(in crate::ops) fn eval_matmul_nbits(
             let z = zero(col, blk)?;
             let bytes = &codes[(col * blocks + blk) * blob..][..blob];
             for (i, o) in chunk.iter_mut().enumerate() {
-                let code = (bytes[i / 2] >> (4 * (i % 2))) & 0xF;
-                *o = f32::from(code) * s - z;
+                *o = f32::from(nibble(bytes, i)) * s - z;
             }
         }
     }
@@ -263,7 +267,7 @@ pub(in crate::ops) fn eval_gather_block_quantized(
     let codes = data.as_slice::<u8>()?;
     let code = |p: usize| -> u8 {
         if per_byte == 2 {
-            (codes[p / 2] >> (4 * (p % 2))) & 0xF
+            nibble(codes, p)
         } else {
             codes[p]
         }
@@ -272,9 +276,7 @@ pub(in crate::ops) fn eval_gather_block_quantized(
         match zb {
             None if per_byte == 2 => 8.0,
             None => 128.0,
-            Some(z) if per_byte == 2 => {
-                f32::from((z[row * zero_row + blk / 2] >> (4 * (blk % 2))) & 0xF)
-            }
+            Some(z) if per_byte == 2 => f32::from(nibble(&z[row * zero_row..], blk)),
             Some(z) => f32::from(z[row * zero_row + blk]),
         }
     };
@@ -304,4 +306,93 @@ pub(in crate::ops) fn eval_gather_block_quantized(
         }
     }
     Ok(vec![Tensor::from_vec(DataType::Float, &out_shape, y)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+    use crate::{DataType, Tensor};
+
+    fn node(op: &str, n: usize, attrs: &[(&str, i64)]) -> Node {
+        let names: Vec<String> = (0..n).map(|i| format!("i{i}")).collect();
+        let mut node = Node::new(op, "n", names, ["y"]).with_domain("com.microsoft");
+        for &(k, v) in attrs {
+            node = node.with_attr(k, AttrValue::Int(v));
+        }
+        node
+    }
+
+    fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
+        Tensor::from_vec(DataType::Float, shape, v).unwrap()
+    }
+
+    /// A (1x2) [130, 126] with zero 128 is [2, -2]; B column [1, 1] with zero 0 gives 0; the
+    /// bias is added after the scales.
+    #[test]
+    fn matmul_integer_to_float_subtracts_zero_points_then_scales() {
+        let a = Tensor::from_vec(DataType::Uint8, &[1, 2], vec![130u8, 126]).unwrap();
+        let b = Tensor::from_vec(DataType::Uint8, &[2, 2], vec![1u8, 3, 1, 1]).unwrap();
+        let za = Tensor::scalar(DataType::Uint8, 128u8).unwrap();
+        let y = eval_node(
+            &node("MatMulIntegerToFloat", 7, &[]),
+            1,
+            &[
+                Some(&a),
+                Some(&b),
+                Some(&f32s(&[], vec![0.5])),
+                Some(&f32s(&[2], vec![1.0, 2.0])),
+                Some(&za),
+                None,
+                Some(&f32s(&[2], vec![10.0, 20.0])),
+            ],
+        )
+        .unwrap();
+        // Column 0: 2 - 2 = 0 -> 10; column 1: 6 - 2 = 4 -> 4 * 0.5 * 2 + 20 = 24.
+        assert_eq!(y[0].as_slice::<f32>().unwrap(), &[10.0, 24.0]);
+    }
+
+    /// One column of 16 codes 0..16 with scale 0.5 and the default zero point 8.
+    #[test]
+    fn matmul_nbits_unpacks_low_nibble_first_around_zero_eight() {
+        let bytes: Vec<u8> = (0..8u8).map(|i| (2 * i) | ((2 * i + 1) << 4)).collect();
+        let b = Tensor::from_vec(DataType::Uint8, &[1, 1, 8], bytes).unwrap();
+        let mut a = vec![0.0f32; 16];
+        a[15] = 1.0;
+        a[0] = 1.0;
+        let y = eval_node(
+            &node(
+                "MatMulNBits",
+                3,
+                &[("K", 16), ("N", 1), ("bits", 4), ("block_size", 16)],
+            ),
+            1,
+            &[
+                Some(&f32s(&[1, 16], a)),
+                Some(&b),
+                Some(&f32s(&[1], vec![0.5])),
+            ],
+        )
+        .unwrap();
+        // (0 - 8) * 0.5 + (15 - 8) * 0.5 = -0.5.
+        assert_eq!(y[0].as_slice::<f32>().unwrap(), &[-0.5]);
+    }
+
+    #[test]
+    fn gather_block_quantized_rejects_an_index_outside_the_table() {
+        let data = Tensor::from_vec(DataType::Uint8, &[2, 8], vec![0u8; 16]).unwrap();
+        let ids = Tensor::from_vec(DataType::Int64, &[1], vec![2i64]).unwrap();
+        let err = eval_node(
+            &node("GatherBlockQuantized", 3, &[("block_size", 16)]),
+            1,
+            &[
+                Some(&data),
+                Some(&ids),
+                Some(&f32s(&[2, 1], vec![1.0, 1.0])),
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("index 2"), "{err}");
+    }
 }
