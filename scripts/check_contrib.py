@@ -18,8 +18,8 @@ DynamicQuantizeMatMul, MatMulNBits (4-bit), GatherBlockQuantized (4- and 8-bit),
 QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, which may differ from
 onnxruntime by one code (its kernels requantise with their own float arithmetic).
 Left out because onnxruntime's CPU kernels refuse them: Attention's 4-D (Megatron) mask and
-MultiHeadAttention's packed QKV / KV layouts (implemented, covered by unit tests only where
-noted in docs/conformance.md). Each line prints the largest |difference| of the outputs.
+MultiHeadAttention's packed QKV / KV layouts (implemented; see docs/conformance.md for what
+the unit tests cover). Each line prints the largest |difference| of the outputs.
 BiasAdd is left out: onnxruntime implements it for CUDA only (its unit test is the check).
 """
 import os

@@ -738,4 +738,42 @@ mod tests {
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[2.0, 3.0]);
         assert_eq!(y[2].as_slice::<f32>().unwrap(), &[2.0, 4.0]);
     }
+
+    /// A Megatron mask `(B, 1, M, M)` lower-triangular: query 0 sees key 0 only, query 1 both.
+    #[test]
+    fn attention_megatron_mask_reads_the_row_of_each_query() {
+        let x = f32s(&[1, 2, 1], vec![1.0, 3.0]);
+        let w = f32s(&[1, 3], vec![0.0, 0.0, 1.0]);
+        let mask = Tensor::from_vec(
+            DataType::Int32,
+            &[1, 1, 3, 3],
+            vec![1i32, 0, 0, 1, 1, 0, 1, 1, 1],
+        )
+        .unwrap();
+        let n = Node::new("Attention", "a", ["x", "w", "", "m"], ["y"])
+            .with_domain("com.microsoft")
+            .with_attr("num_heads", AttrValue::Int(1));
+        let y = eval_node(&n, 1, &[Some(&x), Some(&w), None, Some(&mask)]).unwrap();
+        // Zero queries and keys: equal scores over the keys each query may see.
+        assert_eq!(y[0].as_slice::<f32>().unwrap(), &[1.0, 2.0]);
+    }
+
+    /// Packed `(B, S, H, 3, D)` QKV gives what separate Q, K and V give.
+    #[test]
+    fn multi_head_attention_packed_qkv_matches_separate_inputs() {
+        let q = [0.5f32, -1.0, 2.0];
+        let k = [1.0f32, 0.5, -0.5];
+        let v = [3.0f32, -2.0, 1.0];
+        let packed: Vec<f32> = (0..3).flat_map(|s| [q[s], k[s], v[s]]).collect();
+        let n1 = Node::new("MultiHeadAttention", "m", ["qkv"], ["y"])
+            .with_domain("com.microsoft")
+            .with_attr("num_heads", AttrValue::Int(1));
+        let y1 = eval_node(&n1, 1, &[Some(&f32s(&[1, 3, 1, 3, 1], packed))]).unwrap();
+        let n3 = Node::new("MultiHeadAttention", "m", ["q", "k", "v"], ["y"])
+            .with_domain("com.microsoft")
+            .with_attr("num_heads", AttrValue::Int(1));
+        let t = |v: [f32; 3]| f32s(&[1, 3, 1], v.to_vec());
+        let y3 = eval_node(&n3, 1, &[Some(&t(q)), Some(&t(k)), Some(&t(v))]).unwrap();
+        assert_eq!(y1[0], y3[0]);
+    }
 }
