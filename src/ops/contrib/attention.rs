@@ -29,7 +29,7 @@ use crate::ir::TensorType;
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
-use super::super::nn::{attend, gemm, rotate, Bias, Mat, Rotation, Sizes, Spec};
+use super::super::nn::{attend, gemm, rotate, Bias, Mask, Mat, Rotation, Sizes, Spec};
 use super::super::util::{optional, required, to_i64s};
 use super::super::{EvalCtx, InferCtx};
 use super::activations::floats;
@@ -162,7 +162,7 @@ fn combine(
     keys: Option<Vec<f32>>,
     bias: Option<&Tensor>,
     z: &Sizes,
-) -> Result<Option<(Vec<f32>, [usize; 3], usize)>> {
+) -> Result<Option<Mask<f32>>> {
     let (b, h, s) = (z.batch, z.q_heads, z.q_len);
     let t = z.past_len + z.kv_len;
     let Some(bias) = bias else {

@@ -133,7 +133,7 @@ impl Spec {
     /// scores, then the soft cap (`0` for none), the causal frontier (offset by the past
     /// length) and a left window (`-1` for none).
     pub fn from_sizes(z: Sizes, scale: f64, softcap: f64, causal: bool, left: i64) -> Result<Spec> {
-        if z.kv_heads == 0 || z.q_heads % z.kv_heads != 0 {
+        if z.kv_heads == 0 || !z.q_heads.is_multiple_of(z.kv_heads) {
             return Err(Error::Eval(format!(
                 "{} query heads are not a multiple of {} key/value heads",
                 z.q_heads, z.kv_heads

@@ -67,7 +67,7 @@ use rotary::{eval_rotary, infer_rotary};
 use unpool::eval_max_unpool;
 
 // The building blocks the `com.microsoft` attention family shares with `Attention`.
-pub(in crate::ops) use attention::{attend, Bias, Sizes, Spec};
+pub(in crate::ops) use attention::{attend, Bias, Mask, Sizes, Spec};
 pub(in crate::ops) use blas::{gemm, Mat};
 pub(in crate::ops) use matmul::integer_product;
 pub(in crate::ops) use quant::dynamic_quantize;
