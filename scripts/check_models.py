@@ -68,7 +68,7 @@ def median_seconds(fn, repeat):
     return sorted(times)[len(times) // 2]
 
 
-def check(path, work, repeat):
+def check(path, work, repeat, rtol=1e-4, atol=1e-5):
     model = onnx.load(path)
     feeds = make_inputs(model, np.random.default_rng(0))
     inputs = os.path.join(work, "inputs")
@@ -98,7 +98,7 @@ def check(path, work, repeat):
             if got.shape != want.shape:
                 return f"output {k}: shape {got.shape} != onnxruntime's {want.shape}", None
             if np.issubdtype(want.dtype, np.floating):
-                if not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
+                if not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
                     diff = np.max(np.abs(got.astype(np.float64) - want))
                     return f"output {k}: max |diff| {diff:.3g} vs onnxruntime", None
             elif not np.array_equal(got, want):

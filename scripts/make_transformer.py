@@ -9,25 +9,22 @@ pattern a PyTorch export of a MiniLM-L3 encoder has (hidden 384, 12 heads, FFN 1
 
 - embeddings: `Gather` of token ids in a 2048-word table, plus position and token-type
   embeddings (`Gather` of constant ids), `LayerNormalization`;
-- the attention mask turned into an additive bias (Cast, Sub, Mul by -1e4, Unsqueeze);
+- the attention mask turned into an additive bias (Unsqueeze twice, Cast, Sub, Mul by -1e4), as
+  Hugging Face's `get_extended_attention_mask` exports it;
 - per layer: Q/K/V projections (MatMul + Add), heads split by Reshape + Transpose, scores
   (MatMul, Div by sqrt(32), Add of the mask), Softmax, context (MatMul, Transpose, Reshape),
   output projection, residual Add + LayerNormalization; an exact-erf GELU feed-forward
   (Div, Erf, Add, Mul, Mul), residual Add + LayerNormalization;
 - mean pooling over the mask (Mul, ReduceSum, Div) and a `Gather` of the first token.
 """
-import os
-import sys
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import model_builder
 
 BATCH, SEQ = 4, 128
 VOCAB, HIDDEN, HEADS, FFN, LAYERS = 2048, 384, 12, 1536, 3
-HEAD = HIDDEN // HEADS
 
 
 class Builder(model_builder.Builder):
@@ -45,16 +42,21 @@ class Builder(model_builder.Builder):
         return self.node("Add", [y, self.weight("b", (cout,), 0.02)])
 
     def layer_norm(self, x):
-        gamma = self.const("gamma", (1 + 0.05 * self.rng.standard_normal(HIDDEN)).astype(np.float32))
-        beta = self.weight("beta", (HIDDEN,), 0.02)
+        hidden = self.hidden
+        gamma = self.const("gamma", (1 + 0.05 * self.rng.standard_normal(hidden)).astype(np.float32))
+        beta = self.weight("beta", (hidden,), 0.02)
         return self.node("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-12)
 
     def shape(self, dims):
         return self.const("shape", np.array(dims, dtype=np.int64))
 
 
-def build():
+def build(batch=BATCH, seq=SEQ, vocab=VOCAB, hidden=HIDDEN, heads=HEADS, ffn=FFN, layers=LAYERS):
+    """The encoder at the given sizes (the defaults are the benchmark's)."""
+    BATCH, SEQ, VOCAB, HIDDEN, HEADS, FFN, LAYERS = batch, seq, vocab, hidden, heads, ffn, layers
+    HEAD = HIDDEN // HEADS
     b = Builder()
+    b.hidden = HIDDEN
     ids, mask = "input_ids", "attention_mask"
     words = b.node("Gather", [b.weight("word_embeddings", (VOCAB, HIDDEN)), ids], axis=0)
     positions = b.const("position_ids", np.arange(SEQ, dtype=np.int64)[None, :])
@@ -64,16 +66,17 @@ def build():
     x = b.layer_norm(b.node("Add", [b.node("Add", [words, pos]), typ]))
 
     m = b.node("Cast", [mask], to=TensorProto.FLOAT)
-    inverted = b.node("Sub", [b.const("one", np.float32(1.0)), m])
+    m4 = b.node("Unsqueeze", [mask, b.const("axes", np.array([1], dtype=np.int64))])
+    m4 = b.node("Unsqueeze", [m4, b.const("axes", np.array([2], dtype=np.int64))])
+    inverted = b.node("Sub", [b.const("one", np.float32(1.0)), b.node("Cast", [m4], to=TensorProto.FLOAT)])
     bias = b.node("Mul", [inverted, b.const("neg", np.float32(-1e4))])
-    bias = b.node("Unsqueeze", [bias, b.const("axes", np.array([1, 2], dtype=np.int64))])
 
     for _ in range(LAYERS):
-        def heads(t):
+        def split_heads(t):
             t = b.node("Reshape", [t, b.shape([BATCH, SEQ, HEADS, HEAD])])
             return b.node("Transpose", [t], perm=[0, 2, 1, 3])
 
-        q, k, v = (heads(b.linear(x, HIDDEN, HIDDEN)) for _ in range(3))
+        q, k, v = (split_heads(b.linear(x, HIDDEN, HIDDEN)) for _ in range(3))
         kt = b.node("Transpose", [k], perm=[0, 1, 3, 2])
         scores = b.node("Div", [b.node("MatMul", [q, kt]), b.const("scale", np.float32(np.sqrt(HEAD)))])
         probs = b.node("Softmax", [b.node("Add", [scores, bias])], axis=-1)
@@ -111,16 +114,11 @@ def build():
         ],
         b.inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return model_builder.checked_model(graph)
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    os.makedirs(sys.argv[1], exist_ok=True)
-    onnx.save(build(), os.path.join(sys.argv[1], f"transformer_b{BATCH}s{SEQ}.onnx"))
+    model_builder.write_main(__doc__, build, f"transformer_b{BATCH}s{SEQ}.onnx")
 
 
 if __name__ == "__main__":

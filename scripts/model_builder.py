@@ -3,7 +3,11 @@
 `Builder` numbers every name it makes (`conv_3`, `w_4`, ...), so a generator that adds the
 same nodes in the same order writes the same file on every run.
 """
+import os
+import sys
+
 import numpy as np
+import onnx
 from onnx import helper, numpy_helper
 
 
@@ -30,3 +34,18 @@ class Builder:
         outs = [f"{name}_out{i}" if n_out > 1 else f"{name}_out" for i in range(n_out)]
         self.nodes.append(helper.make_node(op, inputs, outs, name=name, **attrs))
         return outs if n_out > 1 else outs[0]
+
+
+def checked_model(graph):
+    """An opset-17 model of `graph`, checked in full."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def write_main(doc, build, filename):
+    """The command line of a generator: `script DIR` writes `build()` to DIR/filename."""
+    if len(sys.argv) != 2:
+        sys.exit(doc)
+    os.makedirs(sys.argv[1], exist_ok=True)
+    onnx.save(build(), os.path.join(sys.argv[1], filename))

@@ -14,7 +14,11 @@
 //! where onnxruntime defines it.
 
 mod activations;
+mod attention;
+mod embed_norm;
 mod qlinear;
+mod quant_matmul;
+mod rotary;
 mod skip_norm;
 
 use super::OpDef;
@@ -85,5 +89,104 @@ pub(super) const DEFS: &[OpDef] = &[
         qlinear::eval_qlinear_leaky_relu,
     )
     .with_infer(activations::infer_like_input)
+    .in_domain(DOMAIN),
+    OpDef::new("Attention", 1, 2..=7, 1..=2, attention::eval_attention)
+        .with_infer(attention::infer_float_outputs)
+        .in_domain(DOMAIN),
+    OpDef::new(
+        "MultiHeadAttention",
+        1,
+        1..=10,
+        1..=4,
+        attention::eval_multi_head_attention,
+    )
+    .with_infer(attention::infer_float_outputs)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "GroupQueryAttention",
+        1,
+        7..=12,
+        1..=4,
+        attention::eval_group_query_attention,
+    )
+    .with_infer(attention::infer_float_outputs)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "RotaryEmbedding",
+        1,
+        4..=4,
+        1..=1,
+        rotary::eval_rotary_embedding,
+    )
+    .with_infer(activations::infer_like_input)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "EmbedLayerNormalization",
+        1,
+        7..=9,
+        2..=3,
+        embed_norm::eval_embed_layer_norm,
+    )
+    .with_infer(attention::infer_embed_outputs)
+    .in_domain(DOMAIN),
+    OpDef::new("QLinearAdd", 1, 7..=8, 1..=1, qlinear::eval_qlinear_add)
+        .with_infer(attention::infer_first_input_type)
+        .in_domain(DOMAIN),
+    OpDef::new("QLinearMul", 1, 7..=8, 1..=1, qlinear::eval_qlinear_mul)
+        .with_infer(attention::infer_first_input_type)
+        .in_domain(DOMAIN),
+    OpDef::new(
+        "QLinearConcat",
+        1,
+        5..=usize::MAX,
+        1..=1,
+        qlinear::eval_qlinear_concat,
+    )
+    .with_infer(attention::infer_first_input_type)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "QLinearGlobalAveragePool",
+        1,
+        4..=5,
+        1..=1,
+        qlinear::eval_qlinear_global_average_pool,
+    )
+    .with_infer(attention::infer_first_input_type)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "MatMulIntegerToFloat",
+        1,
+        4..=7,
+        1..=1,
+        quant_matmul::eval_matmul_integer_to_float,
+    )
+    .with_infer(attention::infer_float_outputs)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "DynamicQuantizeMatMul",
+        1,
+        3..=5,
+        1..=1,
+        quant_matmul::eval_dynamic_quantize_matmul,
+    )
+    .with_infer(attention::infer_float_outputs)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "GatherBlockQuantized",
+        1,
+        3..=4,
+        1..=1,
+        quant_matmul::eval_gather_block_quantized,
+    )
+    .with_infer(attention::infer_float_outputs)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "MatMulNBits",
+        1,
+        3..=6,
+        1..=1,
+        quant_matmul::eval_matmul_nbits,
+    )
+    .with_infer(attention::infer_float_outputs)
     .in_domain(DOMAIN),
 ];

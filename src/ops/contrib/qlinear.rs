@@ -1,6 +1,11 @@
 //! The quantised element-wise contrib operators of `com.microsoft` (opset 1) that
-//! `onnxruntime.quantization` emits for activations: `QLinearSigmoid` and `QLinearLeakyRelu`
-//! (`alpha`, 0.01 by default).
+//! `onnxruntime.quantization` emits: `QLinearSigmoid` and `QLinearLeakyRelu` (`alpha`, 0.01 by
+//! default), the broadcasting `QLinearAdd` and `QLinearMul`, `QLinearConcat` and
+//! `QLinearGlobalAveragePool`.
+//!
+//! The binary, concatenating and pooling forms dequantise `(q - zero) * scale` in `f32`, compute,
+//! and quantise with the output's scale and zero point (round half to even, saturated). Scales
+//! and zero points are per tensor.
 //!
 //! Spec: onnxruntime `docs/ContribOperators.md`, sections `com.microsoft.QLinearSigmoid` and
 //! `com.microsoft.QLinearLeakyRelu`. Inputs: `X` (uint8 or int8), `X_scale` (float scalar),
@@ -12,10 +17,10 @@
 //! `saturate(round_half_even(y / sy) + zy)` — and then looks every element up.
 
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
-use super::super::util::{optional, required, unsupported_type};
+use super::super::util::{broadcast_binary, normalize_axis, optional, required, unsupported_type};
 use super::super::{vector, EvalCtx};
 
 /// A scalar scale input as `f32`, or an error naming the operator and input.
@@ -76,6 +81,206 @@ fn lookup(inputs: &[Option<&Tensor>], op: &str, f: impl Fn(f32) -> f32) -> Resul
         // SAFETY: `dst` has one byte per element, as `bytes` does; each was written above.
         unsafe { vector::assume_written(dst) }
     })?)
+}
+
+/// The range of an 8-bit code type.
+fn code_range(dtype: DataType, op: &str) -> Result<(i32, i32)> {
+    match dtype {
+        DataType::Uint8 => Ok((0, 255)),
+        DataType::Int8 => Ok((-128, 127)),
+        _ => Err(unsupported_type(op, dtype)),
+    }
+}
+
+/// The dequantised values of an 8-bit tensor with its scale and zero point inputs.
+fn dequantize(
+    x: &Tensor,
+    scale_in: &Tensor,
+    zero_in: Option<&Tensor>,
+    op: &str,
+    what: &str,
+) -> Result<Vec<f32>> {
+    code_range(x.dtype(), op)?;
+    let s = scale(scale_in, op, &format!("{what}_scale"))?;
+    let z = zero_point(zero_in, x.dtype(), op, &format!("{what}_zero_point"))?;
+    let bytes = x.as_bytes()?;
+    let mut out = try_vec(bytes.len(), 0.0f32)?;
+    for (o, &b) in out.iter_mut().zip(bytes) {
+        let code = if x.dtype() == DataType::Int8 {
+            i32::from(b as i8)
+        } else {
+            i32::from(b)
+        };
+        *o = (code - z) as f32 * s;
+    }
+    Ok(out)
+}
+
+/// `values` quantised to `dtype` with a scale and zero point.
+fn quantize(
+    values: &[f32],
+    dtype: DataType,
+    shape: &[usize],
+    (scale_in, zero_in): (&Tensor, Option<&Tensor>),
+    op: &str,
+) -> Result<Tensor> {
+    let (lo, hi) = code_range(dtype, op)?;
+    let s = scale(scale_in, op, "Y_scale")?;
+    let z = zero_point(zero_in, dtype, op, "Y_zero_point")?;
+    Ok(Tensor::uninit(dtype, shape)?.fill::<u8>(|dst| {
+        for (o, &v) in dst.iter_mut().zip(values) {
+            let q = ((v / s).round_ties_even() as i64 + i64::from(z)).clamp(lo.into(), hi.into());
+            o.write(q as i32 as u8);
+        }
+        // SAFETY: `values` has one value per element of `dst`; each was written above.
+        unsafe { vector::assume_written(dst) }
+    })?)
+}
+
+/// `QLinearAdd` and `QLinearMul`: `A`, `A_scale`, `A_zero_point`, `B`, `B_scale`,
+/// `B_zero_point`, `C_scale`, `C_zero_point`, broadcast.
+fn binary(inputs: &[Option<&Tensor>], op: &str, f: impl Fn(f32, f32) -> f32) -> Result<Tensor> {
+    let (a, b) = (required(inputs, 0)?, required(inputs, 3)?);
+    if a.dtype() != b.dtype() {
+        return Err(Error::Eval(format!(
+            "{op}: A is {} and B is {}",
+            a.dtype(),
+            b.dtype()
+        )));
+    }
+    let av = dequantize(a, required(inputs, 1)?, optional(inputs, 2), op, "A")?;
+    let bv = dequantize(b, required(inputs, 4)?, optional(inputs, 5), op, "B")?;
+    let (y, shape) = broadcast_binary(&av, a.shape(), &bv, b.shape(), f)?;
+    quantize(
+        &y,
+        a.dtype(),
+        &shape,
+        (required(inputs, 6)?, optional(inputs, 7)),
+        op,
+    )
+}
+
+pub(in crate::ops) fn eval_qlinear_add(
+    _ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    Ok(vec![binary(inputs, "QLinearAdd", |x, y| x + y)?])
+}
+
+pub(in crate::ops) fn eval_qlinear_mul(
+    _ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    Ok(vec![binary(inputs, "QLinearMul", |x, y| x * y)?])
+}
+
+/// `QLinearConcat`: `Y_scale`, `Y_zero_point`, then `(X, X_scale, X_zero_point)` per input.
+pub(in crate::ops) fn eval_qlinear_concat(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    const OP: &str = "QLinearConcat";
+    let rest = inputs.get(2..).unwrap_or(&[]);
+    if rest.is_empty() || rest.len() % 3 != 0 {
+        return Err(ctx.error("inputs after Y's scale and zero point must come in threes"));
+    }
+    let first = required(rest, 0)?;
+    let rank = first.rank();
+    let axis = normalize_axis(ctx.node.attr_int("axis", 0)?, rank)?;
+    let mut parts = Vec::new();
+    let mut shape = first.shape().to_vec();
+    shape[axis] = 0;
+    for t in rest.chunks(3) {
+        let x = required(t, 0)?;
+        let same = x.rank() == rank
+            && x.dtype() == first.dtype()
+            && (0..rank).all(|d| d == axis || x.shape()[d] == first.shape()[d]);
+        if !same {
+            return Err(ctx.error(format!(
+                "input {:?} ({}) does not concatenate with {:?} ({}) on axis {axis}",
+                x.shape(),
+                x.dtype(),
+                first.shape(),
+                first.dtype()
+            )));
+        }
+        shape[axis] += x.shape()[axis];
+        parts.push((
+            dequantize(x, required(t, 1)?, optional(t, 2), OP, "X")?,
+            x.shape()[axis],
+        ));
+    }
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut y = try_vec(shape.iter().product(), 0.0f32)?;
+    let mut at = 0;
+    for o in 0..outer {
+        for (values, len) in &parts {
+            let run = len * inner;
+            y[at..at + run].copy_from_slice(&values[o * run..][..run]);
+            at += run;
+        }
+    }
+    Ok(vec![quantize(
+        &y,
+        first.dtype(),
+        &shape,
+        (required(inputs, 0)?, optional(inputs, 1)),
+        OP,
+    )?])
+}
+
+/// `QLinearGlobalAveragePool`: `X`, `x_scale`, `x_zero_point`, `y_scale`, `y_zero_point`; the
+/// mean over the spatial dims of `(N, C, ...)`, or of `(N, ..., C)` with `channels_last`.
+pub(in crate::ops) fn eval_qlinear_global_average_pool(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    const OP: &str = "QLinearGlobalAveragePool";
+    let x = required(inputs, 0)?;
+    let shape = x.shape();
+    if shape.len() < 3 {
+        return Err(ctx.error(format!("X {shape:?} has no spatial dims")));
+    }
+    let v = dequantize(x, required(inputs, 1)?, optional(inputs, 2), OP, "x")?;
+    let last = ctx.node.attr_int("channels_last", 0)? != 0;
+    let (n, c) = (
+        shape[0],
+        if last {
+            shape[shape.len() - 1]
+        } else {
+            shape[1]
+        },
+    );
+    let spatial: usize = if last {
+        shape[1..shape.len() - 1].iter().product()
+    } else {
+        shape[2..].iter().product()
+    };
+    let mut y = try_vec(n * c, 0.0f32)?;
+    for (k, o) in y.iter_mut().enumerate() {
+        let (b, ch) = (k / c, k % c);
+        let sum: f32 = (0..spatial)
+            .map(|p| {
+                if last {
+                    v[(b * spatial + p) * c + ch]
+                } else {
+                    v[(b * c + ch) * spatial + p]
+                }
+            })
+            .sum();
+        *o = sum / spatial.max(1) as f32;
+    }
+    let mut out_shape = vec![1; shape.len()];
+    out_shape[0] = n;
+    out_shape[if last { shape.len() - 1 } else { 1 }] = c;
+    Ok(vec![quantize(
+        &y,
+        x.dtype(),
+        &out_shape,
+        (required(inputs, 3)?, optional(inputs, 4)),
+        OP,
+    )?])
 }
 
 pub(in crate::ops) fn eval_qlinear_sigmoid(
@@ -191,5 +396,54 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("X_scale"), "{err}");
+    }
+
+    /// [2, 3] + [1] with unit scales, zero points 0, 1 and 2: (2 + 0) + 2 = 4, 3 + 2 = 5.
+    #[test]
+    fn qlinear_add_broadcasts_and_requantizes() {
+        let a = Tensor::from_vec(DataType::Uint8, &[2], vec![2u8, 3]).unwrap();
+        let b = Tensor::from_vec(DataType::Uint8, &[1], vec![1u8]).unwrap();
+        let z = |v: u8| Tensor::from_vec(DataType::Uint8, &[], vec![v]).unwrap();
+        let one = scalar_f(1.0);
+        let y = run(
+            "QLinearAdd",
+            &[
+                Some(&a),
+                Some(&one),
+                Some(&z(0)),
+                Some(&b),
+                Some(&one),
+                Some(&z(1)),
+                Some(&one),
+                Some(&z(2)),
+            ],
+            vec![],
+        )
+        .unwrap();
+        assert_eq!(y.as_slice::<u8>().unwrap(), &[4, 5]);
+    }
+
+    #[test]
+    fn qlinear_concat_rejects_mismatched_inputs() {
+        let x = Tensor::from_vec(DataType::Uint8, &[1, 2], vec![1u8, 2]).unwrap();
+        let w = Tensor::from_vec(DataType::Uint8, &[2, 1], vec![1u8, 2]).unwrap();
+        let one = scalar_f(1.0);
+        let err = run(
+            "QLinearConcat",
+            &[
+                Some(&one),
+                None,
+                Some(&x),
+                Some(&one),
+                None,
+                Some(&w),
+                Some(&one),
+                None,
+            ],
+            vec![("axis", AttrValue::Int(1))],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("does not concatenate"), "{err}");
     }
 }

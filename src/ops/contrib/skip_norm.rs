@@ -44,7 +44,7 @@ pub(super) fn infer_skip_norm(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 /// Normalises every row of `width` elements of `sum` into `out`, scaled by `gamma` and shifted
 /// by `beta`; returns the mean and inverse standard deviation of each row. `rms` skips the
 /// mean (RMS normalisation).
-fn normalize(
+pub(super) fn normalize(
     sum: &[f32],
     width: usize,
     (gamma, beta): (&[f32], Option<&[f32]>),

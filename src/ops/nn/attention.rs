@@ -42,7 +42,7 @@ use super::blas::{gemm, Mat};
 use super::common::{dispatch_real, input_dims, known_sizes, tensor_type, Real};
 
 /// The element types attention computes in, with their row softmax.
-pub(super) trait Attend: Real {
+pub(in crate::ops) trait Attend: Real {
     /// The softmax of each row of `size` consecutive elements of `src` into `dst`.
     fn softmax_rows<'d>(
         src: &[Self],
@@ -93,7 +93,7 @@ impl Attend for f64 {
 /// The attributes of an `Attention` node and the sizes its operands give, read once for the
 /// shape function and the kernel.
 #[derive(Clone, Debug)]
-pub(super) struct Spec {
+pub(in crate::ops) struct Spec {
     batch: usize,
     q_heads: usize,
     kv_heads: usize,
@@ -112,7 +112,52 @@ pub(super) struct Spec {
     right: i64,
 }
 
+/// The sizes of one attention call, for the operators that read them from operands of their own
+/// layout (the `com.microsoft` attention family).
+#[derive(Clone, Copy, Debug)]
+pub(in crate::ops) struct Sizes {
+    pub batch: usize,
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    pub q_len: usize,
+    /// New keys and values in this call.
+    pub kv_len: usize,
+    /// Keys and values in the cache before this call.
+    pub past_len: usize,
+    pub head: usize,
+    pub v_head: usize,
+}
+
 impl Spec {
+    /// Attention on 3-D `(batch, seq, heads * size)` operands of the given sizes: `scale` on the
+    /// scores, then the soft cap (`0` for none), the causal frontier (offset by the past
+    /// length) and a left window (`-1` for none).
+    pub fn from_sizes(z: Sizes, scale: f64, softcap: f64, causal: bool, left: i64) -> Result<Spec> {
+        if z.kv_heads == 0 || !z.q_heads.is_multiple_of(z.kv_heads) {
+            return Err(Error::Eval(format!(
+                "{} query heads are not a multiple of {} key/value heads",
+                z.q_heads, z.kv_heads
+            )));
+        }
+        Ok(Spec {
+            batch: z.batch,
+            q_heads: z.q_heads,
+            kv_heads: z.kv_heads,
+            q_len: z.q_len,
+            kv_len: z.kv_len,
+            past_len: z.past_len,
+            head: z.head,
+            v_head: z.v_head,
+            rank3: true,
+            scale,
+            softcap,
+            causal,
+            mode: 0,
+            left,
+            right: -1,
+        })
+    }
+
     /// The spec of `node` for operands of shapes `q`, `k`, `v` and an optional `past_key`.
     pub fn new(
         node: &Node,
@@ -265,16 +310,29 @@ impl Spec {
     }
 }
 
+/// An additive mask: its values, their strides over `(batch, head, query)` and its length
+/// along the keys.
+pub(in crate::ops) type Mask<R> = (Vec<R>, [usize; 3], usize);
+
 /// The additive bias of one `(batch, head)` pair: rows of `total` values per query.
-struct Bias<'a, R> {
+pub(in crate::ops) struct Bias<'a, R> {
     spec: &'a Spec,
     /// The mask as values (`0`/`-inf` for a boolean mask), its strides over `(b, h, i)` and its
     /// length along the keys.
-    mask: Option<(Vec<R>, [usize; 3], usize)>,
+    mask: Option<Mask<R>>,
     nonpad: Option<Vec<i64>>,
 }
 
-impl<R: Real> Bias<'_, R> {
+impl<'a, R: Real> Bias<'a, R> {
+    /// The bias of `spec` (its causal and window frontiers) plus `mask`, if any.
+    pub fn new(spec: &'a Spec, mask: Option<Mask<R>>) -> Self {
+        Bias {
+            spec,
+            mask,
+            nonpad: None,
+        }
+    }
+
     /// Whether anything masks.
     fn any(&self) -> bool {
         let s = self.spec;
@@ -313,7 +371,7 @@ impl<R: Real> Bias<'_, R> {
 }
 
 /// The mask input as values broadcast over `(batch, q_heads, q_len, len)`.
-fn load_mask<R: Real>(spec: &Spec, mask: &Tensor) -> Result<(Vec<R>, [usize; 3], usize)> {
+fn load_mask<R: Real>(spec: &Spec, mask: &Tensor) -> Result<Mask<R>> {
     let shape = mask.shape();
     if shape.is_empty() || shape.len() > 4 {
         return Err(Error::Eval(format!(
@@ -359,8 +417,7 @@ fn load_mask<R: Real>(spec: &Spec, mask: &Tensor) -> Result<(Vec<R>, [usize; 3],
 /// Runs attention on values already in the compute type: `q`, `k`, `v` as given, `past_k` and
 /// `past_v` 4-D. Returns Y, present_key, present_value and the fourth output (empty unless
 /// `want_qk`), in the output shapes.
-#[allow(clippy::too_many_arguments)]
-fn attend<R: Attend>(
+pub(in crate::ops) fn attend<R: Attend>(
     spec: &Spec,
     q: &[R],
     k: &[R],

@@ -21,7 +21,7 @@ impl<T: 'static + Copy + PartialEq + Default + Mul<Output = T>> Element for T {}
 
 /// A read-only `rows x cols` matrix inside a slice, element `(i, j)` at `i * rs + j * cs`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Mat<'a, T> {
+pub(in crate::ops) struct Mat<'a, T> {
     data: &'a [T],
     rows: usize,
     cols: usize,
@@ -97,7 +97,7 @@ impl<'a, T> Mat<'a, T> {
 
 /// `C = alpha * A * B + beta * C`, with C the row-major `A.rows x B.cols` block of `c` whose rows
 /// start `ldc` elements apart. With `beta == 0` the old contents of C are ignored.
-pub(super) fn gemm<T: Element>(
+pub(in crate::ops) fn gemm<T: Element>(
     alpha: T,
     a: Mat<'_, T>,
     b: Mat<'_, T>,

@@ -23,7 +23,9 @@ use super::super::InferCtx;
 
 /// Element types with exact (wrapping, for integers) addition and multiplication: what the
 /// generic matrix-product and einsum loops accumulate in.
-pub(super) trait Ring: Copy + Send + Sync + Default + Debug + 'static {
+pub(in crate::ops) trait Ring:
+    Copy + Send + Sync + Default + Debug + 'static
+{
     /// The sum (wrapping for integers).
     fn add(self, other: Self) -> Self;
     /// The product (wrapping for integers).
@@ -41,7 +43,7 @@ impl Ring for i64 {
 
 /// The floating-point types kernels compute in: `f32` (also for `float16` and `bfloat16`) and
 /// `f64`.
-pub(super) trait Real:
+pub(in crate::ops) trait Real:
     Ring
     + Default
     + bytemuck::Pod

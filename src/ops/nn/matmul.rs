@@ -34,7 +34,7 @@ const PARALLEL_FLOPS: usize = 1 << 18;
 
 /// How a (possibly batched, possibly 1-D) matrix product lines up its operands.
 #[derive(Debug)]
-pub(super) struct Plan {
+pub(in crate::ops) struct Plan {
     /// Rows of each product.
     pub m: usize,
     /// The contracted dim.
@@ -198,7 +198,7 @@ pub(super) fn eval_matmul(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
 
 /// The product of two 8-bit operands minus their zero points, exactly, as `f64`: `a_zero` is per
 /// tensor or per row of A, `b_zero` per tensor or per column of B.
-fn integer_product(
+pub(in crate::ops) fn integer_product(
     a: &Tensor,
     a_zero: Option<&Tensor>,
     b: &Tensor,

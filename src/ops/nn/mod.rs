@@ -66,6 +66,13 @@ use quant::{
 use rotary::{eval_rotary, infer_rotary};
 use unpool::eval_max_unpool;
 
+// The building blocks the `com.microsoft` attention family shares with `Attention`.
+pub(in crate::ops) use attention::{attend, Bias, Mask, Sizes, Spec};
+pub(in crate::ops) use blas::{gemm, Mat};
+pub(in crate::ops) use matmul::integer_product;
+pub(in crate::ops) use quant::dynamic_quantize;
+pub(in crate::ops) use rotary::{rotate, Rotation};
+
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Attention", 23, 3..=7, 1..=4, eval_attention).with_infer(infer_attention),
     OpDef::new("FlexAttention", 1, 3..=3, 1..=1, eval_flex_attention)

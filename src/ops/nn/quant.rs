@@ -352,20 +352,26 @@ pub(super) fn eval_dynamic_quantize(
     if x.dtype() != DataType::Float {
         return Err(ctx.error(format!("x must be float, found {}", x.dtype())));
     }
-    let xv = x.as_slice::<f32>()?;
+    let (y, scale, zero) = dynamic_quantize(x.as_slice::<f32>()?)?;
+    Ok(vec![
+        Tensor::from_vec(DataType::Uint8, x.shape(), y)?,
+        Tensor::scalar(DataType::Float, scale)?,
+        Tensor::scalar(DataType::Uint8, zero)?,
+    ])
+}
+
+/// `DynamicQuantizeLinear` of `xv`: uint8 codes over the range of the values and 0, with their
+/// scale and zero point (`round_half_even(-min / scale)`).
+pub(in crate::ops) fn dynamic_quantize(xv: &[f32]) -> Result<(Vec<u8>, f32, u8)> {
     let max = xv.iter().copied().fold(0.0f32, f32::max);
     let min = xv.iter().copied().fold(0.0f32, f32::min);
     let scale = if max == min { 1.0 } else { max - min } / 255.0;
     let zero = (0.0 - min / scale).clamp(0.0, 255.0).round_ties_even();
-    let y: Vec<u8> = xv
-        .iter()
-        .map(|&v| ((v / scale).round_ties_even() + zero).clamp(0.0, 255.0) as u8)
-        .collect();
-    Ok(vec![
-        Tensor::from_vec(DataType::Uint8, x.shape(), y)?,
-        Tensor::scalar(DataType::Float, scale)?,
-        Tensor::scalar(DataType::Uint8, zero as u8)?,
-    ])
+    let mut y = try_vec(xv.len(), 0u8)?;
+    for (o, &v) in y.iter_mut().zip(xv) {
+        *o = ((v / scale).round_ties_even() + zero).clamp(0.0, 255.0) as u8;
+    }
+    Ok((y, scale, zero as u8))
 }
 
 pub(super) fn infer_quantize(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {

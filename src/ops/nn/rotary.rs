@@ -24,11 +24,37 @@ pub(super) fn eval_rotary(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
         required(inputs, 2)?,
     );
     let positions = optional(inputs, 3).map(to_i64s).transpose()?;
+    let rotation = Rotation {
+        num_heads: ctx.node.attr_int("num_heads", 0)?,
+        dim: ctx.node.attr_int("rotary_embedding_dim", 0)?,
+        interleaved: ctx.node.attr_int("interleaved", 0)? != 0,
+    };
+    Ok(vec![rotate(ctx, x, (cos, sin), positions, rotation)?])
+}
+
+/// How [`rotate`] pairs features: the head count of a 3-D input (`0` when 4-D), the rotated
+/// features per head (`0` for all) and whether pairs are adjacent.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::ops) struct Rotation {
+    pub num_heads: i64,
+    pub dim: i64,
+    pub interleaved: bool,
+}
+
+/// Rotates `x` (`(B, H, S, D)` or `(B, S, H * D)`) by the `(cos, sin)` caches at `positions`
+/// (`(B, S)` ids into 2-D caches, or `None` for `(B, S, r/2)` caches); errors name `ctx`'s node.
+pub(in crate::ops) fn rotate(
+    ctx: &EvalCtx<'_>,
+    x: &Tensor,
+    (cos, sin): (&Tensor, &Tensor),
+    positions: Option<Vec<i64>>,
+    rotation: Rotation,
+) -> Result<Tensor> {
     let shape = x.shape();
     let (b, s, h, d, rank4) = match *shape {
         [b, h, s, d] => (b, s, h, d, true),
         [b, s, hidden] => {
-            let h = usize::try_from(ctx.node.attr_int("num_heads", 0)?)
+            let h = usize::try_from(rotation.num_heads)
                 .ok()
                 .filter(|&h| h > 0 && hidden % h == 0)
                 .ok_or_else(|| ctx.error("3-D input needs num_heads dividing its hidden size"))?;
@@ -36,7 +62,7 @@ pub(super) fn eval_rotary(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
         }
         _ => return Err(ctx.error(format!("X {shape:?} is not 3-D or 4-D"))),
     };
-    let rdim = match ctx.node.attr_int("rotary_embedding_dim", 0)? {
+    let rdim = match rotation.dim {
         0 => d,
         r => usize::try_from(r)
             .ok()
@@ -89,7 +115,7 @@ pub(super) fn eval_rotary(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
                 }),
         }
     };
-    let interleaved = ctx.node.attr_int("interleaved", 0)? != 0;
+    let interleaved = rotation.interleaved;
     let dtype = x.dtype();
     let y = dispatch_real!(dtype, R => {
         let (xv, cv, sv) = (R::load(x)?, R::load(cos)?, R::load(sin)?);
@@ -114,7 +140,7 @@ pub(super) fn eval_rotary(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
             Ok(())
         })?
     }, _ => return Err(unsupported_type("RotaryEmbedding", dtype)));
-    Ok(vec![y])
+    Ok(y)
 }
 
 pub(super) fn infer_rotary(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {

@@ -1,0 +1,779 @@
+//! The attention operators of `com.microsoft` (opset 1) that onnxruntime's transformer optimizer
+//! fuses: `Attention` (input projection, heads, mask index, past/present state),
+//! `MultiHeadAttention` (projected Q, K, V) and `GroupQueryAttention` (grouped key/value heads,
+//! causal, key/value cache, rotary embedding).
+//!
+//! Spec: onnxruntime `docs/ContribOperators.md`, sections `com.microsoft.Attention`,
+//! `com.microsoft.MultiHeadAttention` and `com.microsoft.GroupQueryAttention`.
+//!
+//! The three read their operands into `(batch, seq, heads * size)` rows and run the default
+//! domain's attention kernel (`nn::attend`: one GEMM per batch and head for the scores, the row
+//! softmax, one GEMM with V), with the masks folded into one additive bias.
+//!
+//! Masks follow onnxruntime's CPU kernels: a masked score gets `mask_filter_value` (-10000 by
+//! default) in place of its mask value rather than `-inf`, so a row masked everywhere averages
+//! all keys instead of being zero. The mask index is 1-D `(B)` (keys from the given end
+//! position on are masked) or `(2B)` (also keys before the start positions in the second half),
+//! 2-D `(B, T)` (0 masks a key), 3-D `(B, S, T)` (per query), or 4-D `(B, 1, M, M)` (Megatron:
+//! query `i` reads row `past + i`). `unidirectional` masks keys after `past + i`. An
+//! `attention_bias` `(B or 1, H or 1, S, T)` is added on top. `GroupQueryAttention` is causal;
+//! its `local_window_size` `w` keeps the `w` keys ending at each query's position.
+//!
+//! Not supported (an error naming the node): packed batching, a shared past/present buffer
+//! (`past_present_share_buffer`, `past_sequence_length`), `do_rotary` on `Attention`,
+//! `cache_indirection`, and in `GroupQueryAttention` batches of differing lengths,
+//! `smooth_softmax` and `head_sink`.
+
+use crate::error::Result;
+use crate::ir::TensorType;
+use crate::tensor::{try_vec, Tensor};
+use crate::DataType;
+
+use super::super::nn::{attend, gemm, rotate, Bias, Mask, Mat, Rotation, Sizes, Spec};
+use super::super::util::{optional, required, to_i64s};
+use super::super::{EvalCtx, InferCtx};
+use super::activations::floats;
+
+/// onnxruntime's default score for a masked key.
+const MASK_FILTER: f32 = -10000.0;
+
+/// Outputs have the types the kernel gives them; only the element type is known here.
+pub(super) fn infer_float_outputs(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let t = TensorType {
+        elem: Some(DataType::Float),
+        shape: None,
+    };
+    Ok(vec![t; ctx.node.outputs.len()])
+}
+
+/// One output of the first input's element type (the third's for `QLinearConcat`, whose first
+/// two are the output's scale and zero point), its shape left to the kernel.
+pub(super) fn infer_first_input_type(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let at = if ctx.node.op_type == "QLinearConcat" {
+        2
+    } else {
+        0
+    };
+    let elem = ctx.input(at).and_then(|t| t.elem);
+    Ok(vec![TensorType { elem, shape: None }])
+}
+
+/// `EmbedLayerNormalization`: float, the int32 mask index, float.
+pub(super) fn infer_embed_outputs(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let t = |elem| TensorType {
+        elem: Some(elem),
+        shape: None,
+    };
+    let all = [t(DataType::Float), t(DataType::Int32), t(DataType::Float)];
+    Ok(all.into_iter().take(ctx.node.outputs.len()).collect())
+}
+
+/// A positive head-count attribute.
+fn heads(ctx: &EvalCtx<'_>, name: &str) -> Result<usize> {
+    let n = ctx.node.attr_int(name, 0)?;
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| ctx.error(format!("{name} must be positive, found {n}")))
+}
+
+/// `hidden / heads`, or an error when it does not divide.
+fn per_head(ctx: &EvalCtx<'_>, hidden: usize, heads: usize, what: &str) -> Result<usize> {
+    if heads == 0 || !hidden.is_multiple_of(heads) {
+        return Err(ctx.error(format!(
+            "{what} hidden size {hidden} is not a multiple of {heads} heads"
+        )));
+    }
+    Ok(hidden / heads)
+}
+
+/// The `scale` attribute, `1 / sqrt(head)` when absent or 0.
+fn scale(ctx: &EvalCtx<'_>, head: usize) -> Result<f64> {
+    let s = ctx.node.attr_float("scale", 0.0)?;
+    Ok(if s == 0.0 {
+        1.0 / (head as f64).sqrt()
+    } else {
+        f64::from(s)
+    })
+}
+
+/// The key mask of `(batch, query, key)` as `0` (attend) or `filter` (masked), from a mask
+/// index (see the module notes) and the unidirectional frontier; `None` when nothing masks.
+fn key_mask(
+    ctx: &EvalCtx<'_>,
+    mask: Option<&Tensor>,
+    z: &Sizes,
+    unidirectional: bool,
+    filter: f32,
+) -> Result<Option<Vec<f32>>> {
+    let (b, s, past) = (z.batch, z.q_len, z.past_len);
+    let t = past + z.kv_len;
+    if mask.is_none() && !unidirectional {
+        return Ok(None);
+    }
+    let mut out = try_vec(b * s * t, 0.0f32)?;
+    if let Some(m) = mask {
+        let v = to_i64s(m)?;
+        let shape = m.shape();
+        let bad = || {
+            ctx.error(format!(
+                "mask {shape:?} is not (B), (2B), (B, T), (B, S, T) or (B, 1, M, M) for B {b}, S {s}, T {t}"
+            ))
+        };
+        for bi in 0..b {
+            for i in 0..s {
+                let row = &mut out[(bi * s + i) * t..][..t];
+                for (j, o) in row.iter_mut().enumerate() {
+                    let keep = match *shape {
+                        [n] if n == b => (j as i64) < v[bi],
+                        [n] if n == 2 * b => (j as i64) < v[bi] && (j as i64) >= v[b + bi],
+                        [mb, mt] if mb == b && mt == t => v[bi * t + j] > 0,
+                        [mb, 1] if mb == b || mb == 1 => true,
+                        [mb, ms, mt] if mb == b && ms == s && mt == t => {
+                            v[(bi * s + i) * t + j] > 0
+                        }
+                        [mb, 1, r, c] if mb == b && r == c && r >= t => {
+                            v[(bi * r + past + i) * c + j] > 0
+                        }
+                        _ => return Err(bad()),
+                    };
+                    if !keep {
+                        *o = filter;
+                    }
+                }
+            }
+        }
+    }
+    if unidirectional {
+        for (r, row) in out.chunks_mut(t.max(1)).enumerate() {
+            let i = r % s.max(1);
+            for o in row.iter_mut().skip(past + i + 1) {
+                *o = filter;
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The additive mask of the attention kernel: the key mask `(B, S, T)` plus an
+/// `attention_bias` `(B or 1, H or 1, S, T)`; `None` when there is neither.
+fn combine(
+    ctx: &EvalCtx<'_>,
+    keys: Option<Vec<f32>>,
+    bias: Option<&Tensor>,
+    z: &Sizes,
+) -> Result<Option<Mask<f32>>> {
+    let (b, h, s) = (z.batch, z.q_heads, z.q_len);
+    let t = z.past_len + z.kv_len;
+    let Some(bias) = bias else {
+        return Ok(keys.map(|k| (k, [s * t, 0, t], t)));
+    };
+    let shape = bias.shape();
+    let (bb, bh) = match *shape {
+        [bb, bh, bs, bt] if (bb == b || bb == 1) && (bh == h || bh == 1) && bs == s && bt == t => {
+            (bb, bh)
+        }
+        _ => {
+            return Err(ctx.error(format!(
+                "attention_bias {shape:?} is not ({b} or 1, {h} or 1, {s}, {t})"
+            )))
+        }
+    };
+    let values = floats(bias, "attention_bias")?;
+    let (ob, oh) = (if keys.is_some() { b } else { bb }, bh);
+    let mut out = try_vec(ob * oh * s * t, 0.0f32)?;
+    for (k, o) in out.chunks_mut((s * t).max(1)).enumerate() {
+        let (bi, hi) = (k / oh, k % oh);
+        let src = &values[((bi % bb) * bh + hi) * s * t..][..s * t];
+        o.copy_from_slice(src);
+        if let Some(keys) = &keys {
+            for (o, &m) in o.iter_mut().zip(&keys[bi * s * t..][..s * t]) {
+                *o += m;
+            }
+        }
+    }
+    let sb = if ob == 1 { 0 } else { oh * s * t };
+    let sh = if oh == 1 { 0 } else { s * t };
+    Ok(Some((out, [sb, sh, t], t)))
+}
+
+/// `x @ w[:, cols] + bias[cols]` for the `rows x k` matrix `x` and the `k x n` weights `w`,
+/// columns `cols.0 .. cols.0 + cols.1`.
+fn project(
+    x: &[f32],
+    (rows, k): (usize, usize),
+    w: &[f32],
+    n: usize,
+    bias: Option<&[f32]>,
+    (first, count): (usize, usize),
+) -> Result<Vec<f32>> {
+    let mut out = try_vec(rows * count, 0.0f32)?;
+    if let Some(b) = bias {
+        for row in out.chunks_mut(count.max(1)) {
+            row.copy_from_slice(&b[first..][..count]);
+        }
+    }
+    let a = Mat::row_major(x, rows, k)?;
+    let wm = Mat::new(w.get(first..).unwrap_or(&[]), k, count, n, 1)?;
+    let beta = if bias.is_some() { 1.0 } else { 0.0 };
+    gemm(1.0f32, a, wm, beta, &mut out, count)?;
+    Ok(out)
+}
+
+/// The float values of an optional input.
+fn opt_floats<'t>(t: Option<&'t Tensor>, what: &str) -> Result<Option<&'t [f32]>> {
+    t.map(|t| floats(t, what)).transpose()
+}
+
+/// Stores the first `n` of Y, present key and present value (and the scores, when asked) in
+/// the given shapes.
+fn outputs(ctx: &EvalCtx<'_>, values: Vec<(Vec<f32>, Vec<usize>)>) -> Result<Vec<Tensor>> {
+    let n = ctx.node.outputs.len().max(1);
+    values
+        .into_iter()
+        .take(n)
+        .map(|(v, s)| Ok(Tensor::from_vec(DataType::Float, &s, v)?))
+        .collect()
+}
+
+/// `com.microsoft.Attention`.
+pub(in crate::ops) fn eval_attention(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    const OP: &str = "Attention";
+    let (x, w) = (required(inputs, 0)?, required(inputs, 1)?);
+    let bias = opt_floats(optional(inputs, 2), OP)?;
+    let (mask, past, attn_bias) = (
+        optional(inputs, 3),
+        optional(inputs, 4),
+        optional(inputs, 5),
+    );
+    if optional(inputs, 6).is_some() || ctx.node.attr_int("past_present_share_buffer", 0)? != 0 {
+        return Err(ctx.error("a shared past/present buffer is not supported"));
+    }
+    if ctx.node.attr_int("do_rotary", 0)? != 0 {
+        return Err(ctx.error("do_rotary is not supported"));
+    }
+    let h = heads(ctx, "num_heads")?;
+    let [b, s, input_hidden] = *x.shape() else {
+        return Err(ctx.error(format!("input {:?} is not 3-D", x.shape())));
+    };
+    let [wk, wn] = *w.shape() else {
+        return Err(ctx.error(format!("weights {:?} are not 2-D", w.shape())));
+    };
+    if wk != input_hidden {
+        return Err(ctx.error(format!(
+            "weights {:?} do not take an input hidden size of {input_hidden}",
+            w.shape()
+        )));
+    }
+    let [qh, kh, vh] = match ctx.node.attr_ints("qkv_hidden_sizes")? {
+        Some(&[q, k, v]) => [q, k, v].map(|d| usize::try_from(d).unwrap_or(usize::MAX)),
+        Some(other) => {
+            return Err(ctx.error(format!(
+                "qkv_hidden_sizes {other:?} does not hold three sizes"
+            )))
+        }
+        None => [wn / 3; 3],
+    };
+    if qh.checked_add(kh).and_then(|n| n.checked_add(vh)) != Some(wn) || qh != kh {
+        return Err(ctx.error(format!(
+            "hidden sizes {qh}, {kh}, {vh} (Q and K equal) do not split the weights' {wn} columns"
+        )));
+    }
+    if bias.is_some_and(|b| b.len() != wn) {
+        return Err(ctx.error(format!("bias does not hold {wn} values")));
+    }
+    let (d, dv) = (per_head(ctx, qh, h, "Q")?, per_head(ctx, vh, h, "V")?);
+    let past_len = match past {
+        None => 0,
+        Some(p) => match *p.shape() {
+            [2, pb, ph, pl, pd] if pb == b && ph == h && pd == d && d == dv => pl,
+            _ => {
+                return Err(ctx.error(format!(
+                    "past {:?} is not (2, {b}, {h}, past, {d}) with equal K and V head sizes",
+                    p.shape()
+                )))
+            }
+        },
+    };
+    let z = Sizes {
+        batch: b,
+        q_heads: h,
+        kv_heads: h,
+        q_len: s,
+        kv_len: s,
+        past_len,
+        head: d,
+        v_head: dv,
+    };
+    let xs = floats(x, OP)?;
+    let ws = floats(w, OP)?;
+    let rows = (b * s, input_hidden);
+    let q = project(xs, rows, ws, wn, bias, (0, qh))?;
+    let k = project(xs, rows, ws, wn, bias, (qh, kh))?;
+    let v = project(xs, rows, ws, wn, bias, (qh + kh, vh))?;
+    let unidirectional = ctx.node.attr_int("unidirectional", 0)? != 0;
+    let filter = ctx.node.attr_float("mask_filter_value", MASK_FILTER)?;
+    let keys = key_mask(ctx, mask, &z, unidirectional, filter)?;
+    let additive = combine(ctx, keys, attn_bias, &z)?;
+    let spec = Spec::from_sizes(z, scale(ctx, d)?, 0.0, false, -1)?;
+    let past_values = past.map(|p| floats(p, OP)).transpose()?;
+    let half = b * h * past_len * d;
+    let past_kv = past_values.map(|p| (&p[..half], &p[half..]));
+    let [y, pk, pv, _] = attend::<f32>(
+        &spec,
+        &q,
+        &k,
+        &v,
+        past_kv,
+        &Bias::new(&spec, additive),
+        false,
+    )?;
+    let t = past_len + s;
+    let mut present = pk;
+    present.extend_from_slice(&pv);
+    outputs(
+        ctx,
+        vec![(y, vec![b, s, vh]), (present, vec![2, b, h, t, d])],
+    )
+}
+
+/// `(B, H, L, D)` rows as `(B, L, H * D)` (the batch follows from the length).
+fn heads_last(x: &[f32], (h, l, d): (usize, usize, usize)) -> Result<Vec<f32>> {
+    let mut out = try_vec(x.len(), 0.0f32)?;
+    for (k, row) in x.chunks(d.max(1)).enumerate() {
+        let (bi, hi, li) = (k / (h * l), k / l % h, k % l);
+        out[((bi * l + li) * h + hi) * d..][..d].copy_from_slice(row);
+    }
+    Ok(out)
+}
+
+/// Part `part` of `parts` of a packed `(B, L, H, parts, D)` tensor as `(B, L, H * D)`.
+fn unpack(x: &[f32], parts: usize, part: usize, d: usize) -> Result<Vec<f32>> {
+    let mut out = try_vec(x.len() / parts.max(1), 0.0f32)?;
+    for (row, o) in x.chunks(parts * d.max(1)).zip(out.chunks_mut(d.max(1))) {
+        o.copy_from_slice(&row[part * d..][..d]);
+    }
+    Ok(out)
+}
+
+/// `com.microsoft.MultiHeadAttention`.
+pub(in crate::ops) fn eval_multi_head_attention(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    const OP: &str = "MultiHeadAttention";
+    let h = heads(ctx, "num_heads")?;
+    let query = required(inputs, 0)?;
+    let (key, value) = (optional(inputs, 1), optional(inputs, 2));
+    let bias = opt_floats(optional(inputs, 3), OP)?;
+    let (mask, attn_bias) = (optional(inputs, 4), optional(inputs, 5));
+    let (past_k, past_v) = (optional(inputs, 6), optional(inputs, 7));
+    if optional(inputs, 8).is_some() || optional(inputs, 9).is_some() {
+        return Err(ctx.error("past_sequence_length and cache_indirection are not supported"));
+    }
+    if past_k.is_some() != past_v.is_some() {
+        return Err(ctx.error("past_key and past_value must be given together"));
+    }
+    let qv = floats(query, OP)?;
+    let shape_err = || {
+        ctx.error(format!(
+            "query {:?}, key {:?}, value {:?} are not a supported layout",
+            query.shape(),
+            key.map(Tensor::shape),
+            value.map(Tensor::shape)
+        ))
+    };
+    // Q, K, V as (B, S or L, H * size), K and V with the bias still to add when 3-D.
+    let (b, s, l, d, dv, mut q, mut k, mut v, kv_biased);
+    match (
+        query.shape(),
+        key.map(Tensor::shape),
+        value.map(Tensor::shape),
+    ) {
+        (&[qb, qs, qh, 3, qd], None, None) if qh == h => {
+            (b, s, l, d, dv) = (qb, qs, qs, qd, qd);
+            q = unpack(qv, 3, 0, d)?;
+            k = unpack(qv, 3, 1, d)?;
+            v = unpack(qv, 3, 2, d)?;
+            kv_biased = false;
+        }
+        (&[qb, qs, qhid], Some(&[kb, kl, kh, 2, kd]), None) if kb == qb && kh == h => {
+            (b, s, l, d, dv) = (qb, qs, kl, per_head(ctx, qhid, h, "Q")?, kd);
+            let kv = floats(key.ok_or_else(shape_err)?, OP)?;
+            q = qv.to_vec();
+            k = unpack(kv, 2, 0, kd)?;
+            v = unpack(kv, 2, 1, kd)?;
+            kv_biased = false;
+        }
+        (&[qb, qs, qhid], Some(&[kb, kl, khid]), Some(&[vb, vl, vhid]))
+            if kb == qb && vb == qb && vl == kl =>
+        {
+            (b, s, l) = (qb, qs, kl);
+            (d, dv) = (per_head(ctx, qhid, h, "Q")?, per_head(ctx, vhid, h, "V")?);
+            if khid != qhid {
+                return Err(shape_err());
+            }
+            q = qv.to_vec();
+            k = floats(key.ok_or_else(shape_err)?, OP)?.to_vec();
+            v = floats(value.ok_or_else(shape_err)?, OP)?.to_vec();
+            kv_biased = false;
+        }
+        (&[qb, qs, qhid], Some(&[kb, kh, kl, kd]), Some(&[vb, vh, vl, vd]))
+            if kb == qb && vb == qb && kh == h && vh == h && vl == kl =>
+        {
+            (b, s, l, d, dv) = (qb, qs, kl, kd, vd);
+            if qhid != h * d {
+                return Err(shape_err());
+            }
+            q = qv.to_vec();
+            k = heads_last(floats(key.ok_or_else(shape_err)?, OP)?, (h, l, d))?;
+            v = heads_last(floats(value.ok_or_else(shape_err)?, OP)?, (h, l, dv))?;
+            // Keys and values given per head are already projected and biased.
+            kv_biased = true;
+        }
+        _ => return Err(shape_err()),
+    }
+    if let Some(bias) = bias {
+        let (qh, vh) = (h * d, h * dv);
+        if bias.len() != 2 * qh + vh {
+            return Err(ctx.error(format!("bias does not hold {} values", 2 * qh + vh)));
+        }
+        let add = |x: &mut [f32], part: &[f32]| {
+            for row in x.chunks_mut(part.len().max(1)) {
+                for (o, &c) in row.iter_mut().zip(part) {
+                    *o += c;
+                }
+            }
+        };
+        add(&mut q, &bias[..qh]);
+        if !kv_biased {
+            add(&mut k, &bias[qh..2 * qh]);
+            add(&mut v, &bias[2 * qh..]);
+        }
+    }
+    mha_finish(
+        ctx,
+        (b, s, l, d, dv, h),
+        (&q, &k, &v),
+        (mask, attn_bias),
+        (past_k, past_v),
+    )
+}
+
+/// The attention step of `MultiHeadAttention` on `(B, S or L, H * size)` operands.
+fn mha_finish(
+    ctx: &EvalCtx<'_>,
+    (b, s, l, d, dv, h): (usize, usize, usize, usize, usize, usize),
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    (mask, attn_bias): (Option<&Tensor>, Option<&Tensor>),
+    (past_k, past_v): (Option<&Tensor>, Option<&Tensor>),
+) -> Result<Vec<Tensor>> {
+    const OP: &str = "MultiHeadAttention";
+    let past_len = match (past_k, past_v) {
+        (Some(pk), Some(pv)) => match (pk.shape(), pv.shape()) {
+            (&[kb, kh, kl, kd], &[vb, vh, vl, vd])
+                if kb == b && vb == b && kh == h && vh == h && kl == vl && kd == d && vd == dv =>
+            {
+                kl
+            }
+            _ => {
+                return Err(ctx.error(format!(
+                    "past_key {:?} and past_value {:?} are not ({b}, {h}, past, head)",
+                    pk.shape(),
+                    pv.shape()
+                )))
+            }
+        },
+        _ => 0,
+    };
+    let z = Sizes {
+        batch: b,
+        q_heads: h,
+        kv_heads: h,
+        q_len: s,
+        kv_len: l,
+        past_len,
+        head: d,
+        v_head: dv,
+    };
+    let unidirectional = ctx.node.attr_int("unidirectional", 0)? != 0;
+    let filter = ctx.node.attr_float("mask_filter_value", MASK_FILTER)?;
+    let keys = key_mask(ctx, mask, &z, unidirectional, filter)?;
+    let additive = combine(ctx, keys, attn_bias, &z)?;
+    let spec = Spec::from_sizes(z, scale(ctx, d)?, 0.0, false, -1)?;
+    let (pk, pv) = (opt_floats(past_k, OP)?, opt_floats(past_v, OP)?);
+    let want_qk = ctx.node.outputs.get(3).is_some_and(|n| !n.is_empty());
+    let [y, pk, pv, qk] = attend::<f32>(
+        &spec,
+        q,
+        k,
+        v,
+        pk.zip(pv),
+        &Bias::new(&spec, additive),
+        want_qk,
+    )?;
+    let t = past_len + l;
+    outputs(
+        ctx,
+        vec![
+            (y, vec![b, s, h * dv]),
+            (pk, vec![b, h, t, d]),
+            (pv, vec![b, h, t, dv]),
+            (qk, vec![b, h, s, t]),
+        ],
+    )
+}
+
+/// `com.microsoft.GroupQueryAttention`.
+pub(in crate::ops) fn eval_group_query_attention(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    const OP: &str = "GroupQueryAttention";
+    let (hq, hk) = (heads(ctx, "num_heads")?, heads(ctx, "kv_num_heads")?);
+    let query = required(inputs, 0)?;
+    let (key, value) = (optional(inputs, 1), optional(inputs, 2));
+    let (past_k, past_v) = (optional(inputs, 3), optional(inputs, 4));
+    let seqlens = to_i64s(required(inputs, 5)?)?;
+    let total = to_i64s(required(inputs, 6)?)?;
+    let (cos, sin) = (optional(inputs, 7), optional(inputs, 8));
+    let positions = optional(inputs, 9).map(to_i64s).transpose()?;
+    let attn_bias = optional(inputs, 10);
+    if optional(inputs, 11).is_some() || ctx.node.attr_int("smooth_softmax", 0)? != 0 {
+        return Err(ctx.error("head_sink and smooth_softmax are not supported"));
+    }
+    let [b, s, qhid] = *query.shape() else {
+        return Err(ctx.error(format!("query {:?} is not 3-D", query.shape())));
+    };
+    let packed = key.is_none();
+    let d = per_head(ctx, qhid, if packed { hq + 2 * hk } else { hq }, "query")?;
+    let qv = floats(query, OP)?;
+    let (q, k, v) = if packed {
+        let split = |first: usize, n: usize| -> Result<Vec<f32>> {
+            let mut out = try_vec(b * s * n * d, 0.0f32)?;
+            for (row, o) in qv.chunks(qhid.max(1)).zip(out.chunks_mut((n * d).max(1))) {
+                o.copy_from_slice(&row[first * d..][..n * d]);
+            }
+            Ok(out)
+        };
+        (split(0, hq)?, split(hq, hk)?, split(hq + hk, hk)?)
+    } else {
+        let (Some(key), Some(value)) = (key, value) else {
+            return Err(ctx.error("key and value must be given together"));
+        };
+        if key.shape() != [b, s, hk * d] || value.shape() != key.shape() {
+            return Err(ctx.error(format!(
+                "key {:?} and value {:?} are not ({b}, {s}, {})",
+                key.shape(),
+                value.shape(),
+                hk * d
+            )));
+        }
+        (
+            qv.to_vec(),
+            floats(key, OP)?.to_vec(),
+            floats(value, OP)?.to_vec(),
+        )
+    };
+    let total = match total[..] {
+        [t] => usize::try_from(t).ok(),
+        _ => None,
+    }
+    .ok_or_else(|| ctx.error("total_sequence_length must be one non-negative value"))?;
+    if seqlens.len() != b || seqlens.iter().any(|&n| n + 1 != total as i64) {
+        return Err(ctx.error(format!(
+            "seqlens_k {seqlens:?}: only batches whose sequences all hold total_sequence_length {total} keys are supported"
+        )));
+    }
+    let past_len = total.checked_sub(s).ok_or_else(|| {
+        ctx.error(format!(
+            "total_sequence_length {total} is below the {s} new tokens"
+        ))
+    })?;
+    match (past_k, past_v) {
+        (Some(pk), Some(pv)) if pk.shape() == [b, hk, past_len, d] && pv.shape() == pk.shape() => {}
+        (None, None) if past_len == 0 => {}
+        _ => {
+            return Err(ctx.error(format!(
+                "past_key {:?} and past_value {:?} are not ({b}, {hk}, {past_len}, {d})",
+                past_k.map(Tensor::shape),
+                past_v.map(Tensor::shape)
+            )))
+        }
+    }
+    let (q, k) = if ctx.node.attr_int("do_rotary", 0)? != 0 {
+        let (Some(cos), Some(sin)) = (cos, sin) else {
+            return Err(ctx.error("do_rotary needs cos_cache and sin_cache"));
+        };
+        let half = cos.shape().get(1).copied().unwrap_or(0);
+        let ids = match positions {
+            Some(p) => p,
+            None => (0..b)
+                .flat_map(|_| (0..s).map(|i| (past_len + i) as i64))
+                .collect(),
+        };
+        let interleaved = ctx.node.attr_int("rotary_interleaved", 0)? != 0;
+        let turn = |x: Vec<f32>, n: usize| -> Result<Vec<f32>> {
+            let t = Tensor::from_vec(DataType::Float, &[b, s, n * d], x)?;
+            let rotation = Rotation {
+                num_heads: n as i64,
+                dim: 2 * half as i64,
+                interleaved,
+            };
+            Ok(rotate(ctx, &t, (cos, sin), Some(ids.clone()), rotation)?
+                .as_slice::<f32>()?
+                .to_vec())
+        };
+        (turn(q, hq)?, turn(k, hk)?)
+    } else {
+        (q, k)
+    };
+    let z = Sizes {
+        batch: b,
+        q_heads: hq,
+        kv_heads: hk,
+        q_len: s,
+        kv_len: s,
+        past_len,
+        head: d,
+        v_head: d,
+    };
+    // A window of `w` keys ends at the query's own position (onnxruntime 1.32's CPU kernel).
+    let window = match ctx.node.attr_int("local_window_size", -1)? {
+        w if w > 0 => w - 1,
+        _ => -1,
+    };
+    let softcap = f64::from(ctx.node.attr_float("softcap", 0.0)?);
+    let additive = combine(ctx, None, attn_bias, &z)?;
+    let spec = Spec::from_sizes(z, scale(ctx, d)?, softcap, true, window)?;
+    let (pk, pv) = (opt_floats(past_k, OP)?, opt_floats(past_v, OP)?);
+    let [y, pk, pv, _] = attend::<f32>(
+        &spec,
+        &q,
+        &k,
+        &v,
+        pk.zip(pv),
+        &Bias::new(&spec, additive),
+        false,
+    )?;
+    outputs(
+        ctx,
+        vec![
+            (y, vec![b, s, hq * d]),
+            (pk, vec![b, hk, total, d]),
+            (pv, vec![b, hk, total, d]),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+    use crate::{DataType, Tensor};
+
+    fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
+        Tensor::from_vec(DataType::Float, shape, v).unwrap()
+    }
+
+    /// Identity weights, one head of size 1: Q = K = V = x, so a masked key drops out.
+    #[test]
+    fn attention_mask_index_end_positions_drop_keys() {
+        let x = f32s(&[1, 2, 1], vec![1.0, 3.0]);
+        let w = f32s(&[1, 3], vec![1.0, 1.0, 1.0]);
+        let mask = Tensor::from_vec(DataType::Int32, &[1], vec![1i32]).unwrap();
+        let n = Node::new("Attention", "a", ["x", "w", "", "m"], ["y"])
+            .with_domain("com.microsoft")
+            .with_attr("num_heads", AttrValue::Int(1));
+        let y = eval_node(&n, 1, &[Some(&x), Some(&w), None, Some(&mask)]).unwrap();
+        // Only key 0 (value 1) is attended by both queries.
+        assert_eq!(y[0].as_slice::<f32>().unwrap(), &[1.0, 1.0]);
+    }
+
+    #[test]
+    fn attention_rejects_a_mask_of_the_wrong_shape() {
+        let x = f32s(&[1, 2, 1], vec![1.0, 3.0]);
+        let w = f32s(&[1, 3], vec![1.0, 1.0, 1.0]);
+        let mask = Tensor::from_vec(DataType::Int32, &[3], vec![1i32, 1, 1]).unwrap();
+        let n = Node::new("Attention", "a", ["x", "w", "", "m"], ["y"])
+            .with_domain("com.microsoft")
+            .with_attr("num_heads", AttrValue::Int(1));
+        let err = eval_node(&n, 1, &[Some(&x), Some(&w), None, Some(&mask)]).unwrap_err();
+        assert!(err.to_string().contains("mask [3]"), "{err}");
+    }
+
+    #[test]
+    fn group_query_attention_is_causal() {
+        let q = f32s(&[1, 2, 1], vec![1.0, 1.0]);
+        let v = f32s(&[1, 2, 1], vec![2.0, 4.0]);
+        let seqlens = Tensor::from_vec(DataType::Int32, &[1], vec![1i32]).unwrap();
+        let total = Tensor::from_vec(DataType::Int32, &[], vec![2i32]).unwrap();
+        let n = Node::new(
+            "GroupQueryAttention",
+            "g",
+            ["q", "k", "v", "", "", "s", "t"],
+            ["y", "pk", "pv"],
+        )
+        .with_domain("com.microsoft")
+        .with_attr("num_heads", AttrValue::Int(1))
+        .with_attr("kv_num_heads", AttrValue::Int(1));
+        let y = eval_node(
+            &n,
+            1,
+            &[
+                Some(&q),
+                Some(&q),
+                Some(&v),
+                None,
+                None,
+                Some(&seqlens),
+                Some(&total),
+            ],
+        )
+        .unwrap();
+        // Query 0 sees value 2 only; query 1 averages 2 and 4 (equal scores).
+        assert_eq!(y[0].as_slice::<f32>().unwrap(), &[2.0, 3.0]);
+        assert_eq!(y[2].as_slice::<f32>().unwrap(), &[2.0, 4.0]);
+    }
+
+    /// A Megatron mask `(B, 1, M, M)` lower-triangular: query 0 sees key 0 only, query 1 both.
+    #[test]
+    fn attention_megatron_mask_reads_the_row_of_each_query() {
+        let x = f32s(&[1, 2, 1], vec![1.0, 3.0]);
+        let w = f32s(&[1, 3], vec![0.0, 0.0, 1.0]);
+        let mask = Tensor::from_vec(
+            DataType::Int32,
+            &[1, 1, 3, 3],
+            vec![1i32, 0, 0, 1, 1, 0, 1, 1, 1],
+        )
+        .unwrap();
+        let n = Node::new("Attention", "a", ["x", "w", "", "m"], ["y"])
+            .with_domain("com.microsoft")
+            .with_attr("num_heads", AttrValue::Int(1));
+        let y = eval_node(&n, 1, &[Some(&x), Some(&w), None, Some(&mask)]).unwrap();
+        // Zero queries and keys: equal scores over the keys each query may see.
+        assert_eq!(y[0].as_slice::<f32>().unwrap(), &[1.0, 2.0]);
+    }
+
+    /// Packed `(B, S, H, 3, D)` QKV gives what separate Q, K and V give.
+    #[test]
+    fn multi_head_attention_packed_qkv_matches_separate_inputs() {
+        let q = [0.5f32, -1.0, 2.0];
+        let k = [1.0f32, 0.5, -0.5];
+        let v = [3.0f32, -2.0, 1.0];
+        let packed: Vec<f32> = (0..3).flat_map(|s| [q[s], k[s], v[s]]).collect();
+        let n1 = Node::new("MultiHeadAttention", "m", ["qkv"], ["y"])
+            .with_domain("com.microsoft")
+            .with_attr("num_heads", AttrValue::Int(1));
+        let y1 = eval_node(&n1, 1, &[Some(&f32s(&[1, 3, 1, 3, 1], packed))]).unwrap();
+        let n3 = Node::new("MultiHeadAttention", "m", ["q", "k", "v"], ["y"])
+            .with_domain("com.microsoft")
+            .with_attr("num_heads", AttrValue::Int(1));
+        let t = |v: [f32; 3]| f32s(&[1, 3, 1], v.to_vec());
+        let y3 = eval_node(&n3, 1, &[Some(&t(q)), Some(&t(k)), Some(&t(v))]).unwrap();
+        assert_eq!(y1[0], y3[0]);
+    }
+}
