@@ -39,6 +39,7 @@ use crate::ir::{
     opset_version, stored_to_tensor, AttrValue, Attribute, Function, Graph, Model, Node,
     OpsetImport, SparseInitializer,
 };
+use crate::ops::constraints::{self, Schema};
 use crate::ops::{planned_output_bytes, registry, EvalCtx, OpDef, SubgraphRunner};
 use crate::tensor::{default_budget, Arena, Tensor};
 
@@ -139,12 +140,30 @@ struct Step<'m> {
     node: Cow<'m, Node>,
     kind: StepKind<'m>,
     opset: i64,
+    /// The operator schema's input type constraints, resolved once here and checked on the
+    /// tensors of every run (`None`: a function call, or an operator the table lacks).
+    schema: Option<&'static Schema>,
     /// Where each input comes from, in the node's order.
     inputs: Vec<Source>,
     /// The slot of each output (`None` for an omitted one).
     outputs: Vec<Option<usize>>,
     /// Slots of this frame whose last use is this step.
     frees: Vec<usize>,
+}
+
+impl Step<'_> {
+    /// Checks the element types of the step's inputs against its schema (a few bit tests per
+    /// input; no name is looked up).
+    fn check_types(&self, inputs: &[Option<&Tensor>]) -> Result<()> {
+        let Some(schema) = self.schema else {
+            return Ok(());
+        };
+        schema
+            .check_with(&self.node.inputs, inputs.len(), |i| {
+                inputs[i].map(Tensor::dtype)
+            })
+            .map_err(Error::Eval)
+    }
 }
 
 /// Where a step's input is found.
@@ -350,13 +369,16 @@ impl<'m> Session<'m> {
                 _ => Cow::Borrowed(node),
             };
             let (kind, opset) = self.resolve(&node, imports, (graph, position))?;
+            let mut schema = None;
             if let StepKind::Op(def) = kind {
                 def.check_arity(&node)?;
+                schema = constraints::lookup(&node.domain, &node.op_type, opset);
             }
             steps.push(Step {
                 node,
                 kind,
                 opset,
+                schema,
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 frees: Vec::new(),
@@ -630,6 +652,7 @@ impl<'m> Session<'m> {
             .collect::<Result<_>>()?;
         let outputs = match step.kind {
             StepKind::Op(def) => {
+                step.check_types(&inputs)?;
                 if let Some(bytes) = planned_output_bytes(def, node, step.opset, &inputs) {
                     self.arena.check(bytes)?;
                 }
@@ -770,6 +793,11 @@ fn fold_constants<'m>(
             kept.push(step);
             continue;
         };
+        // A step its schema's type constraints refuse stays, to report that when it runs.
+        if step.check_types(&inputs).is_err() {
+            kept.push(step);
+            continue;
+        }
         // Outputs known to be too large to keep are not computed at all: the step stays in
         // the plan. (Where the shape function cannot tell, the results are checked below.)
         let planned = planned_output_bytes(def, node, step.opset, &inputs);

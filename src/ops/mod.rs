@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::ir::{canonical_domain, display_domain, Dim, Graph, Node, TensorType};
 use crate::tensor::Tensor;
 
+pub mod constraints;
 pub mod util;
 
 mod contrib;
