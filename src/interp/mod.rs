@@ -34,10 +34,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::dtype::DataType;
 use crate::error::{Error, Result};
+use crate::infer::{self, Formals, TypeEnv};
 use crate::ir::{
     opset_version, stored_to_tensor, AttrValue, Attribute, Function, Graph, Model, Node,
-    OpsetImport, SparseInitializer,
+    OpsetImport, SparseInitializer, TensorType,
 };
 use crate::ops::constraints::{self, Schema};
 use crate::ops::{planned_output_bytes, registry, EvalCtx, OpDef, SubgraphRunner};
@@ -262,16 +264,26 @@ impl<'m> Session<'m> {
         &self.options
     }
 
-    /// Checks that every operator of the main graph (and of the subgraphs and functions it
-    /// reaches) is known, without running anything.
+    /// Checks, without running anything, that every operator of the main graph (and of the
+    /// subgraphs and functions it reaches) is known, and that the element types static
+    /// inference knows for each node's inputs meet the operator schema's type constraints
+    /// ([`constraints`]); what only a run can tell is checked when the step runs.
     pub fn check(&self) -> Result<()> {
-        self.check_graph(&self.model.graph, &self.model.opset_imports, 0)
+        let imports = &self.model.opset_imports;
+        let env = TypeEnv::infer(&self.model.graph, imports, &TypeEnv::default());
+        let mut seen = HashSet::new();
+        self.check_graph(&self.model.graph, imports, &env, &mut seen, 0)
     }
 
+    /// [`Session::check`] on one graph whose types are `env`. `seen` holds the function bodies
+    /// already checked, with the element types of their inputs, so that each is typed once per
+    /// signature however many calls reach it.
     fn check_graph(
         &self,
         graph: &'m Graph,
         imports: &'m [OpsetImport],
+        env: &TypeEnv,
+        seen: &mut HashSet<(usize, Vec<Option<DataType>>)>,
         depth: usize,
     ) -> Result<()> {
         if depth > MAX_CALL_DEPTH {
@@ -279,14 +291,55 @@ impl<'m> Session<'m> {
                 "subgraphs and function calls nest deeper than {MAX_CALL_DEPTH}"
             )));
         }
+        let elem = |name: &String| env.get(name).and_then(|t| t.elem);
         for (position, (_, node)) in graph.nodes().enumerate() {
             match self.resolve(node, imports, (graph, position))? {
                 (StepKind::Call(f), _) => {
-                    self.check_graph(&f.body, function_imports(f, imports), depth + 1)?
+                    let types: Vec<Option<DataType>> = node.inputs.iter().map(elem).collect();
+                    if !seen.insert((f as *const Function as usize, types.clone())) {
+                        continue;
+                    }
+                    let formals: Vec<Option<TensorType>> = types
+                        .into_iter()
+                        .map(|t| {
+                            t.map(|t| TensorType {
+                                elem: Some(t),
+                                shape: None,
+                            })
+                        })
+                        .collect();
+                    let imports = function_imports(f, imports);
+                    let body = TypeEnv::infer_with(
+                        &f.body,
+                        imports,
+                        &TypeEnv::default(),
+                        Formals::Given(&formals),
+                    );
+                    self.check_graph(&f.body, imports, &body, seen, depth + 1)?
                 }
-                (StepKind::Op(_), _) => {
-                    for g in node.subgraphs() {
-                        self.check_graph(g, imports, depth + 1)?;
+                (StepKind::Op(_), opset) => {
+                    if let Some(schema) = constraints::lookup(&node.domain, &node.op_type, opset) {
+                        schema
+                            .check_with(&node.inputs, node.inputs.len(), |i| elem(&node.inputs[i]))
+                            .map_err(|reason| at_node(node, Error::Eval(reason)))?;
+                    }
+                    for attr in &node.attributes {
+                        match &attr.value {
+                            AttrValue::Graph(g) => {
+                                let formals = infer::formals(node, &attr.name, imports, env);
+                                let inner =
+                                    TypeEnv::infer_with(g, imports, env, Formals::Given(&formals));
+                                self.check_graph(g, imports, &inner, seen, depth + 1)?;
+                            }
+                            AttrValue::Graphs(gs) => {
+                                for g in gs {
+                                    let inner =
+                                        TypeEnv::infer_with(g, imports, env, Formals::Given(&[]));
+                                    self.check_graph(g, imports, &inner, seen, depth + 1)?;
+                                }
+                            }
+                            _ => {}
+                        }
                     }
                 }
             }

@@ -166,8 +166,8 @@ impl Schema {
                     type_list(allowed)
                 ));
             }
-            let shared = param != FIXED
-                && !(formal == last && self.variadic == Variadic::Heterogeneous);
+            let shared =
+                param != FIXED && !(formal == last && self.variadic == Variadic::Heterogeneous);
             if let Some(slot) = bound.get_mut(usize::from(param)).filter(|_| shared) {
                 match *slot {
                     Some((u, j)) if u != t => {
@@ -237,17 +237,59 @@ mod tests {
     /// (domain, op, opset, input types, the error's start or "" when accepted)
     const CASES: &[(&str, &str, i64, &[Option<DataType>], &str)] = &[
         ("", "Gather", 13, &[Some(Float), Some(Int32)], ""),
-        ("", "Gather", 13, &[Some(Float), Some(Float)], "input 1 is float, where type parameter Tind"),
-        ("", "Add", 14, &[Some(Float), Some(Int64)], "input 1 is int64 but input 0 is float"),
+        (
+            "",
+            "Gather",
+            13,
+            &[Some(Float), Some(Float)],
+            "input 1 is float, where type parameter Tind",
+        ),
+        (
+            "",
+            "Add",
+            14,
+            &[Some(Float), Some(Int64)],
+            "input 1 is int64 but input 0 is float",
+        ),
         ("", "Add", 14, &[None, Some(Int64)], ""),
         ("", "Relu", 13, &[Some(Int64)], "input 0 is int64"),
         ("", "Relu", 14, &[Some(Int64)], ""),
-        ("", "Reshape", 13, &[Some(Float), Some(Int32)], "input 1 is int32, where Reshape (schema version 13) accepts {int64}"),
-        ("", "Concat", 13, &[Some(Float), Some(Float), Some(Float16)], "input 2 is float16 but input 0"),
-        ("", "Loop", 16, &[Some(Int64), Some(Bool), Some(Float), Some(Int32)], ""),
-        ("", "Loop", 16, &[Some(Int32), Some(Bool)], "input 0 is int32"),
+        (
+            "",
+            "Reshape",
+            13,
+            &[Some(Float), Some(Int32)],
+            "input 1 is int32, where Reshape (schema version 13) accepts {int64}",
+        ),
+        (
+            "",
+            "Concat",
+            13,
+            &[Some(Float), Some(Float), Some(Float16)],
+            "input 2 is float16 but input 0",
+        ),
+        (
+            "",
+            "Loop",
+            16,
+            &[Some(Int64), Some(Bool), Some(Float), Some(Int32)],
+            "",
+        ),
+        (
+            "",
+            "Loop",
+            16,
+            &[Some(Int32), Some(Bool)],
+            "input 0 is int32",
+        ),
         ("ai.onnx", "Gather", 1, &[Some(String), Some(Int64)], ""),
-        ("multigather", "GatherMultiaxis", 1, &[Some(Bool), Some(Uint8)], "input 1 is uint8"),
+        (
+            "multigather",
+            "GatherMultiaxis",
+            1,
+            &[Some(Bool), Some(Uint8)],
+            "input 1 is uint8",
+        ),
         ("ai.onnx.ml", "LabelEncoder", 4, &[Some(String)], ""),
     ];
 
