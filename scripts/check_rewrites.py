@@ -10,10 +10,13 @@ For every .onnx model under DIR:
      draws them); outputs must be bit-identical for integer / gather-only graphs and equal within
      1e-4 relative otherwise (the interpreter and
      onnxruntime may round float arithmetic differently; the rewrite itself is checked bit for bit
-     by `multigather verify`).
+     by `multigather verify`);
+  3. `multigather verify` it on those inputs: the original and the rewrite run bit-identically,
+     and, as the interpreter enforces the operators' type constraints, every node of both takes
+     element types its schema allows at the model's opset.
 Then the crafted models of rewrite_cases.py (shadowed names, functions called with different
 ranks, declarations that are not proof, Gather at opsets 1-13 in IR 3 and later, GatherND of
-symbolic depth): the same two checks on their own inputs, with the number of gathers each case
+symbolic depth): the same checks on their own inputs, with the number of gathers each case
 expects to stay (skipped with a reason); invalid models must make `rewrite` exit 2 and write
 nothing.
 Prints one line per model and exits 1 on any failure.
@@ -90,6 +93,11 @@ def check(path, work, feeds=None, expect_left=0, checked=True, compare=True):
     outdir = os.path.join(work, "outputs")
     subprocess.run([BIN, "run", rewritten_path, "--inputs", inputs, "--output-dir", outdir],
                    check=True, capture_output=True)
+    # The interpreter enforces the schemas' type constraints, so `verify` also proves that
+    # every node of the rewrite takes types its opset allows (as the checker above does).
+    r = subprocess.run([BIN, "verify", path, "--inputs", inputs], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"verify exited {r.returncode}: {r.stderr.strip()}"
     for k, want in enumerate(expected):
         t = onnx.TensorProto()
         t.ParseFromString(open(os.path.join(outdir, f"output_{k}.pb"), "rb").read())
