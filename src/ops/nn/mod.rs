@@ -12,6 +12,7 @@ mod col2im;
 mod common;
 mod conv;
 mod conv_transpose;
+mod deform_conv;
 mod det;
 mod einsum;
 mod gemm;
@@ -24,6 +25,7 @@ mod nms;
 mod norm;
 mod pool;
 mod quant;
+mod roi_align;
 mod rotary;
 mod unpool;
 mod window;
@@ -39,6 +41,7 @@ use conv::{
     infer_qlinear_conv,
 };
 use conv_transpose::{eval_conv_transpose, infer_conv_transpose};
+use deform_conv::{eval_deform_conv, infer_deform_conv};
 use det::{eval_det, infer_det};
 use einsum::{eval_einsum, infer_einsum};
 use gemm::{eval_gemm, infer_gemm};
@@ -63,6 +66,7 @@ use quant::{
     eval_dequantize, eval_dynamic_quantize, eval_quantize, infer_dequantize,
     infer_dynamic_quantize, infer_quantize,
 };
+use roi_align::{eval_roi_align, infer_roi_align};
 use rotary::{eval_rotary, infer_rotary};
 use unpool::eval_max_unpool;
 
@@ -88,6 +92,8 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Conv", 1, 2..=3, 1..=1, eval_conv).with_infer(infer_conv),
     OpDef::new("ConvTranspose", 1, 2..=3, 1..=1, eval_conv_transpose)
         .with_infer(infer_conv_transpose),
+    OpDef::new("DeformConv", 19, 3..=5, 1..=1, eval_deform_conv).with_infer(infer_deform_conv),
+    OpDef::new("RoiAlign", 10, 3..=3, 1..=1, eval_roi_align).with_infer(infer_roi_align),
     OpDef::new("ConvInteger", 10, 2..=4, 1..=1, eval_conv_integer).with_infer(infer_conv_integer),
     OpDef::new("QLinearConv", 10, 8..=9, 1..=1, eval_qlinear_conv).with_infer(infer_qlinear_conv),
     OpDef::new("MaxPool", 1, 1..=1, 1..=2, eval_max_pool).with_infer(infer_pool),
