@@ -1,12 +1,14 @@
-//! Control flow: `If` (opset 1+), `Loop` (1+) and `Scan` (9+).
+//! Control flow: `If` (opset 1+), `Loop` (1+) and `Scan` (8, and 9+).
 //!
 //! Specs: <https://onnx.ai/onnx/operators/onnx__If.html>,
 //! <https://onnx.ai/onnx/operators/onnx__Loop.html>,
 //! <https://onnx.ai/onnx/operators/onnx__Scan.html>.
 //!
 //! Bodies run through [`EvalCtx::run_subgraph`], which gives them the enclosing scope. Scan
-//! opset 8 (with a batch axis) is not covered; its node gets the interpreter's "unsupported
-//! operator" error. Sequence-typed loop values are not supported either.
+//! opset 8 has a leading batch axis on every state and scan input and an optional
+//! `sequence_lens` input: each batch entry is scanned on its own, for its length, and scan
+//! outputs of shorter entries are padded with zeros, as onnxruntime does. Sequence-typed loop
+//! values are not supported.
 
 use crate::error::{Error, Result};
 use crate::ir::Graph;
@@ -20,6 +22,7 @@ use super::{EvalCtx, OpDef};
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("If", 1, 1..=1, 1..=usize::MAX, eval_if),
     OpDef::new("Loop", 1, 2..=usize::MAX, 1..=usize::MAX, eval_loop),
+    OpDef::new("Scan", 8, 2..=usize::MAX, 1..=usize::MAX, eval_scan_batched).until(8),
     OpDef::new("Scan", 9, 1..=usize::MAX, 1..=usize::MAX, eval_scan),
 ];
 
@@ -265,4 +268,175 @@ fn eval_scan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor
         outputs.push(stack(&parts, axis, || empty_scan_output(body, output))?);
     }
     Ok(outputs)
+}
+
+/// `Scan` opset 8: `Scan(sequence_lens?, state..., scan_inputs...)` where every state and scan
+/// input has a leading batch axis and scan inputs scan along axis 1. Entry `b` of the batch runs
+/// the body `sequence_lens[b]` times (the full length when omitted), reading its scan inputs
+/// backwards where `directions` says 1; its final states and its scan outputs (zero-padded to
+/// the full length) are stacked along the batch axis.
+fn eval_scan_batched(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let body = ctx.node.attr_graph("body")?;
+    let lens = optional(inputs, 0);
+    let rest: Vec<&Tensor> = inputs[1..]
+        .iter()
+        .map(|t| t.ok_or_else(|| ctx.error("an omitted Scan state or scan input")))
+        .collect::<Result<_>>()?;
+    let m = usize::try_from(ctx.node.attr_int("num_scan_inputs", 0)?)
+        .ok()
+        .filter(|&m| m >= 1 && m <= rest.len())
+        .ok_or_else(|| ctx.error("num_scan_inputs must be between 1 and the input count"))?;
+    let n_state = rest.len() - m;
+    let (state_in, scan_in) = rest.split_at(n_state);
+    let dirs = ctx
+        .node
+        .attr_ints("directions")?
+        .map_or_else(|| vec![0; m], <[i64]>::to_vec);
+    let &[batch, steps, ..] = scan_in[0].shape() else {
+        return Err(ctx.error("scan inputs need a batch and a sequence axis"));
+    };
+    if let Some(t) = rest
+        .iter()
+        .find(|t| t.shape().first() != Some(&batch))
+        .or_else(|| scan_in.iter().find(|t| t.shape().get(1) != Some(&steps)))
+    {
+        return Err(ctx.error(format!(
+            "input {:?} does not have the batch {batch} and sequence length {steps} of the first scan input",
+            t.shape()
+        )));
+    }
+    let lens: Vec<usize> = match lens {
+        None => vec![steps; batch],
+        Some(t) => {
+            let v = super::util::to_i64s(t)?;
+            if v.len() != batch || v.iter().any(|&l| l < 0 || l as usize > steps) {
+                return Err(ctx.error(format!(
+                    "sequence_lens {v:?} are not {batch} lengths of at most {steps}"
+                )));
+            }
+            v.iter().map(|&l| l as usize).collect()
+        }
+    };
+    let n_out_scan = body
+        .outputs
+        .len()
+        .checked_sub(n_state)
+        .ok_or_else(|| ctx.error("the body has fewer outputs than state variables"))?;
+    let mut states: Vec<Vec<Tensor>> = vec![Vec::new(); n_state];
+    let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_out_scan];
+    for (b, &len) in lens.iter().enumerate() {
+        let mut state: Vec<Tensor> = state_in
+            .iter()
+            .map(|t| slice_along(t, 0, b))
+            .collect::<Result<_>>()?;
+        let entry: Vec<Tensor> = scan_in
+            .iter()
+            .map(|t| slice_along(t, 0, b))
+            .collect::<Result<_>>()?;
+        let mut per_step: Vec<Vec<Tensor>> = vec![Vec::new(); n_out_scan];
+        for i in 0..len {
+            let mut args = std::mem::take(&mut state);
+            for (k, t) in entry.iter().enumerate() {
+                let j = if dirs.get(k).copied().unwrap_or(0) == 1 {
+                    len - 1 - i
+                } else {
+                    i
+                };
+                args.push(slice_along(t, 0, j)?);
+            }
+            let mut out = ctx.run_subgraph(body, args)?.into_iter();
+            state.extend(out.by_ref().take(n_state));
+            for (s, t) in per_step.iter_mut().zip(out) {
+                s.push(t);
+            }
+        }
+        for (all, t) in states.iter_mut().zip(state) {
+            all.push(t);
+        }
+        for (k, mut parts) in per_step.into_iter().enumerate() {
+            if let Some(first) = parts.first().cloned() {
+                // Zero padding past a shorter entry's length.
+                while parts.len() < steps {
+                    parts.push(Tensor::zeros(first.dtype(), first.shape())?);
+                }
+            }
+            let output = &body.outputs[n_state + k];
+            let stacked = stack(&parts, 0, || {
+                let empty = empty_scan_output(body, output)?;
+                let mut shape = empty.shape().to_vec();
+                shape[0] = steps;
+                Tensor::zeros(empty.dtype(), &shape).ok()
+            })?;
+            scans[k].push(stacked);
+        }
+    }
+    let mut outputs = Vec::with_capacity(n_state + n_out_scan);
+    for (k, parts) in states.into_iter().chain(scans).enumerate() {
+        let declared = body.outputs.get(k);
+        outputs.push(stack(&parts, 0, || {
+            declared.and_then(|o| empty_scan_output(body, o))
+        })?);
+    }
+    Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::interp::Session;
+    use crate::ir::{AttrValue, Dim, Graph, Model, Node, Type, ValueInfo};
+    use crate::{DataType, Tensor};
+
+    fn float(name: &str, dims: &[i64]) -> ValueInfo {
+        let dims = dims.iter().map(|&d| Dim::Known(d)).collect();
+        ValueInfo::new(name, Type::tensor(DataType::Float, dims))
+    }
+
+    /// A running sum over a batch of two sequences of lengths 3 and 1: the second entry's
+    /// state stops after one step and its scan output is padded with zeros.
+    #[test]
+    fn scan8_runs_each_batch_entry_for_its_length() {
+        let mut body = Graph::new("body");
+        body.inputs.push(float("s", &[1]));
+        body.inputs.push(float("x", &[1]));
+        body.outputs.push(float("s2", &[1]));
+        body.outputs.push(float("y", &[1]));
+        body.add_node(Node::new("Add", "add", ["s", "x"], ["s2"]));
+        body.add_node(Node::new("Identity", "copy", ["s2"], ["y"]));
+        let mut g = Graph::new("g");
+        g.inputs.push(ValueInfo::new(
+            "lens",
+            Type::tensor(DataType::Int64, vec![Dim::Known(2)]),
+        ));
+        g.inputs.push(float("init", &[2, 1]));
+        g.inputs.push(float("xs", &[2, 3, 1]));
+        g.outputs.push(float("final", &[2, 1]));
+        g.outputs.push(float("sums", &[2, 3, 1]));
+        g.add_node(
+            Node::new("Scan", "scan", ["lens", "init", "xs"], ["final", "sums"])
+                .with_attr("num_scan_inputs", AttrValue::Int(1))
+                .with_attr("body", AttrValue::Graph(Box::new(body))),
+        );
+        let model = Model::new(g, 8);
+        let lens = Tensor::from_vec(DataType::Int64, &[2], vec![3i64, 1]).unwrap();
+        let init = Tensor::from_vec(DataType::Float, &[2, 1], vec![0.0f32, 10.0]).unwrap();
+        let xs = Tensor::from_vec(
+            DataType::Float,
+            &[2, 3, 1],
+            vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0],
+        )
+        .unwrap();
+        let out = Session::new(&model)
+            .run(vec![
+                ("lens".into(), lens),
+                ("init".into(), init),
+                ("xs".into(), xs),
+            ])
+            .unwrap();
+        assert_eq!(out[0].1.as_slice::<f32>().unwrap(), &[6.0, 14.0]);
+        assert_eq!(out[1].1.shape(), &[2, 3, 1]);
+        assert_eq!(
+            out[1].1.as_slice::<f32>().unwrap(),
+            &[1.0, 3.0, 6.0, 14.0, 0.0, 0.0]
+        );
+    }
 }
