@@ -24,11 +24,11 @@ use crate::DataType;
 
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("DFT", 17, 1..=3, 1..=1, eval_dft).with_infer(infer_dft),
-    OpDef::new("STFT", 17, 2..=4, 1..=1, eval_stft),
-    OpDef::new("HannWindow", 17, 1..=1, 1..=1, eval_hann),
-    OpDef::new("HammingWindow", 17, 1..=1, 1..=1, eval_hamming),
-    OpDef::new("BlackmanWindow", 17, 1..=1, 1..=1, eval_blackman),
-    OpDef::new("MelWeightMatrix", 17, 5..=5, 1..=1, eval_mel),
+    OpDef::new("STFT", 17, 2..=4, 1..=1, eval_stft).with_infer(infer_stft),
+    OpDef::new("HannWindow", 17, 1..=1, 1..=1, eval_hann).with_infer(infer_window),
+    OpDef::new("HammingWindow", 17, 1..=1, 1..=1, eval_hamming).with_infer(infer_window),
+    OpDef::new("BlackmanWindow", 17, 1..=1, 1..=1, eval_blackman).with_infer(infer_window),
+    OpDef::new("MelWeightMatrix", 17, 5..=5, 1..=1, eval_mel).with_infer(infer_mel),
 ];
 
 /// The element count of `dims`, failing on overflow.
@@ -185,6 +185,90 @@ fn infer_dft(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     Ok(vec![TensorType {
         elem,
         shape: rank.map(|r| crate::ir::Shape::new(vec![Dim::Unknown; r])),
+    }])
+}
+
+/// The value of input `i` when it is a constant scalar (or one-element tensor) of an integer type.
+fn constant_int(ctx: &InferCtx<'_>, i: usize) -> Option<i64> {
+    ctx.constant(i).and_then(|t| scalar_i64(t).ok())
+}
+
+/// `[batch, frames, bins, 2]`: frames and bins where `frame_step`, the signal length and the
+/// frame length (`frame_length`, else the window's length, else the signal's) are known.
+fn infer_stft(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let elem = ctx.input(0).and_then(|t| t.elem);
+    let dims = ctx.input(0).and_then(|t| t.shape.as_ref()).map(|s| &s.dims);
+    let (batch, len) = match dims.map(Vec::as_slice) {
+        Some([b, l, _]) => (b.clone(), l.known()),
+        _ => (Dim::Unknown, None),
+    };
+    let frame = match (
+        constant_int(ctx, 3),
+        ctx.input(2).and_then(|t| t.shape.as_ref()),
+    ) {
+        (Some(f), _) => Some(f),
+        (None, Some(w)) if ctx.inputs.get(2).is_some_and(Option::is_some) => {
+            w.dims.first().and_then(Dim::known)
+        }
+        _ if ctx.node.inputs.get(2).is_none_or(String::is_empty)
+            && ctx.node.inputs.get(3).is_none_or(String::is_empty) =>
+        {
+            len
+        }
+        _ => None,
+    };
+    let frames = match (len, frame, constant_int(ctx, 1)) {
+        (Some(l), Some(f), Some(step)) if f > 0 && f <= l && step > 0 => {
+            Dim::Known(1 + (l - f) / step)
+        }
+        _ => Dim::Unknown,
+    };
+    let onesided = ctx.node.attr_int("onesided", 1)? != 0;
+    let bins = match frame {
+        Some(f) if f > 0 => Dim::Known(if onesided { f / 2 + 1 } else { f }),
+        _ => Dim::Unknown,
+    };
+    Ok(vec![TensorType {
+        elem,
+        shape: Some(crate::ir::Shape::new(vec![
+            batch,
+            frames,
+            bins,
+            Dim::Known(2),
+        ])),
+    }])
+}
+
+/// The element type `output_datatype` names (float by default), for static inference.
+fn declared_output_type(ctx: &InferCtx<'_>) -> Result<Option<DataType>> {
+    let code = ctx.node.attr_int("output_datatype", 1)?;
+    Ok(i32::try_from(code).ok().and_then(DataType::from_onnx))
+}
+
+/// `[size]` of `output_datatype`.
+fn infer_window(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let size = constant_int(ctx, 0)
+        .filter(|&s| s >= 0)
+        .map_or(Dim::Unknown, Dim::Known);
+    Ok(vec![TensorType {
+        elem: declared_output_type(ctx)?,
+        shape: Some(crate::ir::Shape::new(vec![size])),
+    }])
+}
+
+/// `[dft_length / 2 + 1, num_mel_bins]` of `output_datatype`.
+fn infer_mel(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let known = |i: usize, f: fn(i64) -> i64| {
+        constant_int(ctx, i)
+            .filter(|&v| v >= 0)
+            .map_or(Dim::Unknown, |v| Dim::Known(f(v)))
+    };
+    Ok(vec![TensorType {
+        elem: declared_output_type(ctx)?,
+        shape: Some(crate::ir::Shape::new(vec![
+            known(1, |d| d / 2 + 1),
+            known(0, |m| m),
+        ])),
     }])
 }
 
@@ -352,9 +436,62 @@ fn eval_mel(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>
 #[cfg(test)]
 mod tests {
     use crate::ir::{AttrValue, Node};
-    use crate::ops::eval_node;
+    use crate::ops::{eval_node, infer_node};
 
     use super::*;
+
+    fn known(dims: &[i64]) -> Option<crate::ir::Shape> {
+        Some(crate::ir::Shape::new(
+            dims.iter().map(|&d| Dim::Known(d)).collect(),
+        ))
+    }
+
+    fn int64(v: i64) -> Tensor {
+        Tensor::from_vec(DataType::Int64, &[], vec![v]).unwrap()
+    }
+
+    /// The shape functions agree with the kernels on what they compute.
+    #[test]
+    fn shape_functions_give_the_kernels_shapes() {
+        let signal = Tensor::from_vec(DataType::Float, &[2, 16, 1], vec![0.5f32; 32]).unwrap();
+        let (step, frame) = (int64(4), int64(8));
+        let stft = Node::new("STFT", "s", ["x", "step", "", "frame"], ["y"]);
+        let stft_in: [Option<&Tensor>; 4] = [Some(&signal), Some(&step), None, Some(&frame)];
+        let hann = Node::new("HannWindow", "w", ["n"], ["y"])
+            .with_attr("output_datatype", AttrValue::Int(11));
+        let size = int64(10);
+        let mel = Node::new("MelWeightMatrix", "m", ["a", "b", "c", "d", "e"], ["y"]);
+        let (bins, dft, rate) = (int64(8), int64(64), int64(16000));
+        let (low, high) = (
+            Tensor::from_vec(DataType::Float, &[], vec![0.0f32]).unwrap(),
+            Tensor::from_vec(DataType::Float, &[], vec![8000.0f32]).unwrap(),
+        );
+        let mel_in = [
+            Some(&bins),
+            Some(&dft),
+            Some(&rate),
+            Some(&low),
+            Some(&high),
+        ];
+        let cases: [(&Node, &[Option<&Tensor>]); 3] =
+            [(&stft, &stft_in), (&hann, &[Some(&size)]), (&mel, &mel_in)];
+        for (node, inputs) in cases {
+            let types: Vec<Option<TensorType>> = inputs
+                .iter()
+                .map(|t| {
+                    t.map(|t| TensorType {
+                        elem: Some(t.dtype()),
+                        shape: known(&t.shape().iter().map(|&d| d as i64).collect::<Vec<_>>()),
+                    })
+                })
+                .collect();
+            let inferred = infer_node(node, 17, &types, inputs);
+            let out = eval_node(node, 17, inputs).unwrap();
+            let shape: Vec<i64> = out[0].shape().iter().map(|&d| d as i64).collect();
+            assert_eq!(inferred[0].shape, known(&shape), "{}", node.op_type);
+            assert_eq!(inferred[0].elem, Some(out[0].dtype()), "{}", node.op_type);
+        }
+    }
 
     #[test]
     fn dft_of_an_impulse_is_flat_and_inverse_restores_it() {
