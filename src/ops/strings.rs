@@ -24,11 +24,11 @@ use crate::tensor::{try_with_capacity, Tensor};
 use crate::DataType;
 
 pub(super) const DEFS: &[OpDef] = &[
-    OpDef::new("StringConcat", 20, 2..=2, 1..=1, eval_concat),
-    OpDef::new("StringSplit", 20, 1..=1, 2..=2, eval_split),
-    OpDef::new("StringNormalizer", 10, 1..=1, 1..=1, eval_normalizer),
+    OpDef::new("StringConcat", 20, 2..=2, 1..=1, eval_concat).with_infer(infer_concat),
+    OpDef::new("StringSplit", 20, 1..=1, 2..=2, eval_split).with_infer(infer_split),
+    OpDef::new("StringNormalizer", 10, 1..=1, 1..=1, eval_normalizer).with_infer(infer_normalizer),
     OpDef::new("RegexFullMatch", 20, 1..=1, 1..=1, eval_regex).with_infer(infer_regex),
-    OpDef::new("TfIdfVectorizer", 9, 1..=1, 1..=1, eval_tfidf),
+    OpDef::new("TfIdfVectorizer", 9, 1..=1, 1..=1, eval_tfidf).with_infer(infer_tfidf),
 ];
 
 /// The strings of `t` as UTF-8 text.
@@ -185,6 +185,83 @@ fn infer_regex(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     }])
 }
 
+/// The dims of input `i`, when its rank is known.
+fn dims_of<'a>(ctx: &'a InferCtx<'_>, i: usize) -> Option<&'a [Dim]> {
+    ctx.input(i)
+        .and_then(|t| t.shape.as_ref())
+        .map(|s| s.dims.as_slice())
+}
+
+fn typed(elem: DataType, dims: Option<Vec<Dim>>) -> TensorType {
+    TensorType {
+        elem: Some(elem),
+        shape: dims.map(crate::ir::Shape::new),
+    }
+}
+
+/// The broadcast of the two inputs' dims.
+fn infer_concat(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let dims = match (dims_of(ctx, 0), dims_of(ctx, 1)) {
+        (Some(a), Some(b)) => {
+            let rank = a.len().max(b.len());
+            let at = |d: &[Dim], i: usize| -> Dim {
+                (i + d.len())
+                    .checked_sub(rank)
+                    .map_or(Dim::Known(1), |k| d[k].clone())
+            };
+            Some(
+                (0..rank)
+                    .map(|i| crate::infer::broadcast_dim(&at(a, i), &at(b, i)))
+                    .collect(),
+            )
+        }
+        _ => None,
+    };
+    Ok(vec![typed(DataType::String, dims)])
+}
+
+/// The pieces: the input's dims and one more of unknown width; the counts: the input's dims.
+fn infer_split(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let dims = dims_of(ctx, 0).map(<[Dim]>::to_vec);
+    let pieces = dims.clone().map(|mut d| {
+        d.push(Dim::Unknown);
+        d
+    });
+    Ok(vec![
+        typed(DataType::String, pieces),
+        typed(DataType::Int64, dims),
+    ])
+}
+
+/// `[C']` or `[1, C']`: `C' = C` when no stop word can drop an element (and `C > 0`; an empty
+/// input gives one empty string), else unknown.
+fn infer_normalizer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let keeps = ctx.node.attr("stopwords").is_none();
+    let width = |c: &Dim| match c.known() {
+        Some(c) if keeps && c > 0 => Dim::Known(c),
+        _ => Dim::Unknown,
+    };
+    let dims = match dims_of(ctx, 0) {
+        Some([c]) => Some(vec![width(c)]),
+        Some([one, c]) => Some(vec![one.clone(), width(c)]),
+        _ => None,
+    };
+    Ok(vec![typed(DataType::String, dims)])
+}
+
+/// Float counts: `[W]` for a scalar or 1-D input, `[B, W]` for `[B, C]`, with `W` one past the
+/// largest of `ngram_indexes`.
+fn infer_tfidf(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let indexes = ctx.node.attr_ints("ngram_indexes")?.unwrap_or(&[]);
+    let width = Dim::Known(indexes.iter().copied().max().map_or(0, |m| m.max(-1) + 1));
+    let dims = match dims_of(ctx, 0) {
+        Some([] | [_]) => Some(vec![width]),
+        Some([b, _]) => Some(vec![b.clone(), width]),
+        _ => None,
+    };
+    Ok(vec![typed(DataType::Float, dims)])
+}
+
 /// One item of a `TfIdfVectorizer` row or pool.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Token {
@@ -311,6 +388,65 @@ fn eval_tfidf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::{eval_node, infer_node};
+
+    fn texts_tensor(shape: &[usize], items: &[&str]) -> Tensor {
+        strings(shape, items.iter().map(|s| s.as_bytes().to_vec()).collect()).unwrap()
+    }
+
+    /// Each shape function gives the dims it promises (`None`: unknown), and they are the
+    /// kernel's where known.
+    #[test]
+    fn shape_functions_agree_with_the_kernels() {
+        let row = texts_tensor(&[3], &["a b", "c", "the end"]);
+        let col = texts_tensor(&[2, 1], &["x", "y"]);
+        let batch = Tensor::from_vec(DataType::Int64, &[2, 3], vec![1i64, 2, 1, 2, 2, 3]).unwrap();
+        let concat = Node::new("StringConcat", "c", ["a", "b"], ["y"]);
+        let split = Node::new("StringSplit", "s", ["a"], ["y", "n"]);
+        let normalize = Node::new("StringNormalizer", "n", ["a"], ["y"]);
+        let stop = Node::new("StringNormalizer", "n", ["a"], ["y"])
+            .with_attr("stopwords", AttrValue::Strings(vec![b"c".to_vec()]));
+        let tfidf = Node::new("TfIdfVectorizer", "t", ["a"], ["y"])
+            .with_attr("mode", AttrValue::String(b"TF".to_vec()))
+            .with_attr("min_gram_length", AttrValue::Int(1))
+            .with_attr("max_gram_length", AttrValue::Int(1))
+            .with_attr("max_skip_count", AttrValue::Int(0))
+            .with_attr("pool_int64s", AttrValue::Ints(vec![2, 3]))
+            .with_attr("ngrams_counts", AttrValue::Ints(vec![0]))
+            .with_attr("ngram_indexes", AttrValue::Ints(vec![0, 1]));
+        let cases: [(&Node, Vec<&Tensor>, &[Option<i64>]); 5] = [
+            (&concat, vec![&row, &col], &[Some(2), Some(3)]),
+            (&split, vec![&row], &[Some(3), None]),
+            (&normalize, vec![&row], &[Some(3)]),
+            (&stop, vec![&row], &[None]),
+            (&tfidf, vec![&batch], &[Some(2), Some(2)]),
+        ];
+        for (node, inputs, want) in cases {
+            let inputs: Vec<Option<&Tensor>> = inputs.into_iter().map(Some).collect();
+            let types: Vec<Option<TensorType>> = inputs
+                .iter()
+                .flatten()
+                .map(|t| {
+                    let dims = t.shape().iter().map(|&d| Dim::Known(d as i64)).collect();
+                    Some(TensorType::new(t.dtype(), dims))
+                })
+                .collect();
+            let inferred = infer_node(node, 20, &types, &inputs);
+            let out = eval_node(node, 20, &inputs).unwrap();
+            let dims = &inferred[0].shape.as_ref().unwrap().dims;
+            let got: Vec<Option<i64>> = dims.iter().map(Dim::known).collect();
+            assert_eq!(got, want, "{}", node.op_type);
+            for (d, &actual) in dims.iter().zip(out[0].shape()) {
+                assert!(
+                    d.known().is_none_or(|d| d == actual as i64),
+                    "{}",
+                    node.op_type
+                );
+            }
+            assert_eq!(inferred[0].elem, Some(out[0].dtype()), "{}", node.op_type);
+        }
+    }
 
     #[test]
     fn whitespace_splitting_follows_python() {

@@ -68,7 +68,7 @@ use quant::{
 };
 use roi_align::{eval_roi_align, infer_roi_align};
 use rotary::{eval_rotary, infer_rotary};
-use unpool::eval_max_unpool;
+use unpool::{eval_max_unpool, infer_max_unpool};
 
 // The building blocks the `com.microsoft` attention family shares with `Attention`.
 pub(in crate::ops) use attention::{attend, Bias, Mask, Sizes, Spec};
@@ -140,7 +140,7 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("RotaryEmbedding", 23, 3..=4, 1..=1, eval_rotary).with_infer(infer_rotary),
     OpDef::new("NonMaxSuppression", 10, 2..=5, 1..=1, eval_nms).with_infer(infer_nms),
     OpDef::new("Col2Im", 18, 3..=3, 1..=1, eval_col2im).with_infer(infer_col2im),
-    OpDef::new("MaxUnpool", 9, 2..=3, 1..=1, eval_max_unpool),
+    OpDef::new("MaxUnpool", 9, 2..=3, 1..=1, eval_max_unpool).with_infer(infer_max_unpool),
     OpDef::new("LRN", 1, 1..=1, 1..=1, eval_lrn).with_infer(infer_same_as_input),
     OpDef::new("QuantizeLinear", 10, 2..=3, 1..=1, eval_quantize).with_infer(infer_quantize),
     OpDef::new("DequantizeLinear", 10, 2..=3, 1..=1, eval_dequantize).with_infer(infer_dequantize),

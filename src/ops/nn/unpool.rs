@@ -8,10 +8,12 @@
 //! leading corner, as the reference does. Every element type.
 
 use crate::error::Result;
+use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 
 use super::super::util::{optional, required, strides as row_strides, to_i64s};
-use super::super::EvalCtx;
+use super::super::{EvalCtx, InferCtx};
+use super::common::{input_dims, tensor_type};
 
 pub(super) fn eval_max_unpool(
     ctx: &EvalCtx<'_>,
@@ -85,6 +87,50 @@ pub(super) fn eval_max_unpool(
     Ok(vec![y])
 }
 
+/// `output_shape` when it is a constant, else `[N, C]` and the unpooled size of each spatial
+/// dim that is known.
+pub(super) fn infer_max_unpool(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let elem = ctx.input(0).and_then(|t| t.elem);
+    if let Some(shape) = ctx.constant(2) {
+        let dims = to_i64s(shape)?.into_iter().map(Dim::Known).collect();
+        return Ok(vec![tensor_type(elem, Some(dims))]);
+    }
+    if ctx.node.inputs.get(2).is_some_and(|s| !s.is_empty()) {
+        // An output_shape known only at run time: the rank is X's.
+        let dims = input_dims(ctx, 0).map(|x| vec![Dim::Unknown; x.len()]);
+        return Ok(vec![tensor_type(elem, dims)]);
+    }
+    let Some(x) = input_dims(ctx, 0).filter(|x| x.len() > 2) else {
+        return Ok(vec![tensor_type(elem, None)]);
+    };
+    let r = x.len() - 2;
+    let node = ctx.node;
+    let kernel = node.attr_ints("kernel_shape")?.unwrap_or(&[]);
+    let pads = node
+        .attr_ints("pads")?
+        .map_or_else(|| vec![0; 2 * r], <[i64]>::to_vec);
+    let steps = node
+        .attr_ints("strides")?
+        .map_or_else(|| vec![1; r], <[i64]>::to_vec);
+    let mut dims = x[..2].to_vec();
+    for d in 0..r {
+        let len = match (x[d + 2].known(), kernel.get(d), steps.get(d)) {
+            (Some(n), Some(&k), Some(&s)) if pads.len() == 2 * r => (n - 1)
+                .checked_mul(s)
+                .and_then(|v| {
+                    v.checked_sub(pads[d])?
+                        .checked_sub(pads[d + r])?
+                        .checked_add(k)
+                })
+                .filter(|&v| v >= 0)
+                .map_or(Dim::Unknown, Dim::Known),
+            _ => Dim::Unknown,
+        };
+        dims.push(len);
+    }
+    Ok(vec![tensor_type(elem, Some(dims))])
+}
+
 #[cfg(test)]
 mod tests {
     use crate::ir::{AttrValue, Node};
@@ -101,5 +147,19 @@ mod tests {
             .with_attr("kernel_shape", AttrValue::Ints(vec![2, 2]));
         let y = eval_node(&node, 11, &[Some(&x), Some(&i)]).unwrap();
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[0.0, 0.0, 0.0, 5.0]);
+    }
+
+    #[test]
+    fn the_shape_function_gives_the_unpooled_shape() {
+        let node = Node::new("MaxUnpool", "u", ["x", "i"], ["y"])
+            .with_attr("kernel_shape", AttrValue::Ints(vec![2, 3]))
+            .with_attr("strides", AttrValue::Ints(vec![2, 2]))
+            .with_attr("pads", AttrValue::Ints(vec![0, 1, 0, 0]));
+        let x = TensorType::new(DataType::Float, [1, 2, 3, 4].map(Dim::Known).to_vec());
+        let i = TensorType::new(DataType::Int64, [1, 2, 3, 4].map(Dim::Known).to_vec());
+        let y = crate::ops::infer_node(&node, 11, &[Some(x), Some(i)], &[]);
+        // (3 - 1) * 2 + 2 = 6 and (4 - 1) * 2 - 1 + 3 = 8
+        let want = TensorType::new(DataType::Float, [1, 2, 6, 8].map(Dim::Known).to_vec());
+        assert_eq!(y, vec![want]);
     }
 }
