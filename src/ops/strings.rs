@@ -415,7 +415,8 @@ mod tests {
             .with_attr("pool_int64s", AttrValue::Ints(vec![2, 3]))
             .with_attr("ngrams_counts", AttrValue::Ints(vec![0]))
             .with_attr("ngram_indexes", AttrValue::Ints(vec![0, 1]));
-        let cases: [(&Node, Vec<&Tensor>, &[Option<i64>]); 5] = [
+        type Case<'a> = (&'a Node, Vec<&'a Tensor>, &'a [Option<i64>]);
+        let cases: [Case<'_>; 5] = [
             (&concat, vec![&row, &col], &[Some(2), Some(3)]),
             (&split, vec![&row], &[Some(3), None]),
             (&normalize, vec![&row], &[Some(3)]),

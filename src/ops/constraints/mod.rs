@@ -235,7 +235,15 @@ mod tests {
     }
 
     /// (domain, op, opset, input types, the error's start or "" when accepted)
-    const CASES: &[(&str, &str, i64, &[Option<DataType>], &str)] = &[
+    type Case = (
+        &'static str,
+        &'static str,
+        i64,
+        &'static [Option<DataType>],
+        &'static str,
+    );
+
+    const CASES: &[Case] = &[
         ("", "Gather", 13, &[Some(Float), Some(Int32)], ""),
         (
             "",
