@@ -7,7 +7,8 @@
 
 use std::process::Command;
 
-use multigather::interp::{tensor_to_stored, Session};
+use multigather::interp::Session;
+use multigather::ir::tensor_to_stored;
 use multigather::ir::{
     AttrValue, Attribute, Dim, Function, Graph, Model, Node, OpsetImport, TensorType, Type,
     TypeKind, ValueInfo,

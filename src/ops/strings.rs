@@ -211,7 +211,7 @@ fn infer_concat(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
             };
             Some(
                 (0..rank)
-                    .map(|i| crate::infer::broadcast_dim(&at(a, i), &at(b, i)))
+                    .map(|i| crate::ir::broadcast_dim(&at(a, i), &at(b, i)))
                     .collect(),
             )
         }

@@ -110,7 +110,7 @@ pub fn lookup(domain: &str, op_type: &str, opset: i64) -> Option<&'static Schema
         }
         index
     });
-    let domain = if domain == "ai.onnx" { "" } else { domain };
+    let domain = crate::ir::canonical_domain(domain);
     // The table is sorted by version within each operator.
     index
         .get(&(domain, op_type))?
