@@ -230,24 +230,10 @@ fn eval_scan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor
         .len()
         .checked_sub(n_state)
         .ok_or_else(|| ctx.error("the body has fewer outputs than state variables"))?;
-    let mut state: Vec<Tensor> = state_in.iter().map(|t| (*t).clone()).collect();
-    let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_out_scan];
-    for i in 0..steps {
-        let mut args = std::mem::take(&mut state);
-        for (k, t) in scan_in.iter().enumerate() {
-            let j = if in_dirs.get(k).copied().unwrap_or(0) == 1 {
-                steps - 1 - i
-            } else {
-                i
-            };
-            args.push(slice_along(t, in_axes[k], j)?);
-        }
-        let mut out = ctx.run_subgraph(body, args)?.into_iter();
-        state.extend(out.by_ref().take(n_state));
-        for (s, t) in scans.iter_mut().zip(out) {
-            s.push(t);
-        }
-    }
+    let state: Vec<Tensor> = state_in.iter().map(|t| (*t).clone()).collect();
+    let (state, scans) = iterate(
+        ctx, body, state, scan_in, &in_axes, &in_dirs, steps, n_out_scan,
+    )?;
     let out_dirs = ctx
         .node
         .attr_ints("scan_output_directions")?
@@ -268,6 +254,41 @@ fn eval_scan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor
         outputs.push(stack(&parts, axis, || empty_scan_output(body, output))?);
     }
     Ok(outputs)
+}
+
+/// Runs `body` `steps` times from `state`, each time on slice `i` (or `steps - 1 - i` where
+/// `dirs` says 1) of every scan input along its axis; returns the final state and, for each scan
+/// output, its value at every iteration.
+#[allow(clippy::too_many_arguments)]
+fn iterate(
+    ctx: &EvalCtx<'_>,
+    body: &Graph,
+    mut state: Vec<Tensor>,
+    scan_in: &[&Tensor],
+    axes: &[usize],
+    dirs: &[i64],
+    steps: usize,
+    n_out_scan: usize,
+) -> Result<(Vec<Tensor>, Vec<Vec<Tensor>>)> {
+    let n_state = state.len();
+    let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_out_scan];
+    for i in 0..steps {
+        let mut args = std::mem::take(&mut state);
+        for (k, t) in scan_in.iter().enumerate() {
+            let j = if dirs.get(k).copied().unwrap_or(0) == 1 {
+                steps - 1 - i
+            } else {
+                i
+            };
+            args.push(slice_along(t, axes[k], j)?);
+        }
+        let mut out = ctx.run_subgraph(body, args)?.into_iter();
+        state.extend(out.by_ref().take(n_state));
+        for (s, t) in scans.iter_mut().zip(out) {
+            s.push(t);
+        }
+    }
+    Ok((state, scans))
 }
 
 /// `Scan` opset 8: `Scan(sequence_lens?, state..., scan_inputs...)` where every state and scan
@@ -325,7 +346,7 @@ fn eval_scan_batched(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Ve
     let mut states: Vec<Vec<Tensor>> = vec![Vec::new(); n_state];
     let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_out_scan];
     for (b, &len) in lens.iter().enumerate() {
-        let mut state: Vec<Tensor> = state_in
+        let state: Vec<Tensor> = state_in
             .iter()
             .map(|t| slice_along(t, 0, b))
             .collect::<Result<_>>()?;
@@ -333,23 +354,17 @@ fn eval_scan_batched(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Ve
             .iter()
             .map(|t| slice_along(t, 0, b))
             .collect::<Result<_>>()?;
-        let mut per_step: Vec<Vec<Tensor>> = vec![Vec::new(); n_out_scan];
-        for i in 0..len {
-            let mut args = std::mem::take(&mut state);
-            for (k, t) in entry.iter().enumerate() {
-                let j = if dirs.get(k).copied().unwrap_or(0) == 1 {
-                    len - 1 - i
-                } else {
-                    i
-                };
-                args.push(slice_along(t, 0, j)?);
-            }
-            let mut out = ctx.run_subgraph(body, args)?.into_iter();
-            state.extend(out.by_ref().take(n_state));
-            for (s, t) in per_step.iter_mut().zip(out) {
-                s.push(t);
-            }
-        }
+        let entry: Vec<&Tensor> = entry.iter().collect();
+        let (state, per_step) = iterate(
+            ctx,
+            body,
+            state,
+            &entry,
+            &vec![0; m],
+            &dirs,
+            len,
+            n_out_scan,
+        )?;
         for (all, t) in states.iter_mut().zip(state) {
             all.push(t);
         }
