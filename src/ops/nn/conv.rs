@@ -848,6 +848,18 @@ mod tests {
         y
     }
 
+    /// An input of shape `xs` and weights of shape `ws` holding small integers, so that every
+    /// summation order gives the same bits.
+    fn small_ints(xs: [usize; 4], ws: [usize; 4]) -> (Vec<f32>, Vec<f32>) {
+        let x = (0..xs.iter().product::<usize>())
+            .map(|i| ((i * 7) % 11) as f32 - 5.0)
+            .collect();
+        let w = (0..ws.iter().product::<usize>())
+            .map(|i| ((i * 5) % 7) as f32 - 3.0)
+            .collect();
+        (x, w)
+    }
+
     #[test]
     fn the_onnx_example_with_and_without_padding() {
         let x = f32s(&[1, 1, 5, 5], (0..25).map(|v| v as f32).collect());
@@ -871,12 +883,7 @@ mod tests {
     fn grouped_strided_dilated_padded_agrees_with_direct_loops() {
         let xs = [2, 4, 23, 19];
         let ws = [6, 2, 3, 2];
-        let x: Vec<f32> = (0..xs.iter().product::<usize>())
-            .map(|i| ((i * 7) % 11) as f32 - 5.0)
-            .collect();
-        let w: Vec<f32> = (0..ws.iter().product::<usize>())
-            .map(|i| ((i * 5) % 7) as f32 - 3.0)
-            .collect();
+        let (x, w) = small_ints(xs, ws);
         let node = Node::new("Conv", "c", ["x", "w"], ["y"])
             .with_attr("group", AttrValue::Int(2))
             .with_attr("strides", AttrValue::Ints(vec![2, 1]))
@@ -903,12 +910,7 @@ mod tests {
             for group in [1, 2] {
                 let xs = [1, 2, 12, width];
                 let ws = [2, 2 / group, 3, 3];
-                let x: Vec<f32> = (0..xs.iter().product::<usize>())
-                    .map(|i| ((i * 7) % 11) as f32 - 5.0)
-                    .collect();
-                let w: Vec<f32> = (0..ws.iter().product::<usize>())
-                    .map(|i| ((i * 5) % 7) as f32 - 3.0)
-                    .collect();
+                let (x, w) = small_ints(xs, ws);
                 let node = Node::new("Conv", "c", ["x", "w"], ["y"])
                     .with_attr("group", AttrValue::Int(group as i64))
                     .with_attr("strides", AttrValue::Ints(vec![1, stride as i64]))
@@ -944,12 +946,7 @@ mod tests {
         ] {
             let xs = [2, 3, hw[0], hw[1]];
             let ws = [6, 1, k[0], k[1]];
-            let x: Vec<f32> = (0..xs.iter().product::<usize>())
-                .map(|i| ((i * 7) % 11) as f32 - 5.0)
-                .collect();
-            let w: Vec<f32> = (0..ws.iter().product::<usize>())
-                .map(|i| ((i * 5) % 7) as f32 - 3.0)
-                .collect();
+            let (x, w) = small_ints(xs, ws);
             let node = Node::new("Conv", "c", ["x", "w", "b"], ["y"])
                 .with_attr("group", AttrValue::Int(3))
                 .with_attr("dilations", AttrValue::Ints(vec![d[0] as i64, d[1] as i64]))
