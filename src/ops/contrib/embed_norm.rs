@@ -77,7 +77,10 @@ pub(in crate::ops) fn eval_embed_layer_norm(
         return Err(ctx.error("gamma and beta must hold one value per hidden feature"));
     }
     let tokens = b * s;
-    let mut sum = try_vec(tokens * hidden, 0.0f32)?;
+    let len = tokens
+        .checked_mul(hidden)
+        .ok_or_else(|| ctx.error(format!("{tokens} tokens of {hidden} features overflow")))?;
+    let mut sum = try_vec(len, 0.0f32)?;
     let word_ids = to_i64s(ids)?;
     add_rows(ctx, &mut sum, word, &word_ids, "word_embedding")?;
     let positions: Vec<i64> = match optional(inputs, 8) {
