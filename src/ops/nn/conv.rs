@@ -480,13 +480,22 @@ impl<'a, T: Real> PaddedPlane<'a, T> {
             return Ok(None);
         }
         let (pw, dw) = (g.pad_begin[2], g.dilations[2]);
-        let reach = (kw - 1) * dw;
-        let pitch = (pw + iw).max(ow + reach);
+        // Pads and dilations far wider than the row (a crafted model) leave it to the general
+        // loop, which never materialises the padding.
+        let sizes = || {
+            let reach = (kw - 1).checked_mul(dw)?;
+            let pitch = pw.checked_add(iw)?.max(ow.checked_add(reach)?);
+            let rows = ih.checked_mul(pitch)?.checked_add(reach)?;
+            Some((pitch, rows, oh.checked_mul(pitch)?))
+        };
+        let Some((pitch, rows, out)) = sizes().filter(|&(pitch, ..)| pitch <= 4 * (iw + ow)) else {
+            return Ok(None);
+        };
         Ok(Some(PaddedPlane {
             g,
             pitch,
-            x: Scratch::new(ih * pitch + reach, T::ZERO)?,
-            y: Scratch::new(oh * pitch, T::ZERO)?,
+            x: Scratch::new(rows, T::ZERO)?,
+            y: Scratch::new(out, T::ZERO)?,
         }))
     }
 
@@ -974,6 +983,24 @@ mod tests {
                 "{hw:?} {k:?} {d:?}"
             );
         }
+    }
+
+    #[test]
+    fn depthwise_pads_far_wider_than_the_row_take_the_general_loop() {
+        // A left pad and a dilation of 2^62 columns on a row of one: the padded plane would
+        // need 2^62-column rows (its size overflows), so the channel takes the general loop,
+        // where only the second tap reaches the input.
+        let x = f32s(&[1, 2, 4, 1], (1..=8).map(|v| v as f32).collect());
+        let w = f32s(&[2, 1, 1, 2], vec![5.0, 2.0, 7.0, 3.0]);
+        let b = f32s(&[2], vec![0.5, -1.0]);
+        let huge = 1i64 << 62;
+        let node = Node::new("Conv", "c", ["x", "w", "b"], ["y"])
+            .with_attr("group", AttrValue::Int(2))
+            .with_attr("dilations", AttrValue::Ints(vec![1, huge]))
+            .with_attr("pads", AttrValue::Ints(vec![0, huge, 0, 0]));
+        let y = eval_node(&node, 22, &[Some(&x), Some(&w), Some(&b)]).unwrap();
+        let want = [2.5, 4.5, 6.5, 8.5, 14.0, 17.0, 20.0, 23.0];
+        assert_eq!(y[0], f32s(&[1, 2, 4, 1], want.to_vec()));
     }
 
     #[test]
