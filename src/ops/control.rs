@@ -12,8 +12,8 @@
 
 use crate::error::{Error, Result};
 use crate::ir::Graph;
-use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
+use crate::tensor::{try_vec, try_with_capacity};
 use crate::DataType;
 
 use super::util::{optional, required, scalar_i64};
@@ -327,7 +327,7 @@ fn eval_scan_batched(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Ve
         )));
     }
     let lens: Vec<usize> = match lens {
-        None => vec![steps; batch],
+        None => try_vec(batch, steps)?,
         Some(t) => {
             let v = super::util::to_i64s(t)?;
             if v.len() != batch || v.iter().any(|&l| l < 0 || l as usize > steps) {
@@ -343,8 +343,15 @@ fn eval_scan_batched(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Ve
         .len()
         .checked_sub(n_state)
         .ok_or_else(|| ctx.error("the body has fewer outputs than state variables"))?;
-    let mut states: Vec<Vec<Tensor>> = vec![Vec::new(); n_state];
-    let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_out_scan];
+    // One tensor per batch entry for every state and scan output: an empty input may declare
+    // a batch no memory holds, refused here rather than pushed one entry at a time.
+    let per_entry = || try_with_capacity::<Tensor>(batch);
+    let mut states: Vec<Vec<Tensor>> = (0..n_state)
+        .map(|_| per_entry())
+        .collect::<Result<_, _>>()?;
+    let mut scans: Vec<Vec<Tensor>> = (0..n_out_scan)
+        .map(|_| per_entry())
+        .collect::<Result<_, _>>()?;
     for (b, &len) in lens.iter().enumerate() {
         let state: Vec<Tensor> = state_in
             .iter()
@@ -453,5 +460,33 @@ mod tests {
             out[1].1.as_slice::<f32>().unwrap(),
             &[1.0, 3.0, 6.0, 14.0, 0.0, 0.0]
         );
+    }
+
+    /// Empty scan inputs that declare a batch of 2^40 entries: the per-entry outputs no memory
+    /// holds are refused with an error, not allocated (or looped over) one entry at a time.
+    #[test]
+    fn scan8_with_a_huge_empty_batch_is_refused() {
+        let mut body = Graph::new("body");
+        body.inputs.push(float("s", &[0]));
+        body.inputs.push(float("x", &[1]));
+        body.outputs.push(float("s2", &[0]));
+        body.add_node(Node::new("Identity", "copy", ["s"], ["s2"]));
+        let huge = 1usize << 40;
+        let mut g = Graph::new("g");
+        g.inputs.push(float("init", &[huge as i64, 0]));
+        g.inputs.push(float("xs", &[huge as i64, 0, 1]));
+        g.outputs.push(float("final", &[huge as i64, 0]));
+        g.add_node(
+            Node::new("Scan", "scan", ["", "init", "xs"], ["final"])
+                .with_attr("num_scan_inputs", AttrValue::Int(1))
+                .with_attr("body", AttrValue::Graph(Box::new(body))),
+        );
+        let model = Model::new(g, 8);
+        let init = Tensor::zeros(DataType::Float, &[huge, 0]).unwrap();
+        let xs = Tensor::zeros(DataType::Float, &[huge, 0, 1]).unwrap();
+        let err = Session::new(&model)
+            .run(vec![("init".into(), init), ("xs".into(), xs)])
+            .unwrap_err();
+        assert!(err.to_string().contains("budget"), "{err}");
     }
 }
