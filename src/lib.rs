@@ -26,6 +26,7 @@ pub mod interp;
 pub mod io;
 pub mod ir;
 pub mod ops;
+pub mod par;
 pub mod pass;
 pub mod proto;
 pub mod tensor;

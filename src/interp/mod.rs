@@ -228,11 +228,16 @@ impl<'m> Session<'m> {
     pub fn with_options(model: &'m Model, options: RunOptions) -> Session<'m> {
         let arena = Arena::new(options.max_memory.unwrap_or_else(default_budget), true);
         let worker_arena = arena.clone();
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(options.threads.unwrap_or(0))
-            .start_handler(move |_| worker_arena.install_on_thread())
-            .build()
-            .ok();
+        // One thread runs on the calling thread, in serial mode: no pool to hand the run to.
+        let pool = (options.threads != Some(1))
+            .then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(options.threads.unwrap_or(0))
+                    .start_handler(move |_| worker_arena.install_on_thread())
+                    .build()
+                    .ok()
+            })
+            .flatten();
         Session {
             model,
             options,
@@ -375,6 +380,7 @@ impl<'m> Session<'m> {
         let work = || self.arena.enter(work);
         match &self.pool {
             Some(pool) => pool.install(work),
+            None if self.options.threads == Some(1) => crate::par::serial(work),
             None => work(),
         }
     }

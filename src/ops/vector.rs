@@ -24,6 +24,8 @@ use std::mem::MaybeUninit;
 use multiversion::multiversion;
 use rayon::prelude::*;
 
+use crate::par::{self, GRAIN};
+
 /// The initialised view of `dst` once every element has been written.
 ///
 /// # Safety
@@ -232,11 +234,10 @@ pub fn layer_norm_rows<'d>(
         return &mut [];
     }
     let n = n - n % size;
-    let grain = (GRAIN / size).max(1);
     src[..n]
         .par_chunks(size)
         .zip(dst[..n].par_chunks_mut(size))
-        .with_min_len(grain)
+        .with_min_len(par::min_len(n / size, size))
         .for_each(|(s, d)| layer_norm_row(s, scale, bias, eps, d));
     // SAFETY: `layer_norm_row` writes every element of each row, and the rows cover `dst[..n]`.
     unsafe { written(&mut dst[..n]) }
@@ -254,24 +255,20 @@ pub fn softmax_rows<'d>(
     }
     let n = n - n % size;
     let rows = src[..n].par_chunks(size).zip(dst[..n].par_chunks_mut(size));
-    let grain = (GRAIN / size).max(1);
-    rows.with_min_len(grain)
+    rows.with_min_len(par::min_len(n / size, size))
         .for_each(|(s, d)| softmax_row(s, d));
     // SAFETY: `softmax_row` writes every element of each row, and the rows cover `dst[..n]`.
     unsafe { written(&mut dst[..n]) }
 }
 
-/// Elements per task below which the parallel loops stay on one thread.
-pub const GRAIN: usize = 1 << 15;
-
-/// [`map`] split over the current thread pool in chunks of at least [`GRAIN`] elements.
+/// [`map`] split over the current thread pool in chunks of [`GRAIN`] elements.
 pub fn par_map<'d, F: Fn(f32) -> f32 + Sync + Send + Copy>(
     src: &[f32],
     dst: &'d mut [MaybeUninit<f32>],
     f: F,
 ) -> &'d mut [f32] {
     let n = src.len().min(dst.len());
-    if n <= GRAIN {
+    if par::min_len(n, 1) == usize::MAX {
         return map(&src[..n], &mut dst[..n], f);
     }
     src[..n]
@@ -297,7 +294,7 @@ pub fn broadcast_zip<'d, F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
 ) -> &'d mut [f32] {
     let total = dst.len();
     if a_shape == b_shape && a.len() == total && b.len() == total {
-        if total <= GRAIN {
+        if par::min_len(total, 1) == usize::MAX {
             return zip(a, b, dst, f);
         }
         a.par_chunks(GRAIN)
@@ -314,10 +311,9 @@ pub fn broadcast_zip<'d, F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
     if n == 0 || total == 0 || !total.is_multiple_of(n) {
         return &mut [];
     }
-    let grain = (GRAIN / n).max(1);
     dst.par_chunks_mut(n)
         .enumerate()
-        .with_min_len(grain)
+        .with_min_len(par::min_len(total / n, n))
         .for_each(|(k, d)| {
             let (ia, ra, ib, rb) = runs.run(k);
             match (ra, rb) {

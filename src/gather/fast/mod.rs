@@ -481,7 +481,7 @@ impl Call<'_> {
         let tasks = if serial {
             1
         } else {
-            rayon::current_num_threads().min(tiles)
+            crate::par::threads().min(tiles)
         };
         let out = staged::Columnar::new(out);
         let run = |k: usize| {
@@ -573,7 +573,7 @@ impl Call<'_> {
             // Serial calls never touch rayon, so hosts with pools of their own start none.
             return n.max(1);
         }
-        let threads = rayon::current_num_threads();
+        let threads = crate::par::threads();
         let grain = self.options.grain_bytes.max(1);
         let total = n.saturating_mul(element_bytes);
         if threads <= 1 || total < 2 * grain {

@@ -497,12 +497,12 @@ fn permute_typed<T: bytemuck::Pod + Send + Sync>(data: &Tensor, perm: &[usize]) 
                 v.write(src[at + j * stride]);
             }
         };
-        if total >= crate::ops::vector::GRAIN {
+        let min_len = crate::par::min_len(total / n, n);
+        if min_len != usize::MAX {
             use rayon::prelude::*;
-            let grain = (crate::ops::vector::GRAIN / n).max(1);
             dst.par_chunks_mut(n)
                 .enumerate()
-                .with_min_len(grain)
+                .with_min_len(min_len)
                 .for_each(row);
         } else {
             dst.chunks_mut(n).enumerate().for_each(row);

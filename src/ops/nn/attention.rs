@@ -461,6 +461,7 @@ pub(in crate::ops) fn attend<R: Attend>(
     y.par_chunks_mut(y_chunk)
         .zip(qk_chunks.into_par_iter())
         .enumerate()
+        .with_min_len(crate::par::min_len(pairs, scores_len * (d + dv)))
         .try_for_each(|(bh, (y_bh, qk_bh))| -> Result<()> {
             let (b, h) = (bh / hq, bh % hq);
             let kv = b * s.kv_heads + h / group;
@@ -669,7 +670,10 @@ pub(super) fn eval_flex_attention(
     let y = dispatch_real!(dtype, R => {
         let (qv, kv, vv) = (R::load(q)?, R::load(k)?, R::load(v)?);
         let mut scores = try_vec(spec.batch * hq * l * t, R::ZERO)?;
-        scores.par_chunks_mut((l * t).max(1)).enumerate().try_for_each(|(bh, out)| {
+        let pairs = spec.batch * hq;
+        let scores_at = scores.par_chunks_mut((l * t).max(1)).enumerate();
+        let scores_at = scores_at.with_min_len(crate::par::min_len(pairs, l * t * d));
+        scores_at.try_for_each(|(bh, out)| {
             let kvh = bh / hq * spec.kv_heads + bh % hq / group;
             let qm = Mat::row_major(&qv[bh * l * d..][..l * d], l, d)?;
             let km = Mat::row_major(&kv[kvh * t * d..][..t * d], t, d)?;
@@ -692,7 +696,9 @@ pub(super) fn eval_flex_attention(
             probs = run_mod(g, probs)?;
         }
         let mut y = try_vec(spec.batch * hq * l * dv, R::ZERO)?;
-        y.par_chunks_mut((l * dv).max(1)).enumerate().try_for_each(|(bh, out)| {
+        let y_at = y.par_chunks_mut((l * dv).max(1)).enumerate();
+        let y_at = y_at.with_min_len(crate::par::min_len(pairs, l * t * dv));
+        y_at.try_for_each(|(bh, out)| {
             let kvh = bh / hq * spec.kv_heads + bh % hq / group;
             let pm = Mat::row_major(&probs[bh * l * t..][..l * t], l, t)?;
             let vm = Mat::row_major(&vv[kvh * t * dv..][..t * dv], t, dv)?;

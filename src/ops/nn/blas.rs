@@ -201,7 +201,7 @@ pub(crate) unsafe fn gemm_raw<T: Element>(
     rsc: isize,
     csc: isize,
 ) {
-    let threads = rayon::current_num_threads();
+    let threads = crate::par::threads();
     let parallelism = if m.saturating_mul(n).saturating_mul(k) >= PARALLEL_FLOPS && threads > 1 {
         ::gemm::Parallelism::Rayon(threads)
     } else {

@@ -145,18 +145,22 @@ impl ConvShape {
             self.run_group(xg, wg, bg, y, parallel, plane.as_mut())
         };
         let tasks = self.batch * self.group;
-        let threads = rayon::current_num_threads();
-        if tasks >= threads && tasks > 1 && threads > 1 {
+        let threads = crate::par::threads();
+        let per_task = slab.saturating_mul(kc);
+        let min_len = crate::par::min_len(tasks, per_task);
+        let parallel = min_len != usize::MAX;
+        if tasks >= threads && tasks > 1 && parallel {
             // A plane that cannot be allocated leaves the channels to the general loop, whose
             // own allocation then reports the error.
             out.par_chunks_mut(slab)
                 .enumerate()
+                .with_min_len(min_len)
                 .try_for_each_init(|| plane().ok().flatten(), |p, ty| task(p, ty, false))?;
         } else {
             let mut p = plane()?;
             out.chunks_mut(slab)
                 .enumerate()
-                .try_for_each(|ty| task(&mut p, ty, threads > 1))?;
+                .try_for_each(|ty| task(&mut p, ty, parallel))?;
         }
         Ok(())
     }
@@ -274,7 +278,8 @@ impl ConvShape {
         let tile = (TILE_ELEMS / kc.max(1)).max(MIN_TILE).min(p);
         let tiles: Vec<usize> = (0..p).step_by(tile).collect();
         let width = |p0: usize| (p0 + tile).min(p) - p0;
-        if !parallel || tiles.len() < 2 {
+        let per_tile = kc.saturating_mul(tile).saturating_mul(wg.rows());
+        if !parallel || crate::par::min_len(tiles.len(), per_tile) == usize::MAX {
             // Each tile's product lands straight in its columns of `y`.
             let mut col = Scratch::new(kc * tile, T::ZERO)?;
             for &p0 in &tiles {

@@ -201,7 +201,9 @@ impl Layout {
             let wg = Mat::row_major(&w[g * cg * mg * taps..][..cg * mg * taps], cg, mg * taps)?;
             gemm(T::ONE, wg.t(), xg, T::ZERO, &mut col, pin)?;
             let col = &col;
-            y.par_chunks_mut(pout).enumerate().for_each(|(m, plane)| {
+            let planes = y.par_chunks_mut(pout).enumerate();
+            let planes = planes.with_min_len(crate::par::min_len(mg, taps * pin));
+            planes.for_each(|(m, plane)| {
                 col2im(
                     &col[m * taps * pin..(m + 1) * taps * pin],
                     &self.geo,

@@ -558,7 +558,7 @@ impl<'a, T: Real> Problem<'a, T> {
     /// `Y` and the final states into output tensors.
     pub fn run(&self, direction: impl Fn(usize) -> Result<Track<T>> + Sync) -> Result<Vec<Tensor>> {
         let tracks = if self.dims.directions == 2 {
-            let (f, b) = rayon::join(|| direction(0), || direction(1));
+            let (f, b) = crate::par::join(|| direction(0), || direction(1));
             vec![f?, b?]
         } else {
             vec![direction(0)?]
