@@ -486,6 +486,25 @@ impl Tensor {
         }
     }
 
+    /// Whether this tensor is the only holder of its payload, so that writing to it
+    /// ([`Tensor::as_slice_mut`]) copies nothing.
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::{DataType, Tensor};
+    /// let t = Tensor::zeros(DataType::Float, &[4])?;
+    /// assert!(t.is_unique());
+    /// let view = t.clone();
+    /// assert!(!t.is_unique() && !view.is_unique());
+    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// ```
+    pub fn is_unique(&self) -> bool {
+        match &self.data {
+            Data::Bytes(b) => Arc::strong_count(&b.words) == 1 && Arc::weak_count(&b.words) == 0,
+            Data::Strings(s) => Arc::strong_count(s) == 1 && Arc::weak_count(s) == 0,
+        }
+    }
+
     /// The elements as a typed slice; `T` must be as wide as one element.
     pub fn as_slice<T: Pod>(&self) -> Result<&[T], TensorError> {
         check_width::<T>(self.dtype)?;

@@ -116,6 +116,72 @@ fn buffers_are_kept_between_runs_of_a_session() {
     );
 }
 
+/// `x -> Exp -> Relu -> Sigmoid -> HardSwish -> y` on a float[n]; with `keep`, every
+/// intermediate value is a graph output too, so none dies at the step that reads it.
+fn activation_chain(n: usize, keep: bool) -> Model {
+    let mut g = Graph::new("chain");
+    g.inputs.push(ValueInfo::new(
+        "x",
+        Type::tensor(DataType::Float, vec![Dim::Known(n as i64)]),
+    ));
+    let ops = ["Exp", "Relu", "Sigmoid", "HardSwish"];
+    for (k, op) in ops.iter().enumerate() {
+        let input = if k == 0 {
+            "x".to_string()
+        } else {
+            format!("v{k}")
+        };
+        let output = if k + 1 == ops.len() {
+            "y".to_string()
+        } else {
+            format!("v{}", k + 1)
+        };
+        if keep && k + 1 < ops.len() {
+            g.outputs.push(ValueInfo::untyped(&output));
+        }
+        g.add_node(Node::new(op, &format!("n{k}"), [input], [output]));
+    }
+    g.outputs.push(ValueInfo::untyped("y"));
+    Model::new(g, 14)
+}
+
+#[test]
+fn activations_on_dying_values_rewrite_their_input_in_place() {
+    let n = 1 << 18;
+    let x: Vec<f32> = (0..n).map(|i| (i as f32 - 1e5) * 1e-4).collect();
+    let input = || {
+        vec![(
+            "x".to_string(),
+            Tensor::from_vec(DataType::Float, &[n], x.clone()).unwrap(),
+        )]
+    };
+    let chain = activation_chain(n, false);
+    let session = Session::new(&chain);
+    let in_place = session.run(input()).unwrap();
+    // The input was handed over whole and every step wrote over it: no buffer was freed.
+    assert_eq!(session.arena().pooled_bytes(), 0);
+    let kept = activation_chain(n, true);
+    let out_of_place = Session::new(&kept).run(input()).unwrap();
+    let y = |outputs: &[(String, Tensor)]| {
+        outputs
+            .iter()
+            .find(|(name, _)| name == "y")
+            .unwrap()
+            .1
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let (a, b) = (y(&in_place), y(&out_of_place));
+    assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()));
+    // A value another holder shares is not written over: the caller's tensor stays as given.
+    let shared = Tensor::from_vec(DataType::Float, &[n], x.clone()).unwrap();
+    let again = Session::new(&chain)
+        .run(vec![("x".to_string(), shared.clone())])
+        .unwrap();
+    assert_eq!(shared.to_vec::<f32>().unwrap(), x);
+    assert_eq!(y(&again), a);
+}
+
 /// Runs the binary under a 16 GiB address-space limit and returns (exit code, stderr, seconds).
 fn run_limited(args: &[&str]) -> (Option<i32>, String, f64) {
     let bin = env!("CARGO_BIN_EXE_multigather");

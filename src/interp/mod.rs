@@ -151,6 +151,9 @@ struct Step<'m> {
     outputs: Vec<Option<usize>>,
     /// Slots of this frame whose last use is this step.
     frees: Vec<usize>,
+    /// The slot of input 0 when the kernel may write its output over it: the operator has an
+    /// in-place kernel and the value dies here.
+    donates: Option<usize>,
 }
 
 impl Step<'_> {
@@ -441,6 +444,7 @@ impl<'m> Session<'m> {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 frees: Vec::new(),
+                donates: None,
             });
         }
         if steps.len() != graph.node_count() {
@@ -520,6 +524,18 @@ impl<'m> Session<'m> {
             if let Some(i) = used.filter(|_| freeable[slot]) {
                 steps[i].frees.push(slot);
             }
+        }
+        for step in &mut steps {
+            step.donates = match (&step.kind, step.inputs.as_slice()) {
+                (StepKind::Op(def), [Source::Slot(slot)])
+                    if def.in_place.is_some()
+                        && step.frees.contains(slot)
+                        && step.node.subgraphs().next().is_none() =>
+                {
+                    Some(*slot)
+                }
+                _ => None,
+            };
         }
         let variables = graph
             .inputs
@@ -632,8 +648,9 @@ impl<'m> Session<'m> {
         let mut times = Vec::with_capacity(if timed { plan.steps.len() } else { 0 });
         for step in &plan.steps {
             let start = timed.then(Instant::now);
+            let donated = step.donates.and_then(|slot| frame.values[slot].take());
             let outputs = self
-                .run_step(step, imports, &frame, depth)
+                .run_step(step, imports, &frame, depth, donated)
                 .map_err(|e| at_node(&step.node, e))?;
             if let Some(start) = start {
                 times.push(start.elapsed());
@@ -691,14 +708,38 @@ impl<'m> Session<'m> {
         }
     }
 
+    /// Runs one step; `donated` is its input 0, taken out of the frame, when the step
+    /// [`donates`](Step::donates) it.
     fn run_step(
         &self,
         step: &Step<'m>,
         imports: &'m [OpsetImport],
         frame: &Frame<'_, 'm>,
         depth: usize,
+        donated: Option<Tensor>,
     ) -> Result<Vec<Tensor>> {
         let node: &Node = &step.node;
+        if let (Some(x), StepKind::Op(def)) = (donated, &step.kind) {
+            step.check_types(&[Some(&x)])?;
+            let runner = Scope {
+                session: self,
+                imports,
+                frame,
+                step,
+                depth,
+            };
+            let ctx = EvalCtx {
+                node,
+                opset: step.opset,
+                runner: &runner,
+            };
+            let outputs = match def.in_place.map(|f| f(&ctx, x)).transpose()? {
+                Some(Ok(outputs)) => outputs,
+                Some(Err(x)) => (def.eval)(&ctx, &[Some(&x)])?,
+                None => return Err(Error::Eval("an input was handed over to no kernel".into())),
+            };
+            return check_outputs(node, outputs);
+        }
         let inputs: Vec<Option<&Tensor>> = step
             .inputs
             .iter()
@@ -754,15 +795,20 @@ impl<'m> Session<'m> {
                 )?
             }
         };
-        let want = node.outputs.len();
-        if outputs.len() < want {
-            return Err(Error::Eval(format!(
-                "produced {} outputs, the node names {want}",
-                outputs.len()
-            )));
-        }
-        Ok(outputs.into_iter().take(want).collect())
+        check_outputs(node, outputs)
     }
+}
+
+/// The first outputs of a kernel, as many as `node` names; an error if it made fewer.
+fn check_outputs(node: &Node, outputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    let want = node.outputs.len();
+    if outputs.len() < want {
+        return Err(Error::Eval(format!(
+            "produced {} outputs, the node names {want}",
+            outputs.len()
+        )));
+    }
+    Ok(outputs.into_iter().take(want).collect())
 }
 
 /// Operators whose outputs are not a function of their inputs and attributes: never folded.

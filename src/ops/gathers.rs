@@ -32,8 +32,45 @@ pub(super) const DEFS: &[OpDef] = &[
 
 /// Index `k` of `indices` resolved against a dimension of size `dim`; the error names its
 /// position.
-fn index(indices: &Tensor, k: usize, dim: usize) -> Result<usize> {
-    let v = indices.index_at(k)?;
+/// The elements of an int32 or int64 indices tensor, read without a per-element type check.
+enum Indices<'t> {
+    I32(&'t [i32]),
+    I64(&'t [i64]),
+}
+
+impl<'t> Indices<'t> {
+    fn of(indices: &'t Tensor) -> Result<Indices<'t>> {
+        match indices.dtype() {
+            crate::DataType::Int32 => Ok(Indices::I32(indices.as_slice()?)),
+            crate::DataType::Int64 => Ok(Indices::I64(indices.as_slice()?)),
+            dtype => Err(Error::Eval(format!(
+                "indices must be int32 or int64, not {dtype}"
+            ))),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Indices::I32(v) => v.len(),
+            Indices::I64(v) => v.len(),
+        }
+    }
+
+    fn get(&self, k: usize) -> Option<i64> {
+        match self {
+            Indices::I32(v) => v.get(k).map(|&i| i64::from(i)),
+            Indices::I64(v) => v.get(k).copied(),
+        }
+    }
+}
+
+fn index(indices: &Indices<'_>, k: usize, dim: usize) -> Result<usize> {
+    let v = indices.get(k).ok_or_else(|| {
+        Error::Eval(format!(
+            "position {k} is past the {} indices",
+            indices.len()
+        ))
+    })?;
     let d = dim as i64;
     let r = if v < 0 { v + d } else { v };
     if (0..d).contains(&r) {
@@ -45,22 +82,11 @@ fn index(indices: &Tensor, k: usize, dim: usize) -> Result<usize> {
     }
 }
 
-fn check_indices(indices: &Tensor) -> Result<()> {
-    if indices.dtype().is_index() {
-        Ok(())
-    } else {
-        Err(Error::Eval(format!(
-            "indices must be int32 or int64, not {}",
-            indices.dtype()
-        )))
-    }
-}
-
 /// `out[o, i..., n] = data[o, indices[i...], n]` with `o` over the dims before `axis` and `n`
 /// over the dims after it.
 fn eval_gather(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (data, indices) = (required(inputs, 0)?, required(inputs, 1)?);
-    check_indices(indices)?;
+    let picked = Indices::of(indices)?;
     let shape = data.shape();
     if shape.is_empty() {
         return Err(ctx.error("data must have rank 1 or more"));
@@ -70,7 +96,7 @@ fn eval_gather(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
     let inner: usize = shape[axis + 1..].iter().product();
     let dim = shape[axis];
     let picks = (0..indices.len())
-        .map(|k| index(indices, k, dim))
+        .map(|k| index(&picked, k, dim))
         .collect::<Result<Vec<_>>>()?;
     let mut starts = try_with_capacity(outer * picks.len())?;
     for o in 0..outer {
@@ -115,7 +141,7 @@ fn infer_gather(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 /// which may be smaller than the data's on the other axes.
 fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (data, indices) = (required(inputs, 0)?, required(inputs, 1)?);
-    check_indices(indices)?;
+    let picked = Indices::of(indices)?;
     let (ds, is) = (data.shape(), indices.shape());
     if ds.len() != is.len() || ds.is_empty() {
         return Err(ctx.error(format!(
@@ -130,20 +156,20 @@ fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     }
     let data_strides = super::util::strides(ds);
     let mut coord = vec![0usize; is.len()];
+    // The data offset of `coord` without its `axis` term, kept as the coordinates count up.
+    let mut base = 0usize;
     let mut starts = try_with_capacity(indices.len())?;
     for k in 0..indices.len() {
-        let p = index(indices, k, ds[axis])?;
-        let offset: usize = coord
-            .iter()
-            .enumerate()
-            .map(|(j, &c)| if j == axis { p } else { c } * data_strides[j])
-            .sum();
-        starts.push(offset);
+        let p = index(&picked, k, ds[axis])?;
+        starts.push(base + p * data_strides[axis]);
         for j in (0..is.len()).rev() {
+            let step = if j == axis { 0 } else { data_strides[j] };
             coord[j] += 1;
+            base += step;
             if coord[j] < is[j] {
                 break;
             }
+            base -= is[j] * step;
             coord[j] = 0;
         }
     }
@@ -162,7 +188,7 @@ fn infer_gather_elements(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 /// `b + k`.
 fn eval_gather_nd(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (data, indices) = (required(inputs, 0)?, required(inputs, 1)?);
-    check_indices(indices)?;
+    let picked = Indices::of(indices)?;
     let (ds, is) = (data.shape(), indices.shape());
     let b = usize::try_from(ctx.node.attr_int("batch_dims", 0)?)
         .map_err(|_| ctx.error("batch_dims must not be negative"))?;
@@ -197,7 +223,7 @@ fn eval_gather_nd(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<T
     for t in 0..tuples {
         let mut offset = t.checked_div(tuples_per_batch).unwrap_or(0) * per_batch;
         for c in 0..k {
-            offset += index(indices, t * k + c, ds[b + c])? * data_strides[b + c];
+            offset += index(&picked, t * k + c, ds[b + c])? * data_strides[b + c];
         }
         starts.push(offset);
     }

@@ -47,6 +47,11 @@ pub use random::is_random;
 /// A kernel: runs one node on its inputs and returns one tensor per output.
 pub type EvalFn = fn(&EvalCtx<'_>, &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
 
+/// A kernel that may write its output over input 0, which the interpreter hands over when the
+/// value dies at this node: returns the output, or gives the input back (`Err`) when it cannot
+/// (another element type, a buffer shared with another value), for [`EvalFn`] to run instead.
+pub type InPlaceFn = fn(&EvalCtx<'_>, Tensor) -> Result<std::result::Result<Vec<Tensor>, Tensor>>;
+
 /// A static shape function: what can be known of each output from what is known of the inputs.
 /// Returning fewer types than outputs (or unknown types) is fine; errors mean the node is
 /// malformed, not that something is unknown.
@@ -69,6 +74,9 @@ pub struct OpDef {
     pub infer: Option<InferFn>,
     /// The kernel.
     pub eval: EvalFn,
+    /// The kernel that reuses input 0's buffer, for one-input operators whose output has the
+    /// input's shape and type.
+    pub in_place: Option<InPlaceFn>,
 }
 
 impl OpDef {
@@ -88,7 +96,14 @@ impl OpDef {
             outputs,
             infer: None,
             eval,
+            in_place: None,
         }
+    }
+
+    /// The same definition with a kernel that can reuse its input's buffer.
+    pub const fn with_in_place(mut self, in_place: InPlaceFn) -> OpDef {
+        self.in_place = Some(in_place);
+        self
     }
 
     /// The same definition with a shape function.

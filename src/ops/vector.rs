@@ -67,6 +67,26 @@ pub fn map<'d, F: Fn(f32) -> f32>(
     unsafe { written(&mut dst[..n]) }
 }
 
+/// `v[i] = f(v[i])`: [`map`] in place.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub fn map_in_place<F: Fn(f32) -> f32>(v: &mut [f32], f: F) {
+    for x in v {
+        *x = f(*x);
+    }
+}
+
+/// [`map_in_place`] split over the current thread pool in chunks of [`GRAIN`] elements.
+pub fn par_map_in_place<F: Fn(f32) -> f32 + Sync + Send + Copy>(v: &mut [f32], f: F) {
+    if par::min_len(v.len(), 1) == usize::MAX {
+        return map_in_place(v, f);
+    }
+    v.par_chunks_mut(GRAIN).for_each(|c| map_in_place(c, f));
+}
+
 /// `dst[i] = f(a[i], b[i])` over equally long slices.
 #[multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",

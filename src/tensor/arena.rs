@@ -287,6 +287,40 @@ pub struct Scratch<T> {
 impl<T: bytemuck::Pod> Scratch<T> {
     /// `len` copies of `fill`.
     pub fn new(len: usize, fill: T) -> Result<Scratch<T>, TensorError> {
+        // SAFETY: `init` writes every element.
+        unsafe {
+            Scratch::new_with(len, |slots| {
+                for slot in slots {
+                    slot.write(fill);
+                }
+            })
+        }
+    }
+
+    /// `len` elements written by `init`, with no fill before: for scratch space a kernel
+    /// overwrites whole.
+    ///
+    /// # Safety
+    /// `init` must write every element of the slice it is given.
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::tensor::Scratch;
+    /// // SAFETY: the closure writes all four elements.
+    /// let squares = unsafe {
+    ///     Scratch::new_with(4, |s| {
+    ///         for (i, slot) in s.iter_mut().enumerate() {
+    ///             slot.write((i * i) as u32);
+    ///         }
+    ///     })
+    /// }?;
+    /// assert_eq!(&squares[..], &[0, 1, 4, 9]);
+    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// ```
+    pub unsafe fn new_with(
+        len: usize,
+        init: impl FnOnce(&mut [MaybeUninit<T>]),
+    ) -> Result<Scratch<T>, TensorError> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
             .ok_or(TensorError::OutOfMemory { bytes: usize::MAX })?;
@@ -300,9 +334,7 @@ impl<T: bytemuck::Pod> Scratch<T> {
             home,
             _elements: PhantomData,
         };
-        for slot in scratch.slots() {
-            slot.write(fill);
-        }
+        init(scratch.slots());
         Ok(scratch)
     }
 
@@ -318,7 +350,8 @@ impl<T: bytemuck::Pod> Scratch<T> {
 impl<T: bytemuck::Pod> std::ops::Deref for Scratch<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        // SAFETY: as in `slots`; every element was written in `new`, and only initialised `T`s
+        // SAFETY: as in `slots`; every element was written in `new_with` (its caller's
+        // promise), and only initialised `T`s
         // are written after (through `DerefMut`).
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.len) }
     }

@@ -7,8 +7,8 @@ use crate::error::Result;
 use crate::ir::{Dim, Shape, TensorType};
 use crate::ops::util::{normalize_axis, required, tensor};
 use crate::ops::{EvalCtx, InferCtx};
-use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
+use crate::tensor::{try_vec, try_with_capacity};
 use crate::DataType;
 
 use super::common::{bad_type, dispatch_num, split_at_axis, Arith, Num};
@@ -40,21 +40,29 @@ fn arg<T: Num>(ctx: &EvalCtx<'_>, x: &Tensor, maximum: bool) -> Result<Tensor> {
         return Err(ctx.error(format!("axis {axis} is empty")));
     }
     let v = x.as_slice::<T>()?;
-    let mut out = try_with_capacity(outer * inner)?;
-    for o in 0..outer {
-        for k in 0..inner {
-            let at = |i: usize| v[(o * size + i) * inner + k].widen();
-            let mut best = 0;
-            for i in 1..size {
-                let (c, b) = (at(i), at(best));
-                let wins = if maximum { c > b } else { c < b };
-                let ties = last && c == b;
-                // A NaN best is replaced by the first number.
-                if wins || ties || (b.is_nan() && !c.is_nan()) {
-                    best = i;
+    let mut out = try_vec(outer * inner, 0i64)?;
+    if inner > 0 {
+        // The best value so far of each position of a slab, which the rows of the axis update
+        // in turn (a contiguous pass each, rather than a strided walk per position).
+        let mut best = try_with_capacity(inner)?;
+        for (slab, picks) in v
+            .chunks_exact(size * inner)
+            .zip(out.chunks_exact_mut(inner))
+        {
+            best.clear();
+            best.extend(slab[..inner].iter().map(|t| t.widen()));
+            for (i, row) in slab.chunks_exact(inner).enumerate().skip(1) {
+                for ((b, pick), &t) in best.iter_mut().zip(picks.iter_mut()).zip(row) {
+                    let c = t.widen();
+                    let wins = if maximum { c > *b } else { c < *b };
+                    let ties = last && c == *b;
+                    // A NaN best is replaced by the first number.
+                    if wins || ties || (b.is_nan() && !c.is_nan()) {
+                        *b = c;
+                        *pick = i as i64;
+                    }
                 }
             }
-            out.push(best as i64);
         }
     }
     let shape = reduced(x.shape(), axis, keepdims, 1);

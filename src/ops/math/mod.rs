@@ -32,23 +32,41 @@ use binary::{
 };
 use common::{infer_broadcast, infer_broadcast_bool, infer_like_input, infer_like_input_bool};
 use reduce::infer_reduce;
-use unary::eval_num_unary;
+use unary::{eval_num_unary, num_unary_in_place};
 use variadic::eval_fold;
 
 const ANY: usize = usize::MAX;
 
 pub(super) const DEFS: &[OpDef] = &[
     // Unary, floating point.
-    OpDef::new("Floor", 1, 1..=1, 1..=1, unary::eval_floor).with_infer(infer_like_input),
-    OpDef::new("Ceil", 1, 1..=1, 1..=1, unary::eval_ceil).with_infer(infer_like_input),
-    OpDef::new("Round", 11, 1..=1, 1..=1, unary::eval_round).with_infer(infer_like_input),
-    OpDef::new("Reciprocal", 1, 1..=1, 1..=1, unary::eval_reciprocal).with_infer(infer_like_input),
-    OpDef::new("Sqrt", 1, 1..=1, 1..=1, unary::eval_sqrt).with_infer(infer_like_input),
-    OpDef::new("Exp", 1, 1..=1, 1..=1, unary::eval_exp).with_infer(infer_like_input),
+    OpDef::new("Floor", 1, 1..=1, 1..=1, unary::eval_floor)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::floor_in_place),
+    OpDef::new("Ceil", 1, 1..=1, 1..=1, unary::eval_ceil)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::ceil_in_place),
+    OpDef::new("Round", 11, 1..=1, 1..=1, unary::eval_round)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::round_in_place),
+    OpDef::new("Reciprocal", 1, 1..=1, 1..=1, unary::eval_reciprocal)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::reciprocal_in_place),
+    OpDef::new("Sqrt", 1, 1..=1, 1..=1, unary::eval_sqrt)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::sqrt_in_place),
+    OpDef::new("Exp", 1, 1..=1, 1..=1, unary::eval_exp)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::exp_in_place),
     OpDef::new("Log", 1, 1..=1, 1..=1, unary::eval_log).with_infer(infer_like_input),
-    OpDef::new("Tanh", 1, 1..=1, 1..=1, unary::eval_tanh).with_infer(infer_like_input),
-    OpDef::new("Sigmoid", 1, 1..=1, 1..=1, unary::eval_sigmoid).with_infer(infer_like_input),
-    OpDef::new("Erf", 9, 1..=1, 1..=1, unary::eval_erf).with_infer(infer_like_input),
+    OpDef::new("Tanh", 1, 1..=1, 1..=1, unary::eval_tanh)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::tanh_in_place),
+    OpDef::new("Sigmoid", 1, 1..=1, 1..=1, unary::eval_sigmoid)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::sigmoid_in_place),
+    OpDef::new("Erf", 9, 1..=1, 1..=1, unary::eval_erf)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::erf_in_place),
     OpDef::new("Sin", 7, 1..=1, 1..=1, unary::eval_sin).with_infer(infer_like_input),
     OpDef::new("Cos", 7, 1..=1, 1..=1, unary::eval_cos).with_infer(infer_like_input),
     OpDef::new("Tan", 7, 1..=1, 1..=1, unary::eval_tan).with_infer(infer_like_input),
@@ -61,10 +79,16 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Acosh", 9, 1..=1, 1..=1, unary::eval_acosh).with_infer(infer_like_input),
     OpDef::new("Atanh", 9, 1..=1, 1..=1, unary::eval_atanh).with_infer(infer_like_input),
     OpDef::new("Softplus", 1, 1..=1, 1..=1, unary::eval_softplus).with_infer(infer_like_input),
-    OpDef::new("Softsign", 1, 1..=1, 1..=1, unary::eval_softsign).with_infer(infer_like_input),
+    OpDef::new("Softsign", 1, 1..=1, 1..=1, unary::eval_softsign)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::softsign_in_place),
     OpDef::new("Mish", 18, 1..=1, 1..=1, unary::eval_mish).with_infer(infer_like_input),
-    OpDef::new("HardSwish", 14, 1..=1, 1..=1, unary::eval_hard_swish).with_infer(infer_like_input),
-    OpDef::new("LeakyRelu", 1, 1..=1, 1..=1, unary::eval_leaky_relu).with_infer(infer_like_input),
+    OpDef::new("HardSwish", 14, 1..=1, 1..=1, unary::eval_hard_swish)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::hard_swish_in_place),
+    OpDef::new("LeakyRelu", 1, 1..=1, 1..=1, unary::eval_leaky_relu)
+        .with_infer(infer_like_input)
+        .with_in_place(unary::leaky_relu_in_place),
     OpDef::new("Swish", 24, 1..=1, 1..=1, unary::eval_swish).with_infer(infer_like_input),
     OpDef::new("Shrink", 9, 1..=1, 1..=1, unary::eval_shrink).with_infer(infer_like_input),
     OpDef::new("SwiGLU", 28, 2..=2, 1..=1, unary::eval_swiglu).with_infer(infer_like_input),
@@ -83,10 +107,16 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_like_input),
     OpDef::new("Gelu", 20, 1..=1, 1..=1, unary::eval_gelu).with_infer(infer_like_input),
     // Unary, every numeric type.
-    OpDef::new("Abs", 1, 1..=1, 1..=1, eval_num_unary::<unary::Abs>).with_infer(infer_like_input),
-    OpDef::new("Neg", 1, 1..=1, 1..=1, eval_num_unary::<unary::Neg>).with_infer(infer_like_input),
+    OpDef::new("Abs", 1, 1..=1, 1..=1, eval_num_unary::<unary::Abs>)
+        .with_infer(infer_like_input)
+        .with_in_place(num_unary_in_place::<unary::Abs>),
+    OpDef::new("Neg", 1, 1..=1, 1..=1, eval_num_unary::<unary::Neg>)
+        .with_infer(infer_like_input)
+        .with_in_place(num_unary_in_place::<unary::Neg>),
     OpDef::new("Sign", 9, 1..=1, 1..=1, eval_num_unary::<unary::Sign>).with_infer(infer_like_input),
-    OpDef::new("Relu", 1, 1..=1, 1..=1, eval_num_unary::<unary::Relu>).with_infer(infer_like_input),
+    OpDef::new("Relu", 1, 1..=1, 1..=1, eval_num_unary::<unary::Relu>)
+        .with_infer(infer_like_input)
+        .with_in_place(num_unary_in_place::<unary::Relu>),
     // Unary, bool, integers and predicates.
     OpDef::new("Not", 1, 1..=1, 1..=1, unary::eval_not).with_infer(infer_like_input),
     OpDef::new("BitwiseNot", 18, 1..=1, 1..=1, unary::eval_bitwise_not)

@@ -31,6 +31,20 @@ pub(crate) fn map_f32(x: &Tensor, f: impl Fn(f32) -> f32 + Sync + Send + Copy) -
     Ok(Tensor::uninit(DataType::Float, x.shape())?.fill(|dst| vector::par_map(src, dst, f))?)
 }
 
+/// The in-place form of a kernel applying `fast` to a `float` tensor: the buffer of `x` is
+/// rewritten when nothing else holds it, and `x` is handed back otherwise.
+fn in_place_f32(
+    x: Tensor,
+    fast: impl Fn(f32) -> f32 + Sync + Send + Copy,
+) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
+    if x.dtype() != DataType::Float || !x.is_unique() {
+        return Ok(Err(x));
+    }
+    let mut x = x;
+    vector::par_map_in_place(x.as_slice_mut::<f32>()?, fast);
+    Ok(Ok(vec![x]))
+}
+
 /// A kernel applying a real function to input 0: `fast` on `float` tensors, `f` (in `f64`,
 /// rounded once) on the other floating-point types.
 fn unary_fast(
@@ -47,27 +61,34 @@ fn unary_fast(
 }
 
 /// Declares kernels that apply a real function without attributes, with a vectorised `f32`
-/// form.
+/// form, and their in-place forms.
 macro_rules! fast_float_kernels {
-    ($($name:ident => $f:expr, $fast:expr;)*) => {$(
+    ($($name:ident, $in_place:ident => $f:expr, $fast:expr;)*) => {$(
         pub(super) fn $name(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
             unary_fast(ctx, inputs, $f, $fast)
+        }
+
+        pub(super) fn $in_place(
+            _: &EvalCtx<'_>,
+            x: Tensor,
+        ) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
+            in_place_f32(x, $fast)
         }
     )*};
 }
 
 fast_float_kernels! {
-    eval_floor => f64::floor, f32::floor;
-    eval_ceil => f64::ceil, f32::ceil;
-    eval_round => f64::round_ties_even, f32::round_ties_even;
-    eval_reciprocal => f64::recip, |x: f32| 1.0 / x;
-    eval_sqrt => f64::sqrt, f32::sqrt;
-    eval_exp => f64::exp, vector::exp;
-    eval_tanh => f64::tanh, vector::tanh;
-    eval_sigmoid => sigmoid, vector::sigmoid;
-    eval_erf => erf, vector::erf;
-    eval_softsign => |x| x / (1.0 + x.abs()), |x: f32| x / (1.0 + x.abs());
-    eval_hard_swish => |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+    eval_floor, floor_in_place => f64::floor, f32::floor;
+    eval_ceil, ceil_in_place => f64::ceil, f32::ceil;
+    eval_round, round_in_place => f64::round_ties_even, f32::round_ties_even;
+    eval_reciprocal, reciprocal_in_place => f64::recip, |x: f32| 1.0 / x;
+    eval_sqrt, sqrt_in_place => f64::sqrt, f32::sqrt;
+    eval_exp, exp_in_place => f64::exp, vector::exp;
+    eval_tanh, tanh_in_place => f64::tanh, vector::tanh;
+    eval_sigmoid, sigmoid_in_place => sigmoid, vector::sigmoid;
+    eval_erf, erf_in_place => erf, vector::erf;
+    eval_softsign, softsign_in_place => |x| x / (1.0 + x.abs()), |x: f32| x / (1.0 + x.abs());
+    eval_hard_swish, hard_swish_in_place => |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
         |x: f32| x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0);
 }
 
@@ -164,8 +185,19 @@ pub(super) fn eval_leaky_relu(
         ctx,
         inputs,
         |x| if x < 0.0 { alpha * x } else { x },
-        move |x: f32| if x < 0.0 { a * x } else { x },
+        leaky_relu_f32(a),
     )
+}
+
+fn leaky_relu_f32(a: f32) -> impl Fn(f32) -> f32 + Sync + Send + Copy {
+    move |x: f32| if x < 0.0 { a * x } else { x }
+}
+
+pub(super) fn leaky_relu_in_place(
+    ctx: &EvalCtx<'_>,
+    x: Tensor,
+) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
+    in_place_f32(x, leaky_relu_f32(ctx.node.attr_float("alpha", 0.01)?))
 }
 
 pub(super) fn eval_swish(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -340,6 +372,14 @@ impl NumUnary for Relu {
 }
 
 /// The kernel of a [`NumUnary`] operation.
+/// The in-place form of [`eval_num_unary`] on `float` tensors.
+pub(super) fn num_unary_in_place<Op: NumUnary>(
+    _: &EvalCtx<'_>,
+    x: Tensor,
+) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
+    in_place_f32(x, Op::apply::<f32>)
+}
+
 pub(super) fn eval_num_unary<Op: NumUnary>(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],

@@ -9,6 +9,7 @@ use crate::tensor::try_vec;
 use std::borrow::Cow;
 use std::fmt::Debug;
 use std::iter::Sum;
+use std::mem::MaybeUninit;
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
 
 use half::{bf16, f16};
@@ -238,6 +239,32 @@ pub(super) fn output<R: Real>(
         let mut v = try_vec(checked_product(shape)?, R::ZERO)?;
         fill(&mut v)?;
         R::store(dtype, shape, v)
+    }
+}
+
+/// A `dtype` tensor of `shape` whose every element `fill` writes, returning the initialised
+/// view of the slice it was given: [`output`] without the zero fill.
+pub(super) fn output_written<R: Real>(
+    dtype: DataType,
+    shape: &[usize],
+    fill: impl FnOnce(&mut [MaybeUninit<R>]) -> Result<&mut [R]>,
+) -> Result<Tensor> {
+    if dtype == R::NATIVE {
+        let mut failure = None;
+        let t = Tensor::uninit(dtype, shape)?.fill::<R>(|slots| {
+            fill(slots).unwrap_or_else(|e| {
+                failure = Some(e);
+                &mut []
+            })
+        });
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(t?),
+        }
+    } else {
+        let mut v = try_vec(checked_product(shape)?, MaybeUninit::uninit())?;
+        let written = fill(&mut v)?.to_vec();
+        R::store(dtype, shape, written)
     }
 }
 

@@ -15,6 +15,8 @@
 //! zero points and run the same code in `f64`, which is exact for 8-bit operands; padding then
 //! contributes zero, which is the zero point before the shift, as the spec asks.
 
+use std::mem::MaybeUninit;
+
 use crate::tensor::{try_vec, Scratch};
 use rayon::prelude::*;
 
@@ -24,10 +26,11 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::super::util::{dot, optional, required, to_i64s, unsupported_type};
+use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
-    checked_product, dispatch_real, input_dims, output, shifted_f64s, tensor_type, to_f32s,
+    checked_product, dispatch_real, input_dims, output_written, shifted_f64s, tensor_type, to_f32s,
     zero_at, zero_points, Real,
 };
 use super::matmul::{requantize, scales, single};
@@ -103,11 +106,18 @@ impl ConvShape {
         g.taps() == 1 && g.strides == [1; 3] && g.pad_begin == [0; 3] && g.input == g.output
     }
 
-    /// Writes `conv(x, w) + bias` into `out` (the output, zeroed), all in `T`.
-    pub fn run<T: Real>(&self, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) -> Result<()> {
+    /// Writes `conv(x, w) + bias` into every element of `out`, all in `T`; returns `out`
+    /// initialised.
+    pub fn run<'o, T: Real>(
+        &self,
+        x: &[T],
+        w: &[T],
+        bias: Option<&[T]>,
+        out: &'o mut [MaybeUninit<T>],
+    ) -> Result<&'o mut [T]> {
         if out.is_empty() {
             // Nothing to write; the planes of an empty output may multiply past `usize`.
-            return Ok(());
+            return Ok(&mut []);
         }
         let (cg, mg) = (self.cg(), self.mg());
         let (in_plane, out_plane, taps) =
@@ -124,7 +134,7 @@ impl ConvShape {
         }
         let slab = mg * out_plane;
         if slab == 0 {
-            return Ok(());
+            return Ok(&mut []);
         }
         // The padded plane of a unit-stride depthwise convolution, allocated once per thread.
         let depthwise = cg == 1 && self.group > 1;
@@ -135,7 +145,7 @@ impl ConvShape {
             }
         };
         let task = |plane: &mut Option<PaddedPlane<'_, T>>,
-                    (t, y): (usize, &mut [T]),
+                    (t, y): (usize, &mut [MaybeUninit<T>]),
                     parallel: bool|
          -> Result<()> {
             let (n, g) = (t / self.group, t % self.group);
@@ -162,44 +172,52 @@ impl ConvShape {
                 .enumerate()
                 .try_for_each(|ty| task(&mut p, ty, parallel))?;
         }
-        Ok(())
+        // SAFETY: the slabs of `slab` elements cover `out` (its length is `batch * c_out *
+        // out_plane`, checked above), and `run_group` writes every element of its slab first.
+        Ok(unsafe { assume_written(out) })
     }
 
-    /// One group of one image: `y (mg x out_plane) = wg * im2col(xg) + bias`; `parallel` lets
-    /// tiles of output positions run on several threads.
+    /// One group of one image: `y (mg x out_plane) = wg * im2col(xg) + bias`, every element of
+    /// `y` written; `parallel` lets tiles of output positions run on several threads.
     fn run_group<T: Real>(
         &self,
         xg: &[T],
         wg: Mat<'_, T>,
         bias: Option<&[T]>,
-        y: &mut [T],
+        y: &mut [MaybeUninit<T>],
         parallel: bool,
         plane: Option<&mut PaddedPlane<'_, T>>,
     ) -> Result<()> {
         let p = self.geo.out_plane();
         let kc = wg.cols();
         let depthwise = self.cg() == 1 && self.group > 1;
-        if p <= FEW_POSITIONS && !depthwise {
-            self.few_positions(xg, wg, y)?;
-            if let Some(b) = bias {
-                for (row, &bv) in y.chunks_mut(p).zip(b) {
-                    row.iter_mut().for_each(|v| *v += bv);
-                }
-            }
-            return Ok(());
-        }
+        let init = |m: usize| bias.map_or(T::ZERO, |b| b[m]);
         if depthwise {
-            // One input channel per group (depthwise): a product with one row per filter would
-            // waste most of the GEMM kernel, so sum the taps directly. (With one group, as in an
-            // STFT by convolution with hundreds of filters and taps over a few output positions,
-            // the product is the better loop.)
-            let init = |m: usize| bias.map_or(T::ZERO, |b| b[m]);
             if let Some(plane) = plane.and_then(|plane| plane.load(xg).then_some(plane)) {
                 for (m, ym) in y.chunks_mut(p).enumerate() {
                     plane.convolve(&wg.row(m), init(m), ym);
                 }
                 return Ok(());
             }
+        }
+        // Every other loop accumulates onto `y`, which starts as the bias (in the one pass that
+        // writes it).
+        for (m, row) in y.chunks_mut(p).enumerate() {
+            let v = init(m);
+            row.iter_mut().for_each(|slot| {
+                slot.write(v);
+            });
+        }
+        // SAFETY: the rows of `p` cover `y` (a slab of `mg` rows), and each was written just now.
+        let y = unsafe { assume_written(y) };
+        if p <= FEW_POSITIONS && !depthwise {
+            return self.few_positions(xg, wg, y);
+        }
+        if depthwise {
+            // One input channel per group (depthwise): a product with one row per filter would
+            // waste most of the GEMM kernel, so sum the taps directly. (With one group, as in an
+            // STFT by convolution with hundreds of filters and taps over a few output positions,
+            // the product is the better loop.)
             let x = Phased::new(xg, self.geo.input[2], self.geo.strides[2])?;
             let columns = ColumnTap::all(&self.geo, x.phase_len)?;
             let plane = Depthwise {
@@ -208,20 +226,12 @@ impl ConvShape {
                 columns,
             };
             for (m, ym) in y.chunks_mut(p).enumerate() {
-                single_channel(&plane, &wg.row(m), init(m), ym);
+                single_channel(&plane, &wg.row(m), ym);
             }
             return Ok(());
         }
-        // The products accumulate onto `y`: start from the bias rather than add it after.
-        let beta = match bias {
-            Some(b) => {
-                for (row, &bv) in y.chunks_mut(p).zip(b) {
-                    row.fill(bv);
-                }
-                T::ONE
-            }
-            None => T::ZERO,
-        };
+        // Without a bias, `y` is zero and the products need not read it.
+        let beta = if bias.is_some() { T::ONE } else { T::ZERO };
         if self.is_pointwise() {
             gemm(T::ONE, wg, Mat::row_major(xg, kc, p)?, beta, y, p)?;
         } else {
@@ -231,7 +241,7 @@ impl ConvShape {
         Ok(())
     }
 
-    /// `y = wg * im2col(xg)` for a plane of a few positions (streaming audio models convolve a
+    /// `y += wg * im2col(xg)` for a plane of a few positions (streaming audio models convolve a
     /// handful of frames at a time): one dot product per filter and position, over the filter's
     /// row and the position's column of im2col, copied into a row. A matrix product would pack
     /// the whole weight matrix for a few columns of work.
@@ -239,7 +249,6 @@ impl ConvShape {
         let p = self.geo.out_plane();
         let kc = wg.cols();
         if p == 0 || kc == 0 {
-            y.fill(T::ZERO);
             return Ok(());
         }
         let mut col = try_vec(kc * p, T::ZERO)?;
@@ -258,7 +267,7 @@ impl ConvShape {
         for (m, ym) in y.chunks_mut(p).enumerate().take(wg.rows()) {
             let w = wg.row(m);
             for (v, c) in ym.iter_mut().zip(columns.chunks_exact(kc)) {
-                *v = dot(&w, c);
+                *v += dot(&w, c);
             }
         }
         Ok(())
@@ -356,31 +365,36 @@ impl<'x, T: Real> Phased<'x, T> {
             });
         }
         let phase_len = width.div_ceil(stride);
-        let mut rows = Scratch::new(x.len() / width * stride * phase_len, T::ZERO)?;
-        for (src, dst) in x
-            .chunks_exact(width)
-            .zip(rows.chunks_exact_mut(stride * phase_len))
-        {
-            if stride == 2 {
-                // The usual stride, as one pass that deinterleaves pairs.
-                let (even, odd) = dst.split_at_mut(phase_len);
-                for ((pair, e), o) in src.chunks_exact(2).zip(even.iter_mut()).zip(odd.iter_mut()) {
-                    *e = pair[0];
-                    *o = pair[1];
+        let split = |rows: &mut [MaybeUninit<T>]| {
+            for (src, dst) in x
+                .chunks_exact(width)
+                .zip(rows.chunks_exact_mut(stride * phase_len))
+            {
+                if stride == 2 {
+                    // The usual stride, as one vectorised pass that deinterleaves pairs.
+                    let (even, odd) = dst.split_at_mut(phase_len);
+                    deinterleave(src, even, odd);
+                    if width % 2 == 1 {
+                        even[phase_len - 1].write(src[width - 1]);
+                        odd[phase_len - 1].write(T::ZERO);
+                    }
+                    continue;
                 }
-                if width % 2 == 1 {
-                    even[phase_len - 1] = src[width - 1];
+                for (p, phase) in dst.chunks_exact_mut(phase_len).enumerate() {
+                    // A stride wider than the row leaves its last phases empty (zero).
+                    let mut columns = src.get(p..).unwrap_or_default().iter().step_by(stride);
+                    for d in phase {
+                        d.write(columns.next().copied().unwrap_or(T::ZERO));
+                    }
                 }
-                continue;
             }
-            for (p, phase) in dst.chunks_exact_mut(phase_len).enumerate() {
-                // A stride wider than the row leaves its last phases empty (zero).
-                let columns = src.get(p..).unwrap_or_default();
-                for (d, &v) in phase.iter_mut().zip(columns.iter().step_by(stride)) {
-                    *d = v;
-                }
-            }
-        }
+        };
+        let len = x.len() / width * stride * phase_len;
+        // SAFETY: the rows of `stride * phase_len` elements cover the scratch (`len` is a whole
+        // number of them), and `split` writes every element of every row: both phases of a pair
+        // for stride 2 (`deinterleave` writes `width / 2` of each, the odd tail the last), every
+        // element of every phase otherwise.
+        let rows = unsafe { Scratch::new_with(len, split)? };
         Ok(Phased {
             rows: Rows::Split(rows),
             stride,
@@ -409,8 +423,24 @@ impl<'x, T: Real> Phased<'x, T> {
     }
 }
 
-/// Writes the convolution of one input channel by one filter, plus `init` (the bias), into the
-/// output plane `y`, one tap at a time over whole output rows (compiled per SIMD level, like the
+/// Writes `src[2i]` to `even[i]` and `src[2i + 1]` to `odd[i]` for every pair of `src` (compiled
+/// per SIMD level, where the loads of a pair become vector shuffles).
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn deinterleave<T: Real>(src: &[T], even: &mut [MaybeUninit<T>], odd: &mut [MaybeUninit<T>]) {
+    let n = (src.len() / 2).min(even.len()).min(odd.len());
+    let (src, even, odd) = (&src[..2 * n], &mut even[..n], &mut odd[..n]);
+    for i in 0..n {
+        even[i].write(src[2 * i]);
+        odd[i].write(src[2 * i + 1]);
+    }
+}
+
+/// Adds the convolution of one input channel by one filter to the output plane `y` (which holds
+/// the bias), one tap at a time over whole output rows (compiled per SIMD level, like the
 /// loops of `ops::vector`, without fused multiply-adds, so every level gives the same bits).
 ///
 /// Measured on an AMD EPYC (Zen 5) against a loop that holds blocks of a row in registers across
@@ -421,7 +451,7 @@ impl<'x, T: Real> Phased<'x, T> {
     "x86_64+avx2+fma",
     "aarch64+neon"
 ))]
-fn single_channel<T: Real>(plane: &Depthwise<'_, T>, w: &[T], init: T, y: &mut [T]) {
+fn single_channel<T: Real>(plane: &Depthwise<'_, T>, w: &[T], y: &mut [T]) {
     let g = plane.g;
     let [od, oh, ow] = g.output;
     let [id, ih, _] = g.input;
@@ -432,7 +462,6 @@ fn single_channel<T: Real>(plane: &Depthwise<'_, T>, w: &[T], init: T, y: &mut [
     if w.len() != kd * kh * kw || y.len() != od * oh * ow {
         return;
     }
-    y.fill(init);
     let mut taps = w.iter();
     for kz in 0..kd {
         let (z0, z1) = inside(od, id, sd, kz * dd, pd);
@@ -517,8 +546,9 @@ impl<'a, T: Real> PaddedPlane<'a, T> {
         true
     }
 
-    /// Writes the convolution by filter `w` plus `init` into the output plane `y`.
-    fn convolve(&mut self, w: &[T], init: T, y: &mut [T]) {
+    /// Writes the convolution by filter `w` plus `init` into every element of the output plane
+    /// `y`.
+    fn convolve(&mut self, w: &[T], init: T, y: &mut [MaybeUninit<T>]) {
         let g = self.g;
         let ([_, oh, ow], [_, ih, _], [_, kh, kw]) = (g.output, g.input, g.kernel);
         let (ph, dh, dw, l) = (g.pad_begin[1], g.dilations[1], g.dilations[2], self.pitch);
@@ -535,7 +565,9 @@ impl<'a, T: Real> PaddedPlane<'a, T> {
             }
         }
         for (dst, src) in y.chunks_exact_mut(ow).zip(self.y.chunks(l)) {
-            dst.copy_from_slice(&src[..ow]);
+            for (d, &s) in dst.iter_mut().zip(&src[..ow]) {
+                d.write(s);
+            }
         }
     }
 }
@@ -661,7 +693,7 @@ pub(super) fn eval_conv(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     let y = dispatch_real!(dtype, R => {
         let (xv, wv) = (R::load(x)?, R::load(w)?);
         let bias = b.map(R::load).transpose()?;
-        output::<R>(dtype, &shape.out_shape, |y| shape.run(&xv, &wv, bias.as_deref(), y))?
+        output_written::<R>(dtype, &shape.out_shape, |y| shape.run(&xv, &wv, bias.as_deref(), y))?
     }, _ => return Err(unsupported_type("Conv", dtype)));
     Ok(vec![y])
 }
@@ -707,8 +739,10 @@ fn integer_conv(
     let xv = shifted_f64s(x, |_| zx(0))?;
     let wv = shifted_f64s(w, |i| zw(i / per_filter.max(1)))?;
     let bv = bias.map(|b| shifted_f64s(b, |_| 0)).transpose()?;
-    let mut acc = try_vec(checked_product(&shape.out_shape)?, 0.0)?;
-    shape.run::<f64>(&xv, &wv, bv.as_deref(), &mut acc)?;
+    let mut acc = try_vec(checked_product(&shape.out_shape)?, MaybeUninit::uninit())?;
+    let acc = shape
+        .run::<f64>(&xv, &wv, bv.as_deref(), &mut acc)?
+        .to_vec();
     Ok((shape, acc))
 }
 
