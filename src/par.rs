@@ -22,7 +22,7 @@
 //!     assert_eq!(par::threads(), 1);
 //!     // One piece, on this thread.
 //!     v.par_chunks_mut(256)
-//!         .with_min_len(par::min_len(4096, 256))
+//!         .with_min_len(par::min_len(4096, &[256]))
 //!         .for_each(|c| c.iter_mut().for_each(|x| *x *= 2.0));
 //! });
 //! assert!(v.iter().all(|&x| x == 2.0));
@@ -60,11 +60,12 @@ pub fn threads() -> usize {
     }
 }
 
-/// The `with_min_len` of a parallel loop over `items` pieces of about `cost` operations each:
+/// The `with_min_len` of a parallel loop over `items` pieces of about `cost` operations each,
+/// `cost` given as factors (multiplied without overflow, as a model's dims may be anything):
 /// `usize::MAX` (one piece, on the calling thread) in serial mode or when the loop holds less
 /// than two grains of work, otherwise enough pieces per task to make a grain.
-pub fn min_len(items: usize, cost: usize) -> usize {
-    let cost = cost.max(1);
+pub fn min_len(items: usize, cost: &[usize]) -> usize {
+    let cost = cost.iter().fold(1usize, |a, &f| a.saturating_mul(f)).max(1);
     if threads() <= 1 || items.saturating_mul(cost) < 2 * GRAIN {
         usize::MAX
     } else {
@@ -96,20 +97,21 @@ mod tests {
         assert!(!SERIAL.get());
         serial(|| {
             assert_eq!(threads(), 1);
-            assert_eq!(min_len(1 << 30, 1 << 10), usize::MAX);
+            assert_eq!(min_len(1 << 30, &[1 << 10]), usize::MAX);
             serial(|| assert_eq!(threads(), 1));
             assert_eq!(threads(), 1);
         });
         assert!(!SERIAL.get());
-        assert_eq!(min_len(10, 10), usize::MAX);
+        assert_eq!(min_len(10, &[10]), usize::MAX);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
             .build()
             .unwrap();
         pool.install(|| {
             assert_eq!(threads(), 2);
-            assert_eq!(min_len(1 << 20, 1), GRAIN);
-            assert_eq!(min_len(1 << 20, 1 << 20), 1);
+            assert_eq!(min_len(1 << 20, &[1]), GRAIN);
+            assert_eq!(min_len(1 << 20, &[1 << 20]), 1);
+            assert_eq!(min_len(2, &[1 << 40, 1 << 40]), 1);
         });
     }
 
@@ -120,7 +122,7 @@ mod tests {
         let mut v = vec![0u8; 1 << 16];
         serial(|| {
             v.par_chunks_mut(1)
-                .with_min_len(min_len(1 << 16, 1 << 16))
+                .with_min_len(min_len(1 << 16, &[1 << 16]))
                 .for_each(|c| {
                     assert_eq!(std::thread::current().id(), me);
                     c[0] = 1;

@@ -81,7 +81,7 @@ pub fn map_in_place<F: Fn(f32) -> f32>(v: &mut [f32], f: F) {
 
 /// [`map_in_place`] split over the current thread pool in chunks of [`GRAIN`] elements.
 pub fn par_map_in_place<F: Fn(f32) -> f32 + Sync + Send + Copy>(v: &mut [f32], f: F) {
-    if par::min_len(v.len(), 1) == usize::MAX {
+    if par::min_len(v.len(), &[1]) == usize::MAX {
         return map_in_place(v, f);
     }
     v.par_chunks_mut(GRAIN).for_each(|c| map_in_place(c, f));
@@ -257,7 +257,7 @@ pub fn layer_norm_rows<'d>(
     src[..n]
         .par_chunks(size)
         .zip(dst[..n].par_chunks_mut(size))
-        .with_min_len(par::min_len(n / size, size))
+        .with_min_len(par::min_len(n / size, &[size]))
         .for_each(|(s, d)| layer_norm_row(s, scale, bias, eps, d));
     // SAFETY: `layer_norm_row` writes every element of each row, and the rows cover `dst[..n]`.
     unsafe { written(&mut dst[..n]) }
@@ -275,7 +275,7 @@ pub fn softmax_rows<'d>(
     }
     let n = n - n % size;
     let rows = src[..n].par_chunks(size).zip(dst[..n].par_chunks_mut(size));
-    rows.with_min_len(par::min_len(n / size, size))
+    rows.with_min_len(par::min_len(n / size, &[size]))
         .for_each(|(s, d)| softmax_row(s, d));
     // SAFETY: `softmax_row` writes every element of each row, and the rows cover `dst[..n]`.
     unsafe { written(&mut dst[..n]) }
@@ -288,7 +288,7 @@ pub fn par_map<'d, F: Fn(f32) -> f32 + Sync + Send + Copy>(
     f: F,
 ) -> &'d mut [f32] {
     let n = src.len().min(dst.len());
-    if par::min_len(n, 1) == usize::MAX {
+    if par::min_len(n, &[1]) == usize::MAX {
         return map(&src[..n], &mut dst[..n], f);
     }
     src[..n]
@@ -314,7 +314,7 @@ pub fn broadcast_zip<'d, F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
 ) -> &'d mut [f32] {
     let total = dst.len();
     if a_shape == b_shape && a.len() == total && b.len() == total {
-        if par::min_len(total, 1) == usize::MAX {
+        if par::min_len(total, &[1]) == usize::MAX {
             return zip(a, b, dst, f);
         }
         a.par_chunks(GRAIN)
@@ -333,7 +333,7 @@ pub fn broadcast_zip<'d, F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
     }
     dst.par_chunks_mut(n)
         .enumerate()
-        .with_min_len(par::min_len(total / n, n))
+        .with_min_len(par::min_len(total / n, &[n]))
         .for_each(|(k, d)| {
             let (ia, ra, ib, rb) = runs.run(k);
             match (ra, rb) {

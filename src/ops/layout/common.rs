@@ -497,7 +497,7 @@ fn permute_typed<T: bytemuck::Pod + Send + Sync>(data: &Tensor, perm: &[usize]) 
                 v.write(src[at + j * stride]);
             }
         };
-        let min_len = crate::par::min_len(total / n, n);
+        let min_len = crate::par::min_len(total / n, &[n]);
         if min_len != usize::MAX {
             use rayon::prelude::*;
             dst.par_chunks_mut(n)

@@ -461,7 +461,7 @@ pub(in crate::ops) fn attend<R: Attend>(
     y.par_chunks_mut(y_chunk)
         .zip(qk_chunks.into_par_iter())
         .enumerate()
-        .with_min_len(crate::par::min_len(pairs, scores_len * (d + dv)))
+        .with_min_len(crate::par::min_len(pairs, &[scores_len, d + dv]))
         .try_for_each(|(bh, (y_bh, qk_bh))| -> Result<()> {
             let (b, h) = (bh / hq, bh % hq);
             let kv = b * s.kv_heads + h / group;
@@ -672,7 +672,7 @@ pub(super) fn eval_flex_attention(
         let mut scores = try_vec(spec.batch * hq * l * t, R::ZERO)?;
         let pairs = spec.batch * hq;
         let scores_at = scores.par_chunks_mut((l * t).max(1)).enumerate();
-        let scores_at = scores_at.with_min_len(crate::par::min_len(pairs, l * t * d));
+        let scores_at = scores_at.with_min_len(crate::par::min_len(pairs, &[l, t, d]));
         scores_at.try_for_each(|(bh, out)| {
             let kvh = bh / hq * spec.kv_heads + bh % hq / group;
             let qm = Mat::row_major(&qv[bh * l * d..][..l * d], l, d)?;
@@ -697,7 +697,7 @@ pub(super) fn eval_flex_attention(
         }
         let mut y = try_vec(spec.batch * hq * l * dv, R::ZERO)?;
         let y_at = y.par_chunks_mut((l * dv).max(1)).enumerate();
-        let y_at = y_at.with_min_len(crate::par::min_len(pairs, l * t * dv));
+        let y_at = y_at.with_min_len(crate::par::min_len(pairs, &[l, t, dv]));
         y_at.try_for_each(|(bh, out)| {
             let kvh = bh / hq * spec.kv_heads + bh % hq / group;
             let pm = Mat::row_major(&probs[bh * l * t..][..l * t], l, t)?;

@@ -156,8 +156,7 @@ impl ConvShape {
         };
         let tasks = self.batch * self.group;
         let threads = crate::par::threads();
-        let per_task = slab.saturating_mul(kc);
-        let min_len = crate::par::min_len(tasks, per_task);
+        let min_len = crate::par::min_len(tasks, &[slab, kc]);
         let parallel = min_len != usize::MAX;
         if tasks >= threads && tasks > 1 && parallel {
             // A plane that cannot be allocated leaves the channels to the general loop, whose
@@ -287,8 +286,7 @@ impl ConvShape {
         let tile = (TILE_ELEMS / kc.max(1)).max(MIN_TILE).min(p);
         let tiles: Vec<usize> = (0..p).step_by(tile).collect();
         let width = |p0: usize| (p0 + tile).min(p) - p0;
-        let per_tile = kc.saturating_mul(tile).saturating_mul(wg.rows());
-        if !parallel || crate::par::min_len(tiles.len(), per_tile) == usize::MAX {
+        if !parallel || crate::par::min_len(tiles.len(), &[kc, tile, wg.rows()]) == usize::MAX {
             // Each tile's product lands straight in its columns of `y`.
             let mut col = Scratch::new(kc * tile, T::ZERO)?;
             for &p0 in &tiles {
@@ -409,6 +407,16 @@ impl<'x, T: Real> Phased<'x, T> {
             Rows::Input(x) => &x[row * n..][..n],
             Rows::Split(split) => &split[row * n..][..n],
         }
+    }
+
+    /// For stride 1: `n` elements from column `first` of row `row` on, running into the rows
+    /// after it (which follow one another in memory).
+    fn flat(&self, row: usize, first: usize, n: usize) -> &[T] {
+        let rows = match &self.rows {
+            Rows::Input(x) => x,
+            Rows::Split(split) => &split[..],
+        };
+        &rows[row * self.phase_len + first..][..n]
     }
 
     /// Columns `first, first + stride, ...` (`n` of them) of row `row`; the caller keeps them
@@ -646,6 +654,9 @@ fn im2col<T: Real>(
     let coord = |o: usize, k: usize, s: usize, d: usize, pad: usize, n: usize| -> Option<usize> {
         (o * s + k * d).checked_sub(pad).filter(|&i| i < n)
     };
+    // With unit strides and rows as wide as the output's, a tap reads the input rows of whole
+    // output rows as one run (its columns outside the row then set to zero).
+    let whole_rows = sw == 1 && sh == 1 && iw == ow && x.stride == 1;
     let mut rows = col.chunks_mut(t.max(1));
     for c in 0..cg {
         for kz in 0..kd {
@@ -658,6 +669,41 @@ fn im2col<T: Real>(
                     while p < p1 {
                         let ox0 = p % ow;
                         let (oy, oz) = ((p / ow) % oh, p / ow / oh);
+                        if whole_rows && ox0 == 0 && p1 - p >= 2 * ow {
+                            let n = ((p1 - p) / ow).min(oh - oy);
+                            let seg = &mut row[dst..dst + n * ow];
+                            match coord(oz, kz, sd, dd, pd, id) {
+                                Some(iz) => {
+                                    let (y0, y1) = inside(oh, ih, 1, ky * dh, ph);
+                                    let (ra, rb) = (y0.clamp(oy, oy + n), y1.clamp(oy, oy + n));
+                                    seg[..(ra - oy) * ow].fill(T::ZERO);
+                                    seg[(rb - oy) * ow..].fill(T::ZERO);
+                                    if ra < rb && lo < hi {
+                                        // `inside` keeps these rows and columns inside.
+                                        let iy = ra + ky * dh - ph;
+                                        let len = (rb - ra - 1) * ow + hi - lo;
+                                        let at = (ra - oy) * ow + lo;
+                                        seg[at..at + len].copy_from_slice(x.flat(
+                                            (c * id + iz) * ih + iy,
+                                            lo + kx * dw - pw,
+                                            len,
+                                        ));
+                                        for r in
+                                            seg[(ra - oy) * ow..(rb - oy) * ow].chunks_exact_mut(ow)
+                                        {
+                                            r[..lo].fill(T::ZERO);
+                                            r[hi..].fill(T::ZERO);
+                                        }
+                                    } else {
+                                        seg[(ra - oy) * ow..(rb - oy) * ow].fill(T::ZERO);
+                                    }
+                                }
+                                None => seg.fill(T::ZERO),
+                            }
+                            p += n * ow;
+                            dst += n * ow;
+                            continue;
+                        }
                         let run = (ow - ox0).min(p1 - p);
                         let seg = &mut row[dst..dst + run];
                         match (coord(oz, kz, sd, dd, pd, id), coord(oy, ky, sh, dh, ph, ih)) {
@@ -1082,6 +1128,26 @@ mod tests {
             }
             assert_eq!(y[0].as_slice::<f32>().unwrap(), &want[..]);
         }
+    }
+
+    #[test]
+    fn same_size_taps_copy_whole_rows_across_tiles() {
+        // 576 im2col rows make tiles of 227 positions, which end inside rows of 41 columns; the
+        // dilated taps leave two columns of padding on each side, and whole rows above and below.
+        let (xs, ws) = ([1, 64, 37, 41], [4, 64, 3, 3]);
+        let (x, w) = small_ints(xs, ws);
+        let node = Node::new("Conv", "c", ["x", "w"], ["y"])
+            .with_attr("dilations", AttrValue::Ints(vec![2, 2]))
+            .with_attr("pads", AttrValue::Ints(vec![2, 2, 2, 2]));
+        let y = eval_node(
+            &node,
+            22,
+            &[Some(&f32s(&xs, x.clone())), Some(&f32s(&ws, w.clone()))],
+        )
+        .unwrap();
+        assert_eq!(y[0].shape(), &[1, 4, 37, 41]);
+        let want = reference(&x, xs, &w, ws, 1, [1, 1], [2, 2], [2, 2], [37, 41]);
+        assert_eq!(y[0].as_slice::<f32>().unwrap(), &want[..]);
     }
 
     #[test]

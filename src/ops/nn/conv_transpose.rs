@@ -202,7 +202,7 @@ impl Layout {
             gemm(T::ONE, wg.t(), xg, T::ZERO, &mut col, pin)?;
             let col = &col;
             let planes = y.par_chunks_mut(pout).enumerate();
-            let planes = planes.with_min_len(crate::par::min_len(mg, taps * pin));
+            let planes = planes.with_min_len(crate::par::min_len(mg, &[taps, pin]));
             planes.for_each(|(m, plane)| {
                 col2im(
                     &col[m * taps * pin..(m + 1) * taps * pin],

@@ -126,7 +126,7 @@ pub(super) fn eval_linear_attention(
         .par_chunks_mut((dk * dv).max(1))
         .zip(out.par_chunks_mut((group * t * dv).max(1)))
         .enumerate()
-        .with_min_len(crate::par::min_len(b * hkv, group * t * dk * dv))
+        .with_min_len(crate::par::min_len(b * hkv, &[group, t, dk, dv]))
         .try_for_each(|(pair, (s, o))| -> Result<()> {
             let (bi, h) = (pair / hkv, pair % hkv);
             let mut val = try_vec(dv, 0.0f64)?;

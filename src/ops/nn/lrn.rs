@@ -32,7 +32,7 @@ fn lrn<R: Real>(
     let scale = alpha / size as f64;
     y.par_chunks_mut(block)
         .zip(x.par_chunks(block))
-        .with_min_len(crate::par::min_len(x.len() / block, block * size))
+        .with_min_len(crate::par::min_len(x.len() / block, &[block, size]))
         .for_each(|(yb, xb)| {
             for c in 0..channels {
                 let (lo, hi) = (c.saturating_sub(before), (c + after).min(channels - 1));

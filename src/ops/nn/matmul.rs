@@ -138,7 +138,7 @@ impl Plan {
         if self.out_len().saturating_mul(k) >= PARALLEL_FLOPS {
             out.par_chunks_mut(m * n)
                 .zip(&self.pairs)
-                .with_min_len(crate::par::min_len(self.pairs.len(), m * n * k))
+                .with_min_len(crate::par::min_len(self.pairs.len(), &[m, n, k]))
                 .try_for_each(one)
         } else {
             out.chunks_mut(m * n).zip(&self.pairs).try_for_each(one)

@@ -63,7 +63,7 @@ fn affine<R: Real>(x: &[R], a: &[R], b: &[R], inner: usize, y: &mut [R]) {
     }
     y.par_chunks_mut(block)
         .zip(x.par_chunks(block))
-        .with_min_len(crate::par::min_len(x.len() / block, block))
+        .with_min_len(crate::par::min_len(x.len() / block, &[block]))
         .for_each(|(yb, xb)| {
             for (c, (yc, xc)) in yb.chunks_mut(inner).zip(xb.chunks(inner)).enumerate() {
                 let (ac, bc) = (a[c], b[c]);
@@ -165,7 +165,7 @@ fn normalize_rows<R: Real>(
         .par_chunks_mut(row_len)
         .zip(x.par_chunks(row_len))
         .enumerate()
-        .with_min_len(crate::par::min_len(x.len() / row_len, 2 * row_len))
+        .with_min_len(crate::par::min_len(x.len() / row_len, &[2, row_len]))
         .map(|(r, (yr, xr))| {
             let (mean, var) = stats(xr.iter().copied());
             let inv = 1.0 / (var + eps).sqrt();
@@ -356,7 +356,7 @@ pub(super) fn eval_rms_norm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
             y.par_chunks_mut(row_len)
                 .zip(xv.par_chunks(row_len))
                 .enumerate()
-                .with_min_len(crate::par::min_len(xv.len() / row_len, 2 * row_len))
+                .with_min_len(crate::par::min_len(xv.len() / row_len, &[2, row_len]))
                 .for_each(|(r, (yr, xr))| {
                     let sq: f64 = xr.iter().map(|v| v.to_f64() * v.to_f64()).sum();
                     let inv = R::from_f64(1.0 / (sq / row_len as f64 + eps).sqrt());

@@ -132,10 +132,10 @@ impl Pool {
         }
         let [_, ih, iw] = self.geo.input;
         let [dd, dh, dw] = self.geo.dilations;
-        let taps = self.geo.kernel.iter().product::<usize>();
+        let [kd, kh, kw] = self.geo.kernel;
         out.par_chunks_mut(out_plane)
             .enumerate()
-            .with_min_len(crate::par::min_len(self.planes, out_plane * taps))
+            .with_min_len(crate::par::min_len(self.planes, &[out_plane, kd, kh, kw]))
             .for_each(|(plane, y)| {
                 let mut positions = Vec::new();
                 let mut k = 0;
@@ -224,7 +224,7 @@ fn max_values<T: Pod + PartialOrd + Default + Send + Sync>(
     let [dd, dh, dw] = pool.geo.dilations;
     out.par_chunks_mut(out_plane)
         .enumerate()
-        .with_min_len(crate::par::min_len(pool.planes, x_plane.max(out_plane)))
+        .with_min_len(crate::par::min_len(pool.planes, &[x_plane.max(out_plane)]))
         .try_for_each(|(plane, y)| -> Result<()> {
             let xp = &x[plane * x_plane..][..x_plane];
             let mut rows = Vec::new();
@@ -432,7 +432,7 @@ fn global_pool(ctx: &EvalCtx<'_>, x: &Tensor, kind: Global) -> Result<Tensor> {
             try_vec(shape[0] * shape[1], R::ZERO)?
         } else {
             xv.par_chunks(plane)
-                .with_min_len(crate::par::min_len(xv.len() / plane, plane))
+                .with_min_len(crate::par::min_len(xv.len() / plane, &[plane]))
                 .map(|p| match kind {
                     Global::Average => p.iter().copied().sum::<R>() / R::from_usize(plane),
                     Global::Max => p.iter().copied().fold(p[0], |a, b| if b > a { b } else { a }),
