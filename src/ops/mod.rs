@@ -28,6 +28,7 @@ pub mod util;
 
 mod contrib;
 mod control;
+mod fold;
 mod gathers;
 mod identity;
 mod layout;
@@ -41,6 +42,7 @@ mod signal;
 mod strings;
 pub(crate) mod vector;
 
+pub use fold::{foldable, Folder};
 pub use gathers::{gather_multiaxis_dims, logical_indices_dims};
 pub use random::is_random;
 
@@ -304,12 +306,7 @@ pub fn planned_output_bytes(
             let d = usize::try_from(d.known()?).ok()?;
             count = count.saturating_mul(d);
         }
-        let bytes = if elem == crate::DataType::String {
-            count.saturating_mul(std::mem::size_of::<Vec<u8>>())
-        } else {
-            elem.storage_bytes(count).unwrap_or(usize::MAX)
-        };
-        total = total.saturating_add(bytes);
+        total = total.saturating_add(fold::value_bytes(elem, count));
     }
     Some(total)
 }
