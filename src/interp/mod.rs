@@ -38,8 +38,8 @@ use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::infer::{self, Formals, TypeEnv};
 use crate::ir::{
-    opset_version, stored_to_tensor, AttrValue, Attribute, Function, Graph, Model, Node,
-    OpsetImport, SparseInitializer, TensorType,
+    display_domain, is_onnx_domain, opset_version, stored_to_tensor, AttrValue, Attribute,
+    Function, Graph, Model, Node, OpsetImport, SparseInitializer, TensorType,
 };
 use crate::ops::constraints::{self, Schema};
 use crate::ops::{
@@ -587,18 +587,12 @@ impl<'m> Session<'m> {
         };
         match registry().lookup(&node.domain, &node.op_type, opset) {
             Some(def) => Ok((StepKind::Op(def), opset)),
-            None => {
-                let domain = if node.domain.is_empty() {
-                    "ai.onnx"
-                } else {
-                    &node.domain
-                };
-                Err(Error::Unsupported(format!(
-                    "operator {} ({domain}, opset {opset}) at {}",
-                    node.op_type,
-                    node_label(node, at.0, at.1)
-                )))
-            }
+            None => Err(Error::Unsupported(format!(
+                "operator {} ({}, opset {opset}) at {}",
+                node.op_type,
+                display_domain(&node.domain),
+                node_label(node, at.0, at.1)
+            ))),
         }
     }
 
@@ -697,7 +691,7 @@ impl<'m> Session<'m> {
                 .map(|step| StepTime {
                     node: step.node.name.clone(),
                     op_type: match step.node.domain.as_str() {
-                        "" | "ai.onnx" => step.node.op_type.clone(),
+                        domain if is_onnx_domain(domain) => step.node.op_type.clone(),
                         domain => format!("{domain}.{}", step.node.op_type),
                     },
                     total: Duration::ZERO,
