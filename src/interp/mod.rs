@@ -1,5 +1,8 @@
 //! The reference interpreter: runs a model's graph on tensors, node by node, in execution order.
 //!
+//! Why one file: planning and the run loop share the private `Plan`, `Step` and `Frame`; planning
+//! in a file of its own is the natural cut, once the run loop and its thread pool settle.
+//!
 //! A [`Session`] holds a model and, per graph it has run, a `Plan`: the nodes in execution order
 //! with their operator definitions resolved (an unknown operator is reported before anything
 //! runs), the initializers converted to tensors once, and for each node the values whose last use
