@@ -247,30 +247,18 @@ impl Rule for Lowering<'_> {
             }
             Err(reason) => (NodeOutcome::Skipped { reason }, None),
         };
-        let report = &mut *self.report;
-        record(
-            &mut report.nodes,
-            &mut report.skipped,
-            label,
-            site.scope,
-            outcome,
-        );
+        let r = &mut *self.report;
+        record(&mut r.nodes, &mut r.skipped, label, site.scope, outcome);
         change
     }
 
     fn skip(&mut self, node: &Node, scope: &str, reason: &str) {
         if node.domain == DOMAIN && node.op_type == OP_TYPE {
-            let report = &mut *self.report;
-            let outcome = NodeOutcome::Skipped {
+            let skipped = NodeOutcome::Skipped {
                 reason: reason.to_owned(),
             };
-            record(
-                &mut report.nodes,
-                &mut report.skipped,
-                label(node),
-                scope,
-                outcome,
-            );
+            let r = &mut *self.report;
+            record(&mut r.nodes, &mut r.skipped, label(node), scope, skipped);
         }
     }
 }
