@@ -13,7 +13,7 @@ use crate::ir::{
     is_onnx_domain, opset_version, same_dim, Dim, Graph, Node, OpsetImport, Shape, StoredTensor,
     TensorType,
 };
-use crate::ops;
+use crate::ops::{self, Folder};
 use crate::tensor::Tensor;
 
 /// The known type of each value in scope, and the declarations that contradict what was
@@ -550,58 +550,40 @@ fn merge(a: &TensorType, b: &TensorType) -> TensorType {
 }
 
 /// Values known before running: small initializers, and the outputs of nodes whose inputs are
-/// all known, computed with the operators' kernels (constant folding). Shape arithmetic such as
-/// `Constant -> Concat -> Reshape` then gives the rewrite pass exact ranks and dims.
+/// all known, computed with the operators' kernels (constant folding, [`Folder::INFERENCE`]).
+/// Shape arithmetic such as `Constant -> Concat -> Reshape` then gives the rewrite pass exact
+/// ranks and dims.
 #[derive(Default)]
 struct Constants {
     values: HashMap<String, Tensor>,
 }
 
 impl Constants {
-    /// Values larger than this many elements are not kept: shapes and axes are small, weights
-    /// are not needed.
-    const MAX_ELEMENTS: usize = 4096;
-
     fn get(&self, name: &str) -> Option<&Tensor> {
         self.values.get(name)
     }
 
+    /// Keeps an initializer small enough to fold with; weights are not needed.
     fn add_initializer(&mut self, t: &StoredTensor) {
-        let (Some(name), Ok(count)) = (&t.name, t.element_count()) else {
-            return;
-        };
-        if count <= Self::MAX_ELEMENTS {
+        let Some(name) = &t.name else { return };
+        if Folder::INFERENCE.fits_stored(t) {
             if let Ok(value) = stored_to_tensor(t) {
                 self.values.insert(name.clone(), value);
             }
         }
     }
 
-    /// The outputs of `node` when every input it names is known, it has no subgraph, and the
-    /// outputs are small; `None` otherwise (including when the kernel fails: folding is an
-    /// optimisation of what is known, never a source of errors).
+    /// The outputs of `node` when every input it names is known and the folder folds it.
     fn fold(&self, node: &Node, opset: i64, values: &[Option<&Tensor>]) -> Option<Vec<Tensor>> {
         let all_known = node
             .inputs
             .iter()
             .zip(values)
             .all(|(name, v)| name.is_empty() || v.is_some());
-        if !all_known || node.subgraphs().next().is_some() || node.domain == crate::gather::DOMAIN {
+        if !all_known {
             return None;
         }
-        // Only what is known to be small is computed: a dead `ConstantOfShape([6e9])` beside the
-        // graph costs a shape function, not six gigabytes.
-        // (Operators whose shape function cannot tell run as before: their results are
-        // discarded below when large, and their allocations are checked by the budget.)
         let def = ops::registry().lookup(&node.domain, &node.op_type, opset)?;
-        let planned = ops::planned_output_bytes(def, node, opset, values);
-        if planned.is_some_and(|bytes| bytes > Self::MAX_ELEMENTS * 16) {
-            return None;
-        }
-        let outputs = ops::eval_node(node, opset, values).ok()?;
-        outputs
-            .iter()
-            .all(|t| t.len() <= Self::MAX_ELEMENTS)
-            .then_some(outputs)
+        Folder::INFERENCE.fold(def, node, opset, values)
     }
 }

@@ -1,5 +1,8 @@
 //! Reading and writing model files: memory mapping, external data, atomic saves.
 //!
+//! Why one file: loading and saving share the external-data rules (locations, links, the identity
+//! of files), which are written here once; reading inputs, checks and cleanup are in `io/`.
+//!
 //! Loading maps the file and decodes it in place, so raw weights stay in the page cache until
 //! something reads them. External data files are opened once each, checked (see
 //! [`LoadOptions`]), mapped, and each tensor gets a slice of its file. Saving writes a temporary

@@ -1,5 +1,8 @@
 //! The protobuf boundary: the only module that sees the prost-generated ONNX types.
 //!
+//! Why one file: the boundary is sealed by being one module, the only one that includes the
+//! generated code, with decoding and encoding mirroring each other field for field.
+//!
 //! [`decode`] turns the bytes of a `ModelProto` into an [`ir::Model`]; [`encode`] does the reverse.
 //! Conversion is field for field, so a model decoded and encoded again yields an equal message.
 //! Parts no pass looks into (training info, device configurations, sparse tensors) are carried as

@@ -1,5 +1,8 @@
 //! The runtime tensor: an element type, a shape and the elements, held in memory.
 //!
+//! Why one file: `Tensor` and `UninitTensor` share the private buffer whose invariants (length,
+//! slack, packed padding) only this file upholds; the arena and packed types are in `tensor/`.
+//!
 //! [`Tensor`] is what kernels read and write and what the interpreter passes between nodes. It
 //! has two representations:
 //!

@@ -453,7 +453,8 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option
     visit(graph, start, start, &mut path, &mut seen).then_some(path)
 }
 
-fn library_sources() -> Vec<Source> {
+/// Every Rust file under `src/`, sorted by path.
+fn all_sources() -> Vec<Source> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     let mut dirs = vec![root.clone()];
@@ -464,10 +465,6 @@ fn library_sources() -> Vec<Source> {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
                 let rel = path.strip_prefix(&root).expect("under src/").to_path_buf();
-                // The binary (`main.rs`, `cli/`) is the top layer: it uses the library by name.
-                if rel.starts_with("cli") {
-                    continue;
-                }
                 let text = std::fs::read_to_string(&path).expect("a UTF-8 source file");
                 files.push(Source { rel, text });
             }
@@ -475,6 +472,39 @@ fn library_sources() -> Vec<Source> {
     }
     files.sort_by(|a, b| a.rel.cmp(&b.rel));
     files
+}
+
+fn library_sources() -> Vec<Source> {
+    // The binary (`main.rs`, `cli/`) is the top layer: it uses the library by name.
+    all_sources()
+        .into_iter()
+        .filter(|s| !s.rel.starts_with("cli"))
+        .collect()
+}
+
+/// Files longer than this many lines say at their top why they are one file.
+const LONG_FILE_LINES: usize = 800;
+
+/// The files of more than [`LONG_FILE_LINES`] lines whose leading `//!` block has no paragraph
+/// starting `Why one file:`.
+fn long_files_without_a_reason(sources: &[Source]) -> Vec<String> {
+    sources
+        .iter()
+        .filter(|s| s.text.lines().count() > LONG_FILE_LINES)
+        .filter(|s| {
+            !s.text
+                .lines()
+                .take_while(|l| l.starts_with("//!"))
+                .any(|l| l.starts_with("//! Why one file: "))
+        })
+        .map(|s| {
+            format!(
+                "src/{} has {} lines and no `//! Why one file:` paragraph at its top",
+                s.rel.display(),
+                s.text.lines().count()
+            )
+        })
+        .collect()
 }
 
 fn architecture_layers() -> Vec<Vec<String>> {
@@ -492,6 +522,12 @@ fn imports_go_down_the_layers() {
 fn files_of_one_directory_import_each_other_in_no_circle() {
     let problems = sibling_cycles(&library_sources());
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+}
+
+#[test]
+fn long_files_say_why_they_are_one_file() {
+    let unexplained = long_files_without_a_reason(&all_sources());
+    assert!(unexplained.is_empty(), "{}", unexplained.join("\n"));
 }
 
 #[test]
@@ -603,5 +639,28 @@ fn sibling_cycle_cases() {
     for (files, expected) in cases {
         let sources: Vec<Source> = files.iter().map(|(p, t)| source(p, t)).collect();
         assert_eq!(&sibling_cycles(&sources), expected, "files {files:?}");
+    }
+}
+
+#[test]
+fn long_file_cases() {
+    let long = "fn f() {}\n".repeat(LONG_FILE_LINES);
+    let cases = [
+        ("short.rs", "//! Short.\n".to_owned(), true),
+        ("bare.rs", format!("//! Long.\n{long}"), false),
+        (
+            "reason.rs",
+            format!("//! Long.\n//!\n//! Why one file: one loop.\n{long}"),
+            true,
+        ),
+        (
+            "below.rs",
+            format!("//! Long.\n\n// Why one file: too late.\n{long}"),
+            false,
+        ),
+    ];
+    for (name, text, fine) in cases {
+        let found = long_files_without_a_reason(&[source(name, &text)]);
+        assert_eq!(found.is_empty(), fine, "{name}: {found:?}");
     }
 }

@@ -1,12 +1,11 @@
 //! `multigather inspect`: the text form of a model, or a JSON summary.
 
-use std::path::Path;
-
 use anyhow::Result;
 use multigather::ir::{Model, ValueInfo};
 use multigather::text::{self, TextOptions};
 use serde::Serialize;
 
+use super::options::Inspect;
 use super::{output, Outcome};
 
 #[derive(Serialize)]
@@ -40,9 +39,10 @@ fn io(values: &[ValueInfo], model: &Model) -> Vec<Io> {
         .collect()
 }
 
-pub fn run(path: &Path, json: bool, max_elements: usize) -> Result<Outcome> {
-    let model = super::load(path)?;
-    if json {
+/// Prints the model's text form, or its JSON summary.
+pub fn run(options: Inspect) -> Result<Outcome> {
+    let model = super::load(&options.model)?;
+    if options.json {
         let ops = model.op_histogram();
         let summary = Summary {
             ir_version: model.ir_version,
@@ -66,7 +66,7 @@ pub fn run(path: &Path, json: bool, max_elements: usize) -> Result<Outcome> {
         output::println(&serde_json::to_string_pretty(&summary)?)?;
     } else {
         let options = TextOptions {
-            max_elements,
+            max_elements: options.max_elements,
             ..TextOptions::default()
         };
         output::print(&text::model_to_text_with(&model, &options))?;

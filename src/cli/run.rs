@@ -1,30 +1,17 @@
 //! `multigather run`: runs a model with the reference interpreter, optionally many times for
 //! timing, and writes or summarises its outputs.
 
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
-use multigather::interp::{Profile, RunOptions, Session};
+use anyhow::{Context, Result};
+use multigather::interp::{Profile, Session};
 use multigather::io::files::{read_inputs_dir, read_tensor, write_tensor_pb};
 use multigather::ir::Model;
 use multigather::Tensor;
 use serde::Serialize;
 
+use super::options::{Inputs, Run};
 use super::{output, Outcome};
-
-/// Validated options of `multigather run`.
-pub struct RunArgs<'a> {
-    pub model: &'a Path,
-    pub inputs: Option<&'a Path>,
-    pub input: &'a [String],
-    pub output_dir: Option<&'a Path>,
-    pub repeat: usize,
-    pub threads: Option<usize>,
-    pub max_memory: Option<usize>,
-    pub json: bool,
-    pub profile: bool,
-}
 
 #[derive(Serialize)]
 struct Timing {
@@ -153,56 +140,42 @@ struct OutputSummary {
     shape: Vec<usize>,
 }
 
-/// Inputs from `--inputs DIR` and `--input NAME=FILE` (the latter override the former).
-pub fn gather_inputs(
-    model: &Model,
-    dir: Option<&Path>,
-    pairs: &[String],
-) -> Result<Vec<(String, Tensor)>> {
-    let mut inputs = match dir {
+/// Reads the inputs of `--inputs DIR` and `--input NAME=FILE` (the latter override the former).
+pub fn read_inputs(model: &Model, given: &Inputs) -> Result<Vec<(String, Tensor)>> {
+    let mut inputs = match &given.dir {
         Some(dir) => read_inputs_dir(&model.graph, dir)
             .with_context(|| format!("reading inputs from {}", dir.display()))?,
         None => Vec::new(),
     };
-    for pair in pairs {
-        let Some((name, file)) = pair.split_once('=') else {
-            bail!("--input takes NAME=FILE, found '{pair}'");
-        };
-        let (_, tensor) = read_tensor(&PathBuf::from(file))?;
+    for (name, file) in &given.files {
+        let (_, tensor) = read_tensor(file)?;
         inputs.retain(|(n, _)| n != name);
-        inputs.push((name.to_owned(), tensor));
+        inputs.push((name.clone(), tensor));
     }
     Ok(inputs)
 }
 
-pub fn run(args: RunArgs) -> Result<Outcome> {
-    if args.repeat == 0 {
-        bail!("--repeat must be at least 1");
-    }
-    let model = super::load(args.model)?;
-    let inputs = gather_inputs(&model, args.inputs, args.input)?;
-    let session = Session::with_options(
-        &model,
-        RunOptions {
-            threads: args.threads,
-            max_memory: args.max_memory,
-            profile: args.profile,
-        },
-    );
-    let context = || format!("running {}", args.model.display());
+/// Runs the model `options.repeat` times; writes or prints its outputs and timings.
+pub fn run(options: Run) -> Result<Outcome> {
+    let repeat = options.repeat.get();
+    let model = super::load(&options.model)?;
+    let inputs = read_inputs(&model, &options.inputs)?;
+    let profiled = options.run.profile;
+    let session = Session::with_options(&model, options.run);
+    let context = || format!("running {}", options.model.display());
     session.check().with_context(context)?;
-    let mut times = Vec::with_capacity(args.repeat);
+    let mut times = Vec::with_capacity(repeat);
     let mut outputs = Vec::new();
-    for run in 0..args.repeat {
+    for run in 0..repeat {
         let start = Instant::now();
         outputs = session.run(inputs.clone()).with_context(context)?;
         times.push(start.elapsed().as_secs_f64());
-        if run == 0 && args.repeat > 1 {
+        if run == 0 && repeat > 1 {
             // The first run plans the graph and fills the buffer pool: profile the steady state.
             session.take_profile();
         }
     }
-    if let Some(dir) = args.output_dir {
+    if let Some(dir) = &options.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for (k, (name, t)) in outputs.iter().enumerate() {
             let path = dir.join(format!("output_{k}.pb"));
@@ -219,10 +192,10 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             shape: t.shape().to_vec(),
         })
         .collect();
-    let profile = args.profile.then(|| ProfileSummary::of(&session.profile()));
-    if args.json {
+    let profile = profiled.then(|| ProfileSummary::of(&session.profile()));
+    if options.json {
         let timing = Timing {
-            runs: args.repeat,
+            runs: repeat,
             median_s: times[times.len() / 2],
             min_s: times[0],
             outputs: summaries,
@@ -239,16 +212,16 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
                 preview(t)
             ))?;
         }
-        if args.repeat > 1 {
+        if repeat > 1 {
             output::eprintln(&format!(
                 "{} runs: median {:.3} ms, min {:.3} ms",
-                args.repeat,
+                repeat,
                 times[times.len() / 2] * 1e3,
                 times[0] * 1e3
             ));
         }
         if let Some(profile) = profile {
-            output::eprintln(&profile.text(args.repeat));
+            output::eprintln(&profile.text(repeat));
         }
     }
     Ok(Outcome::Success)

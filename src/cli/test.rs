@@ -18,6 +18,7 @@ use multigather::interp::Session;
 use multigather::io::files::{read_inputs_dir, read_outputs_dir};
 use multigather::verify::close_enough;
 
+use super::options::Test;
 use super::{output, Outcome};
 
 /// What became of one test.
@@ -29,9 +30,10 @@ enum Verdict {
     Skip(String),
 }
 
-pub fn run(dirs: &[PathBuf]) -> Result<Outcome> {
+/// Runs every test directory under `options.dirs` and prints one line per test.
+pub fn run(options: Test) -> Result<Outcome> {
     let mut tests = Vec::new();
-    for dir in dirs {
+    for dir in &options.dirs {
         collect(dir, &mut tests)?;
     }
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);

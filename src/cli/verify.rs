@@ -5,9 +5,6 @@
 //! Inputs not given (`--inputs DIR`, `--input NAME=FILE`) are drawn by the rules of
 //! `multigather::verify::draw_inputs`; what was drawn, with which shapes and ranges, is printed.
 
-use std::collections::HashMap;
-use std::path::Path;
-
 use anyhow::{Context, Result};
 use multigather::interp::{RunOptions, Session};
 use multigather::ir::Model;
@@ -19,19 +16,8 @@ use multigather::verify::{
 use multigather::Tensor;
 use serde::Serialize;
 
+use super::options::Verify;
 use super::{output, Outcome};
-
-/// Validated options of `multigather verify`.
-pub struct VerifyArgs<'a> {
-    pub model: &'a Path,
-    pub rewritten: Option<&'a Path>,
-    pub inputs: Option<&'a Path>,
-    pub input: &'a [String],
-    pub seed: u64,
-    pub dims: &'a [String],
-    pub json: bool,
-    pub max_memory: Option<usize>,
-}
 
 #[derive(Serialize)]
 struct Report<'a> {
@@ -40,22 +26,6 @@ struct Report<'a> {
     inputs: &'a [InputChoice],
     dims: &'a [DimChoice],
     outputs: &'a [OutputComparison],
-}
-
-/// Parses `--dim NAME=VALUE` pairs.
-pub fn dim_sizes(pairs: &[String]) -> Result<HashMap<String, usize>> {
-    pairs
-        .iter()
-        .map(|p| {
-            let (name, value) = p
-                .split_once('=')
-                .with_context(|| format!("--dim takes NAME=VALUE, found '{p}'"))?;
-            let value = value
-                .parse::<usize>()
-                .with_context(|| format!("--dim {name}: '{value}' is not a size"))?;
-            Ok((name.to_owned(), value))
-        })
-        .collect()
 }
 
 /// Runs `original` and `rewritten` on the same inputs, given or drawn (see [`run_original`]),
@@ -160,30 +130,31 @@ fn failure_hint(drawn: &Drawn, free: &[String], tried: &[usize]) -> String {
     hint
 }
 
-pub fn run(args: VerifyArgs) -> Result<Outcome> {
-    let original = super::load(args.model)?;
-    let (rewritten, rewritten_nodes) = match args.rewritten {
+/// Rewrites the model (or loads the rewritten one), runs both and prints the comparison.
+pub fn run(options: Verify) -> Result<Outcome> {
+    let original = super::load(&options.model)?;
+    let (rewritten, rewritten_nodes) = match &options.rewritten {
         Some(path) => (super::load(path)?, 0),
         None => {
             let mut m = original.clone();
             let report = GatherToMultiaxis::rewrite(&mut m, RewriteConfig::default())
-                .with_context(|| format!("rewriting {}", args.model.display()))?;
+                .with_context(|| format!("rewriting {}", options.model.display()))?;
             let count = report.rewritten;
             (m, count)
         }
     };
-    let options = RunOptions {
+    let run = RunOptions {
         threads: None,
-        max_memory: args.max_memory,
+        max_memory: options.max_memory,
         ..RunOptions::default()
     };
     let draw = DrawOptions {
-        seed: args.seed,
-        dims: dim_sizes(args.dims)?,
-        given: super::run::gather_inputs(&original, args.inputs, args.input)?,
+        seed: options.seed,
+        dims: options.dims,
+        given: super::run::read_inputs(&original, &options.inputs)?,
     };
-    let (drawn, comparisons) = match prove(&original, &rewritten, &draw, &options) {
-        Err(e) if is_unsupported(&e) && args.rewritten.is_none() => {
+    let (drawn, comparisons) = match prove(&original, &rewritten, &draw, &run) {
+        Err(e) if is_unsupported(&e) && options.rewritten.is_none() => {
             return Err(e.context(format!(
                 "cannot prove the rewrite by running it ({rewritten_nodes} gathers rewritten and \
                  checked statically; `multigather rewrite` still writes it)"
@@ -192,7 +163,7 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
         other => other?,
     };
     let identical = comparisons.iter().all(|c| c.identical);
-    if args.json {
+    if options.json {
         let report = Report {
             identical,
             rewritten_nodes,
@@ -227,7 +198,7 @@ pub fn run(args: VerifyArgs) -> Result<Outcome> {
         }
         let verdict = if identical { "identical" } else { "DIFFERENT" };
         // What the original was compared with: the rewrite made here, or the file given.
-        let against = match args.rewritten {
+        let against = match &options.rewritten {
             Some(path) => format!("against {}", path.display()),
             None => format!("{rewritten_nodes} gathers rewritten"),
         };

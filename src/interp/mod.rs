@@ -1,5 +1,8 @@
 //! The reference interpreter: runs a model's graph on tensors, node by node, in execution order.
 //!
+//! Why one file: planning and the run loop share the private `Plan`, `Step` and `Frame`; planning
+//! in a file of its own is the natural cut, once the run loop and its thread pool settle.
+//!
 //! A [`Session`] holds a model and, per graph it has run, a `Plan`: the nodes in execution order
 //! with their operator definitions resolved (an unknown operator is reported before anything
 //! runs), the initializers converted to tensors once, and for each node the values whose last use
@@ -38,11 +41,13 @@ use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::infer::{self, Formals, TypeEnv};
 use crate::ir::{
-    opset_version, stored_to_tensor, AttrValue, Attribute, Function, Graph, Model, Node,
-    OpsetImport, SparseInitializer, TensorType,
+    display_domain, is_onnx_domain, opset_version, stored_to_tensor, AttrValue, Attribute,
+    Function, Graph, Model, Node, OpsetImport, SparseInitializer, TensorType,
 };
 use crate::ops::constraints::{self, Schema};
-use crate::ops::{planned_output_bytes, registry, EvalCtx, OpDef, SubgraphRunner};
+use crate::ops::{
+    foldable, planned_output_bytes, registry, EvalCtx, Folder, OpDef, SubgraphRunner,
+};
 use crate::tensor::{default_budget, Arena, Tensor};
 
 /// How a session runs.
@@ -585,18 +590,12 @@ impl<'m> Session<'m> {
         };
         match registry().lookup(&node.domain, &node.op_type, opset) {
             Some(def) => Ok((StepKind::Op(def), opset)),
-            None => {
-                let domain = if node.domain.is_empty() {
-                    "ai.onnx"
-                } else {
-                    &node.domain
-                };
-                Err(Error::Unsupported(format!(
-                    "operator {} ({domain}, opset {opset}) at {}",
-                    node.op_type,
-                    node_label(node, at.0, at.1)
-                )))
-            }
+            None => Err(Error::Unsupported(format!(
+                "operator {} ({}, opset {opset}) at {}",
+                node.op_type,
+                display_domain(&node.domain),
+                node_label(node, at.0, at.1)
+            ))),
         }
     }
 
@@ -695,7 +694,7 @@ impl<'m> Session<'m> {
                 .map(|step| StepTime {
                     node: step.node.name.clone(),
                     op_type: match step.node.domain.as_str() {
-                        "" | "ai.onnx" => step.node.op_type.clone(),
+                        domain if is_onnx_domain(domain) => step.node.op_type.clone(),
                         domain => format!("{domain}.{}", step.node.op_type),
                     },
                     total: Duration::ZERO,
@@ -811,28 +810,14 @@ fn check_outputs(node: &Node, outputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
     Ok(outputs.into_iter().take(want).collect())
 }
 
-/// Operators whose outputs are not a function of their inputs and attributes: never folded.
-const NOT_FOLDED: &[&str] = &[
-    "Bernoulli",
-    "Dropout",
-    "Multinomial",
-    "RandomNormal",
-    "RandomNormalLike",
-    "RandomUniform",
-    "RandomUniformLike",
-];
-
-/// Outputs larger than this are computed on every run rather than kept by the plan.
-const MAX_FOLDED_BYTES: usize = 64 << 20;
-
 /// Runs, once, the steps whose inputs are all constants (initializers of the graph that no input
 /// can override, constants of the same kind in the enclosing scopes that nothing hides, and the
-/// outputs of steps folded before), as a runtime folds constants: their outputs join `constants`
-/// and the steps leave the plan. Weights stored as `Constant` nodes, and the shape arithmetic and
-/// weight slicing on them, then cost nothing per run. The same kernels compute the same values,
-/// only earlier, so results do not change. A step that fails stays in the plan, to report its
-/// error when the graph runs. Returns the remaining steps and the names of the constants that
-/// are fixed.
+/// outputs of steps folded before), as a runtime folds constants ([`Folder::PLANNING`]): their
+/// outputs join `constants` and the steps leave the plan. Weights stored as `Constant` nodes,
+/// and the shape arithmetic and weight slicing on them, then cost nothing per run. The same
+/// kernels compute the same values, only earlier, so results do not change. A step that fails
+/// stays in the plan, to report its error when the graph runs. Returns the remaining steps and
+/// the names of the constants that are fixed.
 fn fold_constants<'m>(
     graph: &Graph,
     steps: Vec<Step<'m>>,
@@ -872,8 +857,7 @@ fn fold_constants<'m>(
             }
         };
         let node: &Node = &step.node;
-        let eligible = !(node.domain.is_empty() && NOT_FOLDED.contains(&node.op_type.as_str()))
-            && node.subgraphs().next().is_none()
+        let eligible = foldable(node)
             && node
                 .outputs
                 .iter()
@@ -903,31 +887,9 @@ fn fold_constants<'m>(
             kept.push(step);
             continue;
         }
-        // Outputs known to be too large to keep are not computed at all: the step stays in
-        // the plan. (Where the shape function cannot tell, the results are checked below.)
-        let planned = planned_output_bytes(def, node, step.opset, &inputs);
-        if planned.is_some_and(|bytes| bytes > MAX_FOLDED_BYTES) {
+        let Some(folded) = Folder::PLANNING.fold(def, node, step.opset, &inputs) else {
             kept.push(step);
             continue;
-        }
-        let ctx = EvalCtx {
-            node,
-            opset: step.opset,
-            runner: &crate::ops::NoSubgraphs,
-        };
-        let folded = match (def.eval)(&ctx, &inputs) {
-            Ok(outputs)
-                if outputs.len() >= node.outputs.len()
-                    && outputs
-                        .iter()
-                        .all(|t| t.as_bytes().map_or(0, <[u8]>::len) <= MAX_FOLDED_BYTES) =>
-            {
-                outputs
-            }
-            _ => {
-                kept.push(step);
-                continue;
-            }
         };
         for (name, t) in node.outputs.iter().zip(folded) {
             fixed.insert(name.clone());

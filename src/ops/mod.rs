@@ -28,6 +28,7 @@ pub mod util;
 
 mod contrib;
 mod control;
+mod fold;
 mod gathers;
 mod identity;
 mod layout;
@@ -41,6 +42,7 @@ mod signal;
 mod strings;
 pub(crate) mod vector;
 
+pub use fold::{foldable, Folder};
 pub use gathers::{gather_multiaxis_dims, logical_indices_dims};
 pub use random::is_random;
 
@@ -304,12 +306,7 @@ pub fn planned_output_bytes(
             let d = usize::try_from(d.known()?).ok()?;
             count = count.saturating_mul(d);
         }
-        let bytes = if elem == crate::DataType::String {
-            count.saturating_mul(std::mem::size_of::<Vec<u8>>())
-        } else {
-            elem.storage_bytes(count).unwrap_or(usize::MAX)
-        };
-        total = total.saturating_add(bytes);
+        total = total.saturating_add(fold::value_bytes(elem, count));
     }
     Some(total)
 }
@@ -330,32 +327,68 @@ const FAMILIES: &[&[OpDef]] = &[
     strings::DEFS,
 ];
 
+/// Static tables of operator versions (definitions, schemas) indexed by (domain, op type): the
+/// one index behind [`Registry::lookup`] and [`constraints::lookup`]. Each operator's versions
+/// keep their table order.
+pub(crate) struct ByOp<T: 'static> {
+    /// Domain, then op type (keyed by `&'static str`, looked up by any `&str`).
+    versions: HashMap<&'static str, HashMap<&'static str, Vec<&'static T>>>,
+}
+
+impl<T> ByOp<T> {
+    /// Indexes `items` by their (domain, op type).
+    pub(crate) fn new(
+        items: impl IntoIterator<Item = &'static T>,
+        key: impl Fn(&'static T) -> (&'static str, &'static str),
+    ) -> ByOp<T> {
+        let mut versions: HashMap<_, HashMap<_, Vec<&'static T>>> = HashMap::new();
+        for item in items {
+            let (domain, op_type) = key(item);
+            versions
+                .entry(domain)
+                .or_default()
+                .entry(op_type)
+                .or_default()
+                .push(item);
+        }
+        ByOp { versions }
+    }
+
+    /// The versions of `op_type` in `domain` (`ai.onnx` or `""` for the default domain), in
+    /// table order; empty when there are none.
+    pub(crate) fn versions(&self, domain: &str, op_type: &str) -> &[&'static T] {
+        self.versions
+            .get(canonical_domain(domain))
+            .and_then(|ops| ops.get(op_type))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Every operator's versions.
+    fn all(&self) -> impl Iterator<Item = &Vec<&'static T>> {
+        self.versions.values().flat_map(HashMap::values)
+    }
+}
+
 /// Every operator definition, indexed by (domain, op type).
 pub struct Registry {
-    by_op: HashMap<(&'static str, &'static str), Vec<&'static OpDef>>,
+    by_op: ByOp<OpDef>,
 }
 
 /// The registry of every operator this build knows.
 pub fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(|| {
-        let mut by_op: HashMap<_, Vec<&'static OpDef>> = HashMap::new();
-        for def in FAMILIES.iter().flat_map(|f| f.iter()) {
-            by_op
-                .entry((def.domain, def.op_type))
-                .or_default()
-                .push(def);
-        }
-        Registry { by_op }
+    REGISTRY.get_or_init(|| Registry {
+        by_op: ByOp::new(FAMILIES.iter().flat_map(|f| f.iter()), |d| {
+            (d.domain, d.op_type)
+        }),
     })
 }
 
 impl Registry {
     /// The definition of `op_type` in `domain` at `opset`, if this build has one.
     pub fn lookup(&self, domain: &str, op_type: &str, opset: i64) -> Option<&'static OpDef> {
-        let domain = canonical_domain(domain);
         self.by_op
-            .get(&(domain, op_type))?
+            .versions(domain, op_type)
             .iter()
             .find(|d| d.opsets.contains(&opset))
             .copied()
@@ -363,13 +396,12 @@ impl Registry {
 
     /// Whether any opset of `op_type` in `domain` is known.
     pub fn knows(&self, domain: &str, op_type: &str) -> bool {
-        let domain = canonical_domain(domain);
-        self.by_op.contains_key(&(domain, op_type))
+        !self.by_op.versions(domain, op_type).is_empty()
     }
 
     /// Every definition, sorted by domain, type and first opset.
     pub fn all(&self) -> Vec<&'static OpDef> {
-        let mut defs: Vec<_> = self.by_op.values().flatten().copied().collect();
+        let mut defs: Vec<_> = self.by_op.all().flatten().copied().collect();
         defs.sort_by_key(|d| (d.domain, d.op_type, *d.opsets.start()));
         defs
     }
@@ -413,7 +445,7 @@ mod tests {
 
     #[test]
     fn opset_ranges_of_one_operator_do_not_overlap() {
-        for defs in registry().by_op.values() {
+        for defs in registry().by_op.all() {
             for (i, a) in defs.iter().enumerate() {
                 for b in &defs[i + 1..] {
                     let overlap =

@@ -31,9 +31,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::lower::{lower_node, Pattern};
+use super::lower::{lower_node, record, Pattern};
 use super::walk::{label, walk, Change, Rule, Site};
-use super::{emit::Constants, emit::Replacement, NodeOutcome, NodeReport, Pass};
+use super::{emit::Constants, emit::Replacement, NodeOutcome, NodeReport, Pass, ReportingPass};
 use crate::error::Result;
 use crate::gather::{DOMAIN, OP_TYPE};
 use crate::infer::TypeEnv;
@@ -77,28 +77,12 @@ impl FunctionReport {
 }
 
 /// The pass. See the module documentation.
-#[derive(Default)]
-pub struct DefineMultiaxisFunctions {
-    report: FunctionReport,
-}
+pub type DefineMultiaxisFunctions = ReportingPass<FunctionReport>;
 
 impl DefineMultiaxisFunctions {
-    /// A pass.
-    pub fn new() -> DefineMultiaxisFunctions {
-        DefineMultiaxisFunctions::default()
-    }
-
-    /// The report of the last run.
-    pub fn report(&self) -> &FunctionReport {
-        &self.report
-    }
-
-    /// Runs the pass through a [`super::PassManager`] (so the result is validated) and returns
-    /// its report.
+    /// Runs the pass alone, validated ([`ReportingPass::run_alone`]), and returns its report.
     pub fn define(model: &mut Model) -> Result<FunctionReport> {
-        let mut pass = DefineMultiaxisFunctions::new();
-        super::PassManager::new().run(model, &mut [&mut pass])?;
-        Ok(pass.report)
+        DefineMultiaxisFunctions::new().run_alone(model)
     }
 }
 
@@ -299,31 +283,20 @@ impl Rule for Definer<'_> {
                 let into = vec![format!("{DOMAIN}.{OP_TYPE}:{overload}")];
                 (NodeOutcome::Rewritten { into }, Some(change))
             }
-            Err(reason) => {
-                self.report.skipped += 1;
-                (NodeOutcome::Skipped { reason }, None)
-            }
+            Err(reason) => (NodeOutcome::Skipped { reason }, None),
         };
-        self.report.nodes.push(NodeReport {
-            node: label,
-            op: OP_TYPE.to_owned(),
-            scope: site.scope.to_owned(),
-            outcome,
-        });
+        let r = &mut *self.report;
+        record(&mut r.nodes, &mut r.skipped, label, site.scope, outcome);
         change
     }
 
     fn skip(&mut self, node: &Node, scope: &str, reason: &str) {
         if node.domain == DOMAIN && node.op_type == OP_TYPE && node.overload.is_none() {
-            self.report.skipped += 1;
-            self.report.nodes.push(NodeReport {
-                node: label(node),
-                op: OP_TYPE.to_owned(),
-                scope: scope.to_owned(),
-                outcome: NodeOutcome::Skipped {
-                    reason: reason.to_owned(),
-                },
-            });
+            let skipped = NodeOutcome::Skipped {
+                reason: reason.to_owned(),
+            };
+            let r = &mut *self.report;
+            record(&mut r.nodes, &mut r.skipped, label(node), scope, skipped);
         }
     }
 }

@@ -1,6 +1,9 @@
 //! The `GatherToMultiaxis` pass: every ONNX `Gather`, `GatherElements` and `GatherND` becomes
 //! shape operations around one `multigather.GatherMultiaxis` node.
 //!
+//! Why one file: the pass is one `Rule` whose three gather rules share the operand plumbing and
+//! the report; its node emission is `emit.rs`, its walk over graphs and functions `walk.rs`.
+//!
 //! Each rule is the rank-level recipe of [`crate::gather::map::onnx`], the same one the library
 //! mappings execute on tensors, turned into nodes:
 //!
@@ -36,7 +39,7 @@ use serde::Serialize;
 
 use super::emit::{all_known, Emitter, Replacement};
 use super::walk::{called_function, label, walk, Change, Rule, Site};
-use super::Pass;
+use super::{Pass, ReportingPass};
 use crate::error::{Error, Result};
 use crate::gather::map::onnx as rules;
 use crate::gather::{GatherPlan, OutOfRange};
@@ -210,31 +213,20 @@ impl RewriteReport {
 /// assert_eq!(model.op_histogram().get("Gather"), None);
 /// # Ok::<(), multigather::Error>(())
 /// ```
-pub struct GatherToMultiaxis {
-    config: RewriteConfig,
-    report: RewriteReport,
-}
+pub type GatherToMultiaxis = ReportingPass<RewriteReport, RewriteConfig>;
 
 impl GatherToMultiaxis {
     /// A pass with the given configuration.
     pub fn new(config: RewriteConfig) -> GatherToMultiaxis {
-        GatherToMultiaxis {
+        ReportingPass {
             config,
             report: RewriteReport::default(),
         }
     }
 
-    /// The report of the last run.
-    pub fn report(&self) -> &RewriteReport {
-        &self.report
-    }
-
-    /// Runs the pass through a [`super::PassManager`] (so the result is validated) and returns
-    /// its report.
+    /// Runs the pass alone, validated ([`ReportingPass::run_alone`]), and returns its report.
     pub fn rewrite(model: &mut Model, config: RewriteConfig) -> Result<RewriteReport> {
-        let mut pass = GatherToMultiaxis::new(config);
-        super::PassManager::new().run(model, &mut [&mut pass])?;
-        Ok(pass.report)
+        GatherToMultiaxis::new(config).run_alone(model)
     }
 }
 

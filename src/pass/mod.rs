@@ -78,6 +78,52 @@ pub trait Pass {
     fn run(&mut self, model: &mut Model) -> Result<bool>;
 }
 
+/// A pass of this crate: its configuration and the report of its last run.
+/// [`GatherToMultiaxis`], [`LowerMultiaxis`] and [`DefineMultiaxisFunctions`] are this struct
+/// with their own report (and, for the rewrite, its configuration); each implements [`Pass`] and
+/// runs alone, validated, through [`ReportingPass::run_alone`].
+///
+/// # Example
+/// ```
+/// use multigather::ir::{Graph, Model};
+/// use multigather::pass::LowerMultiaxis;
+/// let mut model = Model::new(Graph::new("g"), 13);
+/// let report = LowerMultiaxis::new().run_alone(&mut model)?;
+/// assert_eq!((report.lowered, report.skipped), (0, 0));
+/// # Ok::<(), multigather::Error>(())
+/// ```
+#[derive(Default)]
+pub struct ReportingPass<R, C = ()> {
+    config: C,
+    report: R,
+}
+
+impl<R: Default> ReportingPass<R> {
+    /// A pass that takes no configuration.
+    pub fn new() -> ReportingPass<R> {
+        ReportingPass::default()
+    }
+}
+
+impl<R, C> ReportingPass<R, C> {
+    /// The report of the last run.
+    pub fn report(&self) -> &R {
+        &self.report
+    }
+}
+
+impl<R, C> ReportingPass<R, C>
+where
+    ReportingPass<R, C>: Pass,
+{
+    /// Runs this pass alone through a [`PassManager`] (so the result is validated) and returns
+    /// its report.
+    pub fn run_alone(mut self, model: &mut Model) -> Result<R> {
+        PassManager::new().run(model, &mut [&mut self])?;
+        Ok(self.report)
+    }
+}
+
 /// Called with the pass name, `"before"` or `"after"`, and the model.
 pub type DumpHook = Box<dyn FnMut(&str, &str, &Model)>;
 

@@ -1,6 +1,9 @@
 //! Inputs for a verification run: the ones the user gives, and the rest drawn so that the model
 //! can take them.
 //!
+//! Why one file: the three rules feed one another (dim sizes, then index ranges traced through the
+//! graph, then the size search) over one walk of the graph.
+//!
 //! The rules, in the order they apply (README "Inputs that `verify` draws" says the same):
 //!
 //! 1. **Sizes of symbolic dims.** First match wins: `--dim NAME=VALUE`; the size a given input

@@ -1,5 +1,8 @@
 //! The fast `GatherMultiaxis` kernel, bit-identical to [`super::reference`] on every input.
 //!
+//! Why one file: it is the kernel's driver (options, the choice between the streamed, tabled,
+//! rowwise and staged paths, the threading); each step's code lives in a file of its own.
+//!
 //! The work is split in three steps:
 //!
 //! 1. **Canonicalise** (`canon`): drop unit dimensions, classify the rest as index or block

@@ -18,10 +18,11 @@
 //! (a sequence or a map) is left unchecked; an `optional(tensor(X))` input accepts `X`, as the
 //! interpreter holds a present optional as its tensor.
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use crate::dtype::{DataType, ALL_DATA_TYPES};
+
+use super::ByOp;
 
 #[allow(clippy::unreadable_literal)]
 mod table;
@@ -98,22 +99,11 @@ pub(crate) const fn s(
 /// assert!(constraints::lookup("com.microsoft", "FastGelu", 1).is_none());
 /// ```
 pub fn lookup(domain: &str, op_type: &str, opset: i64) -> Option<&'static Schema> {
-    static INDEX: OnceLock<HashMap<(&'static str, &'static str), Vec<&'static Schema>>> =
-        OnceLock::new();
-    let index = INDEX.get_or_init(|| {
-        let mut index: HashMap<_, Vec<&'static Schema>> = HashMap::new();
-        for schema in table::SCHEMAS {
-            index
-                .entry((schema.domain, schema.op_type))
-                .or_default()
-                .push(schema);
-        }
-        index
-    });
-    let domain = crate::ir::canonical_domain(domain);
+    static INDEX: OnceLock<ByOp<Schema>> = OnceLock::new();
+    let index = INDEX.get_or_init(|| ByOp::new(table::SCHEMAS, |s| (s.domain, s.op_type)));
     // The table is sorted by version within each operator.
     index
-        .get(&(domain, op_type))?
+        .versions(domain, op_type)
         .iter()
         .rev()
         .find(|s| s.since <= opset)

@@ -2,6 +2,9 @@
 //! source tensors (every element type, strings and packed types included), a gather of
 //! per-axis index maps built on it, numeric conversions for the few kernels that compute values,
 //! and small helpers for shape functions over possibly symbolic dims.
+//!
+//! Why one file: the run writer and the index-map gather built on it are one mechanism that every
+//! layout kernel uses; a sixth of the file is its tests.
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, Shape, TensorType};

@@ -1,6 +1,9 @@
 //! `Resize` (opsets 10, 11, 13, 18, 19) and its predecessor `Upsample` (1, 7, 9): sampling a
 //! tensor on a scaled grid.
 //!
+//! Why one file: `Resize` and `Upsample` are one resampling loop with one set of modes; a fifth of
+//! the file is its tests.
+//!
 //! Specs: <https://onnx.ai/onnx/operators/onnx__Resize.html>,
 //! <https://onnx.ai/onnx/operators/onnx__Upsample.html>.
 //!

@@ -1,6 +1,9 @@
 //! The tree ensembles of `ai.onnx.ml`: `TreeEnsembleRegressor` and `TreeEnsembleClassifier`
 //! (opsets 1 and 3, where 3 adds the `*_as_tensor` attributes) and `TreeEnsemble` (opset 5).
 //!
+//! Why one file: the three operator forms are prepared into one `Forest` and run by one evaluator
+//! with onnxruntime's aggregation rules; a fifth of the file is its tests.
+//!
 //! Spec: <https://onnx.ai/onnx/operators/onnx_aionnxml_TreeEnsembleRegressor.html>,
 //! <https://onnx.ai/onnx/operators/onnx_aionnxml_TreeEnsembleClassifier.html>,
 //! <https://onnx.ai/onnx/operators/onnx_aionnxml_TreeEnsemble.html>.

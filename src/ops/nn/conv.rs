@@ -1,6 +1,9 @@
 //! `Conv` (opsets 1, 11, 22), `ConvInteger` (10) and `QLinearConv` (10): grouped, strided,
 //! dilated and padded convolutions over 1 to 3 spatial dims.
 //!
+//! Why one file: the three convolutions share the attributes, the im2col tiles and the group
+//! schedule, and differ only in their element arithmetic; a quarter of the file is its tests.
+//!
 //! Specs: <https://onnx.ai/onnx/operators/onnx__Conv.html>,
 //! <https://onnx.ai/onnx/operators/onnx__ConvInteger.html>,
 //! <https://onnx.ai/onnx/operators/onnx__QLinearConv.html>.

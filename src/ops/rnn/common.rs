@@ -3,6 +3,9 @@
 //! time steps as one GEMM, the per-step schedule under `sequence_lens`, running the directions,
 //! and the assembly of `Y` and the final states.
 //!
+//! Why one file: it is the one schedule (projection, time steps, directions, assembly) the three
+//! cells run under; the cells are `lstm.rs`, `gru.rs` and `simple.rs`, the matrix helpers `math.rs`.
+//!
 //! Design note: `X` is never transposed. Its rows (one per time step and batch entry, in storage
 //! order) are projected through `W` at once; each step then gathers the rows of its batch
 //! entries from that projection. The reverse direction of a batch entry of length `len` visits

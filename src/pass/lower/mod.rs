@@ -80,7 +80,7 @@ use self::roles::{choose, grows, roles, Role};
 use super::emit::{Emitter, Replacement};
 use super::gather_to_multiaxis::uses_domain;
 use super::walk::{label, walk, Change, Rule, Site};
-use super::{NodeOutcome, NodeReport, Pass};
+use super::{NodeOutcome, NodeReport, Pass, ReportingPass};
 use crate::error::Result;
 use crate::gather::{GatherSpec, OutOfRange, DOMAIN, OP_TYPE};
 use crate::infer::TypeEnv;
@@ -177,28 +177,12 @@ impl LowerReport {
 /// assert_eq!(model.opset("multigather"), None);
 /// # Ok::<(), multigather::Error>(())
 /// ```
-#[derive(Default)]
-pub struct LowerMultiaxis {
-    report: LowerReport,
-}
+pub type LowerMultiaxis = ReportingPass<LowerReport>;
 
 impl LowerMultiaxis {
-    /// A pass.
-    pub fn new() -> LowerMultiaxis {
-        LowerMultiaxis::default()
-    }
-
-    /// The report of the last run.
-    pub fn report(&self) -> &LowerReport {
-        &self.report
-    }
-
-    /// Runs the pass through a [`super::PassManager`] (so the result is validated) and returns
-    /// its report.
+    /// Runs the pass alone, validated ([`ReportingPass::run_alone`]), and returns its report.
     pub fn lower(model: &mut Model) -> Result<LowerReport> {
-        let mut pass = LowerMultiaxis::new();
-        super::PassManager::new().run(model, &mut [&mut pass])?;
-        Ok(pass.report)
+        LowerMultiaxis::new().run_alone(model)
     }
 }
 
@@ -261,33 +245,43 @@ impl Rule for Lowering<'_> {
                 };
                 (NodeOutcome::Rewritten { into }, Some(change))
             }
-            Err(reason) => {
-                self.report.skipped += 1;
-                (NodeOutcome::Skipped { reason }, None)
-            }
+            Err(reason) => (NodeOutcome::Skipped { reason }, None),
         };
-        self.report.nodes.push(NodeReport {
-            node: label,
-            op: OP_TYPE.to_owned(),
-            scope: site.scope.to_owned(),
-            outcome,
-        });
+        let r = &mut *self.report;
+        record(&mut r.nodes, &mut r.skipped, label, site.scope, outcome);
         change
     }
 
     fn skip(&mut self, node: &Node, scope: &str, reason: &str) {
         if node.domain == DOMAIN && node.op_type == OP_TYPE {
-            self.report.skipped += 1;
-            self.report.nodes.push(NodeReport {
-                node: label(node),
-                op: OP_TYPE.to_owned(),
-                scope: scope.to_owned(),
-                outcome: NodeOutcome::Skipped {
-                    reason: reason.to_owned(),
-                },
-            });
+            let skipped = NodeOutcome::Skipped {
+                reason: reason.to_owned(),
+            };
+            let r = &mut *self.report;
+            record(&mut r.nodes, &mut r.skipped, label(node), scope, skipped);
         }
     }
+}
+
+/// Records what became of a `GatherMultiaxis` node (`label`, in `scope`) in a report's node list,
+/// counting it in `skipped` when it was skipped: the lowering and the function definitions
+/// report their nodes alike.
+pub(super) fn record(
+    nodes: &mut Vec<NodeReport>,
+    skipped: &mut usize,
+    label: String,
+    scope: &str,
+    outcome: NodeOutcome,
+) {
+    if matches!(outcome, NodeOutcome::Skipped { .. }) {
+        *skipped += 1;
+    }
+    nodes.push(NodeReport {
+        node: label,
+        op: OP_TYPE.to_owned(),
+        scope: scope.to_owned(),
+        outcome,
+    });
 }
 
 /// A value of the replacement, with its type.
