@@ -116,15 +116,22 @@ fn buffers_are_kept_between_runs_of_a_session() {
     );
 }
 
-/// `x -> Exp -> Relu -> Sigmoid -> HardSwish -> y` on a float[n]; with `keep`, every
-/// intermediate value is a graph output too, so none dies at the step that reads it.
+/// `x -> Exp -> Add(b) -> Relu -> Sigmoid -> Mul(b) -> HardSwish -> y` on a float[n], with
+/// `b` a float[1] initializer; with `keep`, every intermediate value is a graph output too, so
+/// none dies at the step that reads it.
 fn activation_chain(n: usize, keep: bool) -> Model {
     let mut g = Graph::new("chain");
     g.inputs.push(ValueInfo::new(
         "x",
         Type::tensor(DataType::Float, vec![Dim::Known(n as i64)]),
     ));
-    let ops = ["Exp", "Relu", "Sigmoid", "HardSwish"];
+    g.initializers.push(StoredTensor::raw(
+        Some("b"),
+        DataType::Float,
+        &[1],
+        0.75f32.to_le_bytes().to_vec().into(),
+    ));
+    let ops = ["Exp", "Add", "Relu", "Sigmoid", "Mul", "HardSwish"];
     for (k, op) in ops.iter().enumerate() {
         let input = if k == 0 {
             "x".to_string()
@@ -139,7 +146,11 @@ fn activation_chain(n: usize, keep: bool) -> Model {
         if keep && k + 1 < ops.len() {
             g.outputs.push(ValueInfo::untyped(&output));
         }
-        g.add_node(Node::new(op, &format!("n{k}"), [input], [output]));
+        let inputs = match *op {
+            "Add" | "Mul" => vec![input, "b".to_string()],
+            _ => vec![input],
+        };
+        g.add_node(Node::new(op, &format!("n{k}"), inputs, [output]));
     }
     g.outputs.push(ValueInfo::untyped("y"));
     Model::new(g, 14)

@@ -215,6 +215,19 @@ impl<'f, 'm> Frame<'f, 'm> {
         }
     }
 
+    /// The inputs of `step` from position `from` on.
+    fn inputs<'a>(&'a self, step: &'a Step<'_>, from: usize) -> Result<Vec<Option<&'a Tensor>>> {
+        let names = step.node.inputs.iter().skip(from);
+        step.inputs[from.min(step.inputs.len())..]
+            .iter()
+            .zip(names)
+            .map(|(source, name)| {
+                self.source(source)
+                    .ok_or_else(|| Error::Eval(format!("input '{name}' is not defined")))
+            })
+            .collect()
+    }
+
     fn source<'a>(&'a self, source: &'a Source) -> Option<Option<&'a Tensor>> {
         match source {
             Source::Omitted => Some(None),
@@ -532,9 +545,12 @@ impl<'m> Session<'m> {
         }
         for step in &mut steps {
             step.donates = match (&step.kind, step.inputs.as_slice()) {
-                (StepKind::Op(def), [Source::Slot(slot)])
+                (StepKind::Op(def), [Source::Slot(slot), rest @ ..])
                     if def.in_place.is_some()
                         && step.frees.contains(slot)
+                        && !rest
+                            .iter()
+                            .any(|s| matches!(s, Source::Slot(o) if o == slot))
                         && step.node.subgraphs().next().is_none() =>
                 {
                     Some(*slot)
@@ -719,7 +735,8 @@ impl<'m> Session<'m> {
     ) -> Result<Vec<Tensor>> {
         let node: &Node = &step.node;
         if let (Some(x), StepKind::Op(def)) = (donated, &step.kind) {
-            step.check_types(&[Some(&x)])?;
+            let rest = frame.inputs(step, 1)?;
+            step.check_types(&with_first(&x, &rest))?;
             let runner = Scope {
                 session: self,
                 imports,
@@ -732,23 +749,21 @@ impl<'m> Session<'m> {
                 opset: step.opset,
                 runner: &runner,
             };
-            let outputs = match def.in_place.map(|f| f(&ctx, x)).transpose()? {
+            let outputs = match def.in_place.map(|f| f(&ctx, x, &rest)).transpose()? {
                 Some(Ok(outputs)) => outputs,
-                Some(Err(x)) => (def.eval)(&ctx, &[Some(&x)])?,
+                Some(Err(x)) => {
+                    if let Some(bytes) =
+                        planned_output_bytes(def, node, step.opset, &with_first(&x, &rest))
+                    {
+                        self.arena.check(bytes)?;
+                    }
+                    (def.eval)(&ctx, &with_first(&x, &rest))?
+                }
                 None => return Err(Error::Eval("an input was handed over to no kernel".into())),
             };
             return check_outputs(node, outputs);
         }
-        let inputs: Vec<Option<&Tensor>> = step
-            .inputs
-            .iter()
-            .zip(&node.inputs)
-            .map(|(source, name)| {
-                frame
-                    .source(source)
-                    .ok_or_else(|| Error::Eval(format!("input '{name}' is not defined")))
-            })
-            .collect::<Result<_>>()?;
+        let inputs = frame.inputs(step, 0)?;
         let outputs = match step.kind {
             StepKind::Op(def) => {
                 step.check_types(&inputs)?;
@@ -796,6 +811,13 @@ impl<'m> Session<'m> {
         };
         check_outputs(node, outputs)
     }
+}
+
+/// The inputs of a step whose input 0 was handed over: `first`, then `rest`.
+fn with_first<'a>(first: &'a Tensor, rest: &[Option<&'a Tensor>]) -> Vec<Option<&'a Tensor>> {
+    std::iter::once(Some(first))
+        .chain(rest.iter().copied())
+        .collect()
 }
 
 /// The first outputs of a kernel, as many as `node` names; an error if it made fewer.

@@ -49,10 +49,15 @@ pub use random::is_random;
 /// A kernel: runs one node on its inputs and returns one tensor per output.
 pub type EvalFn = fn(&EvalCtx<'_>, &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
 
-/// A kernel that may write its output over input 0, which the interpreter hands over when the
-/// value dies at this node: returns the output, or gives the input back (`Err`) when it cannot
-/// (another element type, a buffer shared with another value), for [`EvalFn`] to run instead.
-pub type InPlaceFn = fn(&EvalCtx<'_>, Tensor) -> Result<std::result::Result<Vec<Tensor>, Tensor>>;
+/// A kernel that may write its output over input 0, which the interpreter hands over (with the
+/// other inputs, from input 1 on) when the value dies at this node: returns the outputs, or
+/// gives the input back (`Err`) when it cannot (another element type, a buffer shared with
+/// another value, an output of another shape), for [`EvalFn`] to run instead.
+pub type InPlaceFn = fn(
+    &EvalCtx<'_>,
+    Tensor,
+    &[Option<&Tensor>],
+) -> Result<std::result::Result<Vec<Tensor>, Tensor>>;
 
 /// A static shape function: what can be known of each output from what is known of the inputs.
 /// Returning fewer types than outputs (or unknown types) is fine; errors mean the node is
@@ -76,8 +81,8 @@ pub struct OpDef {
     pub infer: Option<InferFn>,
     /// The kernel.
     pub eval: EvalFn,
-    /// The kernel that reuses input 0's buffer, for one-input operators whose output has the
-    /// input's shape and type.
+    /// The kernel that reuses input 0's buffer, for operators whose output can have input 0's
+    /// shape and type.
     pub in_place: Option<InPlaceFn>,
 }
 

@@ -67,6 +67,20 @@ pub fn map<'d, F: Fn(f32) -> f32>(
     unsafe { written(&mut dst[..n]) }
 }
 
+/// Writes `v` to every element of `dst` and returns it initialised.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub fn fill<T: Copy>(dst: &mut [MaybeUninit<T>], v: T) -> &mut [T] {
+    for d in dst.iter_mut() {
+        d.write(v);
+    }
+    // SAFETY: the loop wrote every element.
+    unsafe { assume_written(dst) }
+}
+
 /// `v[i] = f(v[i])`: [`map`] in place.
 #[multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
@@ -356,6 +370,61 @@ pub fn broadcast_zip<'d, F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
         });
     // SAFETY: every run writes each of its `n` elements, and the runs cover `dst`.
     unsafe { written(dst) }
+}
+
+/// `a = f(a, b)` with `b` broadcast to `a`'s shape (numpy rules, shapes already checked): the
+/// in-place form of [`broadcast_zip`], by the same runs.
+pub fn broadcast_zip_in_place<F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
+    (a, a_shape): (&mut [f32], &[usize]),
+    (b, b_shape): (&[f32], &[usize]),
+    f: F,
+) {
+    let total = a.len();
+    if a_shape == b_shape && b.len() == total {
+        if par::min_len(total, &[1]) == usize::MAX {
+            return zip_in_place(a, b, f);
+        }
+        a.par_chunks_mut(GRAIN)
+            .zip(b.par_chunks(GRAIN))
+            .for_each(|(x, y)| zip_in_place(x, y, f));
+        return;
+    }
+    let runs = crate::ops::util::BroadcastRuns::new(a_shape, b_shape, a_shape);
+    let n = runs.run_len();
+    if n == 0 || total == 0 || !total.is_multiple_of(n) {
+        return;
+    }
+    a.par_chunks_mut(n)
+        .enumerate()
+        .with_min_len(par::min_len(total / n, &[n]))
+        .for_each(|(k, x)| {
+            // `a` has the output's shape, so its run `k` is the chunk `x` itself.
+            let (_, _, ib, rb) = runs.run(k);
+            match rb {
+                1 => zip_in_place(x, &b[ib..ib + n], f),
+                0 => {
+                    let y = b[ib];
+                    map_in_place(x, move |v| f(v, y));
+                }
+                _ => {
+                    for (j, v) in x.iter_mut().enumerate() {
+                        *v = f(*v, b[ib + j * rb]);
+                    }
+                }
+            }
+        });
+}
+
+/// `a[i] = f(a[i], b[i])`: [`zip`] in place.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub fn zip_in_place<F: Fn(f32, f32) -> f32>(a: &mut [f32], b: &[f32], f: F) {
+    for (x, &y) in a.iter_mut().zip(b) {
+        *x = f(*x, y);
+    }
 }
 
 /// `2^n` for an integer-valued `n` in `[-126, 127]`, by building the exponent bits: adding

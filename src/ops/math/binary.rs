@@ -92,6 +92,32 @@ pub(super) fn eval_arith<Op: BinArith>(
     }, _ => Err(bad_type(ctx, dtype)))
 }
 
+/// The in-place form of [`eval_arith`] on `float` tensors: `a = a op b` when `b` broadcasts
+/// into `a`'s shape.
+pub(super) fn arith_in_place<Op: BinArith>(
+    _: &EvalCtx<'_>,
+    a: Tensor,
+    rest: &[Option<&Tensor>],
+) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
+    let b = match rest {
+        [Some(b)] => *b,
+        _ => return Ok(Err(a)),
+    };
+    let fits = a.dtype() == DataType::Float
+        && b.dtype() == DataType::Float
+        && a.is_unique()
+        && broadcast_shapes(&[a.shape(), b.shape()]).is_ok_and(|s| s == a.shape());
+    if !fits {
+        return Ok(Err(a));
+    }
+    let mut a = a;
+    let shape = a.shape().to_vec();
+    let y = b.as_slice::<f32>()?;
+    let f = |x, y| Op::apply(x, y);
+    vector::broadcast_zip_in_place((a.as_slice_mut::<f32>()?, &shape), (y, b.shape()), f);
+    Ok(Ok(vec![a]))
+}
+
 /// `f` applied to two broadcast `float` tensors with the vectorised loops of
 /// [`crate::ops::vector`].
 pub(crate) fn zip_f32(

@@ -124,10 +124,18 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("IsNaN", 9, 1..=1, 1..=1, unary::eval_is_nan).with_infer(infer_like_input_bool),
     OpDef::new("IsInf", 10, 1..=1, 1..=1, unary::eval_is_inf).with_infer(infer_like_input_bool),
     // Binary arithmetic.
-    OpDef::new("Add", 7, 2..=2, 1..=1, eval_arith::<binary::Add>).with_infer(infer_broadcast),
-    OpDef::new("Sub", 7, 2..=2, 1..=1, eval_arith::<binary::Sub>).with_infer(infer_broadcast),
-    OpDef::new("Mul", 7, 2..=2, 1..=1, eval_arith::<binary::Mul>).with_infer(infer_broadcast),
-    OpDef::new("Div", 7, 2..=2, 1..=1, eval_arith::<binary::Div>).with_infer(infer_broadcast),
+    OpDef::new("Add", 7, 2..=2, 1..=1, eval_arith::<binary::Add>)
+        .with_infer(infer_broadcast)
+        .with_in_place(binary::arith_in_place::<binary::Add>),
+    OpDef::new("Sub", 7, 2..=2, 1..=1, eval_arith::<binary::Sub>)
+        .with_infer(infer_broadcast)
+        .with_in_place(binary::arith_in_place::<binary::Sub>),
+    OpDef::new("Mul", 7, 2..=2, 1..=1, eval_arith::<binary::Mul>)
+        .with_infer(infer_broadcast)
+        .with_in_place(binary::arith_in_place::<binary::Mul>),
+    OpDef::new("Div", 7, 2..=2, 1..=1, eval_arith::<binary::Div>)
+        .with_infer(infer_broadcast)
+        .with_in_place(binary::arith_in_place::<binary::Div>),
     OpDef::new("Mod", 10, 2..=2, 1..=1, eval_mod).with_infer(infer_broadcast),
     OpDef::new("Pow", 7, 2..=2, 1..=1, eval_pow).with_infer(infer_broadcast),
     OpDef::new("PRelu", 1, 2..=2, 1..=1, eval_prelu).with_infer(infer_broadcast),

@@ -71,6 +71,7 @@ macro_rules! fast_float_kernels {
         pub(super) fn $in_place(
             _: &EvalCtx<'_>,
             x: Tensor,
+            _: &[Option<&Tensor>],
         ) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
             in_place_f32(x, $fast)
         }
@@ -196,6 +197,7 @@ fn leaky_relu_f32(a: f32) -> impl Fn(f32) -> f32 + Sync + Send + Copy {
 pub(super) fn leaky_relu_in_place(
     ctx: &EvalCtx<'_>,
     x: Tensor,
+    _: &[Option<&Tensor>],
 ) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
     in_place_f32(x, leaky_relu_f32(ctx.node.attr_float("alpha", 0.01)?))
 }
@@ -376,6 +378,7 @@ impl NumUnary for Relu {
 pub(super) fn num_unary_in_place<Op: NumUnary>(
     _: &EvalCtx<'_>,
     x: Tensor,
+    _: &[Option<&Tensor>],
 ) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
     in_place_f32(x, Op::apply::<f32>)
 }

@@ -29,7 +29,7 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::super::util::{dot, optional, required, to_i64s, unsupported_type};
-use super::super::vector::assume_written;
+use super::super::vector::{assume_written, fill};
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
@@ -205,10 +205,7 @@ impl ConvShape {
         // Every other loop accumulates onto `y`, which starts as the bias (in the one pass that
         // writes it).
         for (m, row) in y.chunks_mut(p).enumerate() {
-            let v = init(m);
-            row.iter_mut().for_each(|slot| {
-                slot.write(v);
-            });
+            fill(row, init(m));
         }
         // SAFETY: the rows of `p` cover `y` (a slab of `mg` rows), and each was written just now.
         let y = unsafe { assume_written(y) };
@@ -576,9 +573,7 @@ impl<'a, T: Real> PaddedPlane<'a, T> {
             }
         }
         for (dst, src) in y.chunks_exact_mut(ow).zip(self.y.chunks(l)) {
-            for (d, &s) in dst.iter_mut().zip(&src[..ow]) {
-                d.write(s);
-            }
+            dst.write_copy_of_slice(&src[..ow]);
         }
     }
 }
