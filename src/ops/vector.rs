@@ -81,6 +81,19 @@ pub fn fill<T: Copy>(dst: &mut [MaybeUninit<T>], v: T) -> &mut [T] {
     unsafe { assume_written(dst) }
 }
 
+/// Copies `src` into `dst` (as many elements as the shorter holds) and returns that part of
+/// `dst` initialised.
+pub fn copy<'d, T: Copy>(dst: &'d mut [MaybeUninit<T>], src: &[T]) -> &'d mut [T] {
+    let n = dst.len().min(src.len());
+    // SAFETY: both slices hold at least `n` elements and cannot overlap (`dst` is borrowed
+    // mutably); `MaybeUninit<T>` has the layout of `T`, and the copy writes the `n` elements the
+    // returned view covers.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<T>(), n);
+        assume_written(&mut dst[..n])
+    }
+}
+
 /// `v[i] = f(v[i])`: [`map`] in place.
 #[multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",

@@ -29,7 +29,7 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::super::util::{dot, optional, required, to_i64s, unsupported_type};
-use super::super::vector::{assume_written, fill};
+use super::super::vector::{assume_written, copy, fill};
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
@@ -573,7 +573,7 @@ impl<'a, T: Real> PaddedPlane<'a, T> {
             }
         }
         for (dst, src) in y.chunks_exact_mut(ow).zip(self.y.chunks(l)) {
-            dst.write_copy_of_slice(&src[..ow]);
+            copy(dst, &src[..ow]);
         }
     }
 }
