@@ -17,10 +17,10 @@
 //! on a pool of `T` threads, checks the result against `output_0.pb` bit for bit, and prints
 //! `{"runs","median_s","min_s","outputs"}` like `multigather run --json`.
 //!
-//! `gather-BENCH --simd-levels [--repeat N]` times the element gathers at every SIMD level the
+//! `gather-BENCH --simd-levels [--repeat N] [--only SHAPE]` times the element gathers at every SIMD level the
 //! CPU has (forced through `FastOptions::simd`, serial), for 1-, 2-, 4- and 8-byte elements with
-//! `int32` and `int64` indices, on three shapes: a last-axis Gather whose source rows sit in L2
-//! (`last_axis`), GatherND points from a table in L2 (`points_l2`) and from a table far larger
+//! `int32` and `int64` indices, on four shapes: a last-axis Gather (`last_axis`), GatherElements along the last axis
+//! (`elements_last`), GatherND points from a table in L2 (`points_l2`) and from a table far larger
 //! than L2 (`points_mem`). It prints one line per shape, element size and index type with the
 //! best thread CPU milliseconds of each level (levels interleaved): the figures behind `SimdLevel::preferred`.
 
@@ -299,7 +299,7 @@ fn time_case(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `--simd-levels [--repeat N]`: see the module docs.
+/// `--simd-levels [--repeat N] [--only SHAPE]`: see the module docs.
 fn simd_levels(args: &[String]) -> Result<(), String> {
     let repeat: usize = match args.iter().position(|a| a == "--repeat") {
         Some(i) => args
@@ -309,6 +309,10 @@ fn simd_levels(args: &[String]) -> Result<(), String> {
             .map_err(|e| format!("--repeat: {e}"))?,
         None => 15,
     };
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
     let levels: Vec<SimdLevel> = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512]
         .into_iter()
         .filter(|&l| l <= SimdLevel::detected())
@@ -321,8 +325,9 @@ fn simd_levels(args: &[String]) -> Result<(), String> {
         &'static [usize],
         &'static [u64],
     );
-    let shapes: [Shape; 3] = [
+    let shapes: [Shape; 4] = [
         ("last_axis", &[1024, 4096], &[1, 1024], &[1], &[4096]),
+        ("elements_last", &[4096, 1024], &[4096, 256], &[1], &[1024]),
         (
             "points_l2",
             &[256, 256],
@@ -350,6 +355,9 @@ fn simd_levels(args: &[String]) -> Result<(), String> {
     });
     let mut rng = Rng(11);
     for (name, input_shape, indices_shape, axes, highs) in shapes {
+        if only.is_some_and(|o| o != name) {
+            continue;
+        }
         for dtype in dtypes {
             let n: usize = input_shape.iter().product();
             let bytes: Vec<u8> = (0..n * dtype.bits() / 8)
