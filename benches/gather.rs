@@ -16,6 +16,13 @@
 //! GatherElements or GatherND node) and `DIR/test_data_set_0`, applies the node's plan `N` times
 //! on a pool of `T` threads, checks the result against `output_0.pb` bit for bit, and prints
 //! `{"runs","median_s","min_s","outputs"}` like `multigather run --json`.
+//!
+//! `gather-BENCH --simd-levels [--repeat N] [--only SHAPE]` times the element gathers at every SIMD level the
+//! CPU has (forced through `FastOptions::simd`, serial), for 1-, 2-, 4- and 8-byte elements with
+//! `int32` and `int64` indices, on four shapes: a last-axis Gather (`last_axis`), GatherElements along the last axis
+//! (`elements_last`), GatherND points from a table in L2 (`points_l2`) and from a table far larger
+//! than L2 (`points_mem`). It prints one line per shape, element size and index type with the
+//! best thread CPU milliseconds of each level (levels interleaved): the figures behind `SimdLevel::preferred`.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -23,8 +30,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use multigather::gather::map::onnx;
-use multigather::gather::GatherPlan;
+use multigather::gather::{gather_multiaxis_with, FastOptions, GatherPlan, GatherSpec, SimdLevel};
 use multigather::io::files::{read_inputs_dir, read_outputs_dir};
+use multigather::tensor::Arena;
 use multigather::{DataType, Tensor};
 use rayon::ThreadPool;
 
@@ -291,8 +299,135 @@ fn time_case(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// `--simd-levels [--repeat N] [--only SHAPE]`: see the module docs.
+fn simd_levels(args: &[String]) -> Result<(), String> {
+    let repeat: usize = match args.iter().position(|a| a == "--repeat") {
+        Some(i) => args
+            .get(i + 1)
+            .ok_or("--repeat needs a value")?
+            .parse()
+            .map_err(|e| format!("--repeat: {e}"))?,
+        None => 15,
+    };
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
+    let levels: Vec<SimdLevel> = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512]
+        .into_iter()
+        .filter(|&l| l <= SimdLevel::detected())
+        .collect();
+    // (name, input shape, logical indices shape with tuples folded, axes, index highs)
+    type Shape = (
+        &'static str,
+        &'static [usize],
+        &'static [usize],
+        &'static [usize],
+        &'static [u64],
+    );
+    let shapes: [Shape; 4] = [
+        ("last_axis", &[1024, 4096], &[1, 1024], &[1], &[4096]),
+        ("elements_last", &[4096, 1024], &[4096, 256], &[1], &[1024]),
+        (
+            "points_l2",
+            &[256, 256],
+            &[1 << 20, 2],
+            &[0, 1],
+            &[256, 256],
+        ),
+        (
+            "points_mem",
+            &[4096, 4096],
+            &[1 << 20, 2],
+            &[0, 1],
+            &[4096, 4096],
+        ),
+    ];
+    let dtypes = [
+        DataType::Uint8,
+        DataType::Float16,
+        DataType::Float,
+        DataType::Double,
+    ];
+    println!("shape, element bytes, indices, {}", {
+        let names: Vec<String> = levels.iter().map(|l| format!("{l:?} ms")).collect();
+        names.join(", ")
+    });
+    let mut rng = Rng(11);
+    for (name, input_shape, indices_shape, axes, highs) in shapes {
+        if only.is_some_and(|o| o != name) {
+            continue;
+        }
+        for dtype in dtypes {
+            let n: usize = input_shape.iter().product();
+            let bytes: Vec<u8> = (0..n * dtype.bits() / 8)
+                .map(|_| rng.next() as u8)
+                .collect();
+            let input =
+                Tensor::from_bytes(dtype, input_shape, &bytes).map_err(|e| e.to_string())?;
+            let m: usize = indices_shape.iter().product();
+            let values: Vec<i64> = (0..m)
+                .map(|i| (rng.next() % highs[i % highs.len()]) as i64)
+                .collect();
+            let spec = GatherSpec::new(axes.to_vec());
+            for int32 in [true, false] {
+                let indices = if int32 {
+                    let v: Vec<i32> = values.iter().map(|&x| x as i32).collect();
+                    Tensor::from_vec(DataType::Int32, indices_shape, v)
+                } else {
+                    Tensor::from_vec(DataType::Int64, indices_shape, values.clone())
+                }
+                .map_err(|e| e.to_string())?;
+                // Levels interleaved run by run, so load from other processes hits them alike;
+                // the best thread CPU time of each, on outputs reused through a pooled arena.
+                let mut best = vec![f64::INFINITY; levels.len()];
+                let mut first: Option<Tensor> = None;
+                let arena = Arena::new(usize::MAX, true);
+                for _ in 0..repeat.max(1) + 1 {
+                    for (k, &level) in levels.iter().enumerate() {
+                        let options = FastOptions::serial().with_simd(level);
+                        let start = thread_cpu_seconds();
+                        let out = arena
+                            .enter(|| gather_multiaxis_with(&input, &indices, &spec, &options))
+                            .map_err(|e| e.to_string())?;
+                        best[k] = best[k].min(thread_cpu_seconds() - start);
+                        match &first {
+                            Some(f) if *f != out => return Err(format!("{level:?} differs")),
+                            Some(_) => {}
+                            None => first = Some(out),
+                        }
+                    }
+                }
+                let cells: Vec<String> = best.iter().map(|s| format!("{:.3}", s * 1e3)).collect();
+                let index = if int32 { "int32" } else { "int64" };
+                let width = dtype.bits() / 8;
+                println!("{name}, {width}, {index}, {}", cells.join(", "));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// CPU time of the calling thread, in seconds (time the thread was descheduled is not counted).
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--simd-levels") {
+        if let Err(e) = simd_levels(&args) {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+        return;
+    }
     if args.iter().any(|a| a == "--time-case") {
         if let Err(e) = time_case(&args) {
             eprintln!("error: {e}");

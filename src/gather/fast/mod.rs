@@ -312,6 +312,14 @@ pub fn gather_multiaxis_into(
     }
 }
 
+/// Outputs of at least this many bytes get their block rows with non-temporal stores
+/// (`simd::stream_copy`): they would only evict the input from the caches. Measured on Zen 5
+/// (32 MiB L3) with `gather --time-case`, best of 100 at 1 thread: an embedding lookup of
+/// 12 MiB from a 90 MiB table 0.53 ms with ordinary copies, 0.30 ms streamed (a memcpy of the
+/// output takes 0.37 ms); 100,000 rows of 256 bytes 1.05 against 0.88 ms; the fp16 lookup
+/// (6 MiB) 0.174 against 0.156 ms.
+const STREAM_MIN_BYTES: usize = 4 << 20;
+
 /// Offset-table entries per tile when the table is streamed.
 const TILE: usize = 1024;
 /// Tables with fewer entries are built up front even when they could be streamed: they are
@@ -425,7 +433,7 @@ impl Call<'_> {
             bytemuck::try_cast_slice(payload).map_err(|_| internal("misaligned input"))?;
         let out = cast_uninit::<W>(out).ok_or_else(|| internal("misaligned output"))?;
         if let Some(rows) = rowwise::Rows::new(&self.layout, size_of::<W>()) {
-            return self.run_rows(&rows, input, out);
+            return self.run_rows(&rows, input, padded, out);
         }
         if let Some(columns) = staged::Columns::new(&self.layout, size_of::<W>()) {
             return self.run_staged(&columns, input, out);
@@ -437,12 +445,17 @@ impl Call<'_> {
         };
         let padded = padded.unwrap_or(payload);
         let bits = 8 * size_of::<W>();
+        let stream = if std::mem::size_of_val(out) >= STREAM_MIN_BYTES {
+            simd::stream_copy()
+        } else {
+            None
+        };
         self.execute(
             table,
             out,
             8,
             bits / 8,
-            |chunk| ByteSink::new(input, padded, chunk, inner, zero, simd),
+            |chunk| ByteSink::new(input, padded, chunk, inner, zero, simd, stream),
             |_| {},
         )
     }
@@ -452,12 +465,14 @@ impl Call<'_> {
         &self,
         rows: &rowwise::Rows,
         input: &[W],
+        padded: Option<&[u8]>,
         out: &mut [MaybeUninit<W>],
     ) -> Result<(), GatherError> {
         let n = out.len();
         let chunk = self.chunk_len(n, 1, size_of::<W>());
+        let level = self.options.gather_level();
         let run = |(i, part): (usize, &mut [MaybeUninit<W>])| {
-            rows.run(input, self.indices, i * chunk, part)
+            rows.run(input, padded, level, self.indices, i * chunk, part)
         };
         let ok = if chunk >= n {
             run((0, out))
@@ -746,13 +761,14 @@ mod tests {
     }
 
     fn data(shape: &[usize]) -> Tensor {
-        let n = shape.iter().product();
-        Tensor::from_vec(
-            DataType::Float,
-            shape,
-            values(1, n).map(|v| v as u32).collect(),
-        )
-        .unwrap()
+        data_of(DataType::Float, shape)
+    }
+
+    /// Random elements of `dtype` (a whole-byte type).
+    fn data_of(dtype: DataType, shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        let bytes: Vec<u8> = values(1, n * dtype.bits() / 8).map(|v| v as u8).collect();
+        Tensor::from_bytes(dtype, shape, &bytes).unwrap()
     }
 
     /// Index values uniform in `[-d, d)` (negative ones count from the end) for coordinate `k`
@@ -851,6 +867,27 @@ mod tests {
             check(&input, &bad, &spec);
             let clamp = spec.clone().with_mode(OutOfRange::Clamp);
             check(&input, &with_value(&bad, 7, i64::from(i32::MAX)), &clamp);
+        }
+        // Every element width, the last row ending at the input's last byte (1- and 2-byte
+        // elements are loaded as 4 bytes), runs of 37 (two vectors of 16 and a tail), a bad
+        // index in a vector and in a tail.
+        for dtype in [
+            DataType::Uint8,
+            DataType::Float16,
+            DataType::Float,
+            DataType::Double,
+        ] {
+            let input = data_of(dtype, &[5, 8, 33]);
+            for int32 in [false, true] {
+                let idx = indices(&[5, 8, 37], &[33], int32);
+                assert!(rowwise::Rows::new(&layout(&input, &idx, &spec), 8).is_some());
+                check(&input, &idx, &spec);
+                check(&input, &with_value(&idx, 1000, 33), &spec);
+                check(&input, &with_value(&idx, 1479, -34), &spec);
+                let clamp = spec.clone().with_mode(OutOfRange::Clamp);
+                check(&input, &with_value(&idx, 1000, -1_000_000), &clamp);
+                check(&input, &with_value(&idx, 1479, i64::from(i32::MAX)), &clamp);
+            }
         }
         // Rows too long to prefetch once per run are left to the general loops.
         let idx = indices(&[3, 70, 2], &[200], false);

@@ -9,6 +9,14 @@
 //! row streams in while the previous one is gathered (measured on a 16 MiB input with 4 KiB rows:
 //! 1.3 ms against 2.8 ms for the table-based loop).
 //!
+//! With AVX-512 (`FastOptions::simd` or the default level, see `super::simd`) each run is done
+//! 16 values at a time: the values are resolved and checked in vector registers and the elements
+//! read with one hardware gather (1- and 2-byte elements are loaded as 4 bytes and narrowed, so
+//! that path needs the tensor's slack after its payload); the rest of a run, and every run at
+//! other levels, goes through the scalar loop. On Zen 5 that halves the time of a
+//! GatherElements of int8 along the last axis (1M elements from 1 KiB rows, int64 indices:
+//! 0.93 against 0.44 ms).
+//!
 //! The canonical form ([`super::canon`]) must be a single index dimension (output order is tuple
 //! order) whose innermost logical dimension is the only axis, with input stride 1 and no fold:
 //! tuple `(o, e)` reads `input[base(o) + coordinate(o, e)]`, so run `o` reads inside
@@ -20,9 +28,9 @@
 use std::mem::MaybeUninit;
 
 use super::canon::{Layout, TDim};
-use super::elem::Word;
+use super::elem::{SimdLevel, Word};
 use super::offsets::{IndexValue, Indices};
-use super::simd::prefetch;
+use super::simd::{prefetch, row_gather, RowGatherFn};
 use crate::gather::OutOfRange;
 
 /// Cache line size for the row prefetches.
@@ -84,28 +92,57 @@ impl Rows {
 
     /// Writes output elements `e0 .. e0 + out.len()`. Returns `false`, with `out` partly
     /// written, when an index was out of range.
+    ///
+    /// `padded` is the input's bytes followed by at least 8 bytes of slack, when the caller has
+    /// it; hardware gathers at `level` need it for 1- and 2-byte elements (they load 4 bytes).
     pub fn run<W: Word>(
         &self,
         input: &[W],
+        padded: Option<&[u8]>,
+        level: SimdLevel,
         indices: Indices<'_>,
         e0: usize,
         out: &mut [MaybeUninit<W>],
     ) -> bool {
+        let source = Source {
+            input,
+            padded,
+            level,
+        };
         match (indices, self.clamp) {
-            (Indices::I32(v), false) => self.run_typed::<W, i32, false>(input, v, e0, out),
-            (Indices::I32(v), true) => self.run_typed::<W, i32, true>(input, v, e0, out),
-            (Indices::I64(v), false) => self.run_typed::<W, i64, false>(input, v, e0, out),
-            (Indices::I64(v), true) => self.run_typed::<W, i64, true>(input, v, e0, out),
+            (Indices::I32(v), false) => self.run_typed::<W, i32, false>(source, v, e0, out),
+            (Indices::I32(v), true) => self.run_typed::<W, i32, true>(source, v, e0, out),
+            (Indices::I64(v), false) => self.run_typed::<W, i64, false>(source, v, e0, out),
+            (Indices::I64(v), true) => self.run_typed::<W, i64, true>(source, v, e0, out),
         }
+    }
+
+    /// The hardware row gather to use, if any: the level has one, the axis fits 32-bit lanes,
+    /// and narrow elements have the slack their 4-byte loads need.
+    fn simd<W: Word, I: IndexValue, const CLAMP: bool>(
+        &self,
+        source: &Source<'_, W>,
+    ) -> Option<(RowGatherFn<W, I>, *const u8)> {
+        if self.dim > i32::MAX as usize {
+            return None;
+        }
+        let start = match source.padded {
+            Some(p) if p.len() >= std::mem::size_of_val(source.input) + 3 => p.as_ptr(),
+            _ if size_of::<W>() >= 4 => source.input.as_ptr().cast::<u8>(),
+            _ => return None,
+        };
+        Some((row_gather::<W, I, CLAMP>(source.level)?, start))
     }
 
     fn run_typed<W: Word, I: IndexValue, const CLAMP: bool>(
         &self,
-        input: &[W],
+        source: Source<'_, W>,
         idx: &[I],
         e0: usize,
         out: &mut [MaybeUninit<W>],
     ) -> bool {
+        let input = source.input;
+        let simd = self.simd::<W, I, CLAMP>(&source);
         let lines = (self.dim * size_of::<W>()).div_ceil(LINE);
         let mut odometer = Odometer::new(&self.outer, e0 / self.run);
         let mut base = odometer.base;
@@ -127,7 +164,26 @@ impl Rows {
             let Some(values) = idx.get(first..first + n) else {
                 return false;
             };
-            if !gather_row::<W, I, CLAMP>(row, values, &mut out[done..done + n]) {
+            let out = &mut out[done..done + n];
+            let mut k = 0;
+            if let Some((gather, start)) = simd {
+                // SAFETY: `simd` checked the level, the width of the axis and the slack; the
+                // row `base .. base + dim` is inside the input (checked above), `out` holds `n`
+                // elements, one per value.
+                let (written, bad) = unsafe {
+                    gather(
+                        start.wrapping_add(base * size_of::<W>()),
+                        self.dim,
+                        values,
+                        out.as_mut_ptr().cast::<W>(),
+                    )
+                };
+                if bad {
+                    return false;
+                }
+                k = written;
+            }
+            if !gather_row::<W, I, CLAMP>(row, &values[k..], &mut out[k..]) {
                 return false;
             }
             done += n;
@@ -136,6 +192,15 @@ impl Rows {
         }
         true
     }
+}
+
+/// Where a row-wise gather reads from.
+#[derive(Clone, Copy)]
+struct Source<'a, W> {
+    input: &'a [W],
+    /// The input's bytes plus slack (see [`Rows::run`]).
+    padded: Option<&'a [u8]>,
+    level: SimdLevel,
 }
 
 /// One run: `out[e] = row[resolve(values[e])]`; `false` if an index was out of range (never

@@ -12,15 +12,67 @@
 //! L2 all three are bound by memory latency and within noise of each other. On AMD Zen 3 (a
 //! 2-core EPYC) `vpgatherdd` is microcoded and the scalar loop wins: 1M elements in 256 random
 //! picks per 4 KiB row take 1.6 ms scalar (with software prefetch) against 3.1 ms with AVX2, and
-//! a last-axis gather of 1M elements from 16 KiB rows 1.6 ms against 3.2 ms. So
-//! [`SimdLevel::preferred`] (the default) is the widest level on Intel and scalar on AMD;
+//! a last-axis gather of 1M elements from 16 KiB rows 1.6 ms against 3.2 ms.
+//!
+//! On AMD Zen 5 (family 0x1A: an "AMD EPYC" with AVX-512, 2 cores, 32 MiB L3) the hardware
+//! gathers win again. `gather --simd-levels` (benches/gather.rs; best thread CPU time of 9-15
+//! runs, levels interleaved, 1M elements, milliseconds as scalar / AVX2 / AVX-512 for 1-, 2-,
+//! 4- and 8-byte elements, int32 indices; int64 within 10-30% of these, same order):
+//!
+//! - GatherND points from a table in L2 (256×256): 1.80 / 0.92 / 0.89, 1.82 / 1.01 / 0.95,
+//!   1.91 / 1.00 / 1.04, 2.17 / 1.36 / 1.21;
+//! - GatherND points from a 16-128 MiB table (4096×4096): 3.54 / 2.75 / 2.47,
+//!   4.81 / 4.01 / 3.86, 4.79 / 3.73 / 3.73, 5.15 / 4.15 / 4.06;
+//! - last-axis Gather of 1024 picks per 4096-element row: 0.25 / 0.27 / 0.26,
+//!   0.41 / 0.29 / 0.27, 1.52 / 1.38 / 1.28, 2.58 / 2.29 / 2.17 (with the software prefetch of
+//!   `rows` ahead of the hardware gathers from inputs of 16 MiB and more);
+//! - GatherElements along the last axis (`rowwise`, whose hardware path is AVX-512 only):
+//!   0.94 / - / 0.37, 0.96 / - / 0.40, 1.44 / - / 0.81, 4.70 / - / 2.47.
+//!
+//! So [`SimdLevel::preferred`] (the default) is the widest level on Intel and on AMD from Zen 5
+//! on, and scalar on older AMD (Zen 2 to Zen 4 are families 0x17 and 0x19). A calibration at
+//! first use was considered and not chosen: a few hundred microseconds of timing on a shared
+//! machine swing by 40% from run to run (measured here while other builds ran), and a wrong
+//! pick would hold for the whole process; per-family defaults are deterministic.
 //! `FastOptions::simd` can force any level up to [`SimdLevel::detected`]. The index pre-pass is
 //! compiled for AVX2 where the CPU has it, whatever the gather level.
+//!
+//! The module also has the non-temporal block copy ([`stream_copy`]) that the row kernels use for
+//! outputs too large to stay in the caches.
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 use super::elem::{GatherFn, SimdLevel, Word};
+
+/// A row-wise element gather over whole vectors of index values: resolves `values` on an axis
+/// of `d` elements (mode `error` or `clamp`, chosen when the function is) and writes
+/// `out[e] = *(row + coordinate(values[e]) * size_of::<W>())` for the first `k` values, where
+/// `k` is the largest multiple of the vector width; returns `k` and whether any of those values
+/// was out of range (mode `error`; the element written for it is then from inside the row).
+///
+/// # Safety
+/// The CPU must support the function's target features; `0 < d <= i32::MAX`; `d` elements
+/// readable at `row`, plus 3 bytes of slack after them when `W` is 1 or 2 bytes wide; `out`
+/// writable for `values.len()` elements.
+pub(crate) type RowGatherFn<W, I> = unsafe fn(*const u8, usize, &[I], *mut W) -> (usize, bool);
+
+/// The row-wise gather for `W` elements and `I` (`i32` or `i64`) index values at `level`, if
+/// there is one: AVX-512 only (16 coordinates resolved per step, then one 16-lane hardware
+/// gather, two for 8-byte elements).
+pub(crate) fn row_gather<W: Copy, I: Copy, const CLAMP: bool>(
+    level: SimdLevel,
+) -> Option<RowGatherFn<W, I>> {
+    #[cfg(target_arch = "x86_64")]
+    if level.min(SimdLevel::detected()) == SimdLevel::Avx512
+        && matches!(size_of::<W>(), 1 | 2 | 4 | 8)
+        && matches!(size_of::<I>(), 4 | 8)
+    {
+        return Some(x86::row_gather_avx512::<W, I, CLAMP> as RowGatherFn<W, I>);
+    }
+    let _ = level;
+    None
+}
 
 impl SimdLevel {
     /// The widest level this CPU supports (detected once, then cached).
@@ -35,8 +87,8 @@ impl SimdLevel {
         *LEVEL.get_or_init(detect)
     }
 
-    /// The level element gathers use by default: [`SimdLevel::detected`], except on AMD CPUs,
-    /// whose hardware gathers are slower than the scalar loop (see the module docs).
+    /// The level element gathers use by default: [`SimdLevel::detected`], except on AMD CPUs
+    /// before Zen 5, whose hardware gathers are slower than the scalar loop (see the module docs).
     ///
     /// # Example
     /// ```
@@ -55,19 +107,71 @@ impl SimdLevel {
     }
 }
 
-/// Whether the CPU's hardware gathers lose to scalar loads: true on AMD.
+/// Whether the CPU's hardware gathers lose to scalar loads: true on AMD before Zen 5 (family
+/// 0x1A), see the module docs.
 #[cfg(target_arch = "x86_64")]
 fn slow_gathers() -> bool {
-    // SAFETY: `cpuid` leaf 0 exists on every x86-64 CPU.
+    // SAFETY: `cpuid` leaves 0 and 1 exist on every x86-64 CPU.
     #[allow(unused_unsafe)]
-    let id = unsafe { std::arch::x86_64::__cpuid(0) };
+    let (id, version) = unsafe {
+        (
+            std::arch::x86_64::__cpuid(0),
+            std::arch::x86_64::__cpuid(1).eax,
+        )
+    };
     // The vendor string "AuthenticAMD" in ebx, edx, ecx.
-    (id.ebx, id.edx, id.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163)
+    let amd = (id.ebx, id.edx, id.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+    amd && family(version) < ZEN5_FAMILY
+}
+
+/// AMD's family number of Zen 5.
+#[cfg(target_arch = "x86_64")]
+const ZEN5_FAMILY: u32 = 0x1A;
+
+/// The display family of `cpuid` leaf 1's `eax`: the base family, plus the extended family when
+/// the base family is 0xF.
+#[cfg(target_arch = "x86_64")]
+fn family(eax: u32) -> u32 {
+    let base = (eax >> 8) & 0xF;
+    if base == 0xF {
+        base + ((eax >> 20) & 0xFF)
+    } else {
+        base
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 fn slow_gathers() -> bool {
     false
+}
+
+/// A copy of `n` bytes from the first pointer to the second whose stores bypass the caches
+/// (non-temporal), for outputs too large to stay in them. [`store_fence`] must follow the last
+/// copy before the bytes are handed to another thread.
+///
+/// # Safety
+/// The CPU must support the function's target features; the source readable and the
+/// destination writable for `n` bytes, without overlap.
+pub(crate) type StreamCopyFn = unsafe fn(*const u8, *mut u8, usize);
+
+/// The non-temporal copy of this CPU, if it has one (AVX2).
+pub(crate) fn stream_copy() -> Option<StreamCopyFn> {
+    #[cfg(target_arch = "x86_64")]
+    if SimdLevel::detected() >= SimdLevel::Avx2 {
+        return Some(x86::copy_stream_avx2 as StreamCopyFn);
+    }
+    None
+}
+
+/// Orders the non-temporal stores of [`StreamCopyFn`] before every later store.
+#[inline]
+pub(crate) fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86-64.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    }
 }
 
 /// Hints the CPU to bring the cache line holding `p` into L1. Never faults, whatever `p` is.
@@ -126,5 +230,27 @@ word!(u64, gather64_avx2, gather64_avx512);
 impl Word for [u64; 2] {
     fn simd_gather(_: SimdLevel) -> Option<GatherFn<[u64; 2]>> {
         None
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_families_from_cpuid_signatures() {
+        // (cpuid leaf 1 eax, family): Zen 5 (EPYC 9005), Zen 4 and Zen 3 (both 0x19), Zen 2,
+        // an Intel Sapphire Rapids (family 6, no extended family).
+        let cases = [
+            (0x00B0_0F21, 0x1A),
+            (0x00A1_0F11, 0x19),
+            (0x00A0_0F11, 0x19),
+            (0x0083_0F10, 0x17),
+            (0x0008_06F8, 6),
+        ];
+        for (eax, want) in cases {
+            assert_eq!(family(eax), want, "{eax:#x}");
+        }
+        assert!(family(0x00B0_0F21) >= ZEN5_FAMILY && family(0x00A1_0F11) < ZEN5_FAMILY);
     }
 }

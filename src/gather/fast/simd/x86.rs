@@ -178,3 +178,132 @@ pub(super) unsafe fn gather8_avx512(start: *const u8, t: &[u32], out: *mut u8) {
     // SAFETY: the caller's contract.
     unsafe { tail(start, t, out, i) }
 }
+
+/// Sixteen index values from `values`, resolved on an axis of `d` elements: negative ones
+/// counted from the end, then clamped into `0..d` (mode `clamp`), or flagged when out of range
+/// and clamped anyway so the read stays in the row (mode `error`). Returns the 16 coordinates
+/// as 32-bit lanes and whether any lane was out of range.
+///
+/// # Safety
+/// AVX-512F; 16 values readable at `values`; `0 < d <= i32::MAX`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn resolve16<I: Copy, const CLAMP: bool>(values: *const I, d: i64) -> (__m512i, bool) {
+    let zero = _mm512_setzero_si512();
+    if size_of::<I>() == 8 {
+        let (dv, top) = (_mm512_set1_epi64(d), _mm512_set1_epi64(d - 1));
+        let half = |p: *const I| {
+            // SAFETY: 8 of the caller's 16 readable values.
+            let v = unsafe { _mm512_loadu_si512(p.cast()) };
+            let w = _mm512_mask_add_epi64(v, _mm512_cmplt_epi64_mask(v, zero), v, dv);
+            if CLAMP {
+                let c = _mm512_min_epi64(_mm512_max_epi64(w, zero), top);
+                (_mm512_cvtepi64_epi32(c), 0)
+            } else {
+                let bad = _mm512_cmpge_epu64_mask(w, dv);
+                (_mm512_cvtepi64_epi32(_mm512_min_epu64(w, top)), bad)
+            }
+        };
+        let (lo, bad_lo) = half(values);
+        // SAFETY: the second 8 of the 16 values.
+        let (hi, bad_hi) = half(unsafe { values.add(8) });
+        let c = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+        (c, bad_lo | bad_hi != 0)
+    } else {
+        // `d` fits 32 bits, so a negative value plus `d` cannot overflow.
+        let (dv, top) = (_mm512_set1_epi32(d as i32), _mm512_set1_epi32(d as i32 - 1));
+        // SAFETY: the caller's 16 readable values.
+        let v = unsafe { _mm512_loadu_si512(values.cast()) };
+        let w = _mm512_mask_add_epi32(v, _mm512_cmplt_epi32_mask(v, zero), v, dv);
+        if CLAMP {
+            (_mm512_min_epi32(_mm512_max_epi32(w, zero), top), false)
+        } else {
+            let bad = _mm512_cmpge_epu32_mask(w, dv);
+            (_mm512_min_epu32(w, top), bad != 0)
+        }
+    }
+}
+
+/// A row-wise element gather (`super::RowGatherFn`): `out[e] = row[resolve(values[e])]` for the
+/// whole vectors of 16 values; returns how many it wrote and whether any value was out of range.
+///
+/// # Safety
+/// AVX-512F; `I` is `i32` or `i64` and `W` 1, 2, 4 or 8 bytes wide; `0 < d <= i32::MAX`;
+/// `values.len()` values readable; `d` elements readable at `row`, plus 3 bytes of slack after
+/// them for `W` of 1 and 2 bytes (which are loaded as 4); `out` writable for `values.len()`
+/// elements.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn row_gather_avx512<W: Copy, I: Copy, const CLAMP: bool>(
+    row: *const u8,
+    d: usize,
+    values: &[I],
+    out: *mut W,
+) -> (usize, bool) {
+    let mut bad = false;
+    let mut i = 0;
+    while i + 16 <= values.len() {
+        // SAFETY: `i + 16 <= values.len()`; every coordinate is below `d`, so every load is
+        // inside the row (plus the slack for narrow elements); the rest is the caller's contract.
+        unsafe {
+            let (c, b) = resolve16::<I, CLAMP>(values.as_ptr().add(i), d as i64);
+            bad |= b;
+            let o = out.add(i);
+            match size_of::<W>() {
+                1 => {
+                    let v = _mm512_i32gather_epi32::<1>(c, row.cast());
+                    _mm_storeu_si128(o.cast(), _mm512_cvtepi32_epi8(v));
+                }
+                2 => {
+                    let v = _mm512_i32gather_epi32::<2>(c, row.cast());
+                    _mm256_storeu_si256(o.cast(), _mm512_cvtepi32_epi16(v));
+                }
+                4 => {
+                    let v = _mm512_i32gather_epi32::<4>(c, row.cast());
+                    _mm512_storeu_si512(o.cast(), v);
+                }
+                _ => {
+                    let lo = _mm512_i32gather_epi64::<8>(_mm512_castsi512_si256(c), row.cast());
+                    let hi = _mm512_extracti64x4_epi64::<1>(c);
+                    let hi = _mm512_i32gather_epi64::<8>(hi, row.cast());
+                    _mm512_storeu_si512(o.cast(), lo);
+                    _mm512_storeu_si512(o.add(8).cast(), hi);
+                }
+            }
+        }
+        i += 16;
+    }
+    (i, bad)
+}
+
+/// Copies `n` bytes from `src` to `dst` with non-temporal 32-byte stores (unaligned head and
+/// tail copied normally). The caller fences the stores (`_mm_sfence`) before the data is used
+/// elsewhere.
+///
+/// # Safety
+/// AVX2; `src` readable and `dst` writable for `n` bytes, without overlap.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn copy_stream_avx2(src: *const u8, dst: *mut u8, n: usize) {
+    let head = dst.align_offset(32).min(n);
+    // SAFETY: all copies stay inside the caller's `n` bytes; stream stores are 32-byte aligned.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        let mut i = head;
+        while i + 128 <= n {
+            let a = _mm256_loadu_si256(src.add(i).cast());
+            let b = _mm256_loadu_si256(src.add(i + 32).cast());
+            let c = _mm256_loadu_si256(src.add(i + 64).cast());
+            let d = _mm256_loadu_si256(src.add(i + 96).cast());
+            _mm256_stream_si256(dst.add(i).cast(), a);
+            _mm256_stream_si256(dst.add(i + 32).cast(), b);
+            _mm256_stream_si256(dst.add(i + 64).cast(), c);
+            _mm256_stream_si256(dst.add(i + 96).cast(), d);
+            i += 128;
+        }
+        while i + 32 <= n {
+            let a = _mm256_loadu_si256(src.add(i).cast());
+            _mm256_stream_si256(dst.add(i).cast(), a);
+            i += 32;
+        }
+        std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), n - i);
+    }
+}
