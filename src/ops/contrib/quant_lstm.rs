@@ -58,7 +58,10 @@ impl Weights {
         name: &str,
     ) -> Result<Weights> {
         let &[directions, k, n] = w.shape() else {
-            return Err(Error::Eval(format!("{name} {:?} is not of rank 3", w.shape())));
+            return Err(Error::Eval(format!(
+                "{name} {:?} is not of rank 3",
+                w.shape()
+            )));
         };
         if !matches!(w.dtype(), DataType::Int8 | DataType::Uint8) || zero.dtype() != w.dtype() {
             return Err(Error::Eval(format!(
@@ -82,9 +85,15 @@ impl Weights {
         let all_scales = floats(scale, "DynamicQuantizeLSTM scale")?;
         let scales = all_scales[d * count..(d + 1) * count].to_vec();
         let zeros: Vec<i16> = if signed {
-            zero.as_slice::<i8>()?.iter().map(|&z| i16::from(z)).collect()
+            zero.as_slice::<i8>()?
+                .iter()
+                .map(|&z| i16::from(z))
+                .collect()
         } else {
-            zero.as_slice::<u8>()?.iter().map(|&z| i16::from(z)).collect()
+            zero.as_slice::<u8>()?
+                .iter()
+                .map(|&z| i16::from(z))
+                .collect()
         };
         let z = if per(zero, "zero_point")? == 1 {
             zeros[d]
@@ -115,7 +124,14 @@ impl Weights {
     /// `out_row += float((a - zero) . B) * (a_scale * scale)` for one row of codes `a` (`k`
     /// long) and `out_row` (`n` long), exact in 32-bit integers for each block of
     /// [`EXACT_TERMS`] terms; `acc` is scratch of `n`.
-    fn accumulate_row(&self, a: &[u8], zero: u8, mult: &[f32], acc: &mut [i32], out_row: &mut [f32]) {
+    fn accumulate_row(
+        &self,
+        a: &[u8],
+        zero: u8,
+        mult: &[f32],
+        acc: &mut [i32],
+        out_row: &mut [f32],
+    ) {
         let n = self.n;
         for (block, a) in a.chunks(EXACT_TERMS).enumerate() {
             acc.fill(0);
@@ -223,4 +239,109 @@ pub(in crate::ops) fn eval_dynamic_quantize_lstm(
             codes: Vec::new(),
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+    use crate::{DataType, Tensor};
+
+    fn node() -> Node {
+        let inputs = ["x", "w", "r", "", "", "", "", "", "ws", "wz", "rs", "rz"];
+        Node::new("DynamicQuantizeLSTM", "n", inputs, ["y", "y_h", "y_c"])
+            .with_domain("com.microsoft")
+            .with_attr("hidden_size", AttrValue::Int(1))
+    }
+
+    fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
+        Tensor::from_vec(DataType::Float, shape, v.to_vec()).unwrap()
+    }
+
+    fn u8s(shape: &[usize], v: &[u8]) -> Tensor {
+        Tensor::from_vec(DataType::Uint8, shape, v.to_vec()).unwrap()
+    }
+
+    fn run(inputs: &[Option<Tensor>]) -> crate::error::Result<Vec<Tensor>> {
+        let refs: Vec<Option<&Tensor>> = inputs.iter().map(Option::as_ref).collect();
+        eval_node(&node(), 1, &refs)
+    }
+
+    /// One step, input 1, hidden 1: `x = 1` quantises to code 255 at scale 1/255, so each gate
+    /// input is `(w - 100) * w_scale[gate]`, the recurrent product of the zero state is 0.
+    #[test]
+    fn uint8_weights_subtract_their_zero_point_and_scale_per_gate_unit() {
+        let w = u8s(&[1, 1, 4], &[102, 99, 104, 110]);
+        let scales = [0.5f32, 0.25, 0.125, 0.1];
+        let out = run(&[
+            Some(f32s(&[1, 1, 1], &[1.0])),
+            Some(w),
+            Some(u8s(&[1, 1, 4], &[7; 4])),
+            None,
+            None,
+            None,
+            None,
+            None,
+            Some(f32s(&[1, 4], &scales)),
+            Some(u8s(&[1, 4], &[100; 4])),
+            Some(f32s(&[1], &[0.3])),
+            Some(u8s(&[1], &[7])),
+        ])
+        .unwrap();
+        let mult = |k: usize| (1.0f32 / 255.0) * scales[k];
+        let gate = |k: usize, code: f32| 255.0 * code * mult(k);
+        let sigmoid = |v: f32| 1.0 / (1.0 + (-v).exp());
+        // The forget gate multiplies the zero initial cell.
+        let (i, o, c) = (gate(0, 2.0), gate(1, -1.0), gate(3, 10.0));
+        let cell = sigmoid(i) * c.tanh();
+        let h = sigmoid(o) * cell.tanh();
+        for (t, want) in out.iter().zip([h, h, cell]) {
+            let got = t.as_slice::<f32>().unwrap()[0];
+            assert!((got - want).abs() < 1e-6, "got {got}, expected {want}");
+        }
+    }
+
+    #[test]
+    fn per_gate_unit_int8_zero_points_must_be_zero() {
+        let i8s = |v: &[i8]| Tensor::from_vec(DataType::Int8, &[1, 1, 4], v.to_vec()).unwrap();
+        let zeros = Tensor::from_vec(DataType::Int8, &[1, 4], vec![0i8, 0, 1, 0]).unwrap();
+        let err = run(&[
+            Some(f32s(&[1, 1, 1], &[1.0])),
+            Some(i8s(&[1; 4])),
+            Some(i8s(&[1; 4])),
+            None,
+            None,
+            None,
+            None,
+            None,
+            Some(f32s(&[1], &[0.5])),
+            Some(zeros),
+            Some(f32s(&[1], &[0.5])),
+            Some(Tensor::from_vec(DataType::Int8, &[1], vec![0i8]).unwrap()),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("W_zero_point must be zero"), "{err}");
+    }
+
+    #[test]
+    fn float_weights_are_refused_with_their_type() {
+        let err = run(&[
+            Some(f32s(&[1, 1, 1], &[1.0])),
+            Some(f32s(&[1, 1, 4], &[0.0; 4])),
+            Some(f32s(&[1, 1, 4], &[0.0; 4])),
+            None,
+            None,
+            None,
+            None,
+            None,
+            Some(f32s(&[1], &[0.5])),
+            Some(u8s(&[1], &[0])),
+            Some(f32s(&[1], &[0.5])),
+            Some(u8s(&[1], &[0])),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("int8 or uint8, found float"), "{err}");
+    }
 }

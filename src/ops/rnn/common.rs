@@ -404,8 +404,16 @@ impl<'a, T: Real> Problem<'a, T> {
             clip: None,
             dtype,
             x: values(x)?,
-            w: if transposed { Cow::Borrowed(&[]) } else { values(w)? },
-            r: if transposed { Cow::Borrowed(&[]) } else { values(r)? },
+            w: if transposed {
+                Cow::Borrowed(&[])
+            } else {
+                values(w)?
+            },
+            r: if transposed {
+                Cow::Borrowed(&[])
+            } else {
+                values(r)?
+            },
             b: None,
             initial_h: None,
         };

@@ -16,7 +16,7 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, Problem, Spec, WeightLayout, Track};
+use super::common::{self, Problem, Spec, Track, WeightLayout};
 use super::math::{gemm, Real, StepWeights, View};
 
 const SPEC: Spec = Spec {

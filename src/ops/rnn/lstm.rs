@@ -186,7 +186,9 @@ fn direction<T: Real>(
     cell: &Cell<'_, '_, T>,
     mut products: impl Products<T>,
 ) -> Result<Track<T>> {
-    let Dims { seq, batch, hidden, .. } = p.dims;
+    let Dims {
+        seq, batch, hidden, ..
+    } = p.dims;
     let width = 4 * hidden;
     // The rows of the times before the longest sequence ends are the first ones when X is
     // time-major, as it always is for `eval_with` (no layout); the float products ignore this.
