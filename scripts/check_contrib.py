@@ -14,9 +14,10 @@ unidirectional with past/present, attention_bias, qkv_hidden_sizes), MultiHeadAt
 cross attention, bias, key padding mask, past/present, attention_bias), GroupQueryAttention
 (prompt, past, packed QKV, rotary, softcap, local window), RotaryEmbedding (3-D, 4-D, offset,
 interleaved, partial) and EmbedLayerNormalization. The quantised operators: MatMulIntegerToFloat,
-DynamicQuantizeMatMul, MatMulNBits (4-bit), GatherBlockQuantized (4- and 8-bit), and
+DynamicQuantizeMatMul, MatMulNBits (4-bit, also with g_idx), GatherBlockQuantized (4- and 8-bit), and
 QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, which may differ from
 onnxruntime by one code (its kernels requantise with their own float arithmetic).
+QAttention (int8 weights per column with a mask index; uint8 weights, unidirectional, past).
 DynamicQuantizeLSTM: float LSTM models (forward, reverse, bidirectional; with and without initial
 states and sequence_lens; clip and input_forget) quantised by onnxruntime's `quantize_dynamic`
 (int8 per channel, uint8 per tensor) into target/contrib-lstm/; each line also prints how far
@@ -253,6 +254,11 @@ def quantization_cases():
             "MatMulNBits",
             [("a", [B, S, 32]), ("b", u8(8, 2, 8)), ("s", (rng.random(16) * 0.1).astype(np.float32)),
              ("z", u8(8)), None, ("bias", f(8))], K=32, N=8, bits=4, block_size=16),
+        "matmul_nbits_4bit_g_idx": node_case(
+            "MatMulNBits",
+            [("a", [B, S, 32]), ("b", u8(8, 2, 8)), ("s", (rng.random(16) * 0.1).astype(np.float32)),
+             ("z", u8(8)), ("g", rng.integers(0, 2, 32).astype(np.int32))],
+            K=32, N=8, bits=4, block_size=16),
         "matmul_nbits_4bit_default_zero": node_case(
             "MatMulNBits", [("a", [3, 40]), ("b", u8(8, 2, 16)), ("s", (rng.random(16) * 0.1).astype(np.float32))],
             K=40, N=8, bits=4, block_size=32),
@@ -278,6 +284,20 @@ def quantization_cases():
             [("x", [2, 4, 4, 3], I8), ("sx", sc(0.05)), ("zx", np.array(0, np.int8)), ("sy", sc(0.02)),
              ("zy", np.array(5, np.int8))], channels_last=1),
     }
+    cols = (rng.random(3 * H) * 0.05).astype(np.float32)
+    cases.update({
+        "qattention_i8_weights_per_column_mask": node_case(
+            "QAttention",
+            [qa, ("w", i8(H, 3 * H)), ("bias", f(3 * H)), ("sx", sc(0.02)), ("sw", cols),
+             ("mask", np.array([3, 5], np.int32)), ("zx", np.array(128, np.uint8)),
+             ("zw", np.zeros(3 * H, np.int8))], num_heads=2),
+        "qattention_u8_unidirectional_past": node_case(
+            "QAttention",
+            [qa, ("w", u8(H, 3 * H)), ("bias", f(3 * H)), ("sx", sc(0.02)), ("sw", sc(0.01)),
+             None, ("zx", np.array(120, np.uint8)), ("zw", np.array(128, np.uint8)),
+             ("past", [2, B, 2, 3, H // 2])],
+            outputs=("y", "present"), num_heads=2, unidirectional=1),
+    })
     ids = ("ids", np.array([[3, 0], [5, 3]], np.int64))
     cases.update({
         "gather_block_quantized_4bit": node_case(

@@ -94,6 +94,9 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Attention", 1, 2..=7, 1..=2, attention::eval_attention)
         .with_infer(attention::infer_float_outputs)
         .in_domain(DOMAIN),
+    OpDef::new("QAttention", 1, 5..=9, 1..=2, attention::eval_qattention)
+        .with_infer(attention::infer_float_outputs)
+        .in_domain(DOMAIN),
     OpDef::new(
         "MultiHeadAttention",
         1,
