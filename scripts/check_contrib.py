@@ -14,7 +14,7 @@ unidirectional with past/present, attention_bias, qkv_hidden_sizes), MultiHeadAt
 cross attention, bias, key padding mask, past/present, attention_bias), GroupQueryAttention
 (prompt, past, packed QKV, rotary, softcap, local window), RotaryEmbedding (3-D, 4-D, offset,
 interleaved, partial) and EmbedLayerNormalization. The quantised operators: MatMulIntegerToFloat,
-DynamicQuantizeMatMul, MatMulNBits (4-bit, also with g_idx), GatherBlockQuantized (4- and 8-bit), and
+DynamicQuantizeMatMul, MatMulNBits (4-bit), GatherBlockQuantized (4- and 8-bit), and
 QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, which may differ from
 onnxruntime by one code (its kernels requantise with their own float arithmetic).
 QAttention (int8 weights per column with a mask index; uint8 weights, unidirectional, past).
@@ -254,11 +254,6 @@ def quantization_cases():
             "MatMulNBits",
             [("a", [B, S, 32]), ("b", u8(8, 2, 8)), ("s", (rng.random(16) * 0.1).astype(np.float32)),
              ("z", u8(8)), None, ("bias", f(8))], K=32, N=8, bits=4, block_size=16),
-        "matmul_nbits_4bit_g_idx": node_case(
-            "MatMulNBits",
-            [("a", [B, S, 32]), ("b", u8(8, 2, 8)), ("s", (rng.random(16) * 0.1).astype(np.float32)),
-             ("z", u8(8)), ("g", rng.integers(0, 2, 32).astype(np.int32))],
-            K=32, N=8, bits=4, block_size=16),
         "matmul_nbits_4bit_default_zero": node_case(
             "MatMulNBits", [("a", [3, 40]), ("b", u8(8, 2, 16)), ("s", (rng.random(16) * 0.1).astype(np.float32))],
             K=40, N=8, bits=4, block_size=32),

@@ -12,8 +12,6 @@
 //! does (`nn::dynamic_quantize`). `MatMulNBits` dequantises its weights `(N, K)` block by block
 //! — `(code - zero) * scale`, codes two to a byte low nibble first, zero points packed the same
 //! way (8 when absent) or given as floats — into one buffer, then runs one GEMM (`nn::gemm`).
-//! With `g_idx` (act-order quantisation), row `k` of the weights takes the scale and zero point
-//! of group `g_idx[k]` rather than of its block.
 //! `GatherBlockQuantized` (section `com.microsoft.GatherBlockQuantized`) gathers rows of weights
 //! stored the same way and dequantises only the rows it gathers.
 
@@ -126,6 +124,9 @@ pub(in crate::ops) fn eval_matmul_nbits(
         optional(inputs, 4),
         optional(inputs, 5),
     );
+    if g_idx.is_some() {
+        return Err(ctx.error("g_idx is not supported"));
+    }
     let (k, n) = (size_attr(ctx, "K", 0)?, size_attr(ctx, "N", 0)?);
     let block = size_attr(ctx, "block_size", 0)?;
     if ctx.node.attr_int("bits", 4)? != 4 || block < 16 || !block.is_power_of_two() {
@@ -167,36 +168,17 @@ pub(in crate::ops) fn eval_matmul_nbits(
             }
         })
     };
-    // The group (scale and zero point) of each row of W: its block, or `g_idx`'s entry.
-    let groups: Vec<usize> = match g_idx {
-        None => (0..k).map(|i| i / block).collect(),
-        Some(g) if g.len() == k => to_i64s(g)?
-            .into_iter()
-            .map(|v| {
-                usize::try_from(v)
-                    .ok()
-                    .filter(|&v| v < blocks)
-                    .ok_or_else(|| ctx.error(format!("g_idx {v} is not a group of {blocks}")))
-            })
-            .collect::<Result<_>>()?,
-        Some(g) => {
-            return Err(ctx.error(format!(
-                "g_idx {:?} does not hold K = {k} values",
-                g.shape()
-            )))
-        }
-    };
     // W (N, K) dequantised: code * scale - zero * scale (float zero points are already scaled).
     let codes = b.as_slice::<u8>()?;
     let mut w = try_vec(n * k, 0.0f32)?;
     for (col, row) in w.chunks_mut(k.max(1)).enumerate() {
-        let zs = (0..blocks)
-            .map(|g| zero(col, g))
-            .collect::<Result<Vec<f32>>>()?;
-        let (scales, bytes) = (&sv[col * blocks..][..blocks], &codes[col * blocks * blob..]);
-        for ((i, o), &g) in row.iter_mut().enumerate().zip(&groups) {
-            // Code i is in block i / block at offset i % block: nibble i of the column's bytes.
-            *o = f32::from(nibble(bytes, i)) * scales[g] - zs[g];
+        for (blk, chunk) in row.chunks_mut(block).enumerate() {
+            let s = sv[col * blocks + blk];
+            let z = zero(col, blk)?;
+            let bytes = &codes[(col * blocks + blk) * blob..][..blob];
+            for (i, o) in chunk.iter_mut().enumerate() {
+                *o = f32::from(nibble(bytes, i)) * s - z;
+            }
         }
     }
     let av = floats(a, "MatMulNBits")?;
@@ -394,35 +376,6 @@ mod tests {
         .unwrap();
         // (0 - 8) * 0.5 + (15 - 8) * 0.5 = -0.5.
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[-0.5]);
-    }
-
-    /// One column of 32 codes 9 (1 above the zero point 8) in two blocks of scales 1 and 2:
-    /// with `g_idx`, row 1 belongs to group 1 although it is stored in block 0.
-    #[test]
-    fn matmul_nbits_g_idx_picks_the_group_of_each_row() {
-        let b = Tensor::from_vec(DataType::Uint8, &[1, 2, 8], vec![0x99u8; 16]).unwrap();
-        let g_idx: Vec<i32> = (0..32).map(|i| i % 2).collect();
-        let g_idx = Tensor::from_vec(DataType::Int32, &[32], g_idx).unwrap();
-        let mut a = vec![0.0f32; 32];
-        a[0] = 1.0;
-        a[1] = 1.0;
-        let y = eval_node(
-            &node(
-                "MatMulNBits",
-                5,
-                &[("K", 32), ("N", 1), ("bits", 4), ("block_size", 16)],
-            ),
-            1,
-            &[
-                Some(&f32s(&[1, 32], a)),
-                Some(&b),
-                Some(&f32s(&[2], vec![1.0, 2.0])),
-                None,
-                Some(&g_idx),
-            ],
-        )
-        .unwrap();
-        assert_eq!(y[0].as_slice::<f32>().unwrap(), &[3.0]);
     }
 
     #[test]
