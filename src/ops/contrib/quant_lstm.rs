@@ -262,6 +262,15 @@ mod tests {
         Tensor::from_vec(DataType::Uint8, shape, v.to_vec()).unwrap()
     }
 
+    /// The inputs of one step of `x = 1`, hidden size 1, from `W`, `R` and the scales and zero
+    /// points (no bias, lengths, states or peepholes).
+    fn one_step(w: Tensor, r: Tensor, params: [Tensor; 4]) -> Vec<Option<Tensor>> {
+        let mut inputs = vec![Some(f32s(&[1, 1, 1], &[1.0])), Some(w), Some(r)];
+        inputs.extend([None, None, None, None, None]);
+        inputs.extend(params.map(Some));
+        inputs
+    }
+
     fn run(inputs: &[Option<Tensor>]) -> crate::error::Result<Vec<Tensor>> {
         let refs: Vec<Option<&Tensor>> = inputs.iter().map(Option::as_ref).collect();
         eval_node(&node(), 1, &refs)
@@ -273,20 +282,16 @@ mod tests {
     fn uint8_weights_subtract_their_zero_point_and_scale_per_gate_unit() {
         let w = u8s(&[1, 1, 4], &[102, 99, 104, 110]);
         let scales = [0.5f32, 0.25, 0.125, 0.1];
-        let out = run(&[
-            Some(f32s(&[1, 1, 1], &[1.0])),
-            Some(w),
-            Some(u8s(&[1, 1, 4], &[7; 4])),
-            None,
-            None,
-            None,
-            None,
-            None,
-            Some(f32s(&[1, 4], &scales)),
-            Some(u8s(&[1, 4], &[100; 4])),
-            Some(f32s(&[1], &[0.3])),
-            Some(u8s(&[1], &[7])),
-        ])
+        let out = run(&one_step(
+            w,
+            u8s(&[1, 1, 4], &[7; 4]),
+            [
+                f32s(&[1, 4], &scales),
+                u8s(&[1, 4], &[100; 4]),
+                f32s(&[1], &[0.3]),
+                u8s(&[1], &[7]),
+            ],
+        ))
         .unwrap();
         let mult = |k: usize| (1.0f32 / 255.0) * scales[k];
         let gate = |k: usize, code: f32| 255.0 * code * mult(k);
@@ -305,20 +310,16 @@ mod tests {
     fn per_gate_unit_int8_zero_points_must_be_zero() {
         let i8s = |v: &[i8]| Tensor::from_vec(DataType::Int8, &[1, 1, 4], v.to_vec()).unwrap();
         let zeros = Tensor::from_vec(DataType::Int8, &[1, 4], vec![0i8, 0, 1, 0]).unwrap();
-        let err = run(&[
-            Some(f32s(&[1, 1, 1], &[1.0])),
-            Some(i8s(&[1; 4])),
-            Some(i8s(&[1; 4])),
-            None,
-            None,
-            None,
-            None,
-            None,
-            Some(f32s(&[1], &[0.5])),
-            Some(zeros),
-            Some(f32s(&[1], &[0.5])),
-            Some(Tensor::from_vec(DataType::Int8, &[1], vec![0i8]).unwrap()),
-        ])
+        let err = run(&one_step(
+            i8s(&[1; 4]),
+            i8s(&[1; 4]),
+            [
+                f32s(&[1], &[0.5]),
+                zeros,
+                f32s(&[1], &[0.5]),
+                Tensor::from_vec(DataType::Int8, &[1], vec![0i8]).unwrap(),
+            ],
+        ))
         .unwrap_err()
         .to_string();
         assert!(err.contains("W_zero_point must be zero"), "{err}");
@@ -326,20 +327,16 @@ mod tests {
 
     #[test]
     fn float_weights_are_refused_with_their_type() {
-        let err = run(&[
-            Some(f32s(&[1, 1, 1], &[1.0])),
-            Some(f32s(&[1, 1, 4], &[0.0; 4])),
-            Some(f32s(&[1, 1, 4], &[0.0; 4])),
-            None,
-            None,
-            None,
-            None,
-            None,
-            Some(f32s(&[1], &[0.5])),
-            Some(u8s(&[1], &[0])),
-            Some(f32s(&[1], &[0.5])),
-            Some(u8s(&[1], &[0])),
-        ])
+        let err = run(&one_step(
+            f32s(&[1, 1, 4], &[0.0; 4]),
+            f32s(&[1, 1, 4], &[0.0; 4]),
+            [
+                f32s(&[1], &[0.5]),
+                u8s(&[1], &[0]),
+                f32s(&[1], &[0.5]),
+                u8s(&[1], &[0]),
+            ],
+        ))
         .unwrap_err()
         .to_string();
         assert!(err.contains("int8 or uint8, found float"), "{err}");
