@@ -6,6 +6,9 @@
 //! Spec: onnxruntime `docs/ContribOperators.md`, sections `com.microsoft.Attention`,
 //! `com.microsoft.MultiHeadAttention` and `com.microsoft.GroupQueryAttention`.
 //!
+//! Why one file: the four operators share one path from their inputs to `nn::attend` (head
+//! layout, mask index, past/present, output shapes); only their projections differ.
+//!
 //! The three read their operands into `(batch, seq, heads * size)` rows and run the default
 //! domain's attention kernel (`nn::attend`: one GEMM per batch and head for the scores, the row
 //! softmax, one GEMM with V), with the masks folded into one additive bias.
