@@ -17,6 +17,12 @@ interleaved, partial) and EmbedLayerNormalization. The quantised operators: MatM
 DynamicQuantizeMatMul, MatMulNBits (4-bit), GatherBlockQuantized (4- and 8-bit), and
 QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, which may differ from
 onnxruntime by one code (its kernels requantise with their own float arithmetic).
+QAttention (int8 weights per column with a mask index; uint8 weights, unidirectional, past).
+DynamicQuantizeLSTM: float LSTM models (forward, reverse, bidirectional; with and without initial
+states and sequence_lens; clip and input_forget) quantised by onnxruntime's `quantize_dynamic`
+(int8 per channel, uint8 per tensor) into target/contrib-lstm/; each line also prints how far
+onnxruntime's int8 path is from the float LSTM. Onnxruntime runs on one thread throughout: its
+quantised LSTM quantises each thread's share of the batch on its own.
 Left out because onnxruntime's CPU kernels refuse them: Attention's 4-D (Megatron) mask and
 MultiHeadAttention's packed QKV / KV layouts (implemented; see docs/conformance.md for what
 the unit tests cover). Each line prints the largest |difference| of the outputs.
@@ -273,6 +279,20 @@ def quantization_cases():
             [("x", [2, 4, 4, 3], I8), ("sx", sc(0.05)), ("zx", np.array(0, np.int8)), ("sy", sc(0.02)),
              ("zy", np.array(5, np.int8))], channels_last=1),
     }
+    cols = (rng.random(3 * H) * 0.05).astype(np.float32)
+    cases.update({
+        "qattention_i8_weights_per_column_mask": node_case(
+            "QAttention",
+            [qa, ("w", i8(H, 3 * H)), ("bias", f(3 * H)), ("sx", sc(0.02)), ("sw", cols),
+             ("mask", np.array([3, 5], np.int32)), ("zx", np.array(128, np.uint8)),
+             ("zw", np.zeros(3 * H, np.int8))], num_heads=2),
+        "qattention_u8_unidirectional_past": node_case(
+            "QAttention",
+            [qa, ("w", u8(H, 3 * H)), ("bias", f(3 * H)), ("sx", sc(0.02)), ("sw", sc(0.01)),
+             None, ("zx", np.array(120, np.uint8)), ("zw", np.array(128, np.uint8)),
+             ("past", [2, B, 2, 3, H // 2])],
+            outputs=("y", "present"), num_heads=2, unidirectional=1),
+    })
     ids = ("ids", np.array([[3, 0], [5, 3]], np.int64))
     cases.update({
         "gather_block_quantized_4bit": node_case(
@@ -292,6 +312,68 @@ def quantization_cases():
 
 
 CASES.update(quantization_cases())
+
+
+def lstm_cases():
+    """`DynamicQuantizeLSTM`: float `LSTM` models quantised by onnxruntime's own
+    `quantize_dynamic` (int8 per channel or uint8 per tensor), written under target/contrib-lstm/
+    (not committed). Each has its weights, biases and `sequence_lens` as initializers; `X` and
+    the initial states are inputs. Returns the quantised models and, for reference, the float
+    ones."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    work = os.path.join("target", "contrib-lstm")
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(3)
+    seq, batch, inp = 6, 3, 5
+    shapes = {"forward": 1, "reverse": 1, "bidirectional": 2}
+    specs = [
+        # name, direction, hidden, weight type, per channel, states, sequence_lens, extra attributes
+        ("forward_u8_per_tensor", "forward", 8, QuantType.QUInt8, False, False, None, {}),
+        ("forward_i8_per_channel_states", "forward", 8, QuantType.QInt8, True, True, None, {}),
+        ("reverse_i8_per_channel_lens", "reverse", 8, QuantType.QInt8, True, True, [6, 2, 4], {}),
+        ("bidirectional_i8_per_channel_lens_states", "bidirectional", 16, QuantType.QInt8, True,
+         True, [3, 6, 0], {}),
+        ("bidirectional_u8_per_tensor", "bidirectional", 8, QuantType.QUInt8, False, False, None,
+         {}),
+        ("forward_i8_clip_input_forget_lens", "forward", 8, QuantType.QInt8, True, True,
+         [5, 1, 6], {"clip": 2.0, "input_forget": 1}),
+    ]
+    quantised, floats = {}, {}
+    for name, direction, hidden, wtype, per_channel, states, lens, attrs in specs:
+        d = shapes[direction]
+        consts = [("W", rng.standard_normal((d, 4 * hidden, inp)).astype(np.float32) * 0.5),
+                  ("R", rng.standard_normal((d, 4 * hidden, hidden)).astype(np.float32) * 0.5),
+                  ("B", rng.standard_normal((d, 8 * hidden)).astype(np.float32) * 0.5)]
+        names = ["x", "W", "R", "B"]
+        graph_inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, inp])]
+        if lens is not None:
+            consts.append(("lens", np.array(lens, np.int32)))
+        names.append("lens" if lens is not None else "")
+        for state in ("h0", "c0"):
+            names.append(state if states else "")
+            if states:
+                graph_inputs.append(
+                    helper.make_tensor_value_info(state, TensorProto.FLOAT, [d, batch, hidden]))
+        while names[-1] == "":
+            names.pop()
+        node = helper.make_node("LSTM", names, ["y", "y_h", "y_c"], hidden_size=hidden,
+                                direction=direction, **attrs)
+        graph = helper.make_graph(
+            [node], name, graph_inputs,
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "y_h", "y_c")],
+            initializer=[numpy_helper.from_array(v, n) for n, v in consts])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+        src, dst = (os.path.join(work, f"{name}{suffix}.onnx") for suffix in ("_float", ""))
+        onnx.save(model, src)
+        quantize_dynamic(src, dst, weight_type=wtype, per_channel=per_channel)
+        quantised[f"dynamic_quantize_lstm_{name}"] = onnx.load(dst)
+        floats[f"dynamic_quantize_lstm_{name}"] = model
+    return quantised, floats
+
+
+LSTM_CASES, FLOAT_LSTMS = lstm_cases()
+CASES.update(LSTM_CASES)
 # Operators whose onnxruntime kernels requantise with their own float arithmetic: one code apart
 # is a rounding tie broken the other way.
 ONE_CODE = {n for n in CASES if n.startswith(("qlinear_add", "qlinear_mul", "qlinear_concat",
@@ -322,7 +404,18 @@ def main():
                 feeds[vi.name] = random_input(rng, vi.type.tensor_type.elem_type, dims)
                 with open(os.path.join(inputs, f"{vi.name}.pb"), "wb") as f:
                     f.write(numpy_helper.from_array(feeds[vi.name], vi.name).SerializeToString())
-            want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+            # One thread: onnxruntime's quantised LSTM quantises each thread's part of the batch
+            # on its own; on one thread it quantises the whole batch, as multigather does.
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1
+            session = lambda m: ort.InferenceSession(m, options, providers=["CPUExecutionProvider"])
+            want = session(path).run(None, feeds)
+            if name in FLOAT_LSTMS:
+                # How far the int8 path itself is from the float LSTM, for scale.
+                float_path = os.path.join(work, "float.onnx")
+                onnx.save(FLOAT_LSTMS[name], float_path)
+                exact = session(float_path).run(None, feeds)
+                quant_error = max(float(np.max(np.abs(a - b))) for a, b in zip(want, exact))
             out = os.path.join(work, "out")
             run = subprocess.run([BIN, "run", path, "--inputs", inputs, "--output-dir", out],
                                  capture_output=True, text=True)
@@ -345,6 +438,8 @@ def main():
                               f"{np.max(np.abs(got.astype(np.float64) - w)) if got.shape == w.shape else 'shape'})"
             failed += bool(problem)
             detail = f": {problem}" if problem else f" (max |diff| {worst:.3g})"
+            if name in FLOAT_LSTMS:
+                detail += f" [onnxruntime int8 vs float LSTM: {quant_error:.3g}]"
             print(f"{'FAIL' if problem else 'ok  '} {name}{detail}")
     print(f"contrib operators: {len(CASES) - failed} of {len(CASES)} match onnxruntime")
     sys.exit(1 if failed else 0)

@@ -1,10 +1,13 @@
 //! The attention operators of `com.microsoft` (opset 1) that onnxruntime's transformer optimizer
-//! fuses: `Attention` (input projection, heads, mask index, past/present state),
+//! fuses (and its dynamic quantiser quantises, `QAttention`): `Attention` (input projection, heads, mask index, past/present state),
 //! `MultiHeadAttention` (projected Q, K, V) and `GroupQueryAttention` (grouped key/value heads,
 //! causal, key/value cache, rotary embedding).
 //!
 //! Spec: onnxruntime `docs/ContribOperators.md`, sections `com.microsoft.Attention`,
 //! `com.microsoft.MultiHeadAttention` and `com.microsoft.GroupQueryAttention`.
+//!
+//! Why one file: the four operators share one path from their inputs to `nn::attend` (head
+//! layout, mask index, past/present, output shapes); only their projections differ.
 //!
 //! The three read their operands into `(batch, seq, heads * size)` rows and run the default
 //! domain's attention kernel (`nn::attend`: one GEMM per batch and head for the scores, the row
@@ -19,6 +22,8 @@
 //! `attention_bias` `(B or 1, H or 1, S, T)` is added on top. `GroupQueryAttention` is causal;
 //! its `local_window_size` `w` keeps the `w` keys ending at each query's position.
 //!
+//! `QAttention` is `Attention` with an 8-bit integer projection (`eval_qattention`).
+//!
 //! Not supported (an error naming the node): packed batching, a shared past/present buffer
 //! (`past_present_share_buffer`, `past_sequence_length`), `do_rotary` on `Attention`,
 //! `cache_indirection`, and in `GroupQueryAttention` batches of differing lengths,
@@ -29,10 +34,13 @@ use crate::ir::TensorType;
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
-use super::super::nn::{attend, gemm, rotate, Bias, Mask, Mat, Rotation, Sizes, Spec};
+use super::super::nn::{
+    attend, gemm, integer_product, rotate, Bias, Mask, Mat, Rotation, Sizes, Spec,
+};
 use super::super::util::{optional, required, to_i64s};
 use super::super::{EvalCtx, InferCtx};
 use super::activations::floats;
+use super::quant_matmul::{scalar_scale, scale_columns};
 
 /// onnxruntime's default score for a masked key.
 const MASK_FILTER: f32 = -10000.0;
@@ -249,23 +257,101 @@ pub(in crate::ops) fn eval_attention(
         optional(inputs, 4),
         optional(inputs, 5),
     );
-    if optional(inputs, 6).is_some() || ctx.node.attr_int("past_present_share_buffer", 0)? != 0 {
+    if optional(inputs, 6).is_some() {
+        return Err(ctx.error("a shared past/present buffer is not supported"));
+    }
+    let parts = Parts {
+        mask,
+        past,
+        attn_bias,
+    };
+    let (xs, ws) = (floats(x, OP)?, floats(w, OP)?);
+    attention(ctx, x.shape(), w.shape(), bias, parts, |rows, n, cols| {
+        project(xs, rows, ws, n, bias, cols)
+    })
+}
+
+/// `com.microsoft.QAttention` (what `quantize_dynamic` makes of `Attention`): `Attention`
+/// without `qkv_hidden_sizes` or `attention_bias`, whose projection is the exact product of the
+/// 8-bit input and weights minus their zero points (per tensor; the weights' also per column),
+/// scaled by `input_scale * weight_scale` before the bias is added, as `MatMulIntegerToFloat`.
+/// Inputs: input, weight, bias, input_scale, weight_scale, mask_index, input_zero_point,
+/// weight_zero_point, past.
+pub(in crate::ops) fn eval_qattention(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, w, bias) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
+    let a_scale = scalar_scale(ctx, required(inputs, 3)?, "input_scale")?;
+    let (plan, acc) = integer_product(x, optional(inputs, 6), w, optional(inputs, 7))?;
+    let n = plan.n;
+    let qkv = scale_columns(ctx, acc, n, a_scale, required(inputs, 4)?, Some(bias))?;
+    let parts = Parts {
+        mask: optional(inputs, 5),
+        past: optional(inputs, 8),
+        attn_bias: None,
+    };
+    let bias = floats(bias, "QAttention")?;
+    attention(
+        ctx,
+        x.shape(),
+        w.shape(),
+        Some(bias),
+        parts,
+        |(rows, _), _, (first, count)| {
+            let mut out = try_vec(rows * count, 0.0f32)?;
+            for (o, row) in out.chunks_mut(count.max(1)).zip(qkv.chunks(n.max(1))) {
+                o.copy_from_slice(&row[first..first + count]);
+            }
+            Ok(out)
+        },
+    )
+}
+
+/// The inputs of `Attention` besides the projection's.
+struct Parts<'t> {
+    mask: Option<&'t Tensor>,
+    past: Option<&'t Tensor>,
+    attn_bias: Option<&'t Tensor>,
+}
+
+/// `Attention` on an input of shape `x_shape` projected through weights of shape `w_shape`
+/// (with `bias`, checked here) by `project(rows, n, cols)`: the columns `cols` (first, count) of
+/// the `n` of the projection of the `rows` (count, input hidden size) of the input, bias
+/// added. `QAttention` projects with an integer product.
+fn attention(
+    ctx: &EvalCtx<'_>,
+    x_shape: &[usize],
+    w_shape: &[usize],
+    bias: Option<&[f32]>,
+    Parts {
+        mask,
+        past,
+        attn_bias,
+    }: Parts<'_>,
+    project: impl Fn((usize, usize), usize, (usize, usize)) -> Result<Vec<f32>>,
+) -> Result<Vec<Tensor>> {
+    const OP: &str = "Attention";
+    if ctx.node.attr_int("past_present_share_buffer", 0)? != 0 {
         return Err(ctx.error("a shared past/present buffer is not supported"));
     }
     if ctx.node.attr_int("do_rotary", 0)? != 0 {
         return Err(ctx.error("do_rotary is not supported"));
     }
     let h = heads(ctx, "num_heads")?;
-    let [b, s, input_hidden] = *x.shape() else {
-        return Err(ctx.error(format!("input {:?} is not 3-D", x.shape())));
+    let [b, s, input_hidden] = *x_shape else {
+        return Err(ctx.error(format!("input {x_shape:?} is not 3-D")));
     };
-    let [wk, wn] = *w.shape() else {
-        return Err(ctx.error(format!("weights {:?} are not 2-D", w.shape())));
+    let [wk, wn] = *w_shape else {
+        return Err(ctx.error(format!("weights {w_shape:?} are not 2-D")));
     };
     if wk != input_hidden {
         return Err(ctx.error(format!(
-            "weights {:?} do not take an input hidden size of {input_hidden}",
-            w.shape()
+            "weights {w_shape:?} do not take an input hidden size of {input_hidden}"
         )));
     }
     let [qh, kh, vh] = match ctx.node.attr_ints("qkv_hidden_sizes")? {
@@ -308,12 +394,10 @@ pub(in crate::ops) fn eval_attention(
         head: d,
         v_head: dv,
     };
-    let xs = floats(x, OP)?;
-    let ws = floats(w, OP)?;
     let rows = (b * s, input_hidden);
-    let q = project(xs, rows, ws, wn, bias, (0, qh))?;
-    let k = project(xs, rows, ws, wn, bias, (qh, kh))?;
-    let v = project(xs, rows, ws, wn, bias, (qh + kh, vh))?;
+    let q = project(rows, wn, (0, qh))?;
+    let k = project(rows, wn, (qh, kh))?;
+    let v = project(rows, wn, (qh + kh, vh))?;
     let unidirectional = ctx.node.attr_int("unidirectional", 0)? != 0;
     let filter = ctx.node.attr_float("mask_filter_value", MASK_FILTER)?;
     let keys = key_mask(ctx, mask, &z, unidirectional, filter)?;
@@ -691,6 +775,66 @@ mod tests {
         let y = eval_node(&n, 1, &[Some(&x), Some(&w), None, Some(&mask)]).unwrap();
         // Only key 0 (value 1) is attended by both queries.
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[1.0, 1.0]);
+    }
+
+    /// Codes whose dequantised values are small integers: QAttention on them computes what
+    /// Attention computes on the dequantised input and weights (exactly, the products being
+    /// integers), two heads of 1, unidirectional.
+    #[test]
+    fn qattention_equals_attention_on_the_dequantised_operands() {
+        let xq: Vec<u8> = vec![130, 126, 129, 131, 128, 125];
+        let wq: Vec<i8> = vec![1, -2, 0, 3, 1, 2, -1, 0, 2, 1, 1, -3];
+        let (zx, sx, sw) = (128u8, 0.5f32, [0.25f32, 0.5, 1.0, 2.0, 0.5, 0.25]);
+        let bias = f32s(&[6], vec![0.1, -0.2, 0.3, 0.0, 0.5, -0.5]);
+        let xf: Vec<f32> = xq.iter().map(|&c| (f32::from(c) - 128.0) * sx).collect();
+        let wf: Vec<f32> = wq
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| f32::from(c) * sw[i % 6])
+            .collect();
+        let x = Tensor::from_vec(DataType::Uint8, &[1, 3, 2], xq).unwrap();
+        let w = Tensor::from_vec(DataType::Int8, &[2, 6], wq).unwrap();
+        let node = |op: &str, inputs: &[&str]| {
+            Node::new(op, "a", inputs.iter().copied(), ["y"])
+                .with_domain("com.microsoft")
+                .with_attr("num_heads", AttrValue::Int(2))
+                .with_attr("unidirectional", AttrValue::Int(1))
+        };
+        let q = node("QAttention", &["x", "w", "b", "sx", "sw", "", "zx"]);
+        let got = eval_node(
+            &q,
+            1,
+            &[
+                Some(&x),
+                Some(&w),
+                Some(&bias),
+                Some(&f32s(&[], vec![sx])),
+                Some(&f32s(&[6], sw.to_vec())),
+                None,
+                Some(&Tensor::scalar(DataType::Uint8, zx).unwrap()),
+            ],
+        )
+        .unwrap();
+        let f = node("Attention", &["x", "w", "b"]);
+        let want = eval_node(
+            &f,
+            1,
+            &[
+                Some(&f32s(&[1, 3, 2], xf)),
+                Some(&f32s(&[2, 6], wf)),
+                Some(&bias),
+            ],
+        )
+        .unwrap();
+        assert_eq!(got[0].shape(), &[1, 3, 2]);
+        for (g, w) in got[0]
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .zip(want[0].as_slice::<f32>().unwrap())
+        {
+            assert!((g - w).abs() < 1e-6, "QAttention {g}, Attention {w}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod activations;
 mod attention;
 mod embed_norm;
 mod qlinear;
+mod quant_lstm;
 mod quant_matmul;
 mod rotary;
 mod skip_norm;
@@ -91,6 +92,9 @@ pub(super) const DEFS: &[OpDef] = &[
     .with_infer(activations::infer_like_input)
     .in_domain(DOMAIN),
     OpDef::new("Attention", 1, 2..=7, 1..=2, attention::eval_attention)
+        .with_infer(attention::infer_float_outputs)
+        .in_domain(DOMAIN),
+    OpDef::new("QAttention", 1, 5..=9, 1..=2, attention::eval_qattention)
         .with_infer(attention::infer_float_outputs)
         .in_domain(DOMAIN),
     OpDef::new(
@@ -170,6 +174,15 @@ pub(super) const DEFS: &[OpDef] = &[
         quant_matmul::eval_dynamic_quantize_matmul,
     )
     .with_infer(attention::infer_float_outputs)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "DynamicQuantizeLSTM",
+        1,
+        12..=12,
+        0..=3,
+        quant_lstm::eval_dynamic_quantize_lstm,
+    )
+    .with_infer(super::rnn::infer_lstm_transposed)
     .in_domain(DOMAIN),
     OpDef::new(
         "GatherBlockQuantized",

@@ -25,7 +25,7 @@ use super::super::EvalCtx;
 use super::activations::floats;
 
 /// `acc * a_scale * b_scale[col] + bias[col]` for exact accumulators of `n` columns.
-fn scale_columns(
+pub(super) fn scale_columns(
     ctx: &EvalCtx<'_>,
     acc: Vec<f64>,
     n: usize,
@@ -54,7 +54,7 @@ fn scale_columns(
 }
 
 /// One float scale.
-fn scalar_scale(ctx: &EvalCtx<'_>, t: &Tensor, what: &str) -> Result<f32> {
+pub(super) fn scalar_scale(ctx: &EvalCtx<'_>, t: &Tensor, what: &str) -> Result<f32> {
     match floats(t, what)? {
         [s] => Ok(*s),
         _ => Err(ctx.error(format!(

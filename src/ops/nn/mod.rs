@@ -74,7 +74,7 @@ use unpool::{eval_max_unpool, infer_max_unpool};
 pub(in crate::ops) use attention::{attend, Bias, Mask, Sizes, Spec};
 pub(in crate::ops) use blas::{gemm, Mat};
 pub(in crate::ops) use matmul::integer_product;
-pub(in crate::ops) use quant::dynamic_quantize;
+pub(in crate::ops) use quant::{dynamic_quantize, dynamic_scale, quantize_u8};
 pub(in crate::ops) use rotary::{rotate, Rotation};
 
 pub(super) const DEFS: &[OpDef] = &[

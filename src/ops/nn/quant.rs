@@ -363,15 +363,27 @@ pub(super) fn eval_dynamic_quantize(
 /// `DynamicQuantizeLinear` of `xv`: uint8 codes over the range of the values and 0, with their
 /// scale and zero point (`round_half_even(-min / scale)`).
 pub(in crate::ops) fn dynamic_quantize(xv: &[f32]) -> Result<(Vec<u8>, f32, u8)> {
-    let max = xv.iter().copied().fold(0.0f32, f32::max);
-    let min = xv.iter().copied().fold(0.0f32, f32::min);
+    let (scale, zero) = dynamic_scale(xv.iter().copied());
+    let mut y = try_vec(xv.len(), 0u8)?;
+    quantize_u8(xv, scale, zero, &mut y);
+    Ok((y, scale, zero))
+}
+
+/// `DynamicQuantizeLinear`'s scale and zero point for `values`: their range widened to hold 0,
+/// mapped onto `0..=255`.
+pub(in crate::ops) fn dynamic_scale(values: impl Iterator<Item = f32>) -> (f32, u8) {
+    let (min, max) = values.fold((0.0f32, 0.0f32), |(lo, hi), v| (lo.min(v), hi.max(v)));
     let scale = if max == min { 1.0 } else { max - min } / 255.0;
     let zero = (0.0 - min / scale).clamp(0.0, 255.0).round_ties_even();
-    let mut y = try_vec(xv.len(), 0u8)?;
-    for (o, &v) in y.iter_mut().zip(xv) {
+    (scale, zero as u8)
+}
+
+/// `round_half_even(x / scale) + zero`, saturated to uint8, for each `x` of `xv` into `out`.
+pub(in crate::ops) fn quantize_u8(xv: &[f32], scale: f32, zero: u8, out: &mut [u8]) {
+    let zero = f32::from(zero);
+    for (o, &v) in out.iter_mut().zip(xv) {
         *o = ((v / scale).round_ties_even() + zero).clamp(0.0, 255.0) as u8;
     }
-    Ok((y, scale, zero as u8))
 }
 
 pub(super) fn infer_quantize(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {

@@ -147,7 +147,25 @@ pub(super) struct Spec {
     pub gates: usize,
     /// The activations of one direction when the node does not list them.
     pub activations: &'static [&'static str],
+    /// How `W` and `R` are stored.
+    pub weights: WeightLayout,
 }
+
+/// How a node stores `W` and `R`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum WeightLayout {
+    /// In `X`'s element type, `[num_directions, gates*hidden_size, input_size]` and
+    /// `[num_directions, gates*hidden_size, hidden_size]`: the ONNX operators.
+    Gates,
+    /// Of any element type, read by the operator itself: `[num_directions, input_size,
+    /// gates*hidden_size]` and `[num_directions, hidden_size, gates*hidden_size]`
+    /// (onnxruntime's `DynamicQuantizeLSTM`). [`Problem::weights`] is then empty.
+    Transposed,
+}
+
+/// The inputs the recurrent operators share the element type of `X` among (LSTM has eight);
+/// later ones (quantisation parameters) are the operator's to check.
+const OWN_INPUTS: usize = 8;
 
 /// One node's validated inputs and attributes, with the data of its floating-point inputs in
 /// the compute type `T`.
@@ -253,6 +271,30 @@ fn sequence_lens(t: Option<&Tensor>, seq: usize, batch: usize) -> Result<Vec<usi
         .collect()
 }
 
+/// `X W^T + bias` for the `rows` rows of `x` (`[rows, input]`), where `w` is `[width, input]`
+/// and `width` the length of `bias`.
+pub(super) fn project<T: Real>(
+    x: &[T],
+    rows: usize,
+    input: usize,
+    w: &[T],
+    bias: &[T],
+) -> Result<Vec<T>> {
+    let width = bias.len();
+    let mut out = try_with_capacity(checked_len::<T>(&[rows, width])?)?;
+    for _ in 0..rows {
+        out.extend_from_slice(bias);
+    }
+    gemm(
+        View::rows(x, rows, input),
+        View::rows(w, width, input).t(),
+        T::ONE,
+        &mut out,
+        width,
+    )?;
+    Ok(out)
+}
+
 /// What one direction computed: its `Y` rows (`[seq, batch, hidden]`, zero past each
 /// sequence's end) and its final states (`[batch, hidden]` each: `h`, then `c` for LSTM).
 pub(super) struct Track<T> {
@@ -273,8 +315,10 @@ impl<'a, T: Real> Problem<'a, T> {
             required(inputs, R)?,
         );
         let dtype = x.dtype();
-        for (i, t) in inputs.iter().enumerate() {
-            if let Some(t) = t.filter(|_| i != SEQUENCE_LENS) {
+        let transposed = spec.weights == WeightLayout::Transposed;
+        for (i, t) in inputs.iter().enumerate().take(OWN_INPUTS) {
+            let typed = i != SEQUENCE_LENS && !(transposed && (i == W || i == R));
+            if let Some(t) = t.filter(|_| typed) {
                 if t.dtype() != dtype {
                     return Err(Error::Eval(format!(
                         "input {i} is {}, but X is {dtype}",
@@ -291,12 +335,13 @@ impl<'a, T: Real> Problem<'a, T> {
         };
         let (seq, batch) = if batch_major { (d1, d0) } else { (d0, d1) };
         let directions = direction.count();
-        let &[_, _, hidden] = r.shape() else {
+        let &[_, r1, r2] = r.shape() else {
             return Err(Error::Eval(format!(
                 "R must have rank 3, found shape {:?}",
                 r.shape()
             )));
         };
+        let hidden = if transposed { r1 } else { r2 };
         if hidden == 0 {
             return Err(Error::Eval("hidden_size must be positive".into()));
         }
@@ -310,18 +355,33 @@ impl<'a, T: Real> Problem<'a, T> {
             .gates
             .checked_mul(hidden)
             .ok_or_else(|| Error::Eval("hidden_size is too large".into()))?;
-        expect_shape(
-            r,
-            "R",
-            &[directions, gh, hidden],
-            "[num_directions, gates*hidden_size, hidden_size]",
-        )?;
-        expect_shape(
-            w,
-            "W",
-            &[directions, gh, input],
-            "[num_directions, gates*hidden_size, input_size]",
-        )?;
+        if transposed {
+            expect_shape(
+                r,
+                "R",
+                &[directions, hidden, gh],
+                "[num_directions, hidden_size, gates*hidden_size]",
+            )?;
+            expect_shape(
+                w,
+                "W",
+                &[directions, input, gh],
+                "[num_directions, input_size, gates*hidden_size]",
+            )?;
+        } else {
+            expect_shape(
+                r,
+                "R",
+                &[directions, gh, hidden],
+                "[num_directions, gates*hidden_size, hidden_size]",
+            )?;
+            expect_shape(
+                w,
+                "W",
+                &[directions, gh, input],
+                "[num_directions, gates*hidden_size, input_size]",
+            )?;
+        }
         let dims = Dims {
             seq,
             batch,
@@ -344,8 +404,16 @@ impl<'a, T: Real> Problem<'a, T> {
             clip: None,
             dtype,
             x: values(x)?,
-            w: values(w)?,
-            r: values(r)?,
+            w: if transposed {
+                Cow::Borrowed(&[])
+            } else {
+                values(w)?
+            },
+            r: if transposed {
+                Cow::Borrowed(&[])
+            } else {
+                values(r)?
+            },
             b: None,
             initial_h: None,
         };
@@ -412,7 +480,8 @@ impl<'a, T: Real> Problem<'a, T> {
         Ok(Some(values(t)?))
     }
 
-    /// Direction `d`'s `W` (`[gates*hidden, input]`) and `R` (`[gates*hidden, hidden]`).
+    /// Direction `d`'s `W` (`[gates*hidden, input]`) and `R` (`[gates*hidden, hidden]`); empty
+    /// for [`WeightLayout::Transposed`] weights, which the operator reads itself.
     pub fn weights(&self, d: usize) -> (&[T], &[T]) {
         let Dims {
             gates,
@@ -421,7 +490,20 @@ impl<'a, T: Real> Problem<'a, T> {
             ..
         } = self.dims;
         let (wn, rn) = (gates * hidden * input, gates * hidden * hidden);
-        (&self.w[d * wn..(d + 1) * wn], &self.r[d * rn..(d + 1) * rn])
+        (
+            self.w.get(d * wn..(d + 1) * wn).unwrap_or_default(),
+            self.r.get(d * rn..(d + 1) * rn).unwrap_or_default(),
+        )
+    }
+
+    /// `X`'s elements, in storage order (`[seq * batch, input]` rows).
+    pub fn x(&self) -> &[T] {
+        &self.x
+    }
+
+    /// The length of the longest sequence.
+    pub fn longest(&self) -> usize {
+        self.lens.iter().copied().max().unwrap_or(0)
     }
 
     /// Direction `d`'s input and recurrence biases (`Wb`, `Rb`), zeros when `B` is omitted.
@@ -487,19 +569,7 @@ impl<'a, T: Real> Problem<'a, T> {
         let Dims {
             seq, batch, input, ..
         } = self.dims;
-        let (rows, width) = (seq * batch, bias.len());
-        let mut out = try_with_capacity(checked_len::<T>(&[rows, width])?)?;
-        for _ in 0..rows {
-            out.extend_from_slice(bias);
-        }
-        gemm(
-            View::rows(&self.x, rows, input),
-            View::rows(w, width, input).t(),
-            T::ONE,
-            &mut out,
-            width,
-        )?;
-        Ok(out)
+        project(&self.x, seq * batch, input, w, bias)
     }
 
     /// Runs direction `d` over its sequence. `xw` is its projection ([`Problem::project`],
@@ -648,7 +718,7 @@ impl<'a, T: Real> Problem<'a, T> {
 /// The output types of a recurrent node: `Y`, then `states` final states (`Y_h`, and `Y_c` for
 /// LSTM), with `seq_length` and `batch_size` carried from `X` and `hidden_size` from the
 /// attribute or the shape of `R` (or `W`).
-pub(super) fn infer(ctx: &InferCtx<'_>, gates: usize, states: usize) -> Result<Vec<TensorType>> {
+pub(super) fn infer(ctx: &InferCtx<'_>, spec: &Spec, states: usize) -> Result<Vec<TensorType>> {
     let node = ctx.node;
     let nd = Dim::Known(Direction::of(node)?.count() as i64);
     let batch_major = batch_major(node, ctx.opset)?;
@@ -670,7 +740,7 @@ pub(super) fn infer(ctx: &InferCtx<'_>, gates: usize, states: usize) -> Result<V
         }
         None => (Dim::Unknown, Dim::Unknown),
     };
-    let hidden = hidden_dim(ctx, gates)?;
+    let hidden = hidden_dim(ctx, spec)?;
     let (y, state) = if batch_major {
         (
             vec![batch.clone(), seq, nd.clone(), hidden.clone()],
@@ -692,8 +762,9 @@ pub(super) fn infer(ctx: &InferCtx<'_>, gates: usize, states: usize) -> Result<V
         .collect())
 }
 
-/// `hidden_size`: the attribute, else dim 2 of `R`, else dim 1 of `W` divided by the gates.
-fn hidden_dim(ctx: &InferCtx<'_>, gates: usize) -> Result<Dim> {
+/// `hidden_size`: the attribute, else the hidden axis of `R` (2, or 1 when transposed), else
+/// `W`'s gate axis (1, or 2 when transposed) divided by the gates.
+fn hidden_dim(ctx: &InferCtx<'_>, spec: &Spec) -> Result<Dim> {
     if let Some(AttrValue::Int(h)) = ctx.node.attr("hidden_size") {
         return Ok(Dim::Known(*h));
     }
@@ -703,11 +774,15 @@ fn hidden_dim(ctx: &InferCtx<'_>, gates: usize) -> Result<Dim> {
             .filter(|s| s.rank() == 3)
             .map(|s| s.dims[axis].clone())
     };
-    if let Some(d) = dim(R, 2).filter(|d| *d != Dim::Unknown) {
+    let (r_axis, w_axis) = match spec.weights {
+        WeightLayout::Gates => (2, 1),
+        WeightLayout::Transposed => (1, 2),
+    };
+    if let Some(d) = dim(R, r_axis).filter(|d| *d != Dim::Unknown) {
         return Ok(d);
     }
-    Ok(match dim(W, 1).and_then(|d| d.known()) {
-        Some(n) => Dim::Known(n / gates as i64),
+    Ok(match dim(W, w_axis).and_then(|d| d.known()) {
+        Some(n) => Dim::Known(n / spec.gates as i64),
         None => Dim::Unknown,
     })
 }

@@ -16,12 +16,13 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, Problem, Spec, Track};
+use super::common::{self, Problem, Spec, Track, WeightLayout};
 use super::math::{gemm, Real, StepWeights, View};
 
 const SPEC: Spec = Spec {
     gates: 3,
     activations: &["Sigmoid", "Tanh"],
+    weights: WeightLayout::Gates,
 };
 
 pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -29,7 +30,7 @@ pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer(ctx, SPEC.gates, 1)
+    common::infer(ctx, &SPEC, 1)
 }
 
 fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {

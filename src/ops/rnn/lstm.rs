@@ -6,13 +6,17 @@
 //! `i = f(Xi + Hi + Pi*C)`, `f = f(Xf + Hf + Pf*C)` (or `1 - i` with `input_forget`),
 //! `c = g(Xc + Hc)`, `C' = f*C + i*c`, `o = f(Xo + Ho + Po*C')`, `H' = o*h(C')`, where `X*`
 //! and `H*` are the input and recurrent projections with their biases.
+//!
+//! The two matrix products (`X W^T` of all steps, `H R^T` of each step) go through
+//! [`Products`], so `com.microsoft.DynamicQuantizeLSTM` (`ops::contrib`) runs this same cell
+//! with 8-bit weights and dynamically quantised activations ([`eval_with`]).
 
 use crate::error::Result;
 use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, Problem, Spec, Track};
+use super::common::{self, Dims, Problem, Spec, Track, WeightLayout};
 use super::math::{gemm, Activation, Real, StepWeights, View};
 
 /// Position of `initial_c` among the inputs.
@@ -23,18 +27,100 @@ const P: usize = 7;
 const SPEC: Spec = Spec {
     gates: 4,
     activations: &["Sigmoid", "Tanh", "Tanh"],
+    weights: WeightLayout::Gates,
 };
+
+/// The LSTM of [`eval_with`]: `W` and `R` transposed, read by the caller.
+const TRANSPOSED: Spec = Spec {
+    weights: WeightLayout::Transposed,
+    ..SPEC
+};
+
+/// The two matrix products of one direction of an LSTM, however the weights are stored.
+pub(in crate::ops) trait Products<T> {
+    /// `X W^T + bias` for every row of `x` (`[rows, input]`, `rows` rows in storage order), as
+    /// `[rows, 4*hidden]`. The first `live` rows are the times before the longest sequence ends
+    /// (onnxruntime's product covers those).
+    fn project(&mut self, x: &[T], rows: usize, live: usize, bias: &[T]) -> Result<Vec<T>>;
+
+    /// `g += h R^T` for the state `h` (`[batch, hidden]`, `g` `[batch, 4*hidden]`). `live`
+    /// marks the rows whose state onnxruntime still holds at this step (all at the first step,
+    /// then those active at the previous one; the others are zeros there).
+    fn recur(&mut self, h: &[T], live: &[bool], g: &mut [T]) -> Result<()>;
+}
+
+/// The ONNX operator's products: float `W` (`[4*hidden, input]`) and `R` (`[4*hidden, hidden]`).
+struct FloatProducts<'a, T> {
+    w: &'a [T],
+    rt: StepWeights<'a, T>,
+    input: usize,
+    hidden: usize,
+}
+
+impl<T: Real> Products<T> for FloatProducts<'_, T> {
+    fn project(&mut self, x: &[T], rows: usize, _: usize, bias: &[T]) -> Result<Vec<T>> {
+        common::project(x, rows, self.input, self.w, bias)
+    }
+
+    fn recur(&mut self, h: &[T], live: &[bool], g: &mut [T]) -> Result<()> {
+        let width = 4 * self.hidden;
+        gemm(
+            View::rows(h, live.len(), self.hidden),
+            self.rt.view(),
+            T::ONE,
+            g,
+            width,
+        )
+    }
+}
 
 pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     common::by_precision(ctx, inputs, run::<f32>, run::<f64>)
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer(ctx, SPEC.gates, 2)
+    common::infer(ctx, &SPEC, 2)
+}
+
+/// The output types of [`eval_with`]'s node.
+pub(in crate::ops) fn infer_transposed(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    common::infer(ctx, &TRANSPOSED, 2)
 }
 
 fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let p = Problem::<T>::new(ctx, inputs, &SPEC)?;
+    let Dims { hidden, input, .. } = p.dims;
+    lstm(ctx, inputs, &p, |d| {
+        let (w, r) = p.weights(d);
+        Ok(FloatProducts {
+            w,
+            rt: StepWeights::new(r, 4 * hidden, hidden, p.dims.batch),
+            input,
+            hidden,
+        })
+    })
+}
+
+/// `LSTM` in `f32` on weights the caller reads: `W` `[num_directions, input_size,
+/// 4*hidden_size]` and `R` `[num_directions, hidden_size, 4*hidden_size]`, of any type, with
+/// `products(d)` computing direction `d`'s products. Inputs 0 to 7 and the attributes are the
+/// ONNX operator's (without `layout`).
+pub(in crate::ops) fn eval_with<P: Products<f32>>(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+    products: impl Fn(usize) -> Result<P> + Sync,
+) -> Result<Vec<Tensor>> {
+    let p = Problem::<f32>::new(ctx, inputs, &TRANSPOSED)?;
+    lstm(ctx, inputs, &p, products)
+}
+
+/// Runs the LSTM of `p` with `products(d)` for direction `d`.
+fn lstm<T: Real, P: Products<T>>(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+    p: &Problem<'_, T>,
+    products: impl Fn(usize) -> Result<P> + Sync,
+) -> Result<Vec<Tensor>> {
     let hidden = p.dims.hidden;
     let initial_c = p.state(inputs, INITIAL_C, "initial_c")?;
     let peepholes = p.per_direction(inputs, P, "P", 3 * hidden)?;
@@ -45,12 +131,12 @@ fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Ten
             None => vec![T::ZERO; 3 * hidden],
         };
         let cell = Cell {
-            p: &p,
+            p,
             acts: p.activations(d),
             peep: &peep,
             input_forget,
         };
-        direction(&p, d, initial_c.as_deref(), &cell)
+        direction(p, d, initial_c.as_deref(), &cell, products(d)?)
     })
 }
 
@@ -98,16 +184,22 @@ fn direction<T: Real>(
     d: usize,
     initial_c: Option<&[T]>,
     cell: &Cell<'_, '_, T>,
+    mut products: impl Products<T>,
 ) -> Result<Track<T>> {
-    let (batch, hidden) = (p.dims.batch, p.dims.hidden);
+    let Dims {
+        seq, batch, hidden, ..
+    } = p.dims;
     let width = 4 * hidden;
-    let (w, r) = p.weights(d);
-    let rt = StepWeights::new(r, width, hidden, batch);
-    let xw = p.project(w, &p.summed_biases(d))?;
+    // The rows of the times before the longest sequence ends are the first ones when X is
+    // time-major, as it always is for `eval_with` (no layout); the float products ignore this.
+    let live_rows = p.longest() * batch;
+    let xw = products.project(p.x(), seq * batch, live_rows, &p.summed_biases(d))?;
     let mut c = p.initial(initial_c, d);
     let h = p.initial(p.initial_h.as_deref(), d);
+    let mut live = vec![true; batch];
     let (y, h) = p.scan(d, &xw, width, h, |active, g, h| {
-        gemm(View::rows(h, batch, hidden), rt.view(), T::ONE, g, width)?;
+        products.recur(h, &live, g)?;
+        live.copy_from_slice(active);
         let rows = g
             .chunks_exact(width)
             .zip(h.chunks_exact_mut(hidden))

@@ -35,6 +35,10 @@ mod lstm;
 mod math;
 mod simple;
 
+pub(super) use lstm::{
+    eval_with as eval_lstm_with, infer_transposed as infer_lstm_transposed, Products,
+};
+
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("LSTM", 1, 3..=8, 0..=3, lstm::eval).with_infer(lstm::infer),
     OpDef::new("GRU", 1, 3..=6, 0..=2, gru::eval).with_infer(gru::infer),
