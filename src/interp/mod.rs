@@ -723,6 +723,22 @@ impl<'m> Session<'m> {
         }
     }
 
+    /// Runs an operator step's kernel on `inputs` after checking their types and the memory
+    /// its outputs will take.
+    fn eval_op(
+        &self,
+        def: &OpDef,
+        ctx: &EvalCtx<'_>,
+        step: &Step<'m>,
+        inputs: &[Option<&Tensor>],
+    ) -> Result<Vec<Tensor>> {
+        step.check_types(inputs)?;
+        if let Some(bytes) = planned_output_bytes(def, ctx.node, step.opset, inputs) {
+            self.arena.check(bytes)?;
+        }
+        (def.eval)(ctx, inputs)
+    }
+
     /// Runs one step; `donated` is its input 0, taken out of the frame, when the step
     /// [`donates`](Step::donates) it.
     fn run_step(
@@ -734,42 +750,8 @@ impl<'m> Session<'m> {
         donated: Option<Tensor>,
     ) -> Result<Vec<Tensor>> {
         let node: &Node = &step.node;
-        if let (Some(x), StepKind::Op(def)) = (donated, &step.kind) {
-            let rest = frame.inputs(step, 1)?;
-            step.check_types(&with_first(&x, &rest))?;
-            let runner = Scope {
-                session: self,
-                imports,
-                frame,
-                step,
-                depth,
-            };
-            let ctx = EvalCtx {
-                node,
-                opset: step.opset,
-                runner: &runner,
-            };
-            let outputs = match def.in_place.map(|f| f(&ctx, x, &rest)).transpose()? {
-                Some(Ok(outputs)) => outputs,
-                Some(Err(x)) => {
-                    if let Some(bytes) =
-                        planned_output_bytes(def, node, step.opset, &with_first(&x, &rest))
-                    {
-                        self.arena.check(bytes)?;
-                    }
-                    (def.eval)(&ctx, &with_first(&x, &rest))?
-                }
-                None => return Err(Error::Eval("an input was handed over to no kernel".into())),
-            };
-            return check_outputs(node, outputs);
-        }
-        let inputs = frame.inputs(step, 0)?;
         let outputs = match step.kind {
             StepKind::Op(def) => {
-                step.check_types(&inputs)?;
-                if let Some(bytes) = planned_output_bytes(def, node, step.opset, &inputs) {
-                    self.arena.check(bytes)?;
-                }
                 let runner = Scope {
                     session: self,
                     imports,
@@ -782,9 +764,23 @@ impl<'m> Session<'m> {
                     opset: step.opset,
                     runner: &runner,
                 };
-                (def.eval)(&ctx, &inputs)?
+                match (donated, def.in_place) {
+                    (Some(x), Some(in_place)) => {
+                        let rest = frame.inputs(step, 1)?;
+                        step.check_types(&with_first(&x, &rest))?;
+                        match in_place(&ctx, x, &rest)? {
+                            Ok(outputs) => outputs,
+                            Err(x) => self.eval_op(def, &ctx, step, &with_first(&x, &rest))?,
+                        }
+                    }
+                    (Some(_), None) => {
+                        return Err(Error::Eval("an input was handed over to no kernel".into()))
+                    }
+                    (None, _) => self.eval_op(def, &ctx, step, &frame.inputs(step, 0)?)?,
+                }
             }
             StepKind::Call(f) => {
+                let inputs = frame.inputs(step, 0)?;
                 let bound = (0..f.body.inputs.len())
                     .map(|i| inputs.get(i).copied().flatten().cloned())
                     .collect();
