@@ -14,7 +14,7 @@
 use crate::error::Result;
 use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
-use crate::tensor::Tensor;
+use crate::tensor::{try_vec, Tensor};
 
 use super::common::{self, Dims, Problem, Spec, Track, WeightLayout};
 use super::math::{gemm, Activation, Real, StepWeights, View};
@@ -196,7 +196,7 @@ fn direction<T: Real>(
     let xw = products.project(p.x(), seq * batch, live_rows, &p.summed_biases(d))?;
     let mut c = p.initial(initial_c, d);
     let h = p.initial(p.initial_h.as_deref(), d);
-    let mut live = vec![true; batch];
+    let mut live = try_vec(batch, true)?;
     let (y, h) = p.scan(d, &xw, width, h, |active, g, h| {
         products.recur(h, &live, g)?;
         live.copy_from_slice(active);
