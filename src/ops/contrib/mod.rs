@@ -6,8 +6,10 @@
 //! (<https://github.com/microsoft/onnxruntime/blob/main/docs/ContribOperators.md>).
 //!
 //! `QLinearSigmoid` and `QLinearLeakyRelu` take uint8/int8 with per-tensor scales (a lookup
-//! table per call, `qlinear`). Every other kernel here is `float` only (what the optimizer emits for float models); another type
-//! is an error naming it. The kernels reuse the engine's vectorised loops (`ops::vector`): the
+//! table per call, `qlinear`); the quantisers' operators (the 8-bit and 4-bit matmuls,
+//! `QAttention`, `DynamicQuantizeLSTM`, `GatherBlockQuantized`) take their integer operands with
+//! `float` scales. Every other kernel here is `float` only (what the optimizer emits for float
+//! models); another type is an error naming it. The kernels reuse the engine's vectorised loops (`ops::vector`): the
 //! GELUs are one pass of [`super::vector::par_map`], the normalisations one pass per row.
 //!
 //! `SimplifiedLayerNormalization` (RMS normalisation) is registered in the default domain too,
