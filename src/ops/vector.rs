@@ -94,6 +94,16 @@ pub fn copy<'d, T: Copy>(dst: &'d mut [MaybeUninit<T>], src: &[T]) -> &'d mut [T
     }
 }
 
+/// `v` seen as slots to be written, for kernels that write every element of their output.
+///
+/// # Safety
+/// Only initialised values may be written through the view (as `MaybeUninit::write` does).
+pub(crate) unsafe fn as_slots<T>(v: &mut [T]) -> &mut [MaybeUninit<T>] {
+    // SAFETY: `MaybeUninit<T>` has the layout of `T`; the caller writes only initialised values,
+    // so `v` stays initialised.
+    unsafe { &mut *(v as *mut [T] as *mut [MaybeUninit<T>]) }
+}
+
 /// `v[i] = f(v[i])`: [`map`] in place.
 #[multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",

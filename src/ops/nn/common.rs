@@ -262,9 +262,10 @@ pub(super) fn output_written<R: Real>(
             None => Ok(t?),
         }
     } else {
-        let mut v = try_vec(checked_product(shape)?, MaybeUninit::uninit())?;
-        let written = fill(&mut v)?.to_vec();
-        R::store(dtype, shape, written)
+        let mut v = try_vec(checked_product(shape)?, R::ZERO)?;
+        // SAFETY: the kernels behind `fill` write only initialised values.
+        fill(unsafe { super::super::vector::as_slots(&mut v) })?;
+        R::store(dtype, shape, v)
     }
 }
 

@@ -29,7 +29,7 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::super::util::{dot, optional, required, to_i64s, unsupported_type};
-use super::super::vector::{assume_written, copy, fill};
+use super::super::vector::{as_slots, assume_written, copy, fill};
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
@@ -783,10 +783,9 @@ fn integer_conv(
     let xv = shifted_f64s(x, |_| zx(0))?;
     let wv = shifted_f64s(w, |i| zw(i / per_filter.max(1)))?;
     let bv = bias.map(|b| shifted_f64s(b, |_| 0)).transpose()?;
-    let mut acc = try_vec(checked_product(&shape.out_shape)?, MaybeUninit::uninit())?;
-    let acc = shape
-        .run::<f64>(&xv, &wv, bv.as_deref(), &mut acc)?
-        .to_vec();
+    let mut acc = try_vec(checked_product(&shape.out_shape)?, 0.0)?;
+    // SAFETY: the convolution writes only initialised values.
+    shape.run::<f64>(&xv, &wv, bv.as_deref(), unsafe { as_slots(&mut acc) })?;
     Ok((shape, acc))
 }
 
