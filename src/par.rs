@@ -88,6 +88,106 @@ where
     }
 }
 
+/// Who runs a kernel's independent tasks: rayon's current pool ([`Pool`]), the calling thread
+/// ([`Serial`]), or a host's pool (a runtime that calls the kernel from its own intra-op
+/// threads, as onnxruntime's custom-op library does, implements this over its `ParallelFor`).
+///
+/// # Example
+/// ```
+/// use multigather::par::{self, Workers};
+///
+/// /// Runs the tasks last to first on the calling thread.
+/// struct Backwards;
+/// impl Workers for Backwards {
+///     fn threads(&self) -> usize { 4 }
+///     fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+///         (0..tasks).rev().for_each(task)
+///     }
+/// }
+/// let mut v = vec![0u32; 10];
+/// let sums = par::for_each_chunk(&Backwards, &mut v, 4, |k, chunk| {
+///     chunk.fill(k as u32);
+///     chunk.len()
+/// });
+/// assert_eq!(sums, [Some(4), Some(4), Some(2)]);
+/// assert_eq!(v, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]);
+/// ```
+pub trait Workers: Sync {
+    /// How many threads work on the tasks: the kernel cuts its work for that many.
+    fn threads(&self) -> usize;
+    /// Runs `task(k)` once for every `k` in `0..tasks`, in any order and on any threads, and
+    /// returns when all have returned. Kernels call it from the thread that called them, never
+    /// from inside a task.
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync));
+}
+
+/// The current rayon pool (bounded by [`serial`] mode like every loop here).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pool;
+
+impl Workers for Pool {
+    fn threads(&self) -> usize {
+        threads()
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        use rayon::prelude::*;
+        if tasks <= 1 || threads() <= 1 {
+            (0..tasks).for_each(task);
+        } else {
+            (0..tasks).into_par_iter().for_each(task);
+        }
+    }
+}
+
+/// The calling thread, one task after the other.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Serial;
+
+impl Workers for Serial {
+    fn threads(&self) -> usize {
+        1
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        (0..tasks).for_each(task);
+    }
+}
+
+/// Cuts `items` into chunks of `chunk` (the last one shorter) and runs `f(k, chunk k)` for each on
+/// `workers`. Result `k` is `None` only if task `k` did not return (a host that swallowed a panic).
+pub fn for_each_chunk<'a, U: Send, R: Send>(
+    workers: &dyn Workers,
+    items: &'a mut [U],
+    chunk: usize,
+    f: impl Fn(usize, &'a mut [U]) -> R + Sync,
+) -> Vec<Option<R>> {
+    use std::sync::Mutex;
+    let chunk = chunk.max(1);
+    if items.len() <= chunk {
+        return vec![Some(f(0, items))];
+    }
+    let parts: Vec<Mutex<Option<&'a mut [U]>>> =
+        items.chunks_mut(chunk).map(|c| Mutex::new(Some(c))).collect();
+    let results: Vec<Mutex<Option<R>>> = parts.iter().map(|_| Mutex::new(None)).collect();
+    workers.run(parts.len(), &|k| {
+        let part = parts.get(k).and_then(|p| lock(p).take());
+        if let (Some(part), Some(slot)) = (part, results.get(k)) {
+            let r = f(k, part);
+            *lock(slot) = Some(r);
+        }
+    });
+    results
+        .into_iter()
+        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+        .collect()
+}
+
+/// The mutex's value, also after a panic elsewhere (the tasks here write whole values).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

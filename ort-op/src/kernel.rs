@@ -6,9 +6,9 @@
 //! library's `GatherError`.
 
 use std::mem::MaybeUninit;
-use std::sync::Mutex;
+use std::sync::OnceLock;
 
-use multigather::gather::fast::{Indices, RawTensor};
+use multigather::gather::fast::{gather_multiaxis_into_on, Indices, RawTensor};
 use multigather::gather::{
     gather_multiaxis_with, output_shape, FastOptions, GatherError, GatherSpec, OutOfRange, DOMAIN,
     OP_TYPE,
@@ -17,7 +17,6 @@ use multigather::{DataType, Tensor};
 use ort_sys::{OrtKernelContext, OrtKernelInfo, OrtValue};
 
 use crate::ffi::{data_type, Api, Result, Status};
-use crate::split::Split;
 
 /// One node's kernel.
 pub struct Kernel {
@@ -132,45 +131,14 @@ impl Kernel {
             bytes: input_bytes,
             shape: &data_shape,
         };
-        let split = Split::plan(dtype, &data_shape, &index_shape, &spec, &out_shape);
-        // The address crosses to the pool's threads as a number: raw pointers are not `Sync`.
-        let out_addr = out_ptr as usize;
-        let run = |k: usize| -> std::result::Result<(), GatherError> {
-            let range = split.out_bytes(k);
-            let range = if split.tasks == 1 {
-                0..out_bytes
-            } else {
-                range
-            };
-            // SAFETY: the output holds `out_bytes` bytes; the tasks' ranges are disjoint, so each
-            // task has its part to itself.
-            let part = unsafe {
-                std::slice::from_raw_parts_mut(
-                    (out_addr as *mut u8)
-                        .add(range.start)
-                        .cast::<MaybeUninit<u8>>(),
-                    range.len(),
-                )
-            };
-            split.run(k, input, values, &index_shape, &spec, part)
-        };
-        if split.tasks == 1 {
-            return run(0).map_err(|e| self.error(e));
-        }
-        let errors: Mutex<Vec<(usize, GatherError)>> = Mutex::new(Vec::new());
-        api.parallel_for(ctx, split.tasks, &|k| {
-            if let Err(e) = run(k) {
-                errors
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((k, e));
-            }
-        })?;
-        let errors = errors.into_inner().unwrap_or_else(|p| p.into_inner());
-        match errors.into_iter().min_by_key(|(k, _)| *k) {
-            Some((_, e)) => Err(self.error(e)),
-            None => Ok(()),
-        }
+        let out_ptr = out_ptr.cast::<MaybeUninit<u8>>();
+        // SAFETY: onnxruntime's output holds `out_bytes` bytes (the shape rule's shape) for this
+        // call alone.
+        let out = unsafe { std::slice::from_raw_parts_mut(out_ptr, out_bytes) };
+        let workers = Workers { api, ctx };
+        let options = FastOptions::default();
+        gather_multiaxis_into_on(&workers, input, values, &index_shape, &spec, &options, out)
+            .map_err(|e| self.error(e))
     }
 
     /// `string` elements: onnxruntime keeps them as C++ strings, so they are copied into a
@@ -197,6 +165,32 @@ impl Kernel {
             .map_err(|e| self.error(e))?;
         let strings = output.as_strings().map_err(|e| self.error(e))?;
         self.api.fill_strings(out, strings)
+    }
+}
+
+/// The session's intra-op thread pool, as the kernel's workers.
+///
+/// onnxruntime does not tell a kernel how many threads its pool has, so the work is cut for the
+/// machine's cores; a pool of fewer threads (one, with `intra_op_num_threads = 1`: the calling
+/// thread) runs the same tasks.
+struct Workers {
+    api: Api,
+    ctx: *mut OrtKernelContext,
+}
+
+// SAFETY: the context is only used by `run`, which the kernel calls from the thread that called
+// `compute` (see `multigather::par::Workers`), never from inside a task.
+unsafe impl Sync for Workers {}
+
+impl multigather::par::Workers for Workers {
+    fn threads(&self) -> usize {
+        static CORES: OnceLock<usize> = OnceLock::new();
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        // A failed handoff leaves tasks unrun, which the kernel reports as an internal error.
+        let _ = self.api.parallel_for(self.ctx, tasks, &task);
     }
 }
 

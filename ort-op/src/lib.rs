@@ -22,17 +22,16 @@
 //!   them and reported through `OrtStatus` with the interpreter's wording
 //!   (`node 'NAME' (multigather.GatherMultiaxis): index 9 at indices position [0, 1] is out of
 //!   range for axis 1 of size 4`).
-//! - **Threads.** The kernel runs on the session's intra-op thread pool
-//!   (`KernelContext_ParallelFor`): calls large enough are cut into tasks along output
-//!   dimension 0 ([`split`]); each task runs serially. The library starts no thread of its own,
-//!   so `intra_op_num_threads = 1` runs every gather on the calling thread.
+//! - **Threads.** The kernel's parallel tasks (the same cut of the work as in the interpreter:
+//!   output chunks, or column tiles of a staged gather) run on the session's intra-op thread
+//!   pool (`KernelContext_ParallelFor`, through `multigather::par::Workers`). The library starts
+//!   no thread of its own, so `intra_op_num_threads = 1` runs every gather on the calling thread.
 //! - **Bindings.** `ort-sys` with `disable-linking`: nothing of onnxruntime is linked or
 //!   downloaded at build time; the API table comes from the runtime that loads the library
 //!   (API version 17, so onnxruntime 1.17 and later).
 
 mod ffi;
 mod kernel;
-pub mod split;
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr;

@@ -42,7 +42,7 @@ mod staged;
 use crate::tensor::try_vec;
 use std::mem::MaybeUninit;
 
-use rayon::prelude::*;
+use crate::par::{self, Workers};
 
 use self::canon::Layout;
 use self::elem::{Offset, Word};
@@ -92,6 +92,15 @@ impl FastOptions {
     pub fn with_simd(mut self, level: SimdLevel) -> FastOptions {
         self.simd = Some(level);
         self
+    }
+
+    /// Who runs the parallel tasks: the current rayon pool, or the calling thread alone.
+    fn workers(&self) -> &'static dyn Workers {
+        if self.parallel {
+            &par::Pool
+        } else {
+            &par::Serial
+        }
     }
 
     /// The level of the element gathers.
@@ -190,6 +199,7 @@ pub(crate) fn gather_shaped(
         indices_shape,
         spec,
         options,
+        workers: options.workers(),
         output_shape: &output_shape,
     };
     if call.layout.n_in < u32::MAX as usize {
@@ -238,6 +248,39 @@ pub struct RawTensor<'a> {
 /// # Ok::<(), multigather::gather::GatherError>(())
 /// ```
 pub fn gather_multiaxis_into(
+    input: RawTensor<'_>,
+    indices: Indices<'_>,
+    indices_shape: &[usize],
+    spec: &GatherSpec,
+    options: &FastOptions,
+    out: &mut [MaybeUninit<u8>],
+) -> Result<(), GatherError> {
+    let workers = options.workers();
+    gather_multiaxis_into_on(workers, input, indices, indices_shape, spec, options, out)
+}
+
+/// [`gather_multiaxis_into`] with its parallel tasks run by `workers` (a host's thread pool)
+/// instead of the current rayon pool; `options.parallel` is not consulted. The work is cut as
+/// for `workers.threads()` threads, so a host pool of fewer threads runs the same tasks with
+/// the same result.
+///
+/// # Example
+/// ```
+/// use std::mem::MaybeUninit;
+/// use multigather::gather::fast::{gather_multiaxis_into_on, FastOptions, Indices, RawTensor};
+/// use multigather::gather::GatherSpec;
+/// use multigather::{par, DataType};
+/// let data: Vec<u8> = (0..=255).collect();
+/// let input = RawTensor { dtype: DataType::Uint8, bytes: &data, shape: &[256] };
+/// let mut out = [MaybeUninit::new(0u8); 3];
+/// let spec = GatherSpec::new(vec![0]);
+/// let options = FastOptions::default();
+/// gather_multiaxis_into_on(&par::Serial, input, Indices::I32(&[7, -1, 0]), &[3], &spec, &options, &mut out)?;
+/// assert_eq!(out.map(|x| unsafe { x.assume_init() }), [7, 255, 0]);
+/// # Ok::<(), multigather::gather::GatherError>(())
+/// ```
+pub fn gather_multiaxis_into_on(
+    workers: &dyn Workers,
     input: RawTensor<'_>,
     indices: Indices<'_>,
     indices_shape: &[usize],
@@ -303,6 +346,7 @@ pub fn gather_multiaxis_into(
         indices_shape,
         spec,
         options,
+        workers,
         output_shape: &output_shape,
     };
     if call.layout.n_in < u32::MAX as usize {
@@ -334,6 +378,7 @@ struct Call<'a> {
     indices_shape: &'a [usize],
     spec: &'a GatherSpec,
     options: &'a FastOptions,
+    workers: &'a dyn Workers,
     output_shape: &'a [usize],
 }
 
@@ -471,15 +516,11 @@ impl Call<'_> {
         let n = out.len();
         let chunk = self.chunk_len(n, 1, size_of::<W>());
         let level = self.options.gather_level();
-        let run = |(i, part): (usize, &mut [MaybeUninit<W>])| {
+        let run = |i: usize, part: &mut [MaybeUninit<W>]| {
             rows.run(input, padded, level, self.indices, i * chunk, part)
         };
-        let ok = if chunk >= n {
-            run((0, out))
-        } else {
-            out.par_chunks_mut(chunk).enumerate().all(run)
-        };
-        if ok {
+        let done = par::for_each_chunk(self.workers, out, chunk, run);
+        if done.iter().all(|ok| *ok == Some(true)) {
             Ok(())
         } else {
             Err(self.first_bad_index())
@@ -499,7 +540,7 @@ impl Call<'_> {
         let tasks = if serial {
             1
         } else {
-            crate::par::threads().min(tiles)
+            self.workers.threads().min(tiles)
         };
         let out = staged::Columnar::new(out);
         let run = |k: usize| {
@@ -515,7 +556,13 @@ impl Call<'_> {
         let ok = if tasks == 1 {
             run(0)
         } else {
-            (0..tasks).into_par_iter().all(run)
+            let failed = std::sync::atomic::AtomicBool::new(false);
+            self.workers.run(tasks, &|k| {
+                if !run(k) {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+            !failed.into_inner()
         };
         if ok {
             Ok(())
@@ -547,23 +594,19 @@ impl Call<'_> {
         let count = self.layout.t.count;
         let mut t = try_vec(count, O::default())?;
         let chunk = self.chunk_len(count, 1, 8);
-        let fill = |(i, part): (usize, &mut [O])| {
+        let fill = |i: usize, part: &mut [O]| {
             self.layout
                 .t
                 .fill(self.indices, i * chunk, part, self.options.vector_level())
                 .map_err(Stop::Bad)
         };
-        let results: Vec<Result<Option<usize>, Stop>> = if chunk >= count {
-            vec![fill((0, &mut t))]
-        } else {
-            t.par_chunks_mut(chunk).enumerate().map(fill).collect()
-        };
         let mut max = None;
         let mut first_error = None;
-        for r in results {
+        for r in par::for_each_chunk(self.workers, &mut t, chunk, fill) {
             match r {
-                Ok(m) => max = max.max(m),
-                Err(stop) => first_error = first_error.or(Some(stop)),
+                Some(Ok(m)) => max = max.max(m),
+                Some(Err(stop)) => first_error = first_error.or(Some(stop)),
+                None => return Err(internal("a task of the index pre-pass did not run")),
             }
         }
         if let Some(stop) = first_error {
@@ -587,11 +630,7 @@ impl Call<'_> {
 
     /// Output elements per chunk: a multiple of `align`, at least a grain, at most all of them.
     fn chunk_len(&self, n: usize, align: usize, element_bytes: usize) -> usize {
-        if !self.options.parallel {
-            // Serial calls never touch rayon, so hosts with pools of their own start none.
-            return n.max(1);
-        }
-        let threads = crate::par::threads();
+        let threads = self.workers.threads();
         let grain = self.options.grain_bytes.max(1);
         let total = n.saturating_mul(element_bytes);
         if threads <= 1 || total < 2 * grain {
@@ -624,7 +663,7 @@ impl Call<'_> {
             align = lcm(8, self.layout.block);
         }
         let chunk = self.chunk_len(n, align, element_bytes.max(1));
-        let process = |(i, items): (usize, &'o mut [U])| -> Result<(), Stop> {
+        let process = |i: usize, items: &'o mut [U]| -> Result<(), Stop> {
             let e0 = i * chunk;
             let e1 = (e0 + chunk).min(n);
             let mut sink = make(items);
@@ -640,20 +679,17 @@ impl Call<'_> {
             Ok(())
         };
         let items = chunk.div_ceil(8).saturating_mul(items_per_8);
-        let result = if chunk >= n {
-            process((0, out))
-        } else {
-            out.par_chunks_mut(items).enumerate().map(process).reduce(
-                || Ok(()),
-                |a, b| match (a, b) {
-                    (Err(Stop::Bad(x)), Err(Stop::Bad(y))) => {
-                        Err(Stop::Bad(if x.flat <= y.flat { x } else { y }))
-                    }
-                    (Err(x), _) | (Ok(()), Err(x)) => Err(x),
-                    (Ok(()), Ok(())) => Ok(()),
-                },
-            )
-        };
+        let mut result = Ok(());
+        for r in par::for_each_chunk(self.workers, out, items, process) {
+            let r = r.ok_or_else(|| internal("a task of the gather did not run"))?;
+            result = match (result, r) {
+                (Err(Stop::Bad(x)), Err(Stop::Bad(y))) => {
+                    Err(Stop::Bad(if x.flat <= y.flat { x } else { y }))
+                }
+                (Err(x), _) | (Ok(()), Err(x)) => Err(x),
+                (Ok(()), Ok(())) => Ok(()),
+            };
+        }
         result.map_err(|stop| self.error(stop))
     }
 
@@ -822,6 +858,71 @@ mod tests {
                     indices.shape()
                 );
             }
+        }
+        if input.dtype() != DataType::String {
+            check_borrowed(input, indices, spec, &want);
+        }
+    }
+
+    /// A host pool that runs the tasks last to first on the calling thread.
+    struct Backwards;
+
+    impl Workers for Backwards {
+        fn threads(&self) -> usize {
+            3
+        }
+
+        fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+            (0..tasks).rev().for_each(task)
+        }
+    }
+
+    /// The borrowed-buffer entry on an input without slack after its payload, its tasks run by
+    /// a host pool, gives the same bytes or error.
+    fn check_borrowed(
+        input: &Tensor,
+        indices: &Tensor,
+        spec: &GatherSpec,
+        want: &Result<Tensor, GatherError>,
+    ) {
+        let payload = input.as_bytes().unwrap();
+        // An aligned copy of exactly the payload's bytes.
+        let mut words = vec![0u64; payload.len().div_ceil(8)];
+        let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..payload.len()];
+        bytes.copy_from_slice(payload);
+        let raw = RawTensor {
+            dtype: input.dtype(),
+            bytes,
+            shape: input.shape(),
+        };
+        let values = match indices.dtype() {
+            DataType::Int32 => Indices::I32(indices.as_slice().unwrap()),
+            _ => Indices::I64(indices.as_slice().unwrap()),
+        };
+        let shape = crate::gather::output_shape(input.shape(), indices.shape(), spec).unwrap();
+        let n = input.dtype().storage_bytes(shape.iter().product()).unwrap();
+        let mut out = vec![MaybeUninit::new(0u8); n];
+        let options = FastOptions {
+            grain_bytes: 4096,
+            ..FastOptions::default()
+        };
+        let got = gather_multiaxis_into_on(
+            &Backwards,
+            raw,
+            values,
+            indices.shape(),
+            spec,
+            &options,
+            &mut out,
+        );
+        match want {
+            Ok(t) => {
+                assert_eq!(got, Ok(()));
+                // SAFETY: the call succeeded, so it wrote every byte.
+                let out: Vec<u8> = out.iter().map(|b| unsafe { b.assume_init() }).collect();
+                assert_eq!(out, t.as_bytes().unwrap(), "{:?}", input.shape());
+            }
+            Err(e) => assert_eq!(got.as_ref().err(), Some(e)),
         }
     }
 

@@ -12,8 +12,9 @@
 //! With AVX-512 (`FastOptions::simd` or the default level, see `super::simd`) each run is done
 //! 16 values at a time: the values are resolved and checked in vector registers and the elements
 //! read with one hardware gather (1- and 2-byte elements are loaded as 4 bytes and narrowed, so
-//! that path needs the tensor's slack after its payload); the rest of a run, and every run at
-//! other levels, goes through the scalar loop. On Zen 5 that halves the time of a
+//! without the tensor's slack after its payload the rows that end in the input's last 3 bytes
+//! take the scalar loop); the rest of a run, and every run at other levels, goes through the
+//! scalar loop. On Zen 5 that halves the time of a
 //! GatherElements of int8 along the last axis (1M elements from 1 KiB rows, int64 indices:
 //! 0.93 against 0.44 ms).
 //!
@@ -117,21 +118,29 @@ impl Rows {
         }
     }
 
-    /// The hardware row gather to use, if any: the level has one, the axis fits 32-bit lanes,
-    /// and narrow elements have the slack their 4-byte loads need.
+    /// The hardware row gather to use, if any (the level has one and the axis fits 32-bit
+    /// lanes), where it reads from, and the end (in elements) that the rows it gathers from must
+    /// not pass: narrow elements are loaded as 4 bytes, so without the slack of a padded input the
+    /// rows that end within 3 bytes of the input's end go through the scalar loop.
     fn simd<W: Word, I: IndexValue, const CLAMP: bool>(
         &self,
         source: &Source<'_, W>,
-    ) -> Option<(RowGatherFn<W, I>, *const u8)> {
+    ) -> Option<(RowGatherFn<W, I>, *const u8, usize)> {
         if self.dim > i32::MAX as usize {
             return None;
         }
-        let start = match source.padded {
-            Some(p) if p.len() >= std::mem::size_of_val(source.input) + 3 => p.as_ptr(),
-            _ if size_of::<W>() >= 4 => source.input.as_ptr().cast::<u8>(),
-            _ => return None,
-        };
-        Some((row_gather::<W, I, CLAMP>(source.level)?, start))
+        let gather = row_gather::<W, I, CLAMP>(source.level)?;
+        let input = source.input;
+        Some(match source.padded {
+            Some(p) if p.len() >= std::mem::size_of_val(input) + 3 => {
+                (gather, p.as_ptr(), input.len())
+            }
+            _ => {
+                let overhang = 4usize.div_ceil(size_of::<W>()) - 1;
+                let end = input.len().saturating_sub(overhang);
+                (gather, input.as_ptr().cast::<u8>(), end)
+            }
+        })
     }
 
     fn run_typed<W: Word, I: IndexValue, const CLAMP: bool>(
@@ -166,10 +175,11 @@ impl Rows {
             };
             let out = &mut out[done..done + n];
             let mut k = 0;
-            if let Some((gather, start)) = simd {
-                // SAFETY: `simd` checked the level, the width of the axis and the slack; the
-                // row `base .. base + dim` is inside the input (checked above), `out` holds `n`
-                // elements, one per value.
+            if let Some((gather, start, _)) = simd.filter(|&(_, _, end)| base + self.dim <= end) {
+                // SAFETY: `simd` checked the level and the width of the axis; the row
+                // `base .. base + dim` is inside the input (checked above) and ends where the
+                // 4-byte loads of its elements stay inside what `start` points to, `out` holds
+                // `n` elements, one per value.
                 let (written, bad) = unsafe {
                     gather(
                         start.wrapping_add(base * size_of::<W>()),
