@@ -167,8 +167,10 @@ pub fn for_each_chunk<'a, U: Send, R: Send>(
     if items.len() <= chunk {
         return vec![Some(f(0, items))];
     }
-    let parts: Vec<Mutex<Option<&'a mut [U]>>> =
-        items.chunks_mut(chunk).map(|c| Mutex::new(Some(c))).collect();
+    let parts: Vec<Mutex<Option<&'a mut [U]>>> = items
+        .chunks_mut(chunk)
+        .map(|c| Mutex::new(Some(c)))
+        .collect();
     let results: Vec<Mutex<Option<R>>> = parts.iter().map(|_| Mutex::new(None)).collect();
     workers.run(parts.len(), &|k| {
         let part = parts.get(k).and_then(|p| lock(p).take());

@@ -201,6 +201,11 @@ pub(crate) fn gather_shaped(
         options,
         workers: options.workers(),
         output_shape: &output_shape,
+        overhang: if input.padded_bytes().is_some() {
+            0
+        } else {
+            overhang(input.dtype())
+        },
     };
     if call.layout.n_in < u32::MAX as usize {
         call.run::<u32>(input)
@@ -348,6 +353,7 @@ pub fn gather_multiaxis_into_on(
         options,
         workers,
         output_shape: &output_shape,
+        overhang: overhang(dtype),
     };
     if call.layout.n_in < u32::MAX as usize {
         call.run_bytes::<u32>(dtype, input.bytes, None, out)
@@ -380,6 +386,10 @@ struct Call<'a> {
     options: &'a FastOptions,
     workers: &'a dyn Workers,
     output_shape: &'a [usize],
+    /// Elements past its last one that the hardware gathers of the input's element type read
+    /// (they load 4 bytes, so 3 for 1-byte and 1 for 2-byte elements) and that the input buffer
+    /// lacks: 0 when it has the slack (or the elements are wide).
+    overhang: usize,
 }
 
 /// The offset table: built up front, or streamed tile by tile.
@@ -437,7 +447,8 @@ impl Call<'_> {
 
     /// Writes every output byte of a fixed-width or packed call into `out`. `padded` is the
     /// payload followed by at least 8 bytes of slack, when the caller has it: without it the
-    /// hardware gathers of 1- and 2-byte elements (which load 4 bytes) are not used.
+    /// hardware gathers of 1- and 2-byte elements (which load 4 bytes) are used only where
+    /// their loads stay inside the payload ([`Call::overhang`]).
     fn run_bytes<O: Offset>(
         &self,
         dtype: DataType,
@@ -483,11 +494,9 @@ impl Call<'_> {
         if let Some(columns) = staged::Columns::new(&self.layout, size_of::<W>()) {
             return self.run_staged(&columns, input, out);
         }
-        // Hardware gathers of 1- and 2-byte elements load 4 bytes, so they need the slack.
-        let simd = match padded {
-            None if size_of::<W>() < 4 => None,
-            _ => W::simd_gather(self.options.gather_level()),
-        };
+        // Hardware gathers of 1- and 2-byte elements load 4 bytes: without the slack, the
+        // bound check (`overhang`) allows them only where the loads stay inside the payload.
+        let simd = W::simd_gather(self.options.gather_level());
         let padded = padded.unwrap_or(payload);
         let bits = 8 * size_of::<W>();
         let stream = if std::mem::size_of_val(out) >= STREAM_MIN_BYTES {
@@ -617,12 +626,15 @@ impl Call<'_> {
     }
 
     /// Whether the largest offset keeps every read inside the input (else `Stop::Bound`), and
-    /// whether offsets fit 32-bit hardware gathers.
+    /// whether the hardware gathers may be used: the offsets fit their 32-bit lanes and their
+    /// 4-byte loads stay inside the input's buffer.
     fn check_bound(&self, max: Option<usize>) -> Result<bool, Stop> {
         match max {
             None => Ok(true),
             Some(m) => match m.checked_add(self.layout.max_base) {
-                Some(top) if top < self.layout.n_in => Ok(m <= i32::MAX as usize),
+                Some(top) if top < self.layout.n_in => {
+                    Ok(m <= i32::MAX as usize && top + self.overhang < self.layout.n_in)
+                }
                 _ => Err(Stop::Bound),
             },
         }
@@ -742,6 +754,14 @@ impl Call<'_> {
                 }
             }
         }
+    }
+}
+
+/// Elements past an element that a hardware gather of `dtype` reads (see [`Call::overhang`]).
+fn overhang(dtype: DataType) -> usize {
+    match dtype.byte_size() {
+        Some(b @ 1..4) => 4usize.div_ceil(b) - 1,
+        _ => 0,
     }
 }
 
@@ -994,6 +1014,22 @@ mod tests {
         let idx = indices(&[3, 70, 2], &[200], false);
         assert!(rowwise::Rows::new(&layout(&input, &idx, &spec), 4).is_none());
         check(&input, &idx, &spec);
+    }
+
+    #[test]
+    fn narrow_element_gathers_match_the_reference() {
+        // GatherElements along axis 0 and Gather along the last axis of 1- and 2-byte elements,
+        // whose hardware gathers load 4 bytes: reads of the input's last elements (index -1)
+        // included, so on a buffer without slack the last tiles fall back to the scalar loop.
+        for dtype in [DataType::Uint8, DataType::Float16] {
+            let input = data_of(dtype, &[64, 33]);
+            for int32 in [false, true] {
+                let along_0 = with_value(&indices(&[50, 33], &[64], int32), 50 * 33 - 1, -1);
+                check(&input, &along_0, &GatherSpec::new(vec![0]));
+                let last = with_value(&indices(&[1, 700], &[33], int32), 699, -1);
+                check(&input, &last, &GatherSpec::new(vec![1]));
+            }
+        }
     }
 
     #[test]

@@ -141,8 +141,8 @@ fn advance(outer: &[Dim], coord: &mut [usize], base: &mut usize, tb: &mut usize)
 /// Output for whole-byte element types.
 pub(crate) struct ByteSink<'a, W: Word> {
     input: &'a [W],
-    /// The input payload plus its zeroed slack, for hardware gathers of 1- and 2-byte elements
-    /// (which load 4 bytes per element).
+    /// The input payload plus its zeroed slack when the tensor has it (else the payload alone:
+    /// the bound check then keeps the 4-byte loads of 1- and 2-byte elements inside it).
     padded: &'a [u8],
     out: &'a mut [MaybeUninit<W>],
     at: usize,
@@ -265,9 +265,9 @@ impl<W: Word, O: Offset> RowSink<O> for ByteSink<'_, W> {
                     (self.simd, self.simd_allowed, O::as_u32(ts))
                 {
                     // SAFETY: the bound check covers every `base + t32[i]`; `simd_allowed` says
-                    // every `t32[i] <= i32::MAX`; `padded` extends at least 8 bytes past the last
-                    // element, enough for 4-byte loads of 1- and 2-byte elements; `out` holds
-                    // `t32.len()` elements.
+                    // every `t32[i] <= i32::MAX` and that the 4-byte loads of 1- and 2-byte
+                    // elements stay inside `padded` (the slack past the last element, or, without
+                    // it, offsets that end far enough from it); `out` holds `t32.len()` elements.
                     unsafe {
                         let start = self.padded.as_ptr().add(base * std::mem::size_of::<W>());
                         let out = out.as_mut_ptr().cast::<W>();
