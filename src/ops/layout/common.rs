@@ -14,8 +14,10 @@ use std::mem::MaybeUninit;
 
 use super::super::vector::assume_written;
 
-use super::super::util::{strides, to_i64s, Float};
+use super::super::util::{strides, to_i64s};
+
 use super::super::InferCtx;
+use crate::ops::num::Float;
 
 /// The most elements an output may have, so that a buffer of any element type (strings
 /// included) or of `f64` working values stays addressable.
@@ -568,9 +570,9 @@ pub(super) fn to_usize(v: i64, what: &str) -> Result<usize> {
 
 /// The values of a numeric tensor (floats, integers, bool) as `f64`.
 pub(super) fn to_f64s(t: &Tensor) -> Result<Vec<f64>> {
-    crate::dispatch_float!(t.dtype(), T => {
+    crate::ops::num::dispatch_float!(t.dtype(), T => {
         Ok(t.as_slice::<T>()?.iter().map(|v| v.to_f64()).collect())
-    }, _ => crate::dispatch_int!(t.dtype(), T => {
+    }, _ => crate::ops::num::dispatch_int!(t.dtype(), T => {
         Ok(t.as_slice::<T>()?.iter().map(|&v| v as f64).collect())
     }, _ => match t.dtype() {
         DataType::Bool => Ok(t.as_slice::<u8>()?.iter().map(|&v| f64::from(v)).collect()),
@@ -592,10 +594,10 @@ pub(super) fn to_i64s_truncating(t: &Tensor) -> Result<Vec<i64>> {
 /// rounded to nearest, integers rounded half to even and clamped to the type's range, bool
 /// true when non-zero.
 pub(super) fn from_f64s(dtype: DataType, shape: &[usize], values: &[f64]) -> Result<Tensor> {
-    crate::dispatch_float!(dtype, T => {
+    crate::ops::num::dispatch_float!(dtype, T => {
         let v: Vec<T> = values.iter().map(|&x| T::from_f64(x)).collect();
         Ok(Tensor::from_vec(dtype, shape, v)?)
-    }, _ => crate::dispatch_int!(dtype, T => {
+    }, _ => crate::ops::num::dispatch_int!(dtype, T => {
         // `as` saturates and maps NaN to 0, which is what a saturating cast does.
         let v: Vec<T> = values.iter().map(|&x| x.round_ties_even() as T).collect();
         Ok(Tensor::from_vec(dtype, shape, v)?)
@@ -615,9 +617,9 @@ pub(super) fn nonzero_flags(t: &Tensor) -> Result<Vec<bool>> {
     use DataType as D;
     let dtype = t.dtype();
     // Element by element into one flag each (no wider copy of the input on the way).
-    let numeric = crate::dispatch_float!(dtype, T => {
+    let numeric = crate::ops::num::dispatch_float!(dtype, T => {
         Some(flags_of(t.as_slice::<T>()?, |v| v.to_f64() != 0.0)?)
-    }, _ => crate::dispatch_int!(dtype, T => {
+    }, _ => crate::ops::num::dispatch_int!(dtype, T => {
         Some(flags_of(t.as_slice::<T>()?, |&v| v != 0)?)
     }, _ => match dtype {
         D::Bool => Some(flags_of(t.as_slice::<u8>()?, |&v| v != 0)?),

@@ -39,7 +39,8 @@ use crate::DataType;
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use super::super::{vector, EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{dispatch_real, input_dims, known_sizes, tensor_type, Real};
+use super::common::{input_dims, known_sizes, tensor_type};
+use crate::ops::num::{dispatch_real, Arith, Float, Real};
 
 /// The element types attention computes in, with their row softmax.
 pub(in crate::ops) trait Attend: Real {

@@ -26,8 +26,9 @@ use crate::DataType;
 
 use super::super::util::{required, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{checked_product, dispatch_real, input_dims, tensor_type, Real};
+use super::common::{checked_product, input_dims, tensor_type};
 use super::window::{Geometry3, Window};
+use crate::ops::num::{dispatch_real, Arith, Real};
 
 /// The taps of one output index along one dim: the first input position, the number of taps
 /// inside the input, and the number inside the input or its explicit pads.
