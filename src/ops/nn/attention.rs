@@ -50,7 +50,8 @@ pub(in crate::ops) trait Attend: Real {
         size: usize,
         dst: &'d mut [MaybeUninit<Self>],
     ) -> &'d mut [Self];
-    /// `tanh(self)`.
+    /// `tanh(self)`: the vectorised `vector::tanh` for `f32` (not [`Real::tanh`], libm's), so
+    /// callers name it `Attend::tanh`.
     fn tanh(self) -> Self;
 }
 
