@@ -28,7 +28,7 @@ use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
 use bytemuck::Pod;
 use half::{bf16, f16};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -502,6 +502,16 @@ macro_rules! dispatch_real {
     };
 }
 pub(crate) use dispatch_real;
+
+/// The elements of a numeric or boolean tensor as real numbers.
+pub(crate) fn real_values(t: &Tensor) -> Result<Vec<f64>> {
+    if t.dtype() == DataType::Bool {
+        return Ok(t.as_slice::<u8>()?.iter().map(|&v| f64::from(v)).collect());
+    }
+    dispatch_num!(t.dtype(), T => {
+        Ok(t.as_slice::<T>()?.iter().map(|&v| v.widen().to_real()).collect())
+    }, _ => Err(Error::Eval(format!("expected a numeric tensor, found {}", t.dtype()))))
+}
 
 #[cfg(test)]
 mod tests {

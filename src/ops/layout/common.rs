@@ -15,9 +15,9 @@ use std::mem::MaybeUninit;
 use super::super::vector::assume_written;
 
 use super::super::util::{strides, to_i64s};
+use crate::ops::num::{real_values, Float};
 
 use super::super::InferCtx;
-use crate::ops::num::Float;
 
 /// The most elements an output may have, so that a buffer of any element type (strings
 /// included) or of `f64` working values stays addressable.
@@ -568,23 +568,11 @@ pub(super) fn to_usize(v: i64, what: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| Error::Eval(format!("{what} must not be negative, found {v}")))
 }
 
-/// The values of a numeric tensor (floats, integers, bool) as `f64`.
-pub(super) fn to_f64s(t: &Tensor) -> Result<Vec<f64>> {
-    crate::ops::num::dispatch_float!(t.dtype(), T => {
-        Ok(t.as_slice::<T>()?.iter().map(|v| v.to_f64()).collect())
-    }, _ => crate::ops::num::dispatch_int!(t.dtype(), T => {
-        Ok(t.as_slice::<T>()?.iter().map(|&v| v as f64).collect())
-    }, _ => match t.dtype() {
-        DataType::Bool => Ok(t.as_slice::<u8>()?.iter().map(|&v| f64::from(v)).collect()),
-        other => Err(Error::Eval(format!("expected a numeric tensor, found {other}"))),
-    }))
-}
-
 /// The values of a numeric tensor as `i64`: integers exactly, floats truncated toward zero.
 pub(super) fn to_i64s_truncating(t: &Tensor) -> Result<Vec<i64>> {
     match t.dtype() {
         DataType::Float | DataType::Double | DataType::Float16 | DataType::Bfloat16 => {
-            Ok(to_f64s(t)?.into_iter().map(|v| v as i64).collect())
+            Ok(real_values(t)?.into_iter().map(|v| v as i64).collect())
         }
         _ => to_i64s(t),
     }

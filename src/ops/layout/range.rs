@@ -18,8 +18,8 @@ use super::super::util::{required, to_i64s};
 
 use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
-use super::common::{in_elem, to_f64s, typed, MAX_ELEMENTS};
-use crate::ops::num::Float;
+use super::common::{in_elem, typed, MAX_ELEMENTS};
+use crate::ops::num::{real_values, Float};
 
 /// The scalar inputs of a `Range` node, exact for integers.
 enum Bounds {
@@ -44,7 +44,7 @@ fn bounds(start: &Tensor, limit: &Tensor, delta: &Tensor) -> Result<Bounds> {
     }
     let b = match dtype {
         DataType::Float | DataType::Double | DataType::Float16 | DataType::Bfloat16 => {
-            let f = |t| single(to_f64s(t)?);
+            let f = |t| single(real_values(t)?);
             Bounds::Float(f(start)?, f(limit)?, f(delta)?)
         }
         _ => {

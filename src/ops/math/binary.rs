@@ -17,8 +17,8 @@ use crate::ops::EvalCtx;
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::{bad_type, real_values, same_types, zip_num};
-use crate::ops::num::{dispatch_num, Arith, Num};
+use super::common::{bad_type, same_types, zip_num};
+use crate::ops::num::{dispatch_num, real_values, Arith, Num};
 
 /// The two inputs of a binary operator, with their common element type.
 fn operands<'t>(

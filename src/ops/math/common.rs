@@ -11,7 +11,7 @@ use bytemuck::Pod;
 use crate::error::{Error, Result};
 use crate::ir::broadcast_dim;
 use crate::ir::{Dim, Shape, TensorType};
-use crate::ops::num::{dispatch_num, Arith, Num};
+use crate::ops::num::{Arith, Num};
 use crate::ops::util::{broadcast_binary, tensor, tensor_from_iter, unsupported_type};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
@@ -67,16 +67,6 @@ pub(super) fn zip_num<T: Num, O: Pod>(
         |x: T, y: T| f(x.widen(), y.widen()),
     )?;
     tensor(out, &shape, values)
-}
-
-/// The elements of a numeric or boolean tensor as real numbers.
-pub(super) fn real_values(t: &Tensor) -> Result<Vec<f64>> {
-    if t.dtype() == DataType::Bool {
-        return Ok(t.as_slice::<u8>()?.iter().map(|&v| f64::from(v)).collect());
-    }
-    dispatch_num!(t.dtype(), T => {
-        Ok(t.as_slice::<T>()?.iter().map(|&v| v.widen().to_real()).collect())
-    }, _ => Err(Error::Eval(format!("expected a numeric tensor, found {}", t.dtype()))))
 }
 
 /// Checks that every input of an operator has the type of the first; returns that type.

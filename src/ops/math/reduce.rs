@@ -17,14 +17,14 @@
 
 use crate::error::Result;
 use crate::ir::{Dim, Shape, TensorType};
-use crate::ops::num::{Arith, Float};
+use crate::ops::num::{real_values, Arith, Float};
 use crate::ops::util::{broadcast_offsets, normalize_axis, optional, required, tensor, to_i64s};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::{bad_type, real_values};
+use super::common::bad_type;
 
 /// Which reduction a kernel runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@
 //! about 1e-15 (Rust's standard library has no `erf`).
 
 use crate::error::Result;
-use crate::ops::num::Float;
+use crate::ops::num::{dispatch_num, Arith, Float, Num};
 use crate::ops::util::{required, tensor, tensor_from_iter};
 use crate::ops::vector;
 use crate::ops::EvalCtx;
@@ -16,7 +16,6 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::common::{bad_type, map_num};
-use crate::ops::num::{dispatch_num, Arith, Num};
 
 /// Applies a real function to every element of a floating-point tensor.
 pub(super) fn float_map(ctx: &EvalCtx<'_>, x: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor> {

@@ -19,14 +19,13 @@ use std::borrow::Cow;
 
 use crate::error::{Error, Result};
 use crate::ir::{AttrValue, Dim, Node, Shape, TensorType};
-use crate::ops::num::Float;
+use crate::ops::num::{Float, Real};
 use crate::ops::util::{optional, required, to_i64s};
 use crate::ops::{EvalCtx, EvalFn, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::math::{gemm, max, min, Activation, View};
-use crate::ops::num::Real;
 
 /// Position of `X` among the inputs (the same for the three operators).
 pub(super) const X: usize = 0;
