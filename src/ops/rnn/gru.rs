@@ -80,7 +80,7 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Trac
                 let reset = p.gate(f, zr[n + j]);
                 zr[n + j] = reset;
                 if linear {
-                    gh[j] = gh[j] + reset * (extra[j] + rbh[j]);
+                    gh[j] += reset * (extra[j] + rbh[j]);
                 } else {
                     extra[j] = reset * h[j];
                 }

@@ -159,13 +159,13 @@ fn small_gemm<T: Real>(
                 let scale = a.data[i * a.rs + p * a.cs];
                 let b_row = &b.data[p * b.rs..p * b.rs + n];
                 for (v, &x) in row.iter_mut().zip(b_row) {
-                    *v = *v + scale * x;
+                    *v += scale * x;
                 }
             }
         } else {
             let a_row = &a.data[i * a.rs..i * a.rs + k];
             for (j, v) in row.iter_mut().enumerate() {
-                *v = *v + dot(a_row, &b.data[j * b.cs..j * b.cs + k]);
+                *v += dot(a_row, &b.data[j * b.cs..j * b.cs + k]);
             }
         }
     }
