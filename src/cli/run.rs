@@ -246,15 +246,27 @@ fn element_text(t: &Tensor, i: usize) -> String {
             .and_then(|v| v.get(i))
             .map_or_else(String::new, T::to_string)
     }
-    multigather::dispatch_float!(t.dtype(), T => show(t.as_slice::<T>(), i), _ => {
-        multigather::dispatch_int!(t.dtype(), T => show(t.as_slice::<T>(), i), _ => match t.dtype() {
-            D::Bool => show(t.as_slice::<u8>(), i).replace('1', "true").replace('0', "false"),
-            D::String => t
-                .as_strings()
-                .ok()
-                .and_then(|v| v.get(i))
-                .map_or_else(String::new, |s| format!("{:?}", String::from_utf8_lossy(s))),
-            _ => "?".into(),
-        })
-    })
+    match t.dtype() {
+        D::Float => show(t.as_slice::<f32>(), i),
+        D::Double => show(t.as_slice::<f64>(), i),
+        D::Float16 => show(t.as_slice::<half::f16>(), i),
+        D::Bfloat16 => show(t.as_slice::<half::bf16>(), i),
+        D::Int8 => show(t.as_slice::<i8>(), i),
+        D::Int16 => show(t.as_slice::<i16>(), i),
+        D::Int32 => show(t.as_slice::<i32>(), i),
+        D::Int64 => show(t.as_slice::<i64>(), i),
+        D::Uint8 => show(t.as_slice::<u8>(), i),
+        D::Uint16 => show(t.as_slice::<u16>(), i),
+        D::Uint32 => show(t.as_slice::<u32>(), i),
+        D::Uint64 => show(t.as_slice::<u64>(), i),
+        D::Bool => show(t.as_slice::<u8>(), i)
+            .replace('1', "true")
+            .replace('0', "false"),
+        D::String => t
+            .as_strings()
+            .ok()
+            .and_then(|v| v.get(i))
+            .map_or_else(String::new, |s| format!("{:?}", String::from_utf8_lossy(s))),
+        _ => "?".into(),
+    }
 }

@@ -24,6 +24,7 @@ use crate::ir::{canonical_domain, display_domain, Dim, Graph, Node, TensorType};
 use crate::tensor::Tensor;
 
 pub mod constraints;
+pub(crate) mod num;
 pub mod util;
 
 mod contrib;

@@ -14,7 +14,8 @@
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, Node, TensorType};
-use crate::ops::util::{required, tensor_from_iter, to_dims, Float};
+use crate::ops::num::Float;
+use crate::ops::util::{required, tensor_from_iter, to_dims};
 use crate::ops::{EvalCtx, InferCtx, OpDef};
 use crate::tensor::Tensor;
 use crate::DataType;
@@ -109,7 +110,7 @@ fn target(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<(DataType, Ve
 
 /// A tensor of `dtype` (floating point, or for `Bernoulli` also integer or bool) from `draw`.
 fn fill(dtype: DataType, shape: &[usize], mut draw: impl FnMut() -> f64) -> Result<Tensor> {
-    crate::dispatch_float!(dtype, T => {
+    crate::ops::num::dispatch_float!(dtype, T => {
         return tensor_from_iter(dtype, shape, std::iter::from_fn(|| Some(T::from_f64(draw()))));
     }, _ => {});
     if dtype == DataType::Bool {
@@ -119,7 +120,7 @@ fn fill(dtype: DataType, shape: &[usize], mut draw: impl FnMut() -> f64) -> Resu
             std::iter::from_fn(|| Some(u8::from(draw() != 0.0))),
         );
     }
-    crate::dispatch_int!(dtype, T => tensor_from_iter(dtype, shape, std::iter::from_fn(|| Some(draw() as T))),
+    crate::ops::num::dispatch_int!(dtype, T => tensor_from_iter(dtype, shape, std::iter::from_fn(|| Some(draw() as T))),
         _ => Err(Error::Eval(format!("random values of type {dtype} are not defined"))))
 }
 
@@ -146,7 +147,7 @@ fn eval_normal(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
 fn eval_bernoulli(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
     let (dtype, shape) = target(ctx, inputs)?;
-    let p: Vec<f64> = crate::dispatch_float!(x.dtype(), T => x.as_slice::<T>()?.iter().map(|v| v.to_f64()).collect(),
+    let p: Vec<f64> = crate::ops::num::dispatch_float!(x.dtype(), T => x.as_slice::<T>()?.iter().map(|v| v.to_f64()).collect(),
         _ => return Err(ctx.error(format!("probabilities of type {} are not floating point", x.dtype()))));
     let mut s = Stream::of(ctx.node)?;
     let mut it = p.into_iter();

@@ -17,7 +17,8 @@ use std::f64::consts::PI;
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
-use crate::ops::util::{normalize_axis, optional, required, scalar_i64, tensor_from_iter, Float};
+use crate::ops::num::Float;
+use crate::ops::util::{normalize_axis, optional, required, scalar_i64, tensor_from_iter};
 use crate::ops::{EvalCtx, InferCtx, OpDef};
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
@@ -40,13 +41,13 @@ fn cells(dims: &[usize]) -> Result<usize> {
 
 /// The values of a float tensor as `f64`.
 fn f64s(t: &Tensor) -> Result<Vec<f64>> {
-    crate::dispatch_float!(t.dtype(), T => Ok(t.as_slice::<T>()?.iter().map(|v| v.to_f64()).collect()),
+    crate::ops::num::dispatch_float!(t.dtype(), T => Ok(t.as_slice::<T>()?.iter().map(|v| v.to_f64()).collect()),
         _ => Err(Error::Eval(format!("a {} signal is not floating point", t.dtype()))))
 }
 
 /// A float tensor of `dtype` holding `values`, rounded once.
 fn store(dtype: DataType, shape: &[usize], values: &[f64]) -> Result<Tensor> {
-    crate::dispatch_float!(dtype, T => tensor_from_iter(dtype, shape, values.iter().map(|&v| T::from_f64(v))),
+    crate::ops::num::dispatch_float!(dtype, T => tensor_from_iter(dtype, shape, values.iter().map(|&v| T::from_f64(v))),
         _ => Err(Error::Eval(format!("{dtype} is not a floating-point type"))))
 }
 
@@ -338,7 +339,7 @@ fn store_any(dtype: DataType, shape: &[usize], values: &[f64]) -> Result<Tensor>
     if let Ok(t) = store(dtype, shape, values) {
         return Ok(t);
     }
-    crate::dispatch_int!(dtype, T => tensor_from_iter(dtype, shape, values.iter().map(|&v| v as T)),
+    crate::ops::num::dispatch_int!(dtype, T => tensor_from_iter(dtype, shape, values.iter().map(|&v| v as T)),
         _ => Err(Error::Eval(format!("{dtype} is not a numeric type"))))
 }
 

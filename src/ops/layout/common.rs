@@ -14,7 +14,9 @@ use std::mem::MaybeUninit;
 
 use super::super::vector::assume_written;
 
-use super::super::util::{strides, to_i64s, Float};
+use super::super::util::{strides, to_i64s};
+use crate::ops::num::{real_values, Float};
+
 use super::super::InferCtx;
 
 /// The most elements an output may have, so that a buffer of any element type (strings
@@ -566,23 +568,11 @@ pub(super) fn to_usize(v: i64, what: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| Error::Eval(format!("{what} must not be negative, found {v}")))
 }
 
-/// The values of a numeric tensor (floats, integers, bool) as `f64`.
-pub(super) fn to_f64s(t: &Tensor) -> Result<Vec<f64>> {
-    crate::dispatch_float!(t.dtype(), T => {
-        Ok(t.as_slice::<T>()?.iter().map(|v| v.to_f64()).collect())
-    }, _ => crate::dispatch_int!(t.dtype(), T => {
-        Ok(t.as_slice::<T>()?.iter().map(|&v| v as f64).collect())
-    }, _ => match t.dtype() {
-        DataType::Bool => Ok(t.as_slice::<u8>()?.iter().map(|&v| f64::from(v)).collect()),
-        other => Err(Error::Eval(format!("expected a numeric tensor, found {other}"))),
-    }))
-}
-
 /// The values of a numeric tensor as `i64`: integers exactly, floats truncated toward zero.
 pub(super) fn to_i64s_truncating(t: &Tensor) -> Result<Vec<i64>> {
     match t.dtype() {
         DataType::Float | DataType::Double | DataType::Float16 | DataType::Bfloat16 => {
-            Ok(to_f64s(t)?.into_iter().map(|v| v as i64).collect())
+            Ok(real_values(t)?.into_iter().map(|v| v as i64).collect())
         }
         _ => to_i64s(t),
     }
@@ -592,10 +582,10 @@ pub(super) fn to_i64s_truncating(t: &Tensor) -> Result<Vec<i64>> {
 /// rounded to nearest, integers rounded half to even and clamped to the type's range, bool
 /// true when non-zero.
 pub(super) fn from_f64s(dtype: DataType, shape: &[usize], values: &[f64]) -> Result<Tensor> {
-    crate::dispatch_float!(dtype, T => {
+    crate::ops::num::dispatch_float!(dtype, T => {
         let v: Vec<T> = values.iter().map(|&x| T::from_f64(x)).collect();
         Ok(Tensor::from_vec(dtype, shape, v)?)
-    }, _ => crate::dispatch_int!(dtype, T => {
+    }, _ => crate::ops::num::dispatch_int!(dtype, T => {
         // `as` saturates and maps NaN to 0, which is what a saturating cast does.
         let v: Vec<T> = values.iter().map(|&x| x.round_ties_even() as T).collect();
         Ok(Tensor::from_vec(dtype, shape, v)?)
@@ -615,9 +605,9 @@ pub(super) fn nonzero_flags(t: &Tensor) -> Result<Vec<bool>> {
     use DataType as D;
     let dtype = t.dtype();
     // Element by element into one flag each (no wider copy of the input on the way).
-    let numeric = crate::dispatch_float!(dtype, T => {
+    let numeric = crate::ops::num::dispatch_float!(dtype, T => {
         Some(flags_of(t.as_slice::<T>()?, |v| v.to_f64() != 0.0)?)
-    }, _ => crate::dispatch_int!(dtype, T => {
+    }, _ => crate::ops::num::dispatch_int!(dtype, T => {
         Some(flags_of(t.as_slice::<T>()?, |&v| v != 0)?)
     }, _ => match dtype {
         D::Bool => Some(flags_of(t.as_slice::<u8>()?, |&v| v != 0)?),

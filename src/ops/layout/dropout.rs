@@ -18,7 +18,8 @@ use crate::DataType;
 use super::super::random::Stream;
 use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{from_f64s, in_dims, in_elem, nonzero_flags, to_f64s, two_valued, typed};
+use super::common::{from_f64s, in_dims, in_elem, nonzero_flags, two_valued, typed};
+use crate::ops::num::real_values;
 
 /// The element type of the mask at `opset`, for data of type `data`.
 fn mask_type(opset: i64, data: Option<DataType>) -> Option<DataType> {
@@ -32,7 +33,7 @@ fn mask_type(opset: i64, data: Option<DataType>) -> Option<DataType> {
 pub(super) fn eval_dropout(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
     let ratio = match optional(inputs, 1) {
-        Some(r) => to_f64s(r)?.first().copied().unwrap_or(0.5),
+        Some(r) => real_values(r)?.first().copied().unwrap_or(0.5),
         None => 0.5,
     };
     let training = match optional(inputs, 2) {
@@ -45,7 +46,7 @@ pub(super) fn eval_dropout(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Res
         }
         // Keep each element with probability 1 - ratio, scaled by 1 / (1 - ratio).
         let mut stream = Stream::of(ctx.node)?;
-        let x = to_f64s(data)?;
+        let x = real_values(data)?;
         let mut keep = try_with_capacity::<bool>(x.len())?;
         keep.extend((0..x.len()).map(|_| stream.unit() >= ratio));
         let scale = if ratio < 1.0 {

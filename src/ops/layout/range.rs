@@ -14,10 +14,12 @@ use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::super::util::{required, to_i64s, Float};
+use super::super::util::{required, to_i64s};
+
 use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
-use super::common::{in_elem, to_f64s, typed, MAX_ELEMENTS};
+use super::common::{in_elem, typed, MAX_ELEMENTS};
+use crate::ops::num::{real_values, Float};
 
 /// The scalar inputs of a `Range` node, exact for integers.
 enum Bounds {
@@ -42,7 +44,7 @@ fn bounds(start: &Tensor, limit: &Tensor, delta: &Tensor) -> Result<Bounds> {
     }
     let b = match dtype {
         DataType::Float | DataType::Double | DataType::Float16 | DataType::Bfloat16 => {
-            let f = |t| single(to_f64s(t)?);
+            let f = |t| single(real_values(t)?);
             Bounds::Float(f(start)?, f(limit)?, f(delta)?)
         }
         _ => {
@@ -91,7 +93,7 @@ pub(super) fn eval_range(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
     // (checked against the budget): `n` comes from values that need not be constants, so no
     // shape function has checked it yet.
     let out = match b {
-        Bounds::Float(s, _, d) => crate::dispatch_float!(dtype, T => {
+        Bounds::Float(s, _, d) => crate::ops::num::dispatch_float!(dtype, T => {
             Tensor::uninit(dtype, &[n])?.fill(|slots: &mut [MaybeUninit<T>]| {
                 for (i, v) in slots.iter_mut().enumerate() {
                     v.write(T::from_f64(s + i as f64 * d));
@@ -100,7 +102,7 @@ pub(super) fn eval_range(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
                 unsafe { assume_written(slots) }
             })?
         }, _ => return Err(Error::Eval(format!("Range does not take {dtype} values")))),
-        Bounds::Int(s, _, d) => crate::dispatch_int!(dtype, T => {
+        Bounds::Int(s, _, d) => crate::ops::num::dispatch_int!(dtype, T => {
             Tensor::uninit(dtype, &[n])?.fill(|slots: &mut [MaybeUninit<T>]| {
                 // Every element lies between start and limit, so it fits the type.
                 for (i, v) in slots.iter_mut().enumerate() {

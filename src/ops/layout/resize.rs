@@ -43,9 +43,10 @@ use crate::tensor::{element_count, try_vec, try_with_capacity};
 use super::super::util::{optional, required, strides, to_i64s};
 use super::super::{EvalCtx, InferCtx};
 use super::common::{
-    checked_len, const_ints, from_f64s, gather_axes, in_dims, in_elem, normalize_axes, to_f64s,
-    typed, unknown_dims, AxisRead, MAX_ELEMENTS,
+    checked_len, const_ints, from_f64s, gather_axes, in_dims, in_elem, normalize_axes, typed,
+    unknown_dims, AxisRead, MAX_ELEMENTS,
 };
+use crate::ops::num::real_values;
 
 /// How nearest positions round.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -467,7 +468,7 @@ fn resize_nearest(data: &Tensor, plans: &[AxisPlan], params: &Params) -> Result<
 /// Linear or cubic resize of the values of a numeric tensor, one axis after another.
 fn resize_filtered(data: &Tensor, plans: &[AxisPlan], params: &Params) -> Result<Tensor> {
     let mut shape = data.shape().to_vec();
-    let mut values = to_f64s(data)?;
+    let mut values = real_values(data)?;
     for p in plans.iter().filter(|p| !p.is_identity()) {
         // The axes are resized one at a time, so the intermediate shape mixes resized and
         // original dims: it may be larger than both the input and the output.
@@ -521,7 +522,7 @@ fn resize(data: &Tensor, target: &Target, params: &Params) -> Result<Tensor> {
 
 /// Float values of an optional input, `None` when omitted or empty.
 fn floats(t: Option<&Tensor>) -> Result<Option<Vec<f64>>> {
-    t.filter(|t| !t.is_empty()).map(to_f64s).transpose()
+    t.filter(|t| !t.is_empty()).map(real_values).transpose()
 }
 
 /// The resize target of a `Resize` node at opset 11 or later.
@@ -565,7 +566,7 @@ pub(super) fn eval_resize(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
 /// `Resize` at opset 10: `scales` is the second input.
 pub(super) fn eval_resize_10(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
-    let scales = to_f64s(required(inputs, 1)?)?;
+    let scales = real_values(required(inputs, 1)?)?;
     Ok(vec![resize(
         data,
         &scales_target(scales),
@@ -577,7 +578,7 @@ pub(super) fn eval_resize_10(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> R
 /// `scales` attribute at 7, the second input from 9.
 fn upsample_scales(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], rank: usize) -> Result<Vec<f64>> {
     if ctx.opset >= 9 {
-        return to_f64s(required(inputs, 1)?);
+        return real_values(required(inputs, 1)?);
     }
     if ctx.opset >= 7 {
         return match ctx.node.attr("scales") {
@@ -622,7 +623,7 @@ fn infer_dims(ctx: &InferCtx<'_>, scales_at: usize, sizes_at: Option<usize>) -> 
     let scales = ctx
         .constant(scales_at)
         .filter(|t| !t.is_empty())
-        .and_then(|t| to_f64s(t).ok());
+        .and_then(|t| real_values(t).ok());
     let sizes = sizes_at
         .and_then(|i| const_ints(ctx, i))
         .filter(|s| !s.is_empty());

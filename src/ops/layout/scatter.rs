@@ -17,9 +17,11 @@ use crate::ir::TensorType;
 use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 
-use super::super::util::{normalize_axis, required, strides, Float};
+use super::super::util::{normalize_axis, required, strides};
+
 use super::super::{EvalCtx, InferCtx};
 use super::common::{advance, in_dims, in_elem, typed};
+use crate::ops::num::Float;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Reduction {
@@ -93,7 +95,7 @@ fn scatter(
         }
         return Ok(out);
     }
-    crate::dispatch_float!(dtype, T => {
+    crate::ops::num::dispatch_float!(dtype, T => {
         let op = |a: T, b: T| {
             let (a, b) = (a.to_f64(), b.to_f64());
             T::from_f64(match r {
@@ -105,7 +107,7 @@ fn scatter(
             })
         };
         combine(out.as_slice_mut::<T>()?, updates.as_slice::<T>()?, pairs, op)?
-    }, _ => crate::dispatch_int!(dtype, T => {
+    }, _ => crate::ops::num::dispatch_int!(dtype, T => {
         let op = |a: T, b: T| match r {
             Reduction::Add => a.wrapping_add(b),
             Reduction::Mul => a.wrapping_mul(b),

@@ -43,7 +43,7 @@ impl Key {
 }
 
 fn keys(t: &Tensor) -> Result<Vec<Key>> {
-    use crate::ops::util::Float;
+    use crate::ops::num::Float;
     let dtype = t.dtype();
     if dtype == DataType::String {
         return Ok(t
@@ -59,10 +59,10 @@ fn keys(t: &Tensor) -> Result<Vec<Key>> {
             .map(|&b| Key::Int(i128::from(b)))
             .collect());
     }
-    crate::dispatch_float!(dtype, T => {
+    crate::ops::num::dispatch_float!(dtype, T => {
         return Ok(t.as_slice::<T>()?.iter().map(|v| Key::Float(v.to_f64())).collect());
     }, _ => {});
-    crate::dispatch_int!(dtype, T => Ok(t.as_slice::<T>()?.iter().map(|&v| Key::Int(v as i128)).collect()),
+    crate::ops::num::dispatch_int!(dtype, T => Ok(t.as_slice::<T>()?.iter().map(|&v| Key::Int(v as i128)).collect()),
         _ => Err(Error::Eval(format!("Unique does not take {dtype} tensors"))))
 }
 

@@ -11,7 +11,8 @@ use crate::tensor::Tensor;
 use crate::tensor::{try_vec, try_with_capacity};
 use crate::DataType;
 
-use super::common::{bad_type, dispatch_num, split_at_axis, Arith, Num};
+use super::common::{bad_type, split_at_axis};
+use crate::ops::num::{dispatch_num, Arith, Num};
 
 /// The attributes of a node: the axis (normalized for `rank`), keepdims and select_last_index.
 fn attrs(node: &crate::ir::Node, rank: usize) -> Result<(usize, bool, bool)> {

@@ -17,7 +17,8 @@ use crate::ops::EvalCtx;
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::{bad_type, dispatch_num, real_values, same_types, zip_num, Arith, Num};
+use super::common::{bad_type, same_types, zip_num};
+use crate::ops::num::{dispatch_num, real_values, Arith, Num};
 
 /// The two inputs of a binary operator, with their common element type.
 fn operands<'t>(
@@ -256,7 +257,7 @@ pub(super) fn eval_bitwise<Op: BitOp>(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let (a, b, dtype) = operands(ctx, inputs)?;
-    crate::dispatch_int!(dtype, T => {
+    crate::ops::num::dispatch_int!(dtype, T => {
         Ok(vec![zip_num::<T, T>(a, b, dtype, Op::apply::<T>)?])
     }, _ => Err(bad_type(ctx, dtype)))
 }
@@ -271,7 +272,7 @@ pub(super) fn eval_bit_shift(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> R
         }
         None => return Err(ctx.error("the direction attribute is required")),
     };
-    crate::dispatch_int!(dtype, T => {
+    crate::ops::num::dispatch_int!(dtype, T => {
         let f = if left { Bits::shl } else { Bits::shr };
         Ok(vec![zip_num::<T, T>(a, b, dtype, f)?])
     }, _ => Err(bad_type(ctx, dtype)))

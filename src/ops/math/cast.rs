@@ -19,7 +19,8 @@
 
 use crate::error::{Error, Result};
 use crate::ir::{AttrValue, TensorType};
-use crate::ops::util::{required, tensor, Float};
+use crate::ops::num::Float;
+use crate::ops::util::{required, tensor};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::try_vec;
 use crate::tensor::{packed, Tensor};
@@ -101,9 +102,9 @@ fn read(t: &Tensor) -> Result<Values> {
         return Ok(Values::Reals(values, true));
     }
     let single = dtype != DataType::Double;
-    crate::dispatch_float!(dtype, T => {
+    crate::ops::num::dispatch_float!(dtype, T => {
         Ok(Values::Reals(t.as_slice::<T>()?.iter().map(|v| v.to_f64()).collect(), single))
-    }, _ => crate::dispatch_int!(dtype, T => {
+    }, _ => crate::ops::num::dispatch_int!(dtype, T => {
         Ok(Values::Ints(t.as_slice::<T>()?.iter().map(|&v| v as i128).collect()))
     }, _ => Err(unsupported(dtype))))
 }
@@ -129,7 +130,7 @@ fn write_ints(v: &[i128], to: DataType, shape: &[usize]) -> Result<Tensor> {
         let mask = (1u8 << bits) - 1;
         return packed_tensor(to, shape, v.iter().map(|&x| x as u8 & mask));
     }
-    crate::dispatch_int!(to, T => {
+    crate::ops::num::dispatch_int!(to, T => {
         tensor(to, shape, v.iter().map(|&x| x as T).collect())
     }, _ => Err(unsupported(to)))
 }
@@ -149,7 +150,7 @@ fn write_reals(v: &[f64], to: DataType, shape: &[usize], opts: Options) -> Resul
             .map(|&x| encode_e8m0(x as f32, opts.saturate, opts.rounding));
         return packed_tensor(to, shape, codes);
     }
-    crate::dispatch_float!(to, T => {
+    crate::ops::num::dispatch_float!(to, T => {
         tensor(to, shape, v.iter().map(|&x| T::from_f64(x)).collect())
     }, _ => Err(unsupported(to)))
 }

@@ -8,7 +8,8 @@ use crate::ops::util::{normalize_axis, required, scalar_i64, tensor};
 use crate::ops::EvalCtx;
 use crate::tensor::Tensor;
 
-use super::common::{bad_type, dispatch_num, split_at_axis, Arith, Num};
+use super::common::{bad_type, split_at_axis};
+use crate::ops::num::{dispatch_num, Arith, Num};
 
 fn cumulate<T: Num>(
     x: &Tensor,

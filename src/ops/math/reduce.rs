@@ -17,15 +17,14 @@
 
 use crate::error::Result;
 use crate::ir::{Dim, Shape, TensorType};
-use crate::ops::util::{
-    broadcast_offsets, normalize_axis, optional, required, tensor, to_i64s, Float,
-};
+use crate::ops::num::{real_values, Arith, Float};
+use crate::ops::util::{broadcast_offsets, normalize_axis, optional, required, tensor, to_i64s};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::{bad_type, real_values};
+use super::common::bad_type;
 
 /// Which reduction a kernel runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,72 +39,6 @@ pub(super) enum Kind {
     LogSum,
     LogSumExp,
     SumSquare,
-}
-
-/// The numbers reductions accumulate in: `f64` and `i128`.
-trait Acc: Copy + PartialOrd {
-    const ZERO: Self;
-    const ONE: Self;
-    fn add(self, o: Self) -> Self;
-    fn mul(self, o: Self) -> Self;
-    fn abs(self) -> Self;
-    fn is_nan(self) -> bool;
-    fn real(self) -> f64;
-    fn of_real(v: f64) -> Self;
-    /// `self / n`, truncating for integers; 0 for an integer `n` of 0.
-    fn mean(self, n: usize) -> Self;
-}
-
-impl Acc for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    fn add(self, o: Self) -> Self {
-        self + o
-    }
-    fn mul(self, o: Self) -> Self {
-        self * o
-    }
-    fn abs(self) -> Self {
-        f64::abs(self)
-    }
-    fn is_nan(self) -> bool {
-        f64::is_nan(self)
-    }
-    fn real(self) -> f64 {
-        self
-    }
-    fn of_real(v: f64) -> Self {
-        v
-    }
-    fn mean(self, n: usize) -> Self {
-        self / n as f64
-    }
-}
-
-impl Acc for i128 {
-    const ZERO: Self = 0;
-    const ONE: Self = 1;
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    fn mul(self, o: Self) -> Self {
-        self.wrapping_mul(o)
-    }
-    fn abs(self) -> Self {
-        self.wrapping_abs()
-    }
-    fn is_nan(self) -> bool {
-        false
-    }
-    fn real(self) -> f64 {
-        self as f64
-    }
-    fn of_real(v: f64) -> Self {
-        v as i128
-    }
-    fn mean(self, n: usize) -> Self {
-        self.checked_div(n as i128).unwrap_or(0)
-    }
 }
 
 /// Where each input element goes: the output element it reduces into, the output count and shape,
@@ -171,7 +104,7 @@ fn plan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], shape: &[usize]) -> Resul
 
 /// Runs reduction `kind` of `x` (elements in accumulator type) over `plan`; `lowest` and
 /// `highest` are the element type's extremes (the identities of max and min).
-fn reduce<A: Acc>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Result<Vec<A>> {
+fn reduce<A: Arith>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Result<Vec<A>> {
     let init = match kind {
         Kind::Prod => A::ONE,
         Kind::Max => lowest,
@@ -182,7 +115,7 @@ fn reduce<A: Acc>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Re
     let shift = if kind == Kind::LogSumExp {
         let mut m = try_vec(plan.out_len, f64::NEG_INFINITY)?;
         for (&o, &v) in plan.targets.iter().zip(x) {
-            let v = v.real();
+            let v = v.to_real();
             if v.is_finite() && v > m[o] {
                 m[o] = v;
             }
@@ -204,20 +137,29 @@ fn reduce<A: Acc>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Re
             Kind::Max | Kind::Min => v,
             Kind::L1 => a.add(v.abs()),
             Kind::L2 | Kind::SumSquare => a.add(v.mul(v)),
-            Kind::LogSumExp => a.add(A::of_real((v.real() - shift[o]).exp())),
+            Kind::LogSumExp => a.add(A::from_real((v.to_real() - shift[o]).exp())),
         };
     }
     Ok(match kind {
-        Kind::Mean => acc.iter().map(|a| a.mean(plan.count)).collect(),
-        Kind::L2 => acc.iter().map(|a| A::of_real(a.real().sqrt())).collect(),
-        Kind::LogSum => acc.iter().map(|a| A::of_real(a.real().ln())).collect(),
+        Kind::Mean => acc.iter().map(|a| mean(*a, plan.count)).collect(),
+        Kind::L2 => acc
+            .iter()
+            .map(|a| A::from_real(a.to_real().sqrt()))
+            .collect(),
+        Kind::LogSum => acc.iter().map(|a| A::from_real(a.to_real().ln())).collect(),
         Kind::LogSumExp => acc
             .iter()
             .zip(&shift)
-            .map(|(a, s)| A::of_real(a.real().ln() + s))
+            .map(|(a, s)| A::from_real(a.to_real().ln() + s))
             .collect(),
         _ => acc,
     })
+}
+
+/// `sum / n`: truncating for integers, 0 for an integer `n` of 0 (and NaN or infinite for a
+/// float `n` of 0).
+fn mean<A: Arith>(sum: A, n: usize) -> A {
+    sum.div(A::from_usize(n))
 }
 
 /// The extremes of an integer or `bool` element type, widened.
@@ -225,7 +167,7 @@ fn int_bounds(dtype: DataType) -> Option<(i128, i128)> {
     if dtype == DataType::Bool {
         return Some((0, 1));
     }
-    crate::dispatch_int!(dtype, T => Some((T::MIN as i128, T::MAX as i128)), _ => None)
+    crate::ops::num::dispatch_int!(dtype, T => Some((T::MIN as i128, T::MAX as i128)), _ => None)
 }
 
 /// The kernel shared by every reduction.
@@ -238,7 +180,7 @@ fn eval_reduce(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Res
     if is_bool && !matches!(kind, Kind::Max | Kind::Min) {
         return Err(bad_type(ctx, dtype));
     }
-    let out = crate::dispatch_float!(dtype, T => {
+    let out = crate::ops::num::dispatch_float!(dtype, T => {
         let v: Vec<f64> = x.as_slice::<T>()?.iter().map(|e| e.to_f64()).collect();
         let r = reduce(kind, &v, &plan, f64::NEG_INFINITY, f64::INFINITY)?;
         tensor(dtype, shape, r.into_iter().map(T::from_f64).collect())?
@@ -256,7 +198,7 @@ fn eval_reduce(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Res
         if is_bool {
             tensor(dtype, shape, r.into_iter().map(|v| u8::from(v != 0)).collect())?
         } else {
-            crate::dispatch_int!(dtype, T => {
+            crate::ops::num::dispatch_int!(dtype, T => {
                 tensor(dtype, shape, r.into_iter().map(|v| v as T).collect())?
             }, _ => return Err(bad_type(ctx, dtype)))
         }
@@ -273,7 +215,7 @@ fn int_values(x: &Tensor) -> Result<Vec<i128>> {
             .map(|&b| i128::from(b != 0))
             .collect());
     }
-    crate::dispatch_int!(x.dtype(), T => {
+    crate::ops::num::dispatch_int!(x.dtype(), T => {
         Ok(x.as_slice::<T>()?.iter().map(|&v| v as i128).collect())
     }, _ => Err(crate::Error::Eval(format!("expected integers, found {}", x.dtype()))))
 }

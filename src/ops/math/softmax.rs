@@ -8,7 +8,8 @@
 //! before exponentiating; `Hardmax` marks the first maximum of each row.
 
 use crate::error::Result;
-use crate::ops::util::{normalize_axis, required, tensor, Float};
+use crate::ops::num::{Float, Num};
+use crate::ops::util::{normalize_axis, required, tensor};
 use crate::ops::vector;
 use crate::ops::EvalCtx;
 use crate::tensor::try_vec;
@@ -76,7 +77,7 @@ fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Result<Vec
         let out = Tensor::uninit(DataType::Float, x.shape())?;
         return Ok(vec![out.fill(|dst| vector::softmax_rows(src, size, dst))?]);
     }
-    crate::dispatch_float!(x.dtype(), T => {
+    crate::ops::num::dispatch_float!(x.dtype(), T => {
         let src = x.as_slice::<T>()?;
         let mut out = try_vec(src.len(), T::from_f64(0.0))?;
         let mut row = try_vec(size, 0.0f64)?;

@@ -16,7 +16,8 @@ use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::{bad_type, dispatch_num, split_at_axis, Arith, Num};
+use super::common::{bad_type, split_at_axis};
+use crate::ops::num::{dispatch_num, Arith, Num};
 
 /// Orders two values with NaN above every number.
 fn order<A: Arith>(a: A, b: A) -> Ordering {

@@ -8,17 +8,18 @@
 //! about 1e-15 (Rust's standard library has no `erf`).
 
 use crate::error::Result;
-use crate::ops::util::{required, tensor, tensor_from_iter, Float};
+use crate::ops::num::{dispatch_num, Arith, Float, Num};
+use crate::ops::util::{required, tensor, tensor_from_iter};
 use crate::ops::vector;
 use crate::ops::EvalCtx;
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::{bad_type, dispatch_num, map_num, Arith, Num};
+use super::common::{bad_type, map_num};
 
 /// Applies a real function to every element of a floating-point tensor.
 pub(super) fn float_map(ctx: &EvalCtx<'_>, x: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor> {
-    crate::dispatch_float!(x.dtype(), T => {
+    crate::ops::num::dispatch_float!(x.dtype(), T => {
         let v = x.as_slice::<T>()?.iter().map(|&e| T::from_f64(f(e.to_f64())));
         tensor_from_iter(x.dtype(), x.shape(), v)
     }, _ => Err(bad_type(ctx, x.dtype())))
@@ -226,7 +227,7 @@ pub(super) fn eval_swiglu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
         )));
     }
     let alpha = f64::from(ctx.node.attr_float("alpha", 1.0)?);
-    crate::dispatch_float!(a.dtype(), T => {
+    crate::ops::num::dispatch_float!(a.dtype(), T => {
         let (av, bv) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
         let v = av.iter().zip(bv).map(|(&x, &y)| {
             let x = x.to_f64();
@@ -413,7 +414,7 @@ pub(super) fn eval_bitwise_not(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    crate::dispatch_int!(x.dtype(), T => {
+    crate::ops::num::dispatch_int!(x.dtype(), T => {
         let v: Vec<T> = x.as_slice::<T>()?.iter().map(|&e| !e).collect();
         Ok(vec![tensor(x.dtype(), x.shape(), v)?])
     }, _ => Err(bad_type(ctx, x.dtype())))
@@ -426,7 +427,7 @@ fn float_predicate(
     p: impl Fn(f64) -> bool,
 ) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    let v: Vec<u8> = crate::dispatch_float!(x.dtype(), T => {
+    let v: Vec<u8> = crate::ops::num::dispatch_float!(x.dtype(), T => {
         x.as_slice::<T>()?.iter().map(|&e| u8::from(p(e.to_f64()))).collect()
     }, _ => return Err(bad_type(ctx, x.dtype())));
     Ok(vec![tensor(DataType::Bool, x.shape(), v)?])

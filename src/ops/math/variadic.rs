@@ -16,9 +16,9 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::common::{
-    bad_type, broadcast_type, dispatch_num, from_work, map_num, max_nan, min_nan, same_types,
-    work_values, Arith, Num,
+    bad_type, broadcast_type, from_work, map_num, max_nan, min_nan, same_types, work_values,
 };
+use crate::ops::num::{dispatch_num, Arith, Num};
 
 /// How a variadic operator combines its inputs.
 pub(super) trait Fold {
@@ -151,7 +151,7 @@ pub(super) fn eval_clip_attrs(
     let x = required(inputs, 0)?;
     let lo = f64::from(ctx.node.attr_float("min", f32::NEG_INFINITY)?);
     let hi = f64::from(ctx.node.attr_float("max", f32::INFINITY)?);
-    crate::dispatch_float!(x.dtype(), T => {
+    crate::ops::num::dispatch_float!(x.dtype(), T => {
         let (lo, hi) = (Arith::from_real(lo), Arith::from_real(hi));
         Ok(vec![map_num::<T>(x, |v| clip(v, lo, hi))?])
     }, _ => Err(bad_type(ctx, x.dtype())))

@@ -40,49 +40,7 @@ use super::{
     rows_cols, strings, typed, Labels, PostTransform,
 };
 use crate::ir::{Dim, TensorType};
-
-/// The element type of thresholds, weights and sums.
-trait Value:
-    Copy
-    + PartialOrd
-    + Default
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Div<Output = Self>
-    + std::ops::Neg<Output = Self>
-    + std::ops::AddAssign
-{
-    fn from_f64(v: f64) -> Self;
-    fn to_f32(self) -> f32;
-    fn is_nan(self) -> bool;
-    fn one() -> Self {
-        Self::from_f64(1.0)
-    }
-}
-
-impl Value for f32 {
-    fn from_f64(v: f64) -> f32 {
-        v as f32
-    }
-    fn to_f32(self) -> f32 {
-        self
-    }
-    fn is_nan(self) -> bool {
-        f32::is_nan(self)
-    }
-}
-
-impl Value for f64 {
-    fn from_f64(v: f64) -> f64 {
-        v
-    }
-    fn to_f32(self) -> f32 {
-        self as f32
-    }
-    fn is_nan(self) -> bool {
-        f64::is_nan(self)
-    }
-}
+use crate::ops::num::Real;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -163,7 +121,7 @@ fn index(v: i64, what: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| bad(format!("negative {what} {v}")))
 }
 
-impl<T: Value> Forest<T> {
+impl<T: Real> Forest<T> {
     /// The forest of `TreeEnsembleRegressor` / `TreeEnsembleClassifier` (opsets 1–3), whose
     /// leaves' weights are named by `prefix` (`target` or `class`).
     fn from_legacy(node: &Node, prefix: &str, targets: usize) -> Result<Forest<T>> {
@@ -447,7 +405,7 @@ struct Scores<T> {
     has: Vec<bool>,
 }
 
-impl<T: Value> Scores<T> {
+impl<T: Real> Scores<T> {
     fn new(targets: usize) -> Result<Scores<T>> {
         Ok(Scores {
             value: try_vec(targets, T::default())?,
@@ -481,7 +439,7 @@ impl<T: Value> Scores<T> {
     }
 }
 
-impl<T: Value> Forest<T> {
+impl<T: Real> Forest<T> {
     /// Sums (min, max) the weights of the leaves row `x` reaches; one target reads each leaf's
     /// first weight only.
     fn score(&self, x: &[T], how: Aggregate, scores: &mut Scores<T>) -> Result<()> {
@@ -503,7 +461,7 @@ impl<T: Value> Forest<T> {
 }
 
 /// The input rows as `T`, with the row count and width.
-fn rows_as<T: Value>(x: &Tensor, op: &str) -> Result<(Vec<T>, usize, usize)> {
+fn rows_as<T: Real>(x: &Tensor, op: &str) -> Result<(Vec<T>, usize, usize)> {
     let (rows, cols) = rows_cols(x, op)?;
     let mut v = try_with_capacity(x.len())?;
     match x.dtype() {
@@ -530,7 +488,7 @@ fn rows_as<T: Value>(x: &Tensor, op: &str) -> Result<(Vec<T>, usize, usize)> {
 }
 
 /// Regression: `[rows, targets]` scores of `forest` on `x`.
-fn regress<T: Value>(
+fn regress<T: Real>(
     forest: &Forest<T>,
     x: &[T],
     rows: usize,
@@ -738,7 +696,7 @@ struct Binary {
 }
 
 /// Labels (as class positions) and `[rows, classes]` scores.
-fn classify<T: Value>(
+fn classify<T: Real>(
     forest: &Forest<T>,
     x: &[T],
     rows: usize,
@@ -842,7 +800,7 @@ fn classify<T: Value>(
             [probit(v), 0.0]
         } else {
             match extra {
-                0 | 1 => [(T::one() - v0).to_f32(), v],
+                0 | 1 => [(T::ONE - v0).to_f32(), v],
                 2 | 3 if post == PostTransform::Logistic => [logistic(-v), logistic(v)],
                 2 | 3 => [(-v0).to_f32(), v],
                 _ => [v, 0.0],

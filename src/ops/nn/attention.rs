@@ -39,7 +39,8 @@ use crate::DataType;
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use super::super::{vector, EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{dispatch_real, input_dims, known_sizes, tensor_type, Real};
+use super::common::{input_dims, known_sizes, tensor_type};
+use crate::ops::num::{dispatch_real, Arith, Float, Real};
 
 /// The element types attention computes in, with their row softmax.
 pub(in crate::ops) trait Attend: Real {
@@ -49,7 +50,8 @@ pub(in crate::ops) trait Attend: Real {
         size: usize,
         dst: &'d mut [MaybeUninit<Self>],
     ) -> &'d mut [Self];
-    /// `tanh(self)`.
+    /// `tanh(self)`: the vectorised `vector::tanh` for `f32` (not [`Real::tanh`], libm's), so
+    /// callers name it `Attend::tanh`.
     fn tanh(self) -> Self;
 }
 

@@ -6,18 +6,11 @@
 //! depends only on the shapes and the thread count, so a product computes the same bits on
 //! every run with the same options.
 
-use std::ops::Mul;
-
 use crate::error::{Error, Result};
+use crate::ops::num::Real;
 
 /// Products with at least this many multiply-adds are split across threads.
 const PARALLEL_FLOPS: usize = 1 << 20;
-
-/// An element type the checked products take: `f32` and `f64` (`Real` in `nn/common.rs` and
-/// `rnn/math.rs` imply it), with `T::default()` its zero.
-pub(crate) trait Element: 'static + Copy + PartialEq + Default + Mul<Output = Self> {}
-
-impl<T: 'static + Copy + PartialEq + Default + Mul<Output = T>> Element for T {}
 
 /// A read-only `rows x cols` matrix inside a slice, element `(i, j)` at `i * rs + j * cs`.
 #[derive(Clone, Copy, Debug)]
@@ -97,7 +90,7 @@ impl<'a, T> Mat<'a, T> {
 
 /// `C = alpha * A * B + beta * C`, with C the row-major `A.rows x B.cols` block of `c` whose rows
 /// start `ldc` elements apart. With `beta == 0` the old contents of C are ignored.
-pub(in crate::ops) fn gemm<T: Element>(
+pub(in crate::ops) fn gemm<T: Real>(
     alpha: T,
     a: Mat<'_, T>,
     b: Mat<'_, T>,
@@ -130,14 +123,7 @@ pub(in crate::ops) fn gemm<T: Element>(
 }
 
 /// One product; the shapes and bounds were checked by [`gemm`].
-fn gemm_serial<T: Element>(
-    alpha: T,
-    a: Mat<'_, T>,
-    b: Mat<'_, T>,
-    beta: T,
-    c: &mut [T],
-    ldc: usize,
-) {
+fn gemm_serial<T: Real>(alpha: T, a: Mat<'_, T>, b: Mat<'_, T>, beta: T, c: &mut [T], ldc: usize) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if m == 0 || n == 0 {
         return;
@@ -185,7 +171,7 @@ fn gemm_serial<T: Element>(
 /// Every element the strides address inside A, B and C must lie inside the allocations behind
 /// the pointers, and C's elements must not alias each other or A and B.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm_raw<T: Element>(
+pub(crate) unsafe fn gemm_raw<T: Real>(
     m: usize,
     k: usize,
     n: usize,

@@ -13,7 +13,8 @@ use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{required, strides as row_strides, to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{dispatch_real, input_dims, store_f64s, tensor_type, Real};
+use super::common::{input_dims, store_f64s, tensor_type};
+use crate::ops::num::{dispatch_real, Float, Real};
 
 /// A per-dim attribute of `r` values (default `fill`).
 fn per_dim(ctx: &EvalCtx<'_>, name: &str, r: usize, fill: i64) -> Result<Vec<i64>> {

@@ -1,16 +1,12 @@
-//! What the nn kernels share: the element types they compute in ([`Real`] for floating point,
-//! [`Ring`] for the exact integer paths), loading and storing tensors in those types, and small
+//! What the nn kernels share: output buffers written in a compute type ([`Real`], from
+//! `ops/num.rs`), parameters read as `f32`, `f64` or `i64`, zero points, and small
 //! shape-function helpers.
 //!
 //! Design note: `float16` and `bfloat16` tensors are widened to `f32` once on load and rounded once
 //! on store, so every kernel is written for `f32` and `f64` only.
 
 use crate::tensor::try_vec;
-use std::borrow::Cow;
-use std::fmt::Debug;
-use std::iter::Sum;
 use std::mem::MaybeUninit;
-use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
 
 use half::{bf16, f16};
 
@@ -19,210 +15,9 @@ use crate::ir::{Dim, Shape, TensorType};
 use crate::tensor::Tensor;
 use crate::DataType;
 
+use super::super::num::{dispatch_int, dispatch_real, Float, Real};
 use super::super::util::{to_i64s, unsupported_type};
 use super::super::InferCtx;
-
-/// Element types with exact (wrapping, for integers) addition and multiplication: what the
-/// generic matrix-product and einsum loops accumulate in.
-pub(in crate::ops) trait Ring:
-    Copy + Send + Sync + Default + Debug + 'static
-{
-    /// The sum (wrapping for integers).
-    fn add(self, other: Self) -> Self;
-    /// The product (wrapping for integers).
-    fn mul(self, other: Self) -> Self;
-}
-
-impl Ring for i64 {
-    fn add(self, other: Self) -> Self {
-        self.wrapping_add(other)
-    }
-    fn mul(self, other: Self) -> Self {
-        self.wrapping_mul(other)
-    }
-}
-
-/// The floating-point types kernels compute in: `f32` (also for `float16` and `bfloat16`) and
-/// `f64`.
-pub(in crate::ops) trait Real:
-    Ring
-    + Default
-    + bytemuck::Pod
-    + PartialOrd
-    + Add<Output = Self>
-    + Sub<Output = Self>
-    + Mul<Output = Self>
-    + Div<Output = Self>
-    + Neg<Output = Self>
-    + AddAssign
-    + MulAssign
-    + Sum
-{
-    /// The element type stored exactly as this type.
-    const NATIVE: DataType;
-    /// Zero.
-    const ZERO: Self;
-    /// One.
-    const ONE: Self;
-    /// Narrows (or keeps) an `f64`.
-    fn from_f64(v: f64) -> Self;
-    /// Widens (or keeps) to `f64`.
-    fn to_f64(self) -> f64;
-    /// The count `n` as this type.
-    fn from_usize(n: usize) -> Self {
-        Self::from_f64(n as f64)
-    }
-    /// The square root.
-    fn sqrt(self) -> Self;
-    /// The absolute value.
-    fn abs(self) -> Self;
-    /// `self` raised to `e`.
-    fn powf(self, e: Self) -> Self;
-
-    /// The values of a floating-point tensor in this type, borrowed when no conversion is needed.
-    fn load(t: &Tensor) -> Result<Cow<'_, [Self]>>;
-
-    /// A tensor of `dtype` (one this type computes for) holding `values`, rounded once.
-    fn store(dtype: DataType, shape: &[usize], values: Vec<Self>) -> Result<Tensor>;
-}
-
-macro_rules! real_impl {
-    ($t:ty) => {
-        impl Ring for $t {
-            fn add(self, other: Self) -> Self {
-                self + other
-            }
-            fn mul(self, other: Self) -> Self {
-                self * other
-            }
-        }
-
-        impl Real for $t {
-            const NATIVE: DataType = <$t as Widen>::NATIVE;
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            fn from_f64(v: f64) -> Self {
-                v as $t
-            }
-            fn to_f64(self) -> f64 {
-                self as f64
-            }
-            fn sqrt(self) -> Self {
-                <$t>::sqrt(self)
-            }
-            fn abs(self) -> Self {
-                <$t>::abs(self)
-            }
-            fn powf(self, e: Self) -> Self {
-                <$t>::powf(self, e)
-            }
-            fn load(t: &Tensor) -> Result<Cow<'_, [Self]>> {
-                load_impl::<$t>(t)
-            }
-            fn store(dtype: DataType, shape: &[usize], values: Vec<Self>) -> Result<Tensor> {
-                store_impl::<$t>(dtype, shape, values)
-            }
-        }
-    };
-}
-
-real_impl!(f32);
-real_impl!(f64);
-
-/// Widening loads: `f32` computes for float, float16 and bfloat16; `f64` for double.
-trait Widen: Sized + Copy {
-    fn from_f16(v: f16) -> Self;
-    fn from_bf16(v: bf16) -> Self;
-    fn native(t: &Tensor) -> Result<Option<&[Self]>>;
-    fn narrow_f16(self) -> f16;
-    fn narrow_bf16(self) -> bf16;
-    const NATIVE: DataType;
-}
-
-impl Widen for f32 {
-    fn from_f16(v: f16) -> Self {
-        v.to_f32()
-    }
-    fn from_bf16(v: bf16) -> Self {
-        v.to_f32()
-    }
-    fn native(t: &Tensor) -> Result<Option<&[Self]>> {
-        Ok(match t.dtype() {
-            DataType::Float => Some(t.as_slice::<f32>()?),
-            _ => None,
-        })
-    }
-    fn narrow_f16(self) -> f16 {
-        f16::from_f32(self)
-    }
-    fn narrow_bf16(self) -> bf16 {
-        bf16::from_f32(self)
-    }
-    const NATIVE: DataType = DataType::Float;
-}
-
-impl Widen for f64 {
-    fn from_f16(v: f16) -> Self {
-        v.to_f64()
-    }
-    fn from_bf16(v: bf16) -> Self {
-        v.to_f64()
-    }
-    fn native(t: &Tensor) -> Result<Option<&[Self]>> {
-        Ok(match t.dtype() {
-            DataType::Double => Some(t.as_slice::<f64>()?),
-            _ => None,
-        })
-    }
-    fn narrow_f16(self) -> f16 {
-        f16::from_f64(self)
-    }
-    fn narrow_bf16(self) -> bf16 {
-        bf16::from_f64(self)
-    }
-    const NATIVE: DataType = DataType::Double;
-}
-
-fn load_impl<T: Widen + Clone>(t: &Tensor) -> Result<Cow<'_, [T]>> {
-    if let Some(s) = T::native(t)? {
-        return Ok(Cow::Borrowed(s));
-    }
-    match t.dtype() {
-        DataType::Float16 => Ok(Cow::Owned(
-            t.as_slice::<f16>()?
-                .iter()
-                .map(|&v| T::from_f16(v))
-                .collect(),
-        )),
-        DataType::Bfloat16 => Ok(Cow::Owned(
-            t.as_slice::<bf16>()?
-                .iter()
-                .map(|&v| T::from_bf16(v))
-                .collect(),
-        )),
-        other => Err(unsupported_type("this kernel", other)),
-    }
-}
-
-fn store_impl<T: Widen + bytemuck::Pod>(
-    dtype: DataType,
-    shape: &[usize],
-    values: Vec<T>,
-) -> Result<Tensor> {
-    let t = match dtype {
-        d if d == T::NATIVE => Tensor::from_vec(d, shape, values)?,
-        DataType::Float16 => {
-            let v: Vec<f16> = values.into_iter().map(T::narrow_f16).collect();
-            Tensor::from_vec(dtype, shape, v)?
-        }
-        DataType::Bfloat16 => {
-            let v: Vec<bf16> = values.into_iter().map(T::narrow_bf16).collect();
-            Tensor::from_vec(dtype, shape, v)?
-        }
-        other => return Err(unsupported_type("this kernel", other)),
-    };
-    Ok(t)
-}
 
 /// A zeroed output tensor of `dtype` and `shape` that `fill` writes in the compute type `R`:
 /// in place when `R` is the element type, through one buffer rounded once otherwise.
@@ -231,7 +26,7 @@ pub(super) fn output<R: Real>(
     shape: &[usize],
     fill: impl FnOnce(&mut [R]) -> Result<()>,
 ) -> Result<Tensor> {
-    if dtype == R::NATIVE {
+    if dtype == R::DTYPE {
         let mut t = Tensor::zeros(dtype, shape)?;
         fill(t.as_slice_mut::<R>()?)?;
         Ok(t)
@@ -249,7 +44,7 @@ pub(super) fn output_written<R: Real>(
     shape: &[usize],
     fill: impl FnOnce(&mut [MaybeUninit<R>]) -> Result<&mut [R]>,
 ) -> Result<Tensor> {
-    if dtype == R::NATIVE {
+    if dtype == R::DTYPE {
         let mut failure = None;
         let t = Tensor::uninit(dtype, shape)?.fill::<R>(|slots| {
             fill(slots).unwrap_or_else(|e| {
@@ -268,25 +63,6 @@ pub(super) fn output_written<R: Real>(
         R::store(dtype, shape, v)
     }
 }
-
-/// Runs `$body` with `$R` bound to the [`Real`] type a floating-point `$dtype` computes in
-/// (`f32` for float, float16 and bfloat16; `f64` for double); evaluates `$other` otherwise.
-macro_rules! dispatch_real {
-    ($dtype:expr, $R:ident => $body:expr, _ => $other:expr) => {
-        match $dtype {
-            $crate::DataType::Float | $crate::DataType::Float16 | $crate::DataType::Bfloat16 => {
-                type $R = f32;
-                $body
-            }
-            $crate::DataType::Double => {
-                type $R = f64;
-                $body
-            }
-            _ => $other,
-        }
-    };
-}
-pub(super) use dispatch_real;
 
 /// Whether `dtype` is one of the eight integer types (int8 to uint64).
 pub(super) fn is_int(dtype: DataType) -> bool {
@@ -364,7 +140,7 @@ pub(super) fn real_f64s(t: &Tensor, what: &str) -> Result<Vec<f64>> {
 
 /// An integer tensor of `dtype` holding `values` narrowed (wrapping) to its width.
 pub(super) fn store_ints(dtype: DataType, shape: &[usize], values: &[i64]) -> Result<Tensor> {
-    crate::dispatch_int!(dtype, T => {
+    dispatch_int!(dtype, T => {
         let v: Vec<T> = values.iter().map(|&x| x as T).collect();
         Ok(Tensor::from_vec(dtype, shape, v)?)
     }, _ => Err(unsupported_type("this kernel", dtype)))

@@ -33,11 +33,12 @@ use super::super::vector::{as_slots, assume_written, copy, fill};
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
-    checked_product, dispatch_real, input_dims, output_written, shifted_f64s, tensor_type, to_f32s,
-    zero_at, zero_points, Real,
+    checked_product, input_dims, output_written, shifted_f64s, tensor_type, to_f32s, zero_at,
+    zero_points,
 };
 use super::matmul::{requantize, scales, single};
 use super::window::{inside, Geometry3, Window};
+use crate::ops::num::{dispatch_real, Real};
 use multiversion::multiversion;
 
 /// Target size (in elements) of one im2col tile.

@@ -22,11 +22,10 @@ use crate::tensor::Tensor;
 use super::super::util::unsupported_type;
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{
-    checked_product, dispatch_real, input_dims, known_sizes, output, tensor_type, Real,
-};
+use super::common::{checked_product, input_dims, known_sizes, output, tensor_type};
 use super::conv::conv_operands;
 use super::window::{inside, AutoPad, Geometry, Geometry3, Window};
+use crate::ops::num::{dispatch_real, Real};
 
 /// `output_padding` or `output_shape` as `rank` spatial values, if present.
 fn spatial_attr(node: &Node, name: &str, rank: usize) -> Result<Option<Vec<usize>>> {

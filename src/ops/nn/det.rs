@@ -10,7 +10,8 @@ use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{required, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{dispatch_real, input_dims, store_f64s, tensor_type, Real};
+use super::common::{input_dims, store_f64s, tensor_type};
+use crate::ops::num::{dispatch_real, Float, Real};
 
 /// The determinant of the `n x n` row-major matrix `a` (overwritten).
 fn determinant(a: &mut [f64], n: usize) -> f64 {

@@ -29,10 +29,9 @@ use crate::tensor::Tensor;
 
 use super::super::util::{strides, to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{
-    checked_product, dispatch_real, input_dims, is_int, store_ints, tensor_type, Real, Ring,
-};
+use super::common::{checked_product, input_dims, is_int, store_ints, tensor_type};
 use super::matmul::Plan;
+use crate::ops::num::{dispatch_real, Arith, Real};
 
 /// The first label of the ellipsis dims (letters use 0..52).
 const ELLIPSIS: usize = 52;
@@ -248,7 +247,7 @@ impl<'a> Odometer<'a> {
 
 /// The index-iterating evaluation: for each output position, the sum over the summed labels of
 /// the product of the operands.
-fn generic<T: Ring>(
+fn generic<T: Arith>(
     eq: &Equation,
     ops: &[&[T]],
     shapes: &[&[usize]],

@@ -18,7 +18,8 @@ use super::super::util::{
 };
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{dispatch_real, input_dims, is_int, store_ints, tensor_type, Real, Ring};
+use super::common::{input_dims, is_int, store_ints, tensor_type};
+use crate::ops::num::{dispatch_real, Arith, Real};
 
 /// The attributes and the output size of one Gemm node.
 struct Shape {

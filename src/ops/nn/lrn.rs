@@ -12,7 +12,7 @@ use crate::tensor::Tensor;
 
 use super::super::util::{required, unsupported_type};
 use super::super::EvalCtx;
-use super::common::{dispatch_real, Real};
+use crate::ops::num::{dispatch_real, Real};
 
 fn lrn<R: Real>(
     x: &[R],

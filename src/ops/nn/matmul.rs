@@ -25,9 +25,10 @@ use super::super::util::{
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
-    dispatch_real, input_dims, is_int, output, round_to, shifted_f64s, store_ints, tensor_type,
-    to_f32s, zero_at, zero_points, Real, Ring,
+    input_dims, is_int, output, round_to, shifted_f64s, store_ints, tensor_type, to_f32s, zero_at,
+    zero_points,
 };
+use crate::ops::num::{dispatch_real, Arith, Real};
 
 /// Batches with at least this many multiply-adds in all run in parallel.
 const PARALLEL_FLOPS: usize = 1 << 18;
@@ -153,7 +154,7 @@ impl Plan {
     }
 
     /// `A @ B` in an integer type, wrapping.
-    pub fn run_ring<T: Ring>(&self, a: &[T], b: &[T]) -> Result<Vec<T>> {
+    pub fn run_ring<T: Arith>(&self, a: &[T], b: &[T]) -> Result<Vec<T>> {
         self.check_lens(a, b)?;
         let (m, k, n) = (self.m, self.k, self.n);
         let mut out = try_vec(self.out_len(), T::default())?;

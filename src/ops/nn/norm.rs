@@ -27,7 +27,8 @@ use super::super::util::{
     broadcast_offsets, broadcast_shapes, normalize_axis, required, strides, unsupported_type,
 };
 use super::super::{vector, EvalCtx, InferCtx};
-use super::common::{dispatch_real, input_dims, output, store_f64s, tensor_type, Real};
+use super::common::{input_dims, output, store_f64s, tensor_type};
+use crate::ops::num::{dispatch_real, Arith, Float, Real};
 
 /// Mean and population variance of `values`, in `f64`.
 fn stats<T: Real>(values: impl Iterator<Item = T> + Clone) -> (f64, f64) {

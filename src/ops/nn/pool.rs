@@ -16,7 +16,6 @@
 
 use crate::tensor::try_vec;
 use bytemuck::Pod;
-use half::{bf16, f16};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -26,8 +25,9 @@ use crate::DataType;
 
 use super::super::util::{required, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{checked_product, dispatch_real, input_dims, tensor_type, Real};
+use super::common::{checked_product, input_dims, tensor_type};
 use super::window::{Geometry3, Window};
+use crate::ops::num::{dispatch_num, dispatch_real, Arith, Real};
 
 /// The taps of one output index along one dim: the first input position, the number of taps
 /// inside the input, and the number inside the input or its explicit pads.
@@ -272,37 +272,10 @@ fn max_values<T: Pod + PartialOrd + Default + Send + Sync>(
     Ok(tensor)
 }
 
-/// Runs `$body` with `$T` bound to the element type `MaxPool` takes natively.
-macro_rules! dispatch_ordered {
-    ($dtype:expr, $T:ident => $body:expr, _ => $other:expr) => {
-        match $dtype {
-            DataType::Float => {
-                type $T = f32;
-                $body
-            }
-            DataType::Double => {
-                type $T = f64;
-                $body
-            }
-            DataType::Float16 => {
-                type $T = f16;
-                $body
-            }
-            DataType::Bfloat16 => {
-                type $T = bf16;
-                $body
-            }
-            DataType::Int8 => {
-                type $T = i8;
-                $body
-            }
-            DataType::Uint8 => {
-                type $T = u8;
-                $body
-            }
-            _ => $other,
-        }
-    };
+/// Whether `MaxPool` takes `dtype`: the floating-point types, int8 and uint8.
+fn max_pool_takes(dtype: DataType) -> bool {
+    use DataType::*;
+    matches!(dtype, Float | Double | Float16 | Bfloat16 | Int8 | Uint8)
 }
 
 pub(super) fn eval_max_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -310,13 +283,16 @@ pub(super) fn eval_max_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
     let pool = Pool::new(ctx.node, x.shape())?;
     let column_major = ctx.node.attr_int("storage_order", 0)? != 0;
     let dtype = x.dtype();
+    if !max_pool_takes(dtype) {
+        return Err(unsupported_type("MaxPool", dtype));
+    }
     if ctx.node.outputs.len() < 2 {
-        let values = dispatch_ordered!(dtype, T => {
+        let values = dispatch_num!(dtype, T => {
             max_values(&pool, x.as_slice::<T>()?, dtype)?
         }, _ => return Err(unsupported_type("MaxPool", dtype)));
         return Ok(vec![values]);
     }
-    let (values, indices) = dispatch_ordered!(dtype, T => {
+    let (values, indices) = dispatch_num!(dtype, T => {
         let out = max_pool(&pool, x.as_slice::<T>()?, column_major)?;
         let (v, i): (Vec<T>, Vec<i64>) = out.into_iter().unzip();
         (Tensor::from_vec(dtype, &pool.out_shape, v)?, i)

@@ -15,7 +15,8 @@ use crate::tensor::Tensor;
 
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{dispatch_real, infer_same_as_input, output, Real};
+use super::common::{infer_same_as_input, output};
+use crate::ops::num::{dispatch_real, Real};
 
 pub(super) fn eval_rotary(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (x, cos, sin) = (

@@ -19,12 +19,13 @@ use std::borrow::Cow;
 
 use crate::error::{Error, Result};
 use crate::ir::{AttrValue, Dim, Node, Shape, TensorType};
-use crate::ops::util::{optional, required, to_i64s, Float};
+use crate::ops::num::{Float, Real};
+use crate::ops::util::{optional, required, to_i64s};
 use crate::ops::{EvalCtx, EvalFn, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::math::{gemm, max, min, Activation, Real, View};
+use super::math::{gemm, max, min, Activation, View};
 
 /// Position of `X` among the inputs (the same for the three operators).
 pub(super) const X: usize = 0;
@@ -210,7 +211,7 @@ fn values<'a, T: Real>(t: &'a Tensor) -> Result<Cow<'a, [T]>> {
     if t.dtype() == T::DTYPE {
         return Ok(Cow::Borrowed(t.as_slice::<T>()?));
     }
-    crate::dispatch_float!(t.dtype(), S => Ok(Cow::Owned(
+    crate::ops::num::dispatch_float!(t.dtype(), S => Ok(Cow::Owned(
         t.as_slice::<S>()?.iter().map(|&v| T::from_f32(v.to_f32())).collect()
     )), _ => Err(crate::ops::util::unsupported_type("a recurrent operator", t.dtype())))
 }
@@ -220,7 +221,7 @@ fn output<T: Real>(dtype: DataType, shape: &[usize], values: Vec<T>) -> Result<T
     if dtype == T::DTYPE {
         return Ok(Tensor::from_vec(dtype, shape, values)?);
     }
-    crate::dispatch_float!(dtype, S => {
+    crate::ops::num::dispatch_float!(dtype, S => {
         let narrowed: Vec<S> = values.iter().map(|&v| S::from_f32(v.to_f32())).collect();
         Ok(Tensor::from_vec(dtype, shape, narrowed)?)
     }, _ => Err(crate::ops::util::unsupported_type("a recurrent operator", dtype)))

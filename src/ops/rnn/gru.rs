@@ -17,7 +17,8 @@ use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
 use super::common::{self, Problem, Spec, Track, WeightLayout};
-use super::math::{gemm, Real, StepWeights, View};
+use super::math::{gemm, StepWeights, View};
+use crate::ops::num::Real;
 
 const SPEC: Spec = Spec {
     gates: 3,
@@ -79,7 +80,7 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Trac
                 let reset = p.gate(f, zr[n + j]);
                 zr[n + j] = reset;
                 if linear {
-                    gh[j] = gh[j] + reset * (extra[j] + rbh[j]);
+                    gh[j] += reset * (extra[j] + rbh[j]);
                 } else {
                     extra[j] = reset * h[j];
                 }

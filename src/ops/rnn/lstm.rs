@@ -17,7 +17,8 @@ use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::{try_vec, Tensor};
 
 use super::common::{self, Dims, Problem, Spec, Track, WeightLayout};
-use super::math::{gemm, Activation, Real, StepWeights, View};
+use super::math::{gemm, Activation, StepWeights, View};
+use crate::ops::num::Real;
 
 /// Position of `initial_c` among the inputs.
 const INITIAL_C: usize = 6;

@@ -10,60 +10,10 @@
 //! products (when `B`'s columns and `A`'s rows are contiguous, as for `X W^T`; up to
 //! [`DOT_ROWS`] rows). The limits are where the `gemm` crate wins on 128 to 512 wide weights.
 
-use std::ops::{Add, Div, Mul, Neg, Sub};
-
 use crate::error::{Error, Result};
 use crate::ops::nn::blas::gemm_raw;
-use crate::ops::util::{dot, Float};
-
-/// The element types the recurrences compute in: `f32` (also for `float16` and `bfloat16`
-/// tensors, converted on the way in and out) and `f64`.
-pub(super) trait Real:
-    Float
-    + Default
-    + Add<Output = Self>
-    + Sub<Output = Self>
-    + Mul<Output = Self>
-    + Div<Output = Self>
-    + Neg<Output = Self>
-{
-    /// Zero.
-    const ZERO: Self;
-    /// One.
-    const ONE: Self;
-    /// `e^self`.
-    fn exp(self) -> Self;
-    /// The hyperbolic tangent.
-    fn tanh(self) -> Self;
-    /// `ln(1 + self)`, accurate near zero.
-    fn ln_1p(self) -> Self;
-    /// The absolute value.
-    fn abs(self) -> Self;
-}
-
-macro_rules! impl_real {
-    ($t:ty) => {
-        impl Real for $t {
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            fn exp(self) -> Self {
-                <$t>::exp(self)
-            }
-            fn tanh(self) -> Self {
-                <$t>::tanh(self)
-            }
-            fn ln_1p(self) -> Self {
-                <$t>::ln_1p(self)
-            }
-            fn abs(self) -> Self {
-                <$t>::abs(self)
-            }
-        }
-    };
-}
-
-impl_real!(f32);
-impl_real!(f64);
+use crate::ops::num::Real;
+use crate::ops::util::dot;
 
 /// A read-only `rows x cols` matrix inside a slice: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy, Debug)]
@@ -209,13 +159,13 @@ fn small_gemm<T: Real>(
                 let scale = a.data[i * a.rs + p * a.cs];
                 let b_row = &b.data[p * b.rs..p * b.rs + n];
                 for (v, &x) in row.iter_mut().zip(b_row) {
-                    *v = *v + scale * x;
+                    *v += scale * x;
                 }
             }
         } else {
             let a_row = &a.data[i * a.rs..i * a.rs + k];
             for (j, v) in row.iter_mut().enumerate() {
-                *v = *v + dot(a_row, &b.data[j * b.cs..j * b.cs + k]);
+                *v += dot(a_row, &b.data[j * b.cs..j * b.cs + k]);
             }
         }
     }

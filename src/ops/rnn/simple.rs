@@ -7,7 +7,8 @@ use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
 use super::common::{self, Problem, Spec, Track, WeightLayout};
-use super::math::{gemm, Real, StepWeights, View};
+use super::math::{gemm, StepWeights, View};
+use crate::ops::num::Real;
 
 const SPEC: Spec = Spec {
     gates: 1,

@@ -1,0 +1,536 @@
+//! The one numeric layer of the kernels: the traits every kernel family computes with, and the
+//! macros that dispatch over element types.
+//!
+//! - [`Arith`]: the types arithmetic runs in (`f32`, `f64`, the integers, and `i128` for exact
+//!   integer reductions): constants, wrapping integer arithmetic, conversions to and from `f64`.
+//! - [`Num`]: a numeric element type of a tensor and the [`Arith`] type it is computed in
+//!   ([`Num::Work`]: itself, or `f32` for `float16` and `bfloat16`).
+//! - [`Float`]: the floating-point element types (`f32`, `f64`, `f16`, `bf16`) and their
+//!   conversions to and from `f32` and `f64`.
+//! - [`Real`]: the floating-point types kernels compute in (`f32`, also for `float16` and
+//!   `bfloat16`, and `f64`): operators, transcendental functions, and loading and storing tensors
+//!   of any floating-point type through one widening and one rounding.
+//! - [`dispatch_float`], [`dispatch_int`], [`dispatch_num`] and [`dispatch_real`] bind a type
+//!   name to the Rust type of a runtime element type.
+//!
+//! Design note: every kernel computes in a "work" type, [`Num::Work`]: the element type itself
+//! for `f32`, `f64` and the integers, and `f32` for `f16` and `bf16`, whose results are rounded
+//! once when they are stored. Every method is a thin wrapper of the standard operation it names (the same
+//! `std`/libm call, the same widening of `f16` and `bf16`), so kernels written on these traits
+//! compute the same bits as kernels written on the concrete types. Nothing here is exported
+//! from the crate.
+
+use std::borrow::Cow;
+use std::fmt::Debug;
+use std::iter::Sum;
+use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
+
+use bytemuck::Pod;
+use half::{bf16, f16};
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::util::unsupported_type;
+
+/// Arithmetic on the types kernels compute in: `f32`, `f64`, the integer types, and `i128`.
+///
+/// For example, `Arith::add(127i8, 1)` is `-128` and `<u8 as Arith>::from_real(300.0)` is `255`.
+pub(crate) trait Arith: Copy + PartialOrd + Default + Debug + Send + Sync + 'static {
+    /// The additive identity.
+    const ZERO: Self;
+    /// The multiplicative identity.
+    const ONE: Self;
+    /// The smallest value (`-inf` for floats): the identity of a maximum.
+    const LOWEST: Self;
+    /// The largest value (`+inf` for floats): the identity of a minimum.
+    const HIGHEST: Self;
+    /// True for `f32` and `f64`.
+    const IS_FLOAT: bool;
+    /// `self + o`, wrapping for integers.
+    fn add(self, o: Self) -> Self;
+    /// `self - o`, wrapping for integers.
+    fn sub(self, o: Self) -> Self;
+    /// `self * o`, wrapping for integers.
+    fn mul(self, o: Self) -> Self;
+    /// `self / o`, truncating for integers; the caller rules out an integer zero divisor.
+    fn div(self, o: Self) -> Self;
+    /// The remainder with the dividend's sign (C `fmod`); the caller rules out an integer zero
+    /// divisor.
+    fn rem(self, o: Self) -> Self;
+    /// `|self|`, wrapping for the most negative integer.
+    fn abs(self) -> Self;
+    /// `-self`, wrapping for integers.
+    fn neg(self) -> Self;
+    /// True for a floating-point NaN.
+    fn is_nan(self) -> bool;
+    /// A zero with the sign of `self` (`+0.0` or `-0.0` for floats, 0 for integers).
+    fn signed_zero(self) -> Self;
+    /// The value as a real number (rounded for integers wider than 53 bits).
+    fn to_real(self) -> f64;
+    /// A real number as this type: rounded for floats, truncated toward zero and saturated for
+    /// integers (NaN becomes 0).
+    fn from_real(v: f64) -> Self;
+    /// The count `n` as this type (through `f64` for floats; wrapping for integers).
+    fn from_usize(n: usize) -> Self;
+}
+
+macro_rules! impl_arith_int {
+    ($($t:ty, $abs:expr;)*) => {$(
+        impl Arith for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            const LOWEST: Self = <$t>::MIN;
+            const HIGHEST: Self = <$t>::MAX;
+            const IS_FLOAT: bool = false;
+            #[inline] fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+            #[inline] fn sub(self, o: Self) -> Self { self.wrapping_sub(o) }
+            #[inline] fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            // Kernels reject zero divisors first; 0 here only keeps these total.
+            #[inline] fn div(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_div(o) } }
+            #[inline] fn rem(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_rem(o) } }
+            #[inline] fn abs(self) -> Self { $abs(self) }
+            #[inline] fn neg(self) -> Self { self.wrapping_neg() }
+            #[inline] fn is_nan(self) -> bool { false }
+            #[inline] fn signed_zero(self) -> Self { 0 }
+            #[inline] fn to_real(self) -> f64 { self as f64 }
+            #[inline] fn from_real(v: f64) -> Self { v as $t }
+            #[inline] fn from_usize(n: usize) -> Self { n as $t }
+        }
+    )*};
+}
+
+impl_arith_int! {
+    i8, i8::wrapping_abs;
+    i16, i16::wrapping_abs;
+    i32, i32::wrapping_abs;
+    i64, i64::wrapping_abs;
+    i128, i128::wrapping_abs;
+    u8, std::convert::identity;
+    u16, std::convert::identity;
+    u32, std::convert::identity;
+    u64, std::convert::identity;
+}
+
+macro_rules! impl_arith_float {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const LOWEST: Self = <$t>::NEG_INFINITY;
+            const HIGHEST: Self = <$t>::INFINITY;
+            const IS_FLOAT: bool = true;
+            #[inline] fn add(self, o: Self) -> Self { self + o }
+            #[inline] fn sub(self, o: Self) -> Self { self - o }
+            #[inline] fn mul(self, o: Self) -> Self { self * o }
+            #[inline] fn div(self, o: Self) -> Self { self / o }
+            #[inline] fn rem(self, o: Self) -> Self { self % o }
+            #[inline] fn abs(self) -> Self { <$t>::abs(self) }
+            #[inline] fn neg(self) -> Self { -self }
+            #[inline] fn is_nan(self) -> bool { <$t>::is_nan(self) }
+            #[inline] fn signed_zero(self) -> Self { <$t>::copysign(0.0, self) }
+            #[inline] fn to_real(self) -> f64 { self as f64 }
+            #[inline] fn from_real(v: f64) -> Self { v as $t }
+            #[inline] fn from_usize(n: usize) -> Self { n as f64 as $t }
+        }
+    )*};
+}
+
+impl_arith_float!(f32, f64);
+
+/// A numeric element type of a tensor and the type it is computed in.
+///
+/// For example, an `f16` widens to its exact `f32` value, and `f16::narrow(w)` rounds `w` once.
+pub(crate) trait Num: Pod + Send + Sync + 'static {
+    /// The element type.
+    const DTYPE: DataType;
+    /// The type arithmetic runs in.
+    type Work: Arith;
+    /// The value in the work type (exact).
+    fn widen(self) -> Self::Work;
+    /// A work value stored as this type (rounded once for `f16` and `bf16`).
+    fn narrow(w: Self::Work) -> Self;
+}
+
+macro_rules! impl_num_native {
+    ($($t:ty => $d:ident),*) => {$(
+        impl Num for $t {
+            const DTYPE: DataType = DataType::$d;
+            type Work = $t;
+            #[inline]
+            fn widen(self) -> $t { self }
+            #[inline]
+            fn narrow(w: $t) -> $t { w }
+        }
+    )*};
+}
+
+impl_num_native!(
+    f32 => Float, f64 => Double, i8 => Int8, i16 => Int16, i32 => Int32, i64 => Int64,
+    u8 => Uint8, u16 => Uint16, u32 => Uint32, u64 => Uint64
+);
+
+macro_rules! impl_num_half {
+    ($($t:ty => $d:ident),*) => {$(
+        impl Num for $t {
+            const DTYPE: DataType = DataType::$d;
+            type Work = f32;
+            #[inline]
+            fn widen(self) -> f32 { self.to_f32() }
+            #[inline]
+            fn narrow(w: f32) -> $t { <$t>::from_f32(w) }
+        }
+    )*};
+}
+
+impl_num_half!(f16 => Float16, bf16 => Bfloat16);
+
+/// Floating-point element types (`f32`, `f64`, `f16`, `bf16`) and their conversions.
+///
+/// For example, `<f16 as Float>::from_f64(0.5).to_f32()` is `0.5`.
+pub(crate) trait Float: Num + PartialOrd {
+    /// Widens to `f64`.
+    fn to_f64(self) -> f64;
+    /// Narrows from `f64` (round to nearest).
+    fn from_f64(v: f64) -> Self;
+    /// Widens to `f32`.
+    fn to_f32(self) -> f32;
+    /// Narrows from `f32` (round to nearest).
+    fn from_f32(v: f32) -> Self;
+}
+
+impl Float for f32 {
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    #[inline]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+}
+
+impl Float for f64 {
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    #[inline]
+    fn to_f32(self) -> f32 {
+        self as f32
+    }
+    #[inline]
+    fn from_f32(v: f32) -> Self {
+        v as f64
+    }
+}
+
+macro_rules! impl_float_half {
+    ($($t:ty),*) => {$(
+        impl Float for $t {
+            #[inline]
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+            #[inline]
+            fn to_f32(self) -> f32 {
+                <$t>::to_f32(self)
+            }
+            #[inline]
+            fn from_f32(v: f32) -> Self {
+                <$t>::from_f32(v)
+            }
+        }
+    )*};
+}
+
+impl_float_half!(f16, bf16);
+
+/// The floating-point types kernels compute in: `f32` (also for `float16` and `bfloat16`
+/// tensors, widened once on load and rounded once on store) and `f64`.
+pub(crate) trait Real:
+    Float
+    + Arith
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+    + MulAssign
+    + Sum
+{
+    /// The square root.
+    fn sqrt(self) -> Self;
+    /// `self` raised to `e`.
+    fn powf(self, e: Self) -> Self;
+    /// `e^self`.
+    fn exp(self) -> Self;
+    /// The hyperbolic tangent.
+    fn tanh(self) -> Self;
+    /// `ln(1 + self)`, accurate near zero.
+    fn ln_1p(self) -> Self;
+    /// Widens a `float16` value (exact).
+    #[inline]
+    fn from_f16(v: f16) -> Self {
+        Self::from_f32(v.to_f32())
+    }
+    /// Widens a `bfloat16` value (exact).
+    #[inline]
+    fn from_bf16(v: bf16) -> Self {
+        Self::from_f32(v.to_f32())
+    }
+    /// Rounds to `float16` (once, from this type).
+    fn to_f16(self) -> f16;
+    /// Rounds to `bfloat16` (once, from this type).
+    fn to_bf16(self) -> bf16;
+
+    /// The values of a floating-point tensor in this type, borrowed when no conversion is needed.
+    fn load(t: &Tensor) -> Result<Cow<'_, [Self]>>;
+
+    /// A tensor of `dtype` (one this type computes for) holding `values`, rounded once.
+    fn store(dtype: DataType, shape: &[usize], values: Vec<Self>) -> Result<Tensor>;
+}
+
+macro_rules! impl_real {
+    ($($t:ty, $narrow:ident;)*) => {$(
+        impl Real for $t {
+            #[inline]
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+            #[inline]
+            fn powf(self, e: Self) -> Self {
+                <$t>::powf(self, e)
+            }
+            #[inline]
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            #[inline]
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            #[inline]
+            fn ln_1p(self) -> Self {
+                <$t>::ln_1p(self)
+            }
+            #[inline]
+            fn to_f16(self) -> f16 {
+                f16::$narrow(self)
+            }
+            #[inline]
+            fn to_bf16(self) -> bf16 {
+                bf16::$narrow(self)
+            }
+            fn load(t: &Tensor) -> Result<Cow<'_, [Self]>> {
+                load_widened::<$t>(t)
+            }
+            fn store(dtype: DataType, shape: &[usize], values: Vec<Self>) -> Result<Tensor> {
+                store_rounded::<$t>(dtype, shape, values)
+            }
+        }
+    )*};
+}
+
+impl_real! {
+    f32, from_f32;
+    f64, from_f64;
+}
+
+/// The values of a `T` tensor, or of a `float16` or `bfloat16` one widened to `T`.
+fn load_widened<T: Real>(t: &Tensor) -> Result<Cow<'_, [T]>> {
+    if t.dtype() == T::DTYPE {
+        return Ok(Cow::Borrowed(t.as_slice::<T>()?));
+    }
+    match t.dtype() {
+        DataType::Float16 => Ok(Cow::Owned(
+            t.as_slice::<f16>()?
+                .iter()
+                .map(|&v| T::from_f16(v))
+                .collect(),
+        )),
+        DataType::Bfloat16 => Ok(Cow::Owned(
+            t.as_slice::<bf16>()?
+                .iter()
+                .map(|&v| T::from_bf16(v))
+                .collect(),
+        )),
+        other => Err(unsupported_type("this kernel", other)),
+    }
+}
+
+/// A `dtype` tensor of `values`: as they are for `T`'s own type, rounded once to `float16` or
+/// `bfloat16`.
+fn store_rounded<T: Real>(dtype: DataType, shape: &[usize], values: Vec<T>) -> Result<Tensor> {
+    let t = match dtype {
+        d if d == T::DTYPE => Tensor::from_vec(d, shape, values)?,
+        DataType::Float16 => {
+            let v: Vec<f16> = values.into_iter().map(T::to_f16).collect();
+            Tensor::from_vec(dtype, shape, v)?
+        }
+        DataType::Bfloat16 => {
+            let v: Vec<bf16> = values.into_iter().map(T::to_bf16).collect();
+            Tensor::from_vec(dtype, shape, v)?
+        }
+        other => return Err(unsupported_type("this kernel", other)),
+    };
+    Ok(t)
+}
+
+/// Runs `$body` with `$T` bound to the Rust type of a floating-point `$dtype`
+/// (float, double, float16, bfloat16); evaluates `$other` for any other type.
+///
+/// For example, `dispatch_float!(dtype, T => std::mem::size_of::<T>(), _ => 0)` is the element
+/// size of a float type and 0 otherwise.
+macro_rules! dispatch_float {
+    ($dtype:expr, $T:ident => $body:expr, _ => $other:expr) => {
+        match $dtype {
+            $crate::DataType::Float => {
+                type $T = f32;
+                $body
+            }
+            $crate::DataType::Double => {
+                type $T = f64;
+                $body
+            }
+            $crate::DataType::Float16 => {
+                type $T = ::half::f16;
+                $body
+            }
+            $crate::DataType::Bfloat16 => {
+                type $T = ::half::bf16;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(crate) use dispatch_float;
+
+/// Runs `$body` with `$T` bound to the Rust type of an integer `$dtype` (int8 to uint64);
+/// evaluates `$other` for any other type.
+///
+/// For example, `dispatch_int!(dtype, T => Some(T::MAX as i128), _ => None)` is an integer
+/// type's largest value.
+macro_rules! dispatch_int {
+    ($dtype:expr, $T:ident => $body:expr, _ => $other:expr) => {
+        match $dtype {
+            $crate::DataType::Int8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::DataType::Int16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::DataType::Int32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DataType::Int64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DataType::Uint8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::DataType::Uint16 => {
+                type $T = u16;
+                $body
+            }
+            $crate::DataType::Uint32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::DataType::Uint64 => {
+                type $T = u64;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(crate) use dispatch_int;
+
+/// Runs `$body` with `$T` bound to the Rust type of any numeric `$dtype` (the float types and
+/// int8 to uint64); evaluates `$other` for any other type.
+///
+/// For example, `dispatch_num!(t.dtype(), T => t.as_slice::<T>().map(|v| v.len()), _ => Ok(0))`
+/// counts the elements of any numeric tensor.
+macro_rules! dispatch_num {
+    ($dtype:expr, $T:ident => $body:expr, _ => $other:expr) => {
+        $crate::ops::num::dispatch_float!($dtype, $T => $body,
+            _ => $crate::ops::num::dispatch_int!($dtype, $T => $body, _ => $other))
+    };
+}
+pub(crate) use dispatch_num;
+
+/// Runs `$body` with `$R` bound to the [`Real`] type a floating-point `$dtype` computes in
+/// (`f32` for float, float16 and bfloat16; `f64` for double); evaluates `$other` otherwise.
+macro_rules! dispatch_real {
+    ($dtype:expr, $R:ident => $body:expr, _ => $other:expr) => {
+        match $dtype {
+            $crate::DataType::Float | $crate::DataType::Float16 | $crate::DataType::Bfloat16 => {
+                type $R = f32;
+                $body
+            }
+            $crate::DataType::Double => {
+                type $R = f64;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(crate) use dispatch_real;
+
+/// The elements of a numeric or boolean tensor as real numbers.
+pub(crate) fn real_values(t: &Tensor) -> Result<Vec<f64>> {
+    if t.dtype() == DataType::Bool {
+        return Ok(t.as_slice::<u8>()?.iter().map(|&v| f64::from(v)).collect());
+    }
+    dispatch_num!(t.dtype(), T => {
+        Ok(t.as_slice::<T>()?.iter().map(|&v| v.widen().to_real()).collect())
+    }, _ => Err(Error::Eval(format!("expected a numeric tensor, found {}", t.dtype()))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_arithmetic_wraps_and_converts_with_saturation() {
+        assert_eq!(Arith::add(127i8, 1), -128);
+        assert_eq!(Arith::abs(i8::MIN), i8::MIN);
+        assert_eq!(Arith::div(i32::MIN, -1), i32::MIN);
+        assert_eq!(<u8 as Arith>::from_real(300.0), 255);
+        assert_eq!(<i32 as Arith>::from_real(f64::NAN), 0);
+    }
+
+    #[test]
+    fn halves_compute_in_f32_and_round_once() {
+        let x = f16::from_f32(1.0);
+        let y = f16::narrow(Arith::add(x.widen(), f16::from_f32(0.0004).widen()));
+        assert_eq!(y, f16::from_f32(1.0));
+        assert_eq!(bf16::narrow(3.0), bf16::from_f32(3.0));
+    }
+}
