@@ -1,7 +1,7 @@
 """Runs one-node models of the com.microsoft contrib operators multigather implements in both
 multigather and onnxruntime, on random float inputs: outputs must agree within rtol 1e-4.
 
-usage: python scripts/check_contrib.py   (needs onnx, onnxruntime, numpy;
+usage: python scripts/check_contrib.py [case-name-prefix...]   (needs onnx, onnxruntime, numpy;
        MULTIGATHER = the binary, default target/release/multigather)
 
 Covers Gelu, FastGelu (with and without bias), BiasGelu, QuickGelu,
@@ -12,7 +12,9 @@ points (initializers); their outputs must match exactly.
 The transformer optimizer's fusions: Attention (mask index 1-D end / end+start, 2-D, 3-D,
 unidirectional with past/present, attention_bias, qkv_hidden_sizes), MultiHeadAttention (self and
 cross attention, bias, key padding mask, past/present, attention_bias), GroupQueryAttention
-(prompt, past, packed QKV, rotary, softcap, local window), RotaryEmbedding (3-D, 4-D, offset,
+(prompt, past, packed QKV, rotary, softcap, local window; batches of differing lengths with a
+past buffer longer than the total, a right-padded prompt, smooth_softmax, head_sink,
+attention_bias), RotaryEmbedding (3-D, 4-D, offset,
 interleaved, partial) and EmbedLayerNormalization. The quantised operators: MatMulIntegerToFloat,
 DynamicQuantizeMatMul, MatMulNBits (4-bit), GatherBlockQuantized (4- and 8-bit), and
 QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, which may differ from
@@ -193,6 +195,34 @@ def transformer_cases():
         args += [("seqlens", i32([past + seq - 1] * batch)), ("total", i32(past + seq))]
         if extra.get("do_rotary"):
             args += [("cos", gcos.astype(np.float32)), ("sin", gsin.astype(np.float32))]
+        cases[name] = node_case("GroupQueryAttention", args, outputs=("y", "pk_out", "pv_out"),
+                                num_heads=gqa_h, kv_num_heads=kv_h, **extra)
+    # Batches of differing lengths (seqlens_k), as onnxruntime's CPU kernel reads them: a past
+    # buffer as long as the longest sequence or longer (the shared past/present layout) and
+    # token generation per batch from its own length, a right-padded first prompt, a softmax
+    # sink (smooth_softmax, head_sink), attention_bias over the total length.
+    qkv = lambda batch, seq: [("q", [batch, seq, gqa_h * gd]), ("k", [batch, seq, kv_h * gd]),
+                              ("v", [batch, seq, kv_h * gd])]
+    past = lambda batch, n: [("pk", [batch, kv_h, n, gd]), ("pv", [batch, kv_h, n, gd])]
+    sink = ("sink", f(gqa_h))
+    for name, args, extra in [
+        ("gqa_variable_lengths_token", qkv(3, 1) + past(3, 6) + [
+            ("seqlens", i32([2, 5, 4])), ("total", i32(6))], {}),
+        ("gqa_shared_buffer_window_softcap", qkv(2, 1) + past(2, 8) + [
+            ("seqlens", i32([4, 2])), ("total", i32(5))], dict(local_window_size=3, softcap=1.5)),
+        ("gqa_right_padded_prompt", qkv(B, S) + [None, None, ("seqlens", i32([2, 4])),
+                                                 ("total", i32(S))], {}),
+        ("gqa_smooth_softmax_prompt", qkv(B, S) + [None, None, ("seqlens", i32([4, 4])),
+                                                   ("total", i32(S))], dict(smooth_softmax=1)),
+        ("gqa_head_sink_variable_lengths", qkv(B, 1) + past(B, 4) + [
+            ("seqlens", i32([4, 1])), ("total", i32(5)), None, None, None, None, sink], {}),
+        ("gqa_attention_bias_variable_lengths", qkv(B, 1) + past(B, 5) + [
+            ("seqlens", i32([5, 3])), ("total", i32(6)), None, None, None,
+            ("ab", [B, 1, 1, 6])], {}),
+        ("gqa_rotary_variable_lengths", qkv(B, 1) + past(B, 6) + [
+            ("seqlens", i32([6, 2])), ("total", i32(7)), ("cos", gcos.astype(np.float32)),
+            ("sin", gsin.astype(np.float32))], dict(do_rotary=1)),
+    ]:
         cases[name] = node_case("GroupQueryAttention", args, outputs=("y", "pk_out", "pv_out"),
                                 num_heads=gqa_h, kv_num_heads=kv_h, **extra)
     pos = np.array(rng.integers(0, 32, (B, S)), np.int64)
@@ -392,7 +422,9 @@ def random_input(rng, dtype, dims):
 def main():
     rng = np.random.default_rng(0)
     failed = 0
-    for name, model in CASES.items():
+    # Case names given on the command line (prefixes) narrow the run.
+    chosen = {n: m for n, m in CASES.items() if not sys.argv[1:] or n.startswith(tuple(sys.argv[1:]))}
+    for name, model in chosen.items():
         with tempfile.TemporaryDirectory() as work:
             path = os.path.join(work, "model.onnx")
             onnx.save(model, path)
@@ -441,7 +473,7 @@ def main():
             if name in FLOAT_LSTMS:
                 detail += f" [onnxruntime int8 vs float LSTM: {quant_error:.3g}]"
             print(f"{'FAIL' if problem else 'ok  '} {name}{detail}")
-    print(f"contrib operators: {len(CASES) - failed} of {len(CASES)} match onnxruntime")
+    print(f"contrib operators: {len(chosen) - failed} of {len(chosen)} match onnxruntime")
     sys.exit(1 if failed else 0)
 
 
