@@ -16,7 +16,10 @@ cross attention, bias, key padding mask, past/present, attention_bias), GroupQue
 past buffer longer than the total, a right-padded prompt, smooth_softmax, head_sink,
 attention_bias), RotaryEmbedding (3-D, 4-D, offset,
 interleaved, partial) and EmbedLayerNormalization. The quantised operators: MatMulIntegerToFloat,
-DynamicQuantizeMatMul, MatMulNBits (4-bit), GatherBlockQuantized (4- and 8-bit), and
+DynamicQuantizeMatMul, MatMulNBits (4-bit; uint8 and float zero points, g_idx: with packed
+uint8 zero points the reference is onnxruntime on the same model with the zero points as
+floats, as its CPU kernel dequantises with 8 in place of packed zero points when g_idx is
+given), GatherBlockQuantized (4- and 8-bit), and
 QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, which may differ from
 onnxruntime by one code (its kernels requantise with their own float arithmetic).
 QAttention (int8 weights per column with a mask index; uint8 weights, unidirectional, past).
@@ -309,6 +312,23 @@ def quantization_cases():
             [("x", [2, 4, 4, 3], I8), ("sx", sc(0.05)), ("zx", np.array(0, np.int8)), ("sy", sc(0.02)),
              ("zy", np.array(5, np.int8))], channels_last=1),
     }
+    # MatMulNBits with float zero points (scaled like the codes) and with g_idx (act-order:
+    # each row of K takes the scale and zero point of its group, here a shuffle of the blocks).
+    kk, nn, bs = 64, 8, 16
+    g_idx = (rng.permutation(kk) // bs).astype(np.int32)
+    nbits = lambda name, zeros, g, *extra: node_case(
+        "MatMulNBits", [("a", [B, S, kk]), ("b", u8(nn, kk // bs, bs // 2)),
+                        ("s", (rng.random(nn * kk // bs) * 0.1).astype(np.float32)), zeros, g,
+                        *extra], K=kk, N=nn, bits=4, block_size=bs)
+    cases.update({
+        "matmul_nbits_float_zero_points": nbits(
+            "f", ("z", (rng.random(nn * kk // bs) * 15).astype(np.float32)), None),
+        "matmul_nbits_g_idx_default_zero": nbits("g", None, ("g", g_idx)),
+        "matmul_nbits_g_idx_float_zero_points_bias": nbits(
+            "gf", ("z", (rng.random(nn * kk // bs) * 15).astype(np.float32)), ("g", g_idx),
+            ("bias", f(nn))),
+        "matmul_nbits_g_idx_uint8_zero_points": nbits("gu", ("z", u8(nn, 2)), ("g", g_idx)),
+    })
     cols = (rng.random(3 * H) * 0.05).astype(np.float32)
     cases.update({
         "qattention_i8_weights_per_column_mask": node_case(
@@ -342,6 +362,28 @@ def quantization_cases():
 
 
 CASES.update(quantization_cases())
+
+
+def float_zero_points_twin(model):
+    """`model` (a MatMulNBits with g_idx and packed uint8 zero points) with its zero points
+    unpacked into floats: onnxruntime's CPU kernel (1.32) reads packed zero points with g_idx
+    but dequantises with 8 in their place, and honours float ones, so the twin gives what the
+    operator means."""
+    twin = onnx.ModelProto()
+    twin.CopyFrom(model)
+    for init in twin.graph.initializer:
+        if init.name == "z":
+            packed = numpy_helper.to_array(init)
+            n, blocks = packed.shape[0], len(numpy_helper.to_array(
+                next(i for i in twin.graph.initializer if i.name == "s"))) // packed.shape[0]
+            nibbles = np.stack([packed & 0xF, packed >> 4], -1).reshape(n, -1)[:, :blocks]
+            init.CopyFrom(numpy_helper.from_array(nibbles.reshape(-1).astype(np.float32), "z"))
+    return twin
+
+
+# Cases whose expected values come from onnxruntime on another model that means the same.
+REFERENCE = {"matmul_nbits_g_idx_uint8_zero_points":
+             float_zero_points_twin(CASES["matmul_nbits_g_idx_uint8_zero_points"])}
 
 
 def lstm_cases():
@@ -441,7 +483,12 @@ def main():
             options = ort.SessionOptions()
             options.intra_op_num_threads = 1
             session = lambda m: ort.InferenceSession(m, options, providers=["CPUExecutionProvider"])
-            want = session(path).run(None, feeds)
+            if name in REFERENCE:
+                ref_path = os.path.join(work, "reference.onnx")
+                onnx.save(REFERENCE[name], ref_path)
+                want = session(ref_path).run(None, feeds)
+            else:
+                want = session(path).run(None, feeds)
             if name in FLOAT_LSTMS:
                 # How far the int8 path itself is from the float LSTM, for scale.
                 float_path = os.path.join(work, "float.onnx")

@@ -688,7 +688,9 @@ pub(in crate::ops) fn eval_group_query_attention(
         let ids: Vec<i64> = match (first_prompt, positions) {
             (true, p) => {
                 let base = p.and_then(|p| p.first().copied()).unwrap_or(0);
-                (0..b).flat_map(|_| (0..s as i64).map(move |i| base + i)).collect()
+                (0..b)
+                    .flat_map(|_| (0..s as i64).map(move |i| base + i))
+                    .collect()
             }
             (false, Some(p)) => p,
             (false, None) => lens
@@ -719,10 +721,12 @@ pub(in crate::ops) fn eval_group_query_attention(
             let (bi, h) = (bh / hk, bh % hk);
             let past_len = lens[bi].1;
             if let Some(past) = past {
-                block[..past_len * d]
-                    .copy_from_slice(&past[bh * past_buf * d..][..past_len * d]);
+                block[..past_len * d].copy_from_slice(&past[bh * past_buf * d..][..past_len * d]);
             }
-            for (i, row) in block[past_len * d..][..s * d].chunks_mut(d.max(1)).enumerate() {
+            for (i, row) in block[past_len * d..][..s * d]
+                .chunks_mut(d.max(1))
+                .enumerate()
+            {
                 row.copy_from_slice(&new[((bi * s + i) * hk + h) * d..][..d]);
             }
         }
@@ -737,7 +741,14 @@ pub(in crate::ops) fn eval_group_query_attention(
         bias: gqa_bias(ctx, attn_bias, (b, hq, s), &lens)?,
         sinks: gqa_sinks(ctx, head_sink, hq)?,
     };
-    let y = gqa_attend(&scores, &q, (&present_k, &present_v), &lens, (b, s, hq, hk, d), present)?;
+    let y = gqa_attend(
+        &scores,
+        &q,
+        (&present_k, &present_v),
+        &lens,
+        (b, s, hq, hk, d),
+        present,
+    )?;
     outputs(
         ctx,
         vec![
@@ -812,7 +823,11 @@ fn gqa_lengths(
         .iter()
         .map(|&n| {
             let t = usize::try_from(n.saturating_add(1)).unwrap_or(0);
-            let past = if first_prompt { Some(0) } else { t.checked_sub(s) };
+            let past = if first_prompt {
+                Some(0)
+            } else {
+                t.checked_sub(s)
+            };
             match past {
                 Some(p) if t >= 1 && t <= present && p <= past_buf && p + s <= present => {
                     Ok((t, p))
@@ -839,7 +854,9 @@ fn gqa_bias<'t>(
     };
     let longest = lens.iter().map(|&(t, _)| t).max().unwrap_or(0);
     match *bias.shape() {
-        [bb, bh, bs, bt] if (bb == b || bb == 1) && (bh == h || bh == 1) && bs == s && bt >= longest => {
+        [bb, bh, bs, bt]
+            if (bb == b || bb == 1) && (bh == h || bh == 1) && bs == s && bt >= longest =>
+        {
             let values = floats(bias, "attention_bias")?;
             let sh = if bh == 1 { 0 } else { s * bt };
             let sb = if bb == 1 { 0 } else { bh * s * bt };
@@ -912,7 +929,9 @@ fn gqa_attend(
             let mut scores = try_vec(s * t, 0.0f32)?;
             gemm(p.scale, qm, km.t(), 0.0, &mut scores, t)?;
             for (i, row) in scores.chunks_mut(t.max(1)).enumerate() {
-                let bias = p.bias.map(|(v, [sb, sh], bt)| &v[bi * sb + h * sh + i * bt..][..t]);
+                let bias = p
+                    .bias
+                    .map(|(v, [sb, sh], bt)| &v[bi * sb + h * sh + i * bt..][..t]);
                 let sink = p.sinks.as_ref().map(|v| v[h]);
                 gqa_row(p, row, (past + i + 1).min(t), bias, sink);
             }
@@ -933,7 +952,13 @@ fn gqa_attend(
 /// One row of scores into probabilities: the keys before `end` (the last `window` of them when
 /// windowed) are soft-capped, biased and soft-maxed (with `exp(sink)` in the denominator when
 /// given); every other key gets 0.
-fn gqa_row(p: &GqaScores<'_>, row: &mut [f32], end: usize, bias: Option<&[f32]>, sink: Option<f32>) {
+fn gqa_row(
+    p: &GqaScores<'_>,
+    row: &mut [f32],
+    end: usize,
+    bias: Option<&[f32]>,
+    sink: Option<f32>,
+) {
     let start = if p.window > 0 && end > p.window {
         end - p.window
     } else {
@@ -950,7 +975,10 @@ fn gqa_row(p: &GqaScores<'_>, row: &mut [f32], end: usize, bias: Option<&[f32]>,
             *x += c;
         }
     }
-    let top = seen.iter().copied().fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
+    let top = seen
+        .iter()
+        .copied()
+        .fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
     let mut sum = sink.map_or(0.0, |c| (c - top).exp());
     for x in seen.iter_mut() {
         *x = (*x - top).exp();
@@ -1091,6 +1119,88 @@ mod tests {
         // Query 0 sees value 2 only; query 1 averages 2 and 4 (equal scores).
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[2.0, 3.0]);
         assert_eq!(y[2].as_slice::<f32>().unwrap(), &[2.0, 4.0]);
+    }
+
+    /// The `GroupQueryAttention` node of one head of size 1 and its inputs: zero queries and
+    /// keys (equal scores), the given values, past `(B, 1, 3, 1)` and `seqlens_k`.
+    fn gqa_one_token(
+        v: Vec<f32>,
+        past_v: Vec<f32>,
+        seqlens: Vec<i32>,
+        attrs: &[(&str, i64)],
+        sink: Option<f32>,
+    ) -> Vec<Tensor> {
+        let b = v.len();
+        let zeros = |shape: &[usize]| f32s(shape, vec![0.0; shape.iter().product()]);
+        let total = *seqlens.iter().max().unwrap() + 1;
+        let mut n = Node::new(
+            "GroupQueryAttention",
+            "g",
+            ["q", "k", "v", "pk", "pv", "s", "t", "", "", "", "", "sink"],
+            ["y", "pk_out", "pv_out"],
+        )
+        .with_domain("com.microsoft")
+        .with_attr("num_heads", AttrValue::Int(1))
+        .with_attr("kv_num_heads", AttrValue::Int(1));
+        for &(k, x) in attrs {
+            n = n.with_attr(k, AttrValue::Int(x));
+        }
+        let sink = sink.map(|x| f32s(&[1], vec![x]));
+        eval_node(
+            &n,
+            1,
+            &[
+                Some(&zeros(&[b, 1, 1])),
+                Some(&zeros(&[b, 1, 1])),
+                Some(&f32s(&[b, 1, 1], v)),
+                Some(&zeros(&[b, 1, 3, 1])),
+                Some(&f32s(&[b, 1, 3, 1], past_v)),
+                Some(&Tensor::from_vec(DataType::Int32, &[b], seqlens).unwrap()),
+                Some(&Tensor::from_vec(DataType::Int32, &[], vec![total]).unwrap()),
+                None,
+                None,
+                None,
+                None,
+                sink.as_ref(),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Batch 0 holds one key (its new one), batch 1 three (two from the past): each averages
+    /// its own keys' values, and the present keeps each batch's past rows, then its new row,
+    /// then zeros.
+    #[test]
+    fn group_query_attention_batches_of_differing_lengths() {
+        let out = gqa_one_token(
+            vec![5.0, 6.0],
+            vec![7.0, 7.0, 7.0, 1.0, 2.0, 9.0],
+            vec![0, 2],
+            &[],
+            None,
+        );
+        assert_eq!(out[0].as_slice::<f32>().unwrap(), &[5.0, 3.0]);
+        assert_eq!(out[2].shape(), &[2, 1, 3, 1]);
+        assert_eq!(
+            out[2].as_slice::<f32>().unwrap(),
+            &[5.0, 0.0, 0.0, 1.0, 2.0, 6.0]
+        );
+    }
+
+    /// One key of score 0 and value 4: a sink of 0 (`head_sink`, or `smooth_softmax`) takes half
+    /// of the softmax, a sink of ln 3 three quarters.
+    #[test]
+    fn group_query_attention_sink_adds_to_the_softmax_denominator() {
+        for (name, attrs, sink, want) in [
+            ("no sink", &[][..], None, 4.0),
+            ("smooth_softmax", &[("smooth_softmax", 1)][..], None, 2.0),
+            ("head_sink 0", &[][..], Some(0.0), 2.0),
+            ("head_sink ln 3", &[][..], Some(3.0f32.ln()), 1.0),
+        ] {
+            let out = gqa_one_token(vec![4.0], vec![0.0; 3], vec![0], attrs, sink);
+            let y = out[0].as_slice::<f32>().unwrap()[0];
+            assert!((y - want).abs() < 1e-6, "{name}: {y}");
+        }
     }
 
     /// A Megatron mask `(B, 1, M, M)` lower-triangular: query 0 sees key 0 only, query 1 both.
