@@ -848,7 +848,7 @@ fn gqa_bias<'t>(
     bias: Option<&'t Tensor>,
     (b, h, s): (usize, usize, usize),
     lens: &[(usize, usize)],
-) -> Result<Option<(&'t [f32], [usize; 2], usize)>> {
+) -> Result<Option<GqaBias<'t>>> {
     let Some(bias) = bias else {
         return Ok(None);
     };
@@ -888,6 +888,9 @@ fn gqa_sinks(ctx: &EvalCtx<'_>, sink: Option<&Tensor>, h: usize) -> Result<Optio
     }
 }
 
+/// `attention_bias` values, their batch and head strides, and their row length.
+type GqaBias<'t> = (&'t [f32], [usize; 2], usize);
+
 /// How `GroupQueryAttention` turns scores into probabilities.
 struct GqaScores<'t> {
     scale: f32,
@@ -895,7 +898,7 @@ struct GqaScores<'t> {
     softcap: f32,
     /// Keys each query may see (its own included); 0 for all.
     window: usize,
-    bias: Option<(&'t [f32], [usize; 2], usize)>,
+    bias: Option<GqaBias<'t>>,
     sinks: Option<Vec<f32>>,
 }
 
