@@ -6,10 +6,11 @@
 //! Spec: onnxruntime `docs/ContribOperators.md`, sections `com.microsoft.Attention`,
 //! `com.microsoft.MultiHeadAttention` and `com.microsoft.GroupQueryAttention`.
 //!
-//! Why one file: the four operators share one path from their inputs to `nn::attend` (head
-//! layout, mask index, past/present, output shapes); only their projections differ.
+//! Why one file: the four operators share their head layout, scale, bias and output handling;
+//! `Attention`, `QAttention` and `MultiHeadAttention` also share one path to `nn::attend` (mask
+//! index, past/present), where only their projections differ.
 //!
-//! The three read their operands into `(batch, seq, heads * size)` rows and run the default
+//! Those three read their operands into `(batch, seq, heads * size)` rows and run the default
 //! domain's attention kernel (`nn::attend`: one GEMM per batch and head for the scores, the row
 //! softmax, one GEMM with V), with the masks folded into one additive bias.
 //!
@@ -19,15 +20,18 @@
 //! position on are masked) or `(2B)` (also keys before the start positions in the second half),
 //! 2-D `(B, T)` (0 masks a key), 3-D `(B, S, T)` (per query), or 4-D `(B, 1, M, M)` (Megatron:
 //! query `i` reads row `past + i`). `unidirectional` masks keys after `past + i`. An
-//! `attention_bias` `(B or 1, H or 1, S, T)` is added on top. `GroupQueryAttention` is causal;
-//! its `local_window_size` `w` keeps the `w` keys ending at each query's position.
+//! `attention_bias` `(B or 1, H or 1, S, T)` is added on top.
+//!
+//! `GroupQueryAttention` has a kernel of its own (`gqa_attend`), as each batch holds its own
+//! number of keys (`seqlens_k`): it is causal, its `local_window_size` `w` keeps the `w` keys
+//! ending at each query's position, and `smooth_softmax` / `head_sink` add a sink to each
+//! softmax's denominator (see `eval_group_query_attention`).
 //!
 //! `QAttention` is `Attention` with an 8-bit integer projection (`eval_qattention`).
 //!
-//! Not supported (an error naming the node): packed batching, a shared past/present buffer
-//! (`past_present_share_buffer`, `past_sequence_length`), `do_rotary` on `Attention`,
-//! `cache_indirection`, and in `GroupQueryAttention` batches of differing lengths,
-//! `smooth_softmax` and `head_sink`.
+//! Not supported (an error naming the node): packed batching, `Attention`'s shared past/present
+//! buffer (`past_present_share_buffer`, `past_sequence_length`) and `do_rotary`,
+//! `cache_indirection`, and `GroupQueryAttention`'s `output_qk` output and quantised caches.
 
 use crate::error::Result;
 use crate::ir::TensorType;
@@ -611,13 +615,32 @@ fn mha_finish(
     )
 }
 
-/// `com.microsoft.GroupQueryAttention`.
+/// `com.microsoft.GroupQueryAttention`, as onnxruntime's CPU kernel computes it.
+///
+/// Each batch `b` holds `seqlens_k[b] + 1` keys in all (`t_b`). The call is a first prompt when
+/// the query length equals `total_sequence_length` (its new keys start at 0; rows past `t_b` are
+/// right padding), and otherwise continues a cache whose first `t_b - S` keys come from the
+/// past. Present key and value are `(B, kv_heads, max(total, past buffer), D)`: the past rows of
+/// each batch, then its new rows, then zeros; a past buffer longer than the total (the shared
+/// past/present buffer layout, `max_sequence_length` long) keeps its length. Query `i` of batch
+/// `b` attends the keys before `min(past_b + i + 1, t_b)`, the last `local_window_size` of them
+/// when that is positive; on those, the scores are soft-capped, `attention_bias` is added, and
+/// the softmax takes `exp(head_sink[h])` (or `exp(0)` with `smooth_softmax`) into its
+/// denominator when asked.
 pub(in crate::ops) fn eval_group_query_attention(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     const OP: &str = "GroupQueryAttention";
     let (hq, hk) = (heads(ctx, "num_heads")?, heads(ctx, "kv_num_heads")?);
+    if !hq.is_multiple_of(hk) {
+        return Err(ctx.error(format!(
+            "num_heads {hq} is not a multiple of kv_num_heads {hk}"
+        )));
+    }
+    if ctx.node.outputs.get(3).is_some_and(|n| !n.is_empty()) {
+        return Err(ctx.error("the output_qk output is not supported"));
+    }
     let query = required(inputs, 0)?;
     let (key, value) = (optional(inputs, 1), optional(inputs, 2));
     let (past_k, past_v) = (optional(inputs, 3), optional(inputs, 4));
@@ -625,78 +648,54 @@ pub(in crate::ops) fn eval_group_query_attention(
     let total = to_i64s(required(inputs, 6)?)?;
     let (cos, sin) = (optional(inputs, 7), optional(inputs, 8));
     let positions = optional(inputs, 9).map(to_i64s).transpose()?;
-    let attn_bias = optional(inputs, 10);
-    if optional(inputs, 11).is_some() || ctx.node.attr_int("smooth_softmax", 0)? != 0 {
-        return Err(ctx.error("head_sink and smooth_softmax are not supported"));
-    }
+    let (attn_bias, head_sink) = (optional(inputs, 10), optional(inputs, 11));
     let [b, s, qhid] = *query.shape() else {
         return Err(ctx.error(format!("query {:?} is not 3-D", query.shape())));
     };
     let packed = key.is_none();
     let d = per_head(ctx, qhid, if packed { hq + 2 * hk } else { hq }, "query")?;
-    let qv = floats(query, OP)?;
-    let (q, k, v) = if packed {
-        let split = |first: usize, n: usize| -> Result<Vec<f32>> {
-            let mut out = try_vec(b * s * n * d, 0.0f32)?;
-            for (row, o) in qv.chunks(qhid.max(1)).zip(out.chunks_mut((n * d).max(1))) {
-                o.copy_from_slice(&row[first * d..][..n * d]);
-            }
-            Ok(out)
-        };
-        (split(0, hq)?, split(hq, hk)?, split(hq + hk, hk)?)
-    } else {
-        let (Some(key), Some(value)) = (key, value) else {
-            return Err(ctx.error("key and value must be given together"));
-        };
-        if key.shape() != [b, s, hk * d] || value.shape() != key.shape() {
-            return Err(ctx.error(format!(
-                "key {:?} and value {:?} are not ({b}, {s}, {})",
-                key.shape(),
-                value.shape(),
-                hk * d
-            )));
-        }
-        (
-            qv.to_vec(),
-            floats(key, OP)?.to_vec(),
-            floats(value, OP)?.to_vec(),
-        )
-    };
+    let (q, k, v) = gqa_operands(ctx, query, key, value, (b, s, d), (hq, hk))?;
     let total = match total[..] {
         [t] => usize::try_from(t).ok(),
         _ => None,
     }
     .ok_or_else(|| ctx.error("total_sequence_length must be one non-negative value"))?;
-    if seqlens.len() != b || seqlens.iter().any(|&n| n + 1 != total as i64) {
-        return Err(ctx.error(format!(
-            "seqlens_k {seqlens:?}: only batches whose sequences all hold total_sequence_length {total} keys are supported"
-        )));
-    }
-    let past_len = total.checked_sub(s).ok_or_else(|| {
-        ctx.error(format!(
-            "total_sequence_length {total} is below the {s} new tokens"
-        ))
-    })?;
-    match (past_k, past_v) {
-        (Some(pk), Some(pv)) if pk.shape() == [b, hk, past_len, d] && pv.shape() == pk.shape() => {}
-        (None, None) if past_len == 0 => {}
-        _ => {
-            return Err(ctx.error(format!(
-                "past_key {:?} and past_value {:?} are not ({b}, {hk}, {past_len}, {d})",
-                past_k.map(Tensor::shape),
-                past_v.map(Tensor::shape)
-            )))
-        }
-    }
+    let past_buf = match (past_k, past_v) {
+        (Some(pk), Some(pv)) => match *pk.shape() {
+            [pb, ph, p, pd] if pb == b && ph == hk && pd == d && pv.shape() == pk.shape() => p,
+            _ => {
+                return Err(ctx.error(format!(
+                    "past_key {:?} and past_value {:?} are not ({b}, {hk}, past, {d})",
+                    pk.shape(),
+                    pv.shape()
+                )))
+            }
+        },
+        (None, None) => 0,
+        _ => return Err(ctx.error("past_key and past_value must be given together")),
+    };
+    let present = total.max(past_buf);
+    let first_prompt = s == total;
+    // Keys in all and keys from the past, per batch.
+    let lens = gqa_lengths(ctx, &seqlens, (b, s), first_prompt, (past_buf, present))?;
     let (q, k) = if ctx.node.attr_int("do_rotary", 0)? != 0 {
         let (Some(cos), Some(sin)) = (cos, sin) else {
             return Err(ctx.error("do_rotary needs cos_cache and sin_cache"));
         };
         let half = cos.shape().get(1).copied().unwrap_or(0);
-        let ids = match positions {
-            Some(p) => p,
-            None => (0..b)
-                .flat_map(|_| (0..s).map(|i| (past_len + i) as i64))
+        // A first prompt counts from the first position id (0 by default); a continuation
+        // from each batch's past length unless position ids are given.
+        let ids: Vec<i64> = match (first_prompt, positions) {
+            (true, p) => {
+                let base = p.and_then(|p| p.first().copied()).unwrap_or(0);
+                (0..b)
+                    .flat_map(|_| (0..s as i64).map(move |i| base + i))
+                    .collect()
+            }
+            (false, Some(p)) => p,
+            (false, None) => lens
+                .iter()
+                .flat_map(|&(_, past)| (0..s).map(move |i| (past + i) as i64))
                 .collect(),
         };
         let interleaved = ctx.node.attr_int("rotary_interleaved", 0)? != 0;
@@ -715,42 +714,284 @@ pub(in crate::ops) fn eval_group_query_attention(
     } else {
         (q, k)
     };
-    let z = Sizes {
-        batch: b,
-        q_heads: hq,
-        kv_heads: hk,
-        q_len: s,
-        kv_len: s,
-        past_len,
-        head: d,
-        v_head: d,
-    };
-    // A window of `w` keys ends at the query's own position (onnxruntime 1.32's CPU kernel).
-    let window = match ctx.node.attr_int("local_window_size", -1)? {
-        w if w > 0 => w - 1,
-        _ => -1,
-    };
-    let softcap = f64::from(ctx.node.attr_float("softcap", 0.0)?);
-    let additive = combine(ctx, None, attn_bias, &z)?;
-    let spec = Spec::from_sizes(z, scale(ctx, d)?, softcap, true, window)?;
     let (pk, pv) = (opt_floats(past_k, OP)?, opt_floats(past_v, OP)?);
-    let [y, pk, pv, _] = attend::<f32>(
-        &spec,
+    let cache = |new: &[f32], past: Option<&[f32]>| -> Result<Vec<f32>> {
+        let mut out = try_vec(b * hk * present * d, 0.0f32)?;
+        for (bh, block) in out.chunks_mut((present * d).max(1)).enumerate() {
+            let (bi, h) = (bh / hk, bh % hk);
+            let past_len = lens[bi].1;
+            if let Some(past) = past {
+                block[..past_len * d].copy_from_slice(&past[bh * past_buf * d..][..past_len * d]);
+            }
+            for (i, row) in block[past_len * d..][..s * d]
+                .chunks_mut(d.max(1))
+                .enumerate()
+            {
+                row.copy_from_slice(&new[((bi * s + i) * hk + h) * d..][..d]);
+            }
+        }
+        Ok(out)
+    };
+    let present_k = cache(&k, pk)?;
+    let present_v = cache(&v, pv)?;
+    let scores = GqaScores {
+        scale: scale(ctx, d)? as f32,
+        softcap: ctx.node.attr_float("softcap", 0.0)?,
+        window: usize::try_from(ctx.node.attr_int("local_window_size", -1)?).unwrap_or(0),
+        bias: gqa_bias(ctx, attn_bias, (b, hq, s), &lens)?,
+        sinks: gqa_sinks(ctx, head_sink, hq)?,
+    };
+    let y = gqa_attend(
+        &scores,
         &q,
-        &k,
-        &v,
-        pk.zip(pv),
-        &Bias::new(&spec, additive),
-        false,
+        (&present_k, &present_v),
+        &lens,
+        (b, s, hq, hk, d),
+        present,
     )?;
     outputs(
         ctx,
         vec![
             (y, vec![b, s, hq * d]),
-            (pk, vec![b, hk, total, d]),
-            (pv, vec![b, hk, total, d]),
+            (present_k, vec![b, hk, present, d]),
+            (present_v, vec![b, hk, present, d]),
         ],
     )
+}
+
+/// Q `(B, S, hq * D)`, K and V `(B, S, hk * D)` of `GroupQueryAttention`, from separate inputs
+/// or split out of packed QKV.
+fn gqa_operands(
+    ctx: &EvalCtx<'_>,
+    query: &Tensor,
+    key: Option<&Tensor>,
+    value: Option<&Tensor>,
+    (b, s, d): (usize, usize, usize),
+    (hq, hk): (usize, usize),
+) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+    const OP: &str = "GroupQueryAttention";
+    let qv = floats(query, OP)?;
+    let Some(key) = key else {
+        if value.is_some() {
+            return Err(ctx.error("key and value must be given together"));
+        }
+        let width = (hq + 2 * hk) * d;
+        let split = |first: usize, n: usize| -> Result<Vec<f32>> {
+            let mut out = try_vec(b * s * n * d, 0.0f32)?;
+            for (row, o) in qv.chunks(width.max(1)).zip(out.chunks_mut((n * d).max(1))) {
+                o.copy_from_slice(&row[first * d..][..n * d]);
+            }
+            Ok(out)
+        };
+        return Ok((split(0, hq)?, split(hq, hk)?, split(hq + hk, hk)?));
+    };
+    let Some(value) = value else {
+        return Err(ctx.error("key and value must be given together"));
+    };
+    if key.shape() != [b, s, hk * d] || value.shape() != key.shape() {
+        return Err(ctx.error(format!(
+            "key {:?} and value {:?} are not ({b}, {s}, {})",
+            key.shape(),
+            value.shape(),
+            hk * d
+        )));
+    }
+    Ok((
+        qv.to_vec(),
+        floats(key, OP)?.to_vec(),
+        floats(value, OP)?.to_vec(),
+    ))
+}
+
+/// `(t_b, past_b)` per batch: the keys batch `b` attends in all (`seqlens_k[b] + 1`) and those
+/// that come from the past (none in a first prompt, `t_b - S` otherwise), checked against the
+/// past buffer's and the present's lengths.
+fn gqa_lengths(
+    ctx: &EvalCtx<'_>,
+    seqlens: &[i64],
+    (b, s): (usize, usize),
+    first_prompt: bool,
+    (past_buf, present): (usize, usize),
+) -> Result<Vec<(usize, usize)>> {
+    if seqlens.len() != b {
+        return Err(ctx.error(format!(
+            "seqlens_k holds {} values for a batch of {b}",
+            seqlens.len()
+        )));
+    }
+    seqlens
+        .iter()
+        .map(|&n| {
+            let t = usize::try_from(n.saturating_add(1)).unwrap_or(0);
+            let past = if first_prompt {
+                Some(0)
+            } else {
+                t.checked_sub(s)
+            };
+            match past {
+                Some(p) if t >= 1 && t <= present && p <= past_buf && p + s <= present => {
+                    Ok((t, p))
+                }
+                _ => Err(ctx.error(format!(
+                    "seqlens_k {n} does not fit {s} new tokens after a past of {past_buf} in a \
+                     present of {present} keys"
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// The `attention_bias` `(B or 1, H or 1, S, T)` as values with their batch and head strides
+/// and row length; `T` must reach every batch's total length.
+fn gqa_bias<'t>(
+    ctx: &EvalCtx<'_>,
+    bias: Option<&'t Tensor>,
+    (b, h, s): (usize, usize, usize),
+    lens: &[(usize, usize)],
+) -> Result<Option<GqaBias<'t>>> {
+    let Some(bias) = bias else {
+        return Ok(None);
+    };
+    let longest = lens.iter().map(|&(t, _)| t).max().unwrap_or(0);
+    match *bias.shape() {
+        [bb, bh, bs, bt]
+            if (bb == b || bb == 1) && (bh == h || bh == 1) && bs == s && bt >= longest =>
+        {
+            let values = floats(bias, "attention_bias")?;
+            let sh = if bh == 1 { 0 } else { s * bt };
+            let sb = if bb == 1 { 0 } else { bh * s * bt };
+            Ok(Some((values, [sb, sh], bt)))
+        }
+        _ => Err(ctx.error(format!(
+            "attention_bias {:?} is not ({b} or 1, {h} or 1, {s}, at least {longest})",
+            bias.shape()
+        ))),
+    }
+}
+
+/// The softmax sink of each query head: `head_sink` `(H)`, zeros with `smooth_softmax`, or
+/// none.
+fn gqa_sinks(ctx: &EvalCtx<'_>, sink: Option<&Tensor>, h: usize) -> Result<Option<Vec<f32>>> {
+    match sink {
+        Some(t) => {
+            let v = floats(t, "head_sink")?;
+            if v.len() != h {
+                return Err(ctx.error(format!(
+                    "head_sink {:?} does not hold one value per head ({h})",
+                    t.shape()
+                )));
+            }
+            Ok(Some(v.to_vec()))
+        }
+        None if ctx.node.attr_int("smooth_softmax", 0)? != 0 => Ok(Some(try_vec(h, 0.0f32)?)),
+        None => Ok(None),
+    }
+}
+
+/// `attention_bias` values, their batch and head strides, and their row length.
+type GqaBias<'t> = (&'t [f32], [usize; 2], usize);
+
+/// How `GroupQueryAttention` turns scores into probabilities.
+struct GqaScores<'t> {
+    scale: f32,
+    /// `c * tanh(x / c)` when positive.
+    softcap: f32,
+    /// Keys each query may see (its own included); 0 for all.
+    window: usize,
+    bias: Option<GqaBias<'t>>,
+    sinks: Option<Vec<f32>>,
+}
+
+/// Y `(B, S, hq * D)` of `GroupQueryAttention` on the present caches `(B, hk, present, D)`:
+/// per batch and query head, one GEMM for the scores of the batch's keys, the windowed softmax
+/// of each row (`gqa_row`), one GEMM with V.
+fn gqa_attend(
+    p: &GqaScores<'_>,
+    q: &[f32],
+    (kc, vc): (&[f32], &[f32]),
+    lens: &[(usize, usize)],
+    (b, s, hq, hk, d): (usize, usize, usize, usize, usize),
+    present: usize,
+) -> Result<Vec<f32>> {
+    use rayon::prelude::*;
+    let group = hq / hk;
+    let pairs = b * hq;
+    let chunk = (s * d).max(1);
+    let mut heads = try_vec(pairs * s * d, 0.0f32)?;
+    heads
+        .par_chunks_mut(chunk)
+        .enumerate()
+        .with_min_len(crate::par::min_len(pairs, &[s, present, d]))
+        .try_for_each(|(bh, out)| -> Result<()> {
+            let (bi, h) = (bh / hq, bh % hq);
+            let (t, past) = lens[bi];
+            let kv = (bi * hk + h / group) * present * d;
+            let qm = Mat::new(&q[(bi * s * hq + h) * d..], s, d, hq * d, 1)?;
+            let km = Mat::row_major(&kc[kv..][..t * d], t, d)?;
+            let vm = Mat::row_major(&vc[kv..][..t * d], t, d)?;
+            let mut scores = try_vec(s * t, 0.0f32)?;
+            gemm(p.scale, qm, km.t(), 0.0, &mut scores, t)?;
+            for (i, row) in scores.chunks_mut(t.max(1)).enumerate() {
+                let bias = p
+                    .bias
+                    .map(|(v, [sb, sh], bt)| &v[bi * sb + h * sh + i * bt..][..t]);
+                let sink = p.sinks.as_ref().map(|v| v[h]);
+                gqa_row(p, row, (past + i + 1).min(t), bias, sink);
+            }
+            let pm = Mat::row_major(&scores, s, t)?;
+            gemm(1.0f32, pm, vm, 0.0, out, d)
+        })?;
+    // (b, h, s, d) -> (b, s, h, d).
+    let mut y = try_vec(heads.len(), 0.0f32)?;
+    for (bh, block) in heads.chunks(chunk).enumerate() {
+        let (bi, h) = (bh / hq, bh % hq);
+        for (i, row) in block.chunks(d.max(1)).enumerate() {
+            y[((bi * s + i) * hq + h) * d..][..d].copy_from_slice(row);
+        }
+    }
+    Ok(y)
+}
+
+/// One row of scores into probabilities: the keys before `end` (the last `window` of them when
+/// windowed) are soft-capped, biased and soft-maxed (with `exp(sink)` in the denominator when
+/// given); every other key gets 0.
+fn gqa_row(
+    p: &GqaScores<'_>,
+    row: &mut [f32],
+    end: usize,
+    bias: Option<&[f32]>,
+    sink: Option<f32>,
+) {
+    let start = if p.window > 0 && end > p.window {
+        end - p.window
+    } else {
+        0
+    };
+    let seen = &mut row[start..end];
+    if p.softcap > 0.0 {
+        for x in seen.iter_mut() {
+            *x = p.softcap * (*x / p.softcap).tanh();
+        }
+    }
+    if let Some(bias) = bias {
+        for (x, &c) in seen.iter_mut().zip(&bias[start..end]) {
+            *x += c;
+        }
+    }
+    let top = seen
+        .iter()
+        .copied()
+        .fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
+    let mut sum = sink.map_or(0.0, |c| (c - top).exp());
+    for x in seen.iter_mut() {
+        *x = (*x - top).exp();
+        sum += *x;
+    }
+    for x in seen.iter_mut() {
+        *x /= sum;
+    }
+    row[..start].fill(0.0);
+    row[end..].fill(0.0);
 }
 
 #[cfg(test)]
@@ -881,6 +1122,88 @@ mod tests {
         // Query 0 sees value 2 only; query 1 averages 2 and 4 (equal scores).
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[2.0, 3.0]);
         assert_eq!(y[2].as_slice::<f32>().unwrap(), &[2.0, 4.0]);
+    }
+
+    /// The `GroupQueryAttention` node of one head of size 1 and its inputs: zero queries and
+    /// keys (equal scores), the given values, past `(B, 1, 3, 1)` and `seqlens_k`.
+    fn gqa_one_token(
+        v: Vec<f32>,
+        past_v: Vec<f32>,
+        seqlens: Vec<i32>,
+        attrs: &[(&str, i64)],
+        sink: Option<f32>,
+    ) -> Vec<Tensor> {
+        let b = v.len();
+        let zeros = |shape: &[usize]| f32s(shape, vec![0.0; shape.iter().product()]);
+        let total = *seqlens.iter().max().unwrap() + 1;
+        let mut n = Node::new(
+            "GroupQueryAttention",
+            "g",
+            ["q", "k", "v", "pk", "pv", "s", "t", "", "", "", "", "sink"],
+            ["y", "pk_out", "pv_out"],
+        )
+        .with_domain("com.microsoft")
+        .with_attr("num_heads", AttrValue::Int(1))
+        .with_attr("kv_num_heads", AttrValue::Int(1));
+        for &(k, x) in attrs {
+            n = n.with_attr(k, AttrValue::Int(x));
+        }
+        let sink = sink.map(|x| f32s(&[1], vec![x]));
+        eval_node(
+            &n,
+            1,
+            &[
+                Some(&zeros(&[b, 1, 1])),
+                Some(&zeros(&[b, 1, 1])),
+                Some(&f32s(&[b, 1, 1], v)),
+                Some(&zeros(&[b, 1, 3, 1])),
+                Some(&f32s(&[b, 1, 3, 1], past_v)),
+                Some(&Tensor::from_vec(DataType::Int32, &[b], seqlens).unwrap()),
+                Some(&Tensor::from_vec(DataType::Int32, &[], vec![total]).unwrap()),
+                None,
+                None,
+                None,
+                None,
+                sink.as_ref(),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Batch 0 holds one key (its new one), batch 1 three (two from the past): each averages
+    /// its own keys' values, and the present keeps each batch's past rows, then its new row,
+    /// then zeros.
+    #[test]
+    fn group_query_attention_batches_of_differing_lengths() {
+        let out = gqa_one_token(
+            vec![5.0, 6.0],
+            vec![7.0, 7.0, 7.0, 1.0, 2.0, 9.0],
+            vec![0, 2],
+            &[],
+            None,
+        );
+        assert_eq!(out[0].as_slice::<f32>().unwrap(), &[5.0, 3.0]);
+        assert_eq!(out[2].shape(), &[2, 1, 3, 1]);
+        assert_eq!(
+            out[2].as_slice::<f32>().unwrap(),
+            &[5.0, 0.0, 0.0, 1.0, 2.0, 6.0]
+        );
+    }
+
+    /// One key of score 0 and value 4: a sink of 0 (`head_sink`, or `smooth_softmax`) takes half
+    /// of the softmax, a sink of ln 3 three quarters.
+    #[test]
+    fn group_query_attention_sink_adds_to_the_softmax_denominator() {
+        for (name, attrs, sink, want) in [
+            ("no sink", &[][..], None, 4.0),
+            ("smooth_softmax", &[("smooth_softmax", 1)][..], None, 2.0),
+            ("head_sink 0", &[][..], Some(0.0), 2.0),
+            ("head_sink ln 3", &[][..], Some(3.0f32.ln()), 1.0),
+        ] {
+            let out = gqa_one_token(vec![4.0], vec![0.0; 3], vec![0], attrs, sink);
+            let y = out[0].as_slice::<f32>().unwrap()[0];
+            assert!((y - want).abs() < 1e-6, "{name}: {y}");
+        }
     }
 
     /// A Megatron mask `(B, 1, M, M)` lower-triangular: query 0 sees key 0 only, query 1 both.

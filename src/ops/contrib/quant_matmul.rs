@@ -9,9 +9,14 @@
 //! The 8-bit forms share the default domain's exact integer product (`nn::integer_product`,
 //! accumulated in `f64`) and scale it by `a_scale * b_scale[column]` (per tensor or per column)
 //! before adding the bias. `DynamicQuantizeMatMul` quantises A as `DynamicQuantizeLinear`
-//! does (`nn::dynamic_quantize`). `MatMulNBits` dequantises its weights `(N, K)` block by block
-//! — `(code - zero) * scale`, codes two to a byte low nibble first, zero points packed the same
-//! way (8 when absent) or given as floats — into one buffer, then runs one GEMM (`nn::gemm`).
+//! does (`nn::dynamic_quantize`). `MatMulNBits` dequantises its weights `(N, K)` into one
+//! buffer — `code * scale - zero * scale`, codes two to a byte low nibble first in blocks of K,
+//! zero points packed the same way (8 when absent) or given as floats (scaled all the same, as
+//! onnxruntime does); the scale and zero point of a row of K are those of its block or, with
+//! `g_idx` (act-order), of the group `g_idx[k]` — then runs one GEMM (`nn::gemm`). With `g_idx`,
+//! onnxruntime's CPU kernel (1.32) reads packed uint8 zero points but dequantises with 8 in
+//! their place (its CUDA kernel uses them); multigather uses them, as the operator's
+//! documentation and the quantiser that wrote them mean.
 //! `GatherBlockQuantized` (section `com.microsoft.GatherBlockQuantized`) gathers rows of weights
 //! stored the same way and dequantises only the rows it gathers.
 
@@ -124,9 +129,6 @@ pub(in crate::ops) fn eval_matmul_nbits(
         optional(inputs, 4),
         optional(inputs, 5),
     );
-    if g_idx.is_some() {
-        return Err(ctx.error("g_idx is not supported"));
-    }
     let (k, n) = (size_attr(ctx, "K", 0)?, size_attr(ctx, "N", 0)?);
     let block = size_attr(ctx, "block_size", 0)?;
     if ctx.node.attr_int("bits", 4)? != 4 || block < 16 || !block.is_power_of_two() {
@@ -147,38 +149,58 @@ pub(in crate::ops) fn eval_matmul_nbits(
     if sv.len() != n * blocks {
         return Err(ctx.error(format!("scales do not hold {n} x {blocks} values")));
     }
-    // The zero point of (column, block).
-    let zero_bytes = blocks.div_ceil(2);
-    let zero = |col: usize, blk: usize| -> Result<f32> {
-        Ok(match zeros {
-            None => 8.0 * sv[col * blocks + blk],
-            Some(z) if z.dtype() == DataType::Uint8 && z.len() == n * zero_bytes => {
-                let row = &z.as_slice::<u8>()?[col * zero_bytes..];
-                f32::from(nibble(row, blk)) * sv[col * blocks + blk]
-            }
-            Some(z) if z.dtype() == DataType::Float && z.len() == n * blocks => {
-                z.as_slice::<f32>()?[col * blocks + blk]
-            }
-            Some(z) => {
+    // The group of each row of K: its block, or `g_idx[k]` (act-order).
+    let groups: Vec<usize> = match g_idx {
+        None => (0..k).map(|r| r / block).collect(),
+        Some(g) => {
+            let g = to_i64s(g)?;
+            if g.len() != k || g.iter().any(|&x| x < 0 || x as usize >= blocks) {
                 return Err(ctx.error(format!(
-                    "zero_points {:?} ({}) are neither packed uint8 nor one float per block",
-                    z.shape(),
-                    z.dtype()
-                )))
+                    "g_idx does not give each of the {k} rows of K a group below {blocks}"
+                )));
             }
-        })
+            g.into_iter().map(|x| x as usize).collect()
+        }
     };
-    // W (N, K) dequantised: code * scale - zero * scale (float zero points are already scaled).
+    // The zero point of each (column, group), times its scale.
+    let mut zs = try_vec(n * blocks, 0.0f32)?;
+    let zero_bytes = blocks.div_ceil(2);
+    match zeros {
+        None => {
+            for (z, &s) in zs.iter_mut().zip(sv) {
+                *z = 8.0 * s;
+            }
+        }
+        Some(z) if z.dtype() == DataType::Uint8 && z.len() == n * zero_bytes => {
+            let packed = z.as_slice::<u8>()?;
+            for (i, z) in zs.iter_mut().enumerate() {
+                let (col, grp) = (i / blocks, i % blocks);
+                *z = f32::from(nibble(&packed[col * zero_bytes..], grp)) * sv[i];
+            }
+        }
+        Some(z) if z.dtype() == DataType::Float && z.len() == n * blocks => {
+            for ((z, &f), &s) in zs.iter_mut().zip(z.as_slice::<f32>()?).zip(sv) {
+                *z = f * s;
+            }
+        }
+        Some(z) => {
+            return Err(ctx.error(format!(
+                "zero_points {:?} ({}) are neither packed uint8 nor one float per block",
+                z.shape(),
+                z.dtype()
+            )))
+        }
+    }
+    // W (N, K) dequantised: code * scale - zero * scale, with the scale and zero point of the
+    // row's group; the codes stay in their blocks of K.
     let codes = b.as_slice::<u8>()?;
     let mut w = try_vec(n * k, 0.0f32)?;
     for (col, row) in w.chunks_mut(k.max(1)).enumerate() {
-        for (blk, chunk) in row.chunks_mut(block).enumerate() {
-            let s = sv[col * blocks + blk];
-            let z = zero(col, blk)?;
-            let bytes = &codes[(col * blocks + blk) * blob..][..blob];
-            for (i, o) in chunk.iter_mut().enumerate() {
-                *o = f32::from(nibble(bytes, i)) * s - z;
-            }
+        let bytes = &codes[col * blocks * blob..][..blocks * blob];
+        let (scales, zeros) = (&sv[col * blocks..][..blocks], &zs[col * blocks..][..blocks]);
+        for ((r, o), &grp) in row.iter_mut().enumerate().zip(&groups) {
+            let code = nibble(&bytes[(r / block) * blob..], r % block);
+            *o = f32::from(code) * scales[grp] - zeros[grp];
         }
     }
     let av = floats(a, "MatMulNBits")?;
@@ -376,6 +398,74 @@ mod tests {
         .unwrap();
         // (0 - 8) * 0.5 + (15 - 8) * 0.5 = -0.5.
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[-0.5]);
+    }
+
+    /// `MatMulNBits` on one column of K = 32 (two blocks of 16), every code 10, scales
+    /// [1, 0.5], packed uint8 zero points [2, 4] (or the same as floats), A ones at rows 0 and 16:
+    /// y = W[0] + W[16], each row dequantised with its group's scale and zero point.
+    #[test]
+    fn matmul_nbits_g_idx_takes_each_rows_group() {
+        let zu = Tensor::from_vec(DataType::Uint8, &[1, 1], vec![2u8 | (4 << 4)]).unwrap();
+        let zf = f32s(&[2], vec![2.0, 4.0]);
+        let mut a = vec![0.0f32; 32];
+        (a[0], a[16]) = (1.0, 1.0);
+        let swapped: Vec<i32> = (0..32).map(|r| 1 - r / 16).collect();
+        for (name, zeros, g_idx, want) in [
+            // Blocks: (10 - 2) * 1 + (10 - 4) * 0.5.
+            ("blocks, uint8 zero points", &zu, None, 11.0),
+            ("blocks, float zero points", &zf, None, 11.0),
+            // Row 0 in group 1, row 16 in group 0: (10 - 4) * 0.5 + (10 - 2) * 1.
+            (
+                "swapped groups, uint8 zero points",
+                &zu,
+                Some(swapped.clone()),
+                11.0,
+            ),
+            ("rows 0 and 16 in group 1", &zu, Some(vec![1; 32]), 6.0),
+            ("rows 0 and 16 in group 0", &zf, Some(vec![0; 32]), 16.0),
+        ] {
+            let g = g_idx.map(|g| Tensor::from_vec(DataType::Int32, &[32], g).unwrap());
+            let y = eval_node(
+                &node(
+                    "MatMulNBits",
+                    5,
+                    &[("K", 32), ("N", 1), ("bits", 4), ("block_size", 16)],
+                ),
+                1,
+                &[
+                    Some(&f32s(&[1, 32], a.clone())),
+                    Some(&Tensor::from_vec(DataType::Uint8, &[1, 2, 8], vec![0xAAu8; 16]).unwrap()),
+                    Some(&f32s(&[2], vec![1.0, 0.5])),
+                    Some(zeros),
+                    g.as_ref(),
+                ],
+            )
+            .unwrap();
+            assert_eq!(y[0].as_slice::<f32>().unwrap(), &[want], "{name}");
+        }
+    }
+
+    #[test]
+    fn matmul_nbits_rejects_a_g_idx_group_past_the_blocks() {
+        let g = Tensor::from_vec(DataType::Int32, &[16], vec![1i32; 16]).unwrap();
+        let err = eval_node(
+            &node(
+                "MatMulNBits",
+                5,
+                &[("K", 16), ("N", 1), ("bits", 4), ("block_size", 16)],
+            ),
+            1,
+            &[
+                Some(&f32s(&[1, 16], vec![0.0; 16])),
+                Some(&Tensor::from_vec(DataType::Uint8, &[1, 1, 8], vec![0u8; 8]).unwrap()),
+                Some(&f32s(&[1], vec![1.0])),
+                None,
+                Some(&g),
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("g_idx"), "{err}");
     }
 
     #[test]
