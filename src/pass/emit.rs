@@ -1,13 +1,31 @@
 //! Building the nodes that replace one node: fresh names derived from the replaced node's,
 //! constants in the form the opset allows, opset-dependent `Unsqueeze` / `Squeeze` / `Reshape`
-//! forms, and a `value_info` declaration for every new value.
+//! forms, and a `value_info` declaration for every new value, typed by the operator's own shape
+//! function ([`crate::ops::infer_node`], the one static inference runs).
 //!
-//! Both node-replacing passes ([`super::GatherToMultiaxis`] and [`super::LowerMultiaxis`]) build
-//! their replacements through an [`Emitter`], so the naming and declaration conventions are the
-//! same on the way in and on the way out.
+//! Both node-replacing passes ([`super::GatherToMultiaxis`] and [`super::LowerMultiaxis`], and
+//! through the latter [`super::DefineMultiaxisFunctions`]) build their replacements through an
+//! [`Emitter`], so the naming, declaration and typing conventions are the same on the way in
+//! and on the way out, and no pass computes a new value's dims itself.
+//!
+//! Design note: the shape functions work on symbolic dims (a `Transpose` or `Squeeze` of
+//! `[N, 3]` keeps `N`; a `0` in a constant `Reshape` shape copies it), so what the passes knew
+//! symbolically they still know. What no shape function can see is the value of a shape input
+//! computed at run time (`Expand(x, Gather(Shape(y), ...))`, a `Reshape` to a shape built from
+//! `Shape`, a `Slice` to ends built from `Shape`): there it gives the element type and rank and
+//! leaves the dims unknown. The pass knows what that computed shape holds (the dims it read
+//! with `Shape`), and says so with [`Emitter::op_knowing`]: those dims fill in only what the
+//! function left unknown, never override what it gives.
+
+use std::collections::HashMap;
 
 use crate::gather::ShapeOp;
-use crate::ir::{AttrValue, Dim, Node, StoredTensor, Type, UniqueNames, ValueInfo};
+use crate::ir::{
+    is_onnx_domain, stored_to_tensor, AttrValue, Dim, Node, StoredTensor, TensorType, Type,
+    TypeKind, UniqueNames, ValueInfo,
+};
+use crate::ops;
+use crate::tensor::Tensor;
 use crate::DataType;
 
 /// How a replacement materialises constant shapes and axes.
@@ -61,6 +79,10 @@ pub(crate) struct Emitter<'a> {
     pub nodes: Vec<Node>,
     pub value_info: Vec<ValueInfo>,
     pub initializers: Vec<StoredTensor>,
+    /// What is known of the values the nodes built here read and write.
+    types: HashMap<String, TensorType>,
+    /// The values of the constants built here, for the shape functions that read them.
+    values: HashMap<String, Tensor>,
 }
 
 impl<'a> Emitter<'a> {
@@ -79,7 +101,64 @@ impl<'a> Emitter<'a> {
             nodes: Vec::new(),
             value_info: Vec::new(),
             initializers: Vec::new(),
+            types: HashMap::new(),
+            values: HashMap::new(),
         }
+    }
+
+    /// Makes the type of `name`, a value from outside this replacement, known to the shape
+    /// functions of the nodes that read it.
+    pub(crate) fn know(&mut self, name: &str, elem: DataType, dims: &[Dim]) {
+        self.types
+            .entry(name.to_owned())
+            .or_insert_with(|| TensorType::new(elem, dims.to_vec()));
+    }
+
+    /// What is known of `name`: its type as the shape function of the node that built it gave
+    /// it, or as [`Emitter::know`] made it known.
+    pub(crate) fn type_of(&self, name: &str) -> Option<&TensorType> {
+        self.types.get(name)
+    }
+
+    /// The output types of `node` by its operator's shape function, from what is known of its
+    /// inputs and the values of the constants among them.
+    fn infer(&self, node: &Node) -> Vec<TensorType> {
+        let opset = if is_onnx_domain(&node.domain) {
+            self.opset
+        } else {
+            crate::gather::SINCE_VERSION
+        };
+        let inputs: Vec<Option<TensorType>> = node
+            .inputs
+            .iter()
+            .map(|i| self.types.get(i).cloned())
+            .collect();
+        let values: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| self.values.get(i)).collect();
+        ops::infer_node(node, opset, &inputs, &values)
+    }
+
+    /// Adds `node`, typing its outputs by its operator's shape function; an output declared by
+    /// [`Emitter::fresh`] gets its declaration's type here.
+    pub(crate) fn push(&mut self, node: Node) {
+        self.push_knowing(node, None);
+    }
+
+    /// [`Emitter::push`] for a node whose shape input is computed at run time (`Expand`,
+    /// `Reshape` to a shape built from `Shape`): the shape function sees no constant there and
+    /// leaves those dims unknown, so `known`, what the pass knows the computed shape holds
+    /// (possibly symbolic dims), fills in the dims it left unknown, and only those.
+    pub(crate) fn push_knowing(&mut self, node: Node, known: Option<&[Dim]>) {
+        let mut types = self.infer(&node);
+        if let (Some(dims), Some(first)) = (known, types.first_mut()) {
+            fill_dims(first, dims);
+        }
+        for (out, ty) in node.outputs.iter().zip(types) {
+            if let Some(v) = self.value_info.iter_mut().rev().find(|v| v.name == *out) {
+                v.ty = Some(Type::from(TypeKind::Tensor(ty.clone())));
+            }
+            self.types.insert(out.clone(), ty);
+        }
+        self.nodes.push(node);
     }
 
     /// What was built.
@@ -96,13 +175,16 @@ impl<'a> Emitter<'a> {
         self.names.fresh(&format!("{}/{what}", self.base))
     }
 
-    /// A fresh value declared with the given type.
-    pub(crate) fn value(&mut self, what: &str, elem: DataType, dims: &[Dim]) -> String {
+    /// A fresh value, declared here and typed by the node that will produce it
+    /// ([`Emitter::push`]).
+    pub(crate) fn fresh(&mut self, what: &str) -> String {
         let name = self.names.fresh(&format!("{}_{what}", self.base));
-        self.value_info.push(ValueInfo::new(
-            name.clone(),
-            Type::tensor(elem, dims.to_vec()),
-        ));
+        self.value_info.push(ValueInfo {
+            name: name.clone(),
+            ty: None,
+            doc_string: None,
+            metadata_props: Vec::new(),
+        });
         name
     }
 
@@ -114,12 +196,23 @@ impl<'a> Emitter<'a> {
 
     /// Any constant tensor: a `Constant` node, an initializer, or a cast `Constant` of doubles
     /// (see [`Constants`]).
-    pub(crate) fn constant_tensor(&mut self, what: &str, mut tensor: StoredTensor) -> String {
+    pub(crate) fn constant_tensor(&mut self, what: &str, tensor: StoredTensor) -> String {
         let dims: Vec<Dim> = tensor.dims.iter().map(|&d| Dim::Known(d)).collect();
+        let value = stored_to_tensor(&tensor).ok();
+        let name = self.constant_in_form(what, tensor, &dims);
+        if let Some(value) = value {
+            self.values.insert(name.clone(), value);
+        }
+        name
+    }
+
+    fn constant_in_form(&mut self, what: &str, mut tensor: StoredTensor, dims: &[Dim]) -> String {
         match self.constants {
             Constants::Initializers => {
                 let name = self.names.fresh(&format!("{}_{what}", self.base));
                 tensor.name = Some(name.clone());
+                self.types
+                    .insert(name.clone(), TensorType::new(tensor.elem, dims.to_vec()));
                 self.initializers.push(tensor);
                 return name;
             }
@@ -132,49 +225,69 @@ impl<'a> Emitter<'a> {
                         .collect();
                     let elem = tensor.elem;
                     let t = StoredTensor::raw(None, DataType::Double, &tensor.dims, doubles.into());
-                    let double = self.constant_node(&format!("{what}_double"), t, &dims);
+                    let double = self.constant_node(&format!("{what}_double"), t);
                     let to = if self.opset >= 6 {
                         AttrValue::Int(elem.onnx() as i64)
                     } else {
                         AttrValue::String(elem.name().to_uppercase().into_bytes())
                     };
-                    return self.op("Cast", &[&double], vec![("to", to)], what, elem, &dims);
+                    return self.op("Cast", &[&double], vec![("to", to)], what);
                 }
             }
             _ => {}
         }
-        self.constant_node(what, tensor, &dims)
+        self.constant_node(what, tensor)
     }
 
-    fn constant_node(&mut self, what: &str, tensor: StoredTensor, dims: &[Dim]) -> String {
-        let name = self.value(what, tensor.elem, dims);
+    fn constant_node(&mut self, what: &str, tensor: StoredTensor) -> String {
+        let name = self.fresh(what);
         let node_name = self.node_name(what);
-        self.nodes.push(
+        self.push(
             Node::new("Constant", &node_name, Vec::<String>::new(), [name.clone()])
                 .with_attr("value", AttrValue::Tensor(Box::new(tensor))),
         );
         name
     }
 
-    /// One node `op(inputs) <attrs>` with one new output value of the given type, named after
-    /// `what`; returns the output's name.
+    /// One node `op(inputs) <attrs>` with one new output value named after `what`, typed by the
+    /// operator's shape function; returns the output's name.
     pub(crate) fn op(
         &mut self,
         op: &str,
         inputs: &[&str],
         attrs: Vec<(&str, AttrValue)>,
         what: &str,
-        elem: DataType,
-        dims: &[Dim],
     ) -> String {
-        let out = self.value(what, elem, dims);
+        self.op_knowing(op, inputs, attrs, what, None)
+    }
+
+    /// [`Emitter::op`] for a node whose shape input is computed at run time; see
+    /// [`Emitter::push_knowing`].
+    pub(crate) fn op_knowing(
+        &mut self,
+        op: &str,
+        inputs: &[&str],
+        attrs: Vec<(&str, AttrValue)>,
+        what: &str,
+        known: Option<&[Dim]>,
+    ) -> String {
+        let out = self.fresh(what);
         let name = self.node_name(&format!("{op}_{what}"));
         let mut node = Node::new(op, &name, inputs.iter().copied(), [out.clone()]);
         for (attr, value) in attrs {
             node = node.with_attr(attr, value);
         }
-        self.nodes.push(node);
+        self.push_knowing(node, known);
         out
+    }
+
+    /// The dims of `name` as far as they are known: its shape, or none for an unknown rank.
+    pub(crate) fn dims_of(&self, name: &str) -> Vec<Dim> {
+        self.types
+            .get(name)
+            .and_then(|t| t.shape.as_ref())
+            .map(|s| s.dims.clone())
+            .unwrap_or_default()
     }
 
     /// Makes the value `value`, built by this emitter, appear under the name `output` instead:
@@ -230,34 +343,36 @@ impl<'a> Emitter<'a> {
         &mut self,
         ops: &[ShapeOp],
         mut value: String,
-        elem: DataType,
-        mut dims: Vec<Dim>,
         what: &str,
         last: Option<&str>,
-    ) -> (String, Vec<Dim>) {
+    ) -> String {
         if ops.is_empty() {
-            return (value, dims);
+            return value;
         }
-        let final_dims = ops.iter().fold(dims.clone(), |d, op| apply_dims(op, &d));
+        let elem = self.type_of(&value).and_then(|t| t.elem);
+        let dims = self.dims_of(&value);
+        let final_dims = self.dims_after(ops, &value);
         // One `Reshape` to a constant shape, unless the constant would have to be cast (old
         // opsets without initializers) where `Unsqueeze` / `Squeeze` with attributes need none.
         let cheap_constant = self.constants != Constants::CastDoubles
             || ops.iter().any(|op| matches!(op, ShapeOp::Reshape(_)));
-        if let (Some(_), Some(sizes), true) =
-            (all_known(&dims), all_known(&final_dims), cheap_constant)
-        {
+        if let (Some(_), Some(sizes), true, Some(elem)) = (
+            all_known(&dims),
+            final_dims.as_deref().and_then(all_known),
+            cheap_constant,
+            elem,
+        ) {
             if self.can_reshape_to(&dims, &sizes) && reshape_takes(self.opset, elem) {
-                let out = self.output_name(last, what, elem, &final_dims);
+                let out = self.output_name(last, what);
                 self.reshape_to_sizes(&value, &dims, &sizes, &out, what);
-                return (out, final_dims);
+                return out;
             }
         }
         for (n, op) in ops.iter().enumerate() {
-            let next_dims = apply_dims(op, &dims);
             let out = if n + 1 == ops.len() {
-                self.output_name(last, what, elem, &next_dims)
+                self.output_name(last, what)
             } else {
-                self.value(what, elem, &next_dims)
+                self.fresh(what)
             };
             match op {
                 ShapeOp::Unsqueeze(axes) => self.axes_op("Unsqueeze", &value, axes, &out, what),
@@ -265,27 +380,56 @@ impl<'a> Emitter<'a> {
                 ShapeOp::Reshape(spec) => self.reshape(&value, spec, &out, what, false),
             }
             value = out;
-            dims = next_dims;
         }
-        (value, dims)
+        value
     }
 
-    fn output_name(
-        &mut self,
-        last: Option<&str>,
-        what: &str,
-        elem: DataType,
-        dims: &[Dim],
-    ) -> String {
+    /// The dims of `value` after `ops`, by the shape functions of `Unsqueeze`, `Squeeze` and
+    /// `Reshape` at this opset, without adding anything; `None` where the rank is unknown.
+    pub(crate) fn dims_after(&self, ops: &[ShapeOp], value: &str) -> Option<Vec<Dim>> {
+        let mut ty = self.type_of(value)?.clone();
+        for op in ops {
+            let (op_type, attr, values) = match op {
+                ShapeOp::Unsqueeze(axes) => ("Unsqueeze", "axes", indices(axes)),
+                ShapeOp::Squeeze(axes) => ("Squeeze", "axes", indices(axes)),
+                ShapeOp::Reshape(spec) => ("Reshape", "shape", spec.clone()),
+            };
+            let as_input = if op_type == "Reshape" {
+                self.opset >= 5
+            } else {
+                self.opset >= 13
+            };
+            let mut node = Node::new(op_type, "", ["x"], ["y"]);
+            let constant = if as_input {
+                node.inputs.push(attr.to_owned());
+                Some(Tensor::from_vec(DataType::Int64, &[values.len()], values).ok()?)
+            } else {
+                node = node.with_attr(attr, AttrValue::Ints(values));
+                None
+            };
+            let inputs = [
+                Some(ty),
+                constant.as_ref().map(|c| {
+                    TensorType::new(DataType::Int64, vec![Dim::Known(c.shape()[0] as i64)])
+                }),
+            ];
+            ty = ops::infer_node(&node, self.opset, &inputs, &[None, constant.as_ref()])
+                .into_iter()
+                .next()?;
+        }
+        ty.shape.map(|s| s.dims)
+    }
+
+    fn output_name(&mut self, last: Option<&str>, what: &str) -> String {
         match last {
             Some(name) => name.to_owned(),
-            None => self.value(what, elem, dims),
+            None => self.fresh(what),
         }
     }
 
     /// `Unsqueeze` / `Squeeze`, with axes as an input from opset 13 and as an attribute before.
     pub(crate) fn axes_op(&mut self, op: &str, input: &str, axes: &[usize], out: &str, what: &str) {
-        let axes: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+        let axes = indices(axes);
         let name = self.node_name(&format!("{op}_{what}"));
         let node = if self.opset >= 13 {
             let axes = self.constant(&format!("{what}_axes"), &axes);
@@ -293,7 +437,7 @@ impl<'a> Emitter<'a> {
         } else {
             Node::new(op, &name, [input], [out]).with_attr("axes", AttrValue::Ints(axes))
         };
-        self.nodes.push(node);
+        self.push(node);
     }
 
     /// Whether [`Emitter::reshape_to_sizes`] can take a value of `dims` to the known `sizes`. A 0
@@ -339,57 +483,28 @@ impl<'a> Emitter<'a> {
         if allowzero {
             node = node.with_attr("allowzero", AttrValue::Int(1));
         }
-        self.nodes.push(node);
+        self.push(node);
     }
 }
 
-/// The dims after one shape operation; sizes that cannot be worked out become unknown.
-pub(crate) fn apply_dims(op: &ShapeOp, dims: &[Dim]) -> Vec<Dim> {
-    match op {
-        ShapeOp::Unsqueeze(axes) => {
-            let mut rest = dims.iter();
-            (0..dims.len() + axes.len())
-                .map(|j| {
-                    if axes.contains(&j) {
-                        Dim::Known(1)
-                    } else {
-                        rest.next().cloned().unwrap_or(Dim::Unknown)
-                    }
-                })
-                .collect()
-        }
-        ShapeOp::Squeeze(axes) => dims
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| !axes.contains(j))
-            .map(|(_, d)| d.clone())
-            .collect(),
-        ShapeOp::Reshape(spec) => {
-            let total: Option<i64> = dims.iter().map(Dim::known).product();
-            let mut out: Vec<Dim> = spec
-                .iter()
-                .enumerate()
-                .map(|(j, &s)| match s {
-                    0 => dims.get(j).cloned().unwrap_or(Dim::Unknown),
-                    -1 => Dim::Unknown,
-                    n => Dim::Known(n),
-                })
-                .collect();
-            if let Some(hole) = spec.iter().position(|&s| s == -1) {
-                let rest: Option<i64> = out
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, _)| *j != hole)
-                    .map(|(_, d)| d.known())
-                    .product();
-                if let (Some(total), Some(rest)) = (total, rest) {
-                    if rest > 0 {
-                        out[hole] = Dim::Known(total / rest);
-                    }
+/// Axes or positions as the int64 values of an attribute or a constant.
+fn indices(axes: &[usize]) -> Vec<i64> {
+    axes.iter().map(|&a| a as i64).collect()
+}
+
+/// Fills the dims of `ty` its shape function left unknown with those the pass knows (`dims`),
+/// or gives it `dims` when its rank is unknown.
+fn fill_dims(ty: &mut TensorType, dims: &[Dim]) {
+    match &mut ty.shape {
+        Some(shape) if shape.rank() == dims.len() => {
+            for (d, k) in shape.dims.iter_mut().zip(dims) {
+                if *d == Dim::Unknown {
+                    *d = k.clone();
                 }
             }
-            out
         }
+        Some(_) => {}
+        None => ty.shape = Some(crate::ir::Shape::new(dims.to_vec())),
     }
 }
 
@@ -414,25 +529,76 @@ mod tests {
     #[test]
     fn symbolic_dims_follow_shape_ops() {
         let n = || Dim::Symbolic("N".into());
-        let dims = vec![n(), Dim::Known(3)];
-        assert_eq!(
-            apply_dims(&ShapeOp::Unsqueeze(vec![0, 3]), &dims),
-            vec![Dim::Known(1), n(), Dim::Known(3), Dim::Known(1)]
+        let mut names = UniqueNames::default();
+        let mut e = Emitter::new("n", &mut names, 13, Constants::Nodes);
+        e.know("x", DataType::Float, &[n(), Dim::Known(3)]);
+        e.know("w", DataType::Float, &[n(), Dim::Known(1)]);
+        e.know("y", DataType::Float, &[n(), Dim::Known(2), Dim::Known(3)]);
+        e.know(
+            "z",
+            DataType::Float,
+            &[Dim::Known(4), Dim::Known(2), Dim::Known(3)],
         );
-        assert_eq!(apply_dims(&ShapeOp::Squeeze(vec![1]), &dims), vec![n()]);
+        let after = |e: &Emitter, op: ShapeOp, x: &str| e.dims_after(&[op], x);
         assert_eq!(
-            apply_dims(
-                &ShapeOp::Reshape(vec![0, -1]),
-                &[n(), Dim::Known(2), Dim::Known(3)]
-            ),
-            vec![n(), Dim::Unknown]
+            after(&e, ShapeOp::Unsqueeze(vec![0, 3]), "x"),
+            Some(vec![Dim::Known(1), n(), Dim::Known(3), Dim::Known(1)])
+        );
+        assert_eq!(after(&e, ShapeOp::Squeeze(vec![1]), "w"), Some(vec![n()]));
+        // `Reshape`'s shape function divides out the copied dim: [N, 2, 3] -> [N, 6].
+        assert_eq!(
+            after(&e, ShapeOp::Reshape(vec![0, -1]), "y"),
+            Some(vec![n(), Dim::Known(6)])
         );
         assert_eq!(
-            apply_dims(
-                &ShapeOp::Reshape(vec![0, -1]),
-                &[Dim::Known(4), Dim::Known(2), Dim::Known(3)]
-            ),
-            vec![Dim::Known(4), Dim::Known(6)]
+            after(&e, ShapeOp::Reshape(vec![0, -1]), "z"),
+            Some(vec![Dim::Known(4), Dim::Known(6)])
+        );
+        assert_eq!(after(&e, ShapeOp::Squeeze(vec![0]), "unknown"), None);
+    }
+
+    #[test]
+    fn outputs_are_typed_by_the_shape_function() {
+        let mut names = UniqueNames::default();
+        let mut e = Emitter::new("n", &mut names, 13, Constants::Nodes);
+        e.know(
+            "x",
+            DataType::Float,
+            &[Dim::Symbolic("N".into()), Dim::Known(3)],
+        );
+        let perm = AttrValue::Ints(vec![1, 0]);
+        let t = e.op("Transpose", &["x"], vec![("perm", perm)], "t");
+        let s = e.op("Shape", &[&t], vec![], "s");
+        let expanded = e.op_knowing(
+            "Expand",
+            &[&t, &s],
+            vec![],
+            "e",
+            Some(&[Dim::Known(3), Dim::Symbolic("N".into())]),
+        );
+        let declared = |e: &Emitter, name: &str| {
+            e.value_info
+                .iter()
+                .find(|v| v.name == name)
+                .and_then(ValueInfo::tensor_type)
+                .cloned()
+        };
+        let n = Dim::Symbolic("N".into());
+        assert_eq!(
+            declared(&e, &t),
+            Some(TensorType::new(DataType::Float, vec![Dim::Known(3), n]))
+        );
+        assert_eq!(
+            declared(&e, &s),
+            Some(TensorType::new(DataType::Int64, vec![Dim::Known(2)]))
+        );
+        // The shape function cannot read `Shape(t)`; the pass fills in the dims it knows.
+        assert_eq!(
+            declared(&e, &expanded),
+            Some(TensorType::new(
+                DataType::Float,
+                vec![Dim::Known(3), Dim::Symbolic("N".into())]
+            ))
         );
     }
 
@@ -441,15 +607,8 @@ mod tests {
         let mut names = UniqueNames::default();
         let mut e = Emitter::new("n", &mut names, 13, Constants::Nodes);
         let unused = e.constant("unused", &[1]);
-        let _dead = e.op(
-            "Neg",
-            &[&unused],
-            vec![],
-            "dead",
-            DataType::Int64,
-            &[Dim::Known(1)],
-        );
-        let kept = e.op("Neg", &["x"], vec![], "kept", DataType::Float, &[]);
+        let _dead = e.op("Neg", &[&unused], vec![], "dead");
+        let kept = e.op("Neg", &["x"], vec![], "kept");
         assert_eq!(e.prune(&[&kept]), 2);
         assert_eq!(e.nodes.len(), 1);
         assert_eq!(e.value_info.len(), 1);
@@ -460,14 +619,7 @@ mod tests {
     fn a_result_is_renamed_or_forwarded() {
         let mut names = UniqueNames::default();
         let mut e = Emitter::new("n", &mut names, 13, Constants::Nodes);
-        let v = e.op(
-            "Neg",
-            &["x"],
-            vec![],
-            "neg",
-            DataType::Float,
-            &[Dim::Known(2)],
-        );
+        let v = e.op("Neg", &["x"], vec![], "neg");
         e.rename_result(&v, "y");
         assert_eq!(e.nodes[0].outputs, ["y"]);
         assert!(e.value_info.is_empty());

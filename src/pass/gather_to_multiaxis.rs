@@ -48,7 +48,6 @@ use crate::ir::{
     opset_version, AttrValue, Dim, Graph, Model, Node, OpsetImport, StoredTensor, Type,
     UniqueNames, ValueInfo,
 };
-use crate::ops::gather_multiaxis_dims;
 use crate::DataType;
 
 /// The domain of `GatherMultiaxis`.
@@ -554,15 +553,17 @@ fn nd_symbolic_depth(
     let (opset, constants) = (site.opset, site.constants);
     let branch = |k: usize, out: &str, names: &mut UniqueNames| {
         let mut e = Emitter::new(label, names, opset, constants);
-        let mut dims = indices.2.clone();
-        dims[q - 1] = Dim::Known(k as i64);
+        e.know(indices.0, indices.1, &indices.2);
         let what = format!("indices_depth{k}");
-        let idx = e.value(&what, indices.1, &dims);
+        let idx = e.fresh(&what);
         let mut spec = vec![0; q - 1];
         spec.push(k as i64);
         e.reshape(indices.0, &spec, &idx, &what, false);
         let plan = rules::gather_nd(r, q, k, b as i64).map_err(|e| Invalid(e.to_string()))?;
+        let dims = e.dims_of(&idx);
         emit(&mut e, &plan, data.clone(), (&idx, indices.1, dims), out);
+        // GatherND's own output rule, which keeps the indices' batch dims where the branch's
+        // gather (its indices broadcast against the data) may not know them.
         let out_dims: Vec<Dim> = indices.2[..q - 1]
             .iter()
             .chain(&data.2[b + k..])
@@ -575,35 +576,15 @@ fn nd_symbolic_depth(
         return branch(1, output, names).map(|(rep, _)| rep);
     }
     let mut e = Emitter::new(label, names, opset, constants);
-    let shape = e.op(
-        "Shape",
-        &[indices.0],
-        vec![],
-        "indices_shape",
-        DataType::Int64,
-        &[Dim::Known(q as i64)],
-    );
+    e.know(indices.0, indices.1, &indices.2);
+    let shape = e.op("Shape", &[indices.0], vec![], "indices_shape");
     let start = e.constant("depth_start", &[q as i64 - 1]);
     let end = e.constant("depth_end", &[q as i64]);
-    let depth = e.op(
-        "Slice",
-        &[&shape, &start, &end],
-        vec![],
-        "depth",
-        DataType::Int64,
-        &[Dim::Known(1)],
-    );
+    let depth = e.op("Slice", &[&shape, &start, &end], vec![], "depth");
     let conds: Vec<String> = (1..depths)
         .map(|k| {
             let value = e.constant(&format!("depth{k}"), &[k as i64]);
-            e.op(
-                "Equal",
-                &[&depth, &value],
-                vec![],
-                &format!("is_depth{k}"),
-                DataType::Bool,
-                &[Dim::Known(1)],
-            )
+            e.op("Equal", &[&depth, &value], vec![], &format!("is_depth{k}"))
         })
         .collect();
     // Built from the innermost else branch (the largest depth) outwards.
@@ -662,28 +643,22 @@ fn unranked(elem: DataType) -> Type {
 type Operand<'a> = (&'a str, DataType, Vec<Dim>);
 
 fn emit(e: &mut Emitter, plan: &GatherPlan, data: Operand, indices: Operand, output: &str) {
-    let (data, elem, mut data_dims) = data;
+    let (data, elem, data_dims) = data;
     let (indices, index_elem, index_dims) = indices;
     let mut x = data.to_owned();
+    e.know(data, elem, &data_dims);
+    e.know(indices, index_elem, &index_dims);
     if let Some(axis) = plan.crop_input_to_indices {
         if needs_crop(&data_dims, &index_dims, axis) {
-            (x, data_dims) = e.crop(&x, elem, &data_dims, indices, &index_dims, axis);
+            x = e.crop(&x, &data_dims, indices, &index_dims, axis);
         }
     }
-    let (x, x_dims) = e.shape_ops(&plan.input, x, elem, data_dims, "input", None);
-    let (i, i_dims) = e.shape_ops(
-        &plan.indices,
-        indices.to_owned(),
-        index_elem,
-        index_dims,
-        "indices",
-        None,
-    );
-    let gathered_dims = gather_multiaxis_dims(&x_dims, &i_dims, &plan.spec.axes);
+    let x = e.shape_ops(&plan.input, x, "input", None);
+    let i = e.shape_ops(&plan.indices, indices.to_owned(), "indices", None);
     let gathered = if plan.output.is_empty() {
         output.to_owned()
     } else {
-        e.value("gathered", elem, &gathered_dims)
+        e.fresh("gathered")
     };
     let mut node = Node::new(
         "GatherMultiaxis",
@@ -702,15 +677,8 @@ fn emit(e: &mut Emitter, plan: &GatherPlan, data: Operand, indices: Operand, out
             AttrValue::String(plan.spec.mode.name().as_bytes().to_vec()),
         );
     }
-    e.nodes.push(node);
-    e.shape_ops(
-        &plan.output,
-        gathered,
-        elem,
-        gathered_dims,
-        "output",
-        Some(output),
-    );
+    e.push(node);
+    e.shape_ops(&plan.output, gathered, "output", Some(output));
 }
 
 /// True unless every non-axis dimension of the data provably equals the indices' one.
@@ -729,22 +697,12 @@ impl Emitter<'_> {
     fn crop(
         &mut self,
         data: &str,
-        elem: DataType,
         data_dims: &[Dim],
         indices: &str,
         index_dims: &[Dim],
         axis: usize,
-    ) -> (String, Vec<Dim>) {
+    ) -> String {
         let rank = data_dims.len();
-        let dims: Vec<Dim> = (0..rank)
-            .map(|j| {
-                if j == axis {
-                    data_dims[j].clone()
-                } else {
-                    index_dims[j].clone()
-                }
-            })
-            .collect();
         let starts = self.constant("crop_starts", &vec![0; rank]);
         let ends = match all_known(index_dims) {
             Some(sizes) => {
@@ -754,18 +712,16 @@ impl Emitter<'_> {
                 self.constant("crop_ends", &ends)
             }
             None => {
-                let shape =
-                    self.value("indices_shape", DataType::Int64, &[Dim::Known(rank as i64)]);
+                let shape = self.fresh("indices_shape");
                 let shape_node = self.node_name("Shape_indices");
-                self.nodes
-                    .push(Node::new("Shape", &shape_node, [indices], [shape.clone()]));
+                self.push(Node::new("Shape", &shape_node, [indices], [shape.clone()]));
                 let mask: Vec<u8> = (0..rank).map(|j| u8::from(j != axis)).collect();
                 let tensor = StoredTensor::raw(None, DataType::Bool, &[rank as i64], mask.into());
                 let mask_name = self.constant_tensor("crop_mask", tensor);
                 let max = self.constant("crop_unbounded", &[i64::MAX]);
-                let ends = self.value("crop_ends", DataType::Int64, &[Dim::Known(rank as i64)]);
+                let ends = self.fresh("crop_ends");
                 let where_node = self.node_name("Where_crop_ends");
-                self.nodes.push(Node::new(
+                self.push(Node::new(
                     "Where",
                     &where_node,
                     [mask_name, shape, max],
@@ -774,15 +730,22 @@ impl Emitter<'_> {
                 ends
             }
         };
-        let out = self.value("cropped", elem, &dims);
+        // With ends computed at run time, `Slice`'s shape function knows the rank only: the
+        // cropped dims are the indices' on every axis but `axis`, which keeps the data's.
+        let mut dims = index_dims.to_vec();
+        dims[axis] = data_dims[axis].clone();
+        let out = self.fresh("cropped");
         let slice = self.node_name("Slice_crop");
-        self.nodes.push(Node::new(
-            "Slice",
-            &slice,
-            [data.to_owned(), starts, ends],
-            [out.clone()],
-        ));
-        (out, dims)
+        self.push_knowing(
+            Node::new(
+                "Slice",
+                &slice,
+                [data.to_owned(), starts, ends],
+                [out.clone()],
+            ),
+            Some(&dims),
+        );
+        out
     }
 }
 

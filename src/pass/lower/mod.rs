@@ -393,6 +393,8 @@ pub(super) fn lower_node(
         logical: &logical,
         out_dims: &out_dims,
     };
+    l.e.know(&x.name, x.elem, &x.dims);
+    l.e.know(&i.name, i.elem, &i.dims);
     let data = if pad_zero { l.pad_axes(&x) } else { x.clone() };
     let result = match pattern {
         Pattern::Broadcast => l.broadcast(&data, &i),

@@ -5,7 +5,7 @@
 use super::vals::zero_scalar;
 use super::{Lowerer, Val};
 use crate::gather::OutOfRange;
-use crate::ir::{AttrValue, Dim, StoredTensor};
+use crate::ir::{AttrValue, StoredTensor};
 use crate::DataType;
 
 impl Lowerer<'_, '_> {
@@ -32,7 +32,6 @@ impl Lowerer<'_, '_> {
         }
         let axes: Vec<Option<usize>> = self.spec.axes.iter().map(|&a| Some(a)).collect();
         let sizes: Option<Vec<i64>> = self.spec.axes.iter().map(|&a| x.dims[a].known()).collect();
-        let k = Dim::Known(axes.len() as i64);
         let (d, hi, lo) = match sizes {
             Some(s) => {
                 let hi: Vec<i64> = s.iter().map(|n| n - 1).collect();
@@ -46,64 +45,28 @@ impl Lowerer<'_, '_> {
             None => {
                 let d = self.dims_vector(x, &axes, "axis_sizes");
                 let one = self.one();
-                let hi = self.e.op(
-                    "Sub",
-                    &[&d, &one],
-                    vec![],
-                    "axis_max",
-                    DataType::Int64,
-                    std::slice::from_ref(&k),
-                );
-                let lo = self
-                    .e
-                    .op("Neg", &[&d], vec![], "axis_min", DataType::Int64, &[k]);
+                let hi = self.e.op("Sub", &[&d, &one], vec![], "axis_max");
+                let lo = self.e.op("Neg", &[&d], vec![], "axis_min");
                 (d, hi, lo)
             }
         };
-        let dims = t.dims.clone();
-        let bool_op = |l: &mut Self, op: &str, ins: &[&str], what: &str| {
-            l.e.op(op, ins, vec![], what, DataType::Bool, &dims)
-        };
+        let bool_op =
+            |l: &mut Self, op: &str, ins: &[&str], what: &str| l.e.op(op, ins, vec![], what);
         match mode {
             OutOfRange::Clamp => {
                 let name = if self.e.opset >= 12 {
-                    let upper = self.e.op(
-                        "Min",
-                        &[&t.name, &hi],
-                        vec![],
-                        "clamped_above",
-                        DataType::Int64,
-                        &dims,
-                    );
-                    self.e.op(
-                        "Max",
-                        &[&upper, &lo],
-                        vec![],
-                        "clamped",
-                        DataType::Int64,
-                        &dims,
-                    )
+                    let upper = self.e.op("Min", &[&t.name, &hi], vec![], "clamped_above");
+                    self.e.op("Max", &[&upper, &lo], vec![], "clamped")
                 } else {
                     let above = bool_op(self, "Less", &[&hi, &t.name], "above");
-                    let upper = self.e.op(
-                        "Where",
-                        &[&above, &hi, &t.name],
-                        vec![],
-                        "clamped_above",
-                        DataType::Int64,
-                        &dims,
-                    );
+                    let upper =
+                        self.e
+                            .op("Where", &[&above, &hi, &t.name], vec![], "clamped_above");
                     let below = bool_op(self, "Less", &[&upper, &lo], "below");
-                    self.e.op(
-                        "Where",
-                        &[&below, &lo, &upper],
-                        vec![],
-                        "clamped",
-                        DataType::Int64,
-                        &dims,
-                    )
+                    self.e
+                        .op("Where", &[&below, &lo, &upper], vec![], "clamped")
                 };
-                (self.val(name, DataType::Int64, dims), None)
+                (self.typed(name, DataType::Int64), None)
             }
             _ => {
                 let below = bool_op(self, "Less", &[&t.name, &lo], "below");
@@ -117,43 +80,19 @@ impl Lowerer<'_, '_> {
                     // Out of range reads the zero slot at coordinate d of the padded input;
                     // negative indices must count from the end explicitly, the padded axis being
                     // one longer.
-                    let safe = self.e.op(
-                        "Where",
-                        &[&ok, &t.name, &d],
-                        vec![],
-                        "padded_index",
-                        DataType::Int64,
-                        &dims,
-                    );
+                    let safe = self
+                        .e
+                        .op("Where", &[&ok, &t.name, &d], vec![], "padded_index");
                     let negative = bool_op(self, "Less", &[&safe, &zero], "negative");
-                    let wrapped = self.e.op(
-                        "Add",
-                        &[&safe, &d],
-                        vec![],
-                        "wrapped",
-                        DataType::Int64,
-                        &dims,
-                    );
-                    let name = self.e.op(
-                        "Where",
-                        &[&negative, &wrapped, &safe],
-                        vec![],
-                        "safe",
-                        DataType::Int64,
-                        &dims,
-                    );
-                    return (self.val(name, DataType::Int64, dims), None);
+                    let wrapped = self.e.op("Add", &[&safe, &d], vec![], "wrapped");
+                    let name = self
+                        .e
+                        .op("Where", &[&negative, &wrapped, &safe], vec![], "safe");
+                    return (self.typed(name, DataType::Int64), None);
                 }
-                let name = self.e.op(
-                    "Where",
-                    &[&ok, &t.name, &zero],
-                    vec![],
-                    "safe",
-                    DataType::Int64,
-                    &dims,
-                );
-                let ok = self.val(ok, DataType::Bool, dims.clone());
-                (self.val(name, DataType::Int64, dims), Some(ok))
+                let name = self.e.op("Where", &[&ok, &t.name, &zero], vec![], "safe");
+                let ok = self.typed(ok, DataType::Bool);
+                (self.typed(name, DataType::Int64), Some(ok))
             }
         }
     }
@@ -162,19 +101,11 @@ impl Lowerer<'_, '_> {
     /// is in range. Without `keep`, the coordinate dimension goes.
     pub(super) fn all_coordinates(&mut self, ok: Val, keep: bool) -> Val {
         let last = ok.dims.len() - 1;
-        let mut dims = ok.dims.clone();
-        if keep {
-            dims[last] = Dim::Known(1);
-        } else {
-            dims.pop();
-        }
         let as_int = self.e.op(
             "Cast",
             &[&ok.name],
             vec![("to", AttrValue::Int(DataType::Int64.onnx() as i64))],
             "in_range_int",
-            DataType::Int64,
-            &ok.dims,
         );
         let keepdims = AttrValue::Int(i64::from(keep));
         let reduced = if self.e.opset >= 18 {
@@ -184,8 +115,6 @@ impl Lowerer<'_, '_> {
                 &[&as_int, &axes],
                 vec![("keepdims", keepdims)],
                 "tuple_in_range_int",
-                DataType::Int64,
-                &dims,
             )
         } else {
             self.e.op(
@@ -196,8 +125,6 @@ impl Lowerer<'_, '_> {
                     ("keepdims", keepdims),
                 ],
                 "tuple_in_range_int",
-                DataType::Int64,
-                &dims,
             )
         };
         let name = self.e.op(
@@ -205,10 +132,8 @@ impl Lowerer<'_, '_> {
             &[&reduced],
             vec![("to", AttrValue::Int(DataType::Bool.onnx() as i64))],
             "tuple_in_range",
-            DataType::Bool,
-            &dims,
         );
-        self.val(name, DataType::Bool, dims)
+        self.typed(name, DataType::Bool)
     }
 
     /// The input with a zero slot appended to every axis (`Pad`), read by out-of-range indices
@@ -216,23 +141,17 @@ impl Lowerer<'_, '_> {
     pub(super) fn pad_axes(&mut self, x: &Val) -> Val {
         let rank = self.rank();
         let mut pads = vec![0i64; 2 * rank];
-        let mut dims = x.dims.clone();
         for &a in &self.spec.axes {
             pads[rank + a] = 1;
-            dims[a] = match dims[a] {
-                Dim::Known(n) => Dim::Known(n + 1),
-                _ => Dim::Unknown,
-            };
         }
         let name = if self.e.opset >= 11 {
             let pads = self.e.constant("pads", &pads);
-            self.e
-                .op("Pad", &[&x.name, &pads], vec![], "padded", x.elem, &dims)
+            self.e.op("Pad", &[&x.name, &pads], vec![], "padded")
         } else {
             let attrs = vec![("pads", AttrValue::Ints(pads))];
-            self.e.op("Pad", &[&x.name], attrs, "padded", x.elem, &dims)
+            self.e.op("Pad", &[&x.name], attrs, "padded")
         };
-        self.val(name, x.elem, dims)
+        self.typed(name, x.elem)
     }
 
     /// Mode `zero`: the output where the indices were in range, zero elsewhere (`And` for
@@ -242,25 +161,12 @@ impl Lowerer<'_, '_> {
             return out;
         };
         let name = if out.elem == DataType::Bool {
-            self.e.op(
-                "And",
-                &[&mask.name, &out.name],
-                vec![],
-                "masked",
-                out.elem,
-                &out.dims,
-            )
+            self.e.op("And", &[&mask.name, &out.name], vec![], "masked")
         } else {
             let zero = self.e.constant_tensor("zero", zero_scalar(out.elem));
-            self.e.op(
-                "Where",
-                &[&mask.name, &out.name, &zero],
-                vec![],
-                "masked",
-                out.elem,
-                &out.dims,
-            )
+            self.e
+                .op("Where", &[&mask.name, &out.name, &zero], vec![], "masked")
         };
-        self.val(name, out.elem, out.dims)
+        self.typed(name, out.elem)
     }
 }

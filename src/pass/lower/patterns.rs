@@ -31,15 +31,15 @@ impl Lowerer<'_, '_> {
             return x.clone();
         }
         let shape = self.shape_of(i);
-        let name = self.e.op(
+        // `Shape(I)` is computed at run time; the output's dims are `GatherMultiaxis`'s.
+        let name = self.e.op_knowing(
             "Expand",
             &[&x.name, &shape],
             vec![],
             "expanded",
-            x.elem,
-            self.out_dims,
+            Some(self.out_dims),
         );
-        self.val(name, x.elem, self.out_dims.to_vec())
+        self.typed(name, x.elem)
     }
 
     /// One axis, no batch dimension: `Gather` on the input without its index dimensions, with
@@ -60,16 +60,13 @@ impl Lowerer<'_, '_> {
             .chain(&x_tags[pos + 1..])
             .map(|&d| Tag::Dim(d))
             .collect();
-        let dims = self.tag_dims(&tags);
         let name = self.e.op(
             "Gather",
             &[&xs.name, &is.name],
             vec![("axis", AttrValue::Int(pos as i64))],
             "gathered",
-            x.elem,
-            &dims,
         );
-        let gathered = self.val(name, x.elem, dims);
+        let gathered = self.typed(name, x.elem);
         let out = self.in_output_order(gathered, &tags);
         self.mask_output(out, mask)
     }
@@ -92,16 +89,13 @@ impl Lowerer<'_, '_> {
         } else {
             i
         };
-        let dims = self.out_dims.to_vec();
         let name = self.e.op(
             "GatherElements",
             &[&xe.name, &ie.name],
             vec![("axis", AttrValue::Int(axis as i64))],
             "gathered",
-            x.elem,
-            &dims,
         );
-        let out = self.val(name, x.elem, dims);
+        let out = self.typed(name, x.elem);
         self.mask_output(out, mask)
     }
 
@@ -189,16 +183,13 @@ impl Lowerer<'_, '_> {
                 .collect();
             let order = self.e.constant("coordinate_order", &order);
             let last = t.dims.len() as i64 - 1;
-            let dims = t.dims.clone();
             let name = self.e.op(
                 "Gather",
                 &[&t.name, &order],
                 vec![("axis", AttrValue::Int(last))],
                 "coordinates",
-                DataType::Int64,
-                &dims,
             );
-            t = self.val(name, DataType::Int64, dims);
+            t = self.typed(name, DataType::Int64);
         }
         // Without input dimensions, broadcast over the batch, [batch, index|axis, coordinates].
         let drop_t: Vec<usize> = (0..t_tags.len())
@@ -240,20 +231,14 @@ impl Lowerer<'_, '_> {
             .chain(&input)
             .map(|&d| Tag::Dim(d))
             .collect();
-        let dims = self.tag_dims(&tags);
         let mut attrs = Vec::new();
         if !batch.is_empty() {
             attrs.push(("batch_dims", AttrValue::Int(batch.len() as i64)));
         }
-        let name = self.e.op(
-            "GatherND",
-            &[&xd.name, &t.name],
-            attrs,
-            "gathered",
-            x.elem,
-            &dims,
-        );
-        let gathered = self.val(name, x.elem, dims);
+        let name = self
+            .e
+            .op("GatherND", &[&xd.name, &t.name], attrs, "gathered");
+        let gathered = self.typed(name, x.elem);
         let out = self.in_output_order(gathered, &tags);
         self.mask_output(out, mask)
     }

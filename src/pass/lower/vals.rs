@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use super::{Lowerer, Tag, Val};
+use crate::gather::ShapeOp;
 use crate::ir::{
     broadcast_dim, is_onnx_domain, same_dim, AttrValue, Dim, Node, Payload, StoredTensor,
 };
@@ -20,7 +21,7 @@ impl Lowerer<'_, '_> {
         if k == 1 {
             return self.unsqueeze(t, &[rank], "tuples");
         }
-        let out = self.e.value("tuples", DataType::Int64, &dims);
+        let out = self.e.fresh("tuples");
         let known = |d: &Dim| d.known();
         let mut input = t.name.clone();
         let shape = match (
@@ -30,6 +31,7 @@ impl Lowerer<'_, '_> {
             (Some(sizes), _) => {
                 // A reshape of a reshape reads the first one's input.
                 if let Some(y) = self.reshape_source(t) {
+                    self.e.know(&y.name, y.elem, &y.dims);
                     input = y.name;
                 }
                 self.e.constant("tuples_shape", &sizes)
@@ -47,40 +49,32 @@ impl Lowerer<'_, '_> {
                 let mut divisor = vec![1; rank];
                 divisor[rank - 1] = k as i64;
                 let divisor = self.e.constant("tuple_divisor", &divisor);
-                let r = Dim::Known(rank as i64);
-                let outer = self.e.op(
-                    "Div",
-                    &[&shape, &divisor],
-                    vec![],
-                    "tuple_counts",
-                    DataType::Int64,
-                    &[r],
-                );
+                let outer = self
+                    .e
+                    .op("Div", &[&shape, &divisor], vec![], "tuple_counts");
                 let coord = self.e.constant("coordinate_size", &[k as i64]);
                 self.e.op(
                     "Concat",
                     &[&outer, &coord],
                     vec![("axis", AttrValue::Int(0))],
                     "tuples_shape",
-                    DataType::Int64,
-                    &[Dim::Known(rank as i64 + 1)],
                 )
             }
         };
+        // A shape computed at run time: the logical indices' dims (`GatherMultiaxis`'s own rule)
+        // and the coordinates.
         let name = self.e.node_name("Reshape_tuples");
-        self.e.nodes.push(Node::new(
-            "Reshape",
-            &name,
-            [input.clone(), shape],
-            [out.clone()],
-        ));
+        self.e.push_knowing(
+            Node::new("Reshape", &name, [input.clone(), shape], [out.clone()]),
+            Some(&dims),
+        );
         let source = if input == t.name {
             t.clone()
         } else {
             self.reshape_source(t).unwrap_or_else(|| t.clone())
         };
         self.reshapes.insert(out.clone(), source);
-        self.val(out, DataType::Int64, dims)
+        self.typed(out, DataType::Int64)
     }
 
     /// `Expand(v, s)` with `s[j]` = dim `pick[j]` of `source` (1 for `None`), broadcasting
@@ -93,6 +87,7 @@ impl Lowerer<'_, '_> {
         what: &str,
     ) -> Val {
         let shape = self.dims_vector(source, pick, &format!("{what}_expand_shape"));
+        // What the shape computed at run time holds, broadcast as `Expand` does.
         let dims: Vec<Dim> = v
             .dims
             .iter()
@@ -102,15 +97,14 @@ impl Lowerer<'_, '_> {
                 None => d.clone(),
             })
             .collect();
-        let name = self.e.op(
+        let name = self.e.op_knowing(
             "Expand",
             &[&v.name, &shape],
             vec![],
             &format!("{what}_expanded"),
-            v.elem,
-            &dims,
+            Some(&dims),
         );
-        self.val(name, v.elem, dims)
+        self.typed(name, v.elem)
     }
 
     /// An int64 vector whose entry `j` is dim `pick[j]` of `source`, or 1 for `None`: a
@@ -140,8 +134,6 @@ impl Lowerer<'_, '_> {
                 &[&shape, &one],
                 vec![("axis", AttrValue::Int(0))],
                 &format!("{what}_source"),
-                DataType::Int64,
-                &[Dim::Known(rank as i64 + 1)],
             );
         }
         let positions: Vec<i64> = pick.iter().map(|p| p.unwrap_or(rank) as i64).collect();
@@ -151,8 +143,6 @@ impl Lowerer<'_, '_> {
             &[&shape, &positions],
             vec![("axis", AttrValue::Int(0))],
             what,
-            DataType::Int64,
-            &[Dim::Known(pick.len() as i64)],
         )
     }
 
@@ -171,10 +161,7 @@ impl Lowerer<'_, '_> {
         if let Some(s) = self.shapes.get(&v.name) {
             return s.clone();
         }
-        let dims = [Dim::Known(v.dims.len() as i64)];
-        let s = self
-            .e
-            .op("Shape", &[&v.name], vec![], "shape", DataType::Int64, &dims);
+        let s = self.e.op("Shape", &[&v.name], vec![], "shape");
         self.shapes.insert(v.name.clone(), s.clone());
         s
     }
@@ -185,15 +172,10 @@ impl Lowerer<'_, '_> {
             return v.clone();
         }
         let to = AttrValue::Int(DataType::Int64.onnx() as i64);
-        let name = self.e.op(
-            "Cast",
-            &[&v.name],
-            vec![("to", to)],
-            "indices_int64",
-            DataType::Int64,
-            &v.dims,
-        );
-        self.val(name, DataType::Int64, v.dims.clone())
+        let name = self
+            .e
+            .op("Cast", &[&v.name], vec![("to", to)], "indices_int64");
+        self.typed(name, DataType::Int64)
     }
 
     /// `Squeeze(v, axes)` (nothing for no axes). When `v` comes from a reshape of a value that
@@ -202,44 +184,34 @@ impl Lowerer<'_, '_> {
         if axes.is_empty() {
             return v.clone();
         }
-        let dims: Vec<Dim> = v
-            .dims
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| !axes.contains(j))
-            .map(|(_, d)| d.clone())
-            .collect();
-        self.reshaped(v, "Squeeze", axes, dims, what)
+        self.reshaped(v, "Squeeze", axes, what)
     }
 
     /// `Unsqueeze(v, axes)`, reusing a value of that shape like [`Lowerer::squeeze`].
     pub(super) fn unsqueeze(&mut self, v: &Val, axes: &[usize], what: &str) -> Val {
-        let mut dims = v.dims.clone();
-        for &a in axes {
-            dims.insert(a.min(dims.len()), Dim::Known(1));
-        }
-        self.reshaped(v, "Unsqueeze", axes, dims, what)
+        self.reshaped(v, "Unsqueeze", axes, what)
     }
 
     /// `op(v, axes)` giving `dims`, where `op` only reshapes. When `v` is itself a reshape of
     /// some `y` in the graph, `y` is used: as it is if it has `dims` already
     /// (`Squeeze(Unsqueeze(y)) = y`), else reshaped to `dims` when they are known
     /// (`Squeeze(Reshape(y)) = Reshape(y)`).
-    pub(super) fn reshaped(
-        &mut self,
-        v: &Val,
-        op: &str,
-        axes: &[usize],
-        dims: Vec<Dim>,
-        what: &str,
-    ) -> Val {
+    pub(super) fn reshaped(&mut self, v: &Val, op: &str, axes: &[usize], what: &str) -> Val {
+        let shape_op = if op == "Squeeze" {
+            ShapeOp::Squeeze(axes.to_vec())
+        } else {
+            ShapeOp::Unsqueeze(axes.to_vec())
+        };
+        self.e.know(&v.name, v.elem, &v.dims);
+        let dims = self.e.dims_after(&[shape_op], &v.name).unwrap_or_default();
         let source = self.reshape_source(v);
         if let Some(y) = &source {
+            self.e.know(&y.name, y.elem, &y.dims);
             if y.dims.len() == dims.len() && y.dims.iter().zip(&dims).all(|(a, b)| same_dim(a, b)) {
                 return y.clone();
             }
         }
-        let out = self.e.value(what, v.elem, &dims);
+        let out = self.e.fresh(what);
         // A constant shape needs somewhere to live (not an old-opset function body).
         // A constant shape is cheap unless it must be cast (old opsets without initializers),
         // and `Reshape` takes only floats before opset 5.
@@ -257,7 +229,7 @@ impl Lowerer<'_, '_> {
             }
         };
         self.reshapes.insert(out.clone(), read);
-        self.val(out, v.elem, dims)
+        self.typed(out, v.elem)
     }
 
     /// What `v` reshapes, if it was built here by a reshape, or if the graph node producing it
@@ -287,17 +259,14 @@ impl Lowerer<'_, '_> {
         if perm.iter().enumerate().all(|(j, &p)| j == p) {
             return v;
         }
-        let dims: Vec<Dim> = perm.iter().map(|&p| v.dims[p].clone()).collect();
         let perm_attr = AttrValue::Ints(perm.iter().map(|&p| p as i64).collect());
         let name = self.e.op(
             "Transpose",
             &[&v.name],
             vec![("perm", perm_attr)],
             &format!("{what}_transposed"),
-            v.elem,
-            &dims,
         );
-        self.val(name, v.elem, dims)
+        self.typed(name, v.elem)
     }
 
     /// A gather result whose dimensions stand for `tags`, transposed to the output's order.
@@ -312,17 +281,12 @@ impl Lowerer<'_, '_> {
         self.transpose(v, &perm, "output")
     }
 
-    /// The output dims standing for `tags`.
-    pub(super) fn tag_dims(&self, tags: &[Tag]) -> Vec<Dim> {
-        tags.iter()
-            .map(|t| match t {
-                Tag::Dim(d) => self.out_dims[*d].clone(),
-                Tag::Coord => Dim::Unknown,
-            })
-            .collect()
-    }
-
-    pub(super) fn val(&self, name: String, elem: DataType, dims: Vec<Dim>) -> Val {
+    /// The value `name` built here, with its type as its operator's shape function gave it
+    /// (`elem` where the function leaves the element type unknown).
+    pub(super) fn typed(&self, name: String, elem: DataType) -> Val {
+        let ty = self.e.type_of(&name);
+        let elem = ty.and_then(|t| t.elem).unwrap_or(elem);
+        let dims = self.e.dims_of(&name);
         Val { name, elem, dims }
     }
 }
