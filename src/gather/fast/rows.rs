@@ -38,6 +38,23 @@ pub(crate) enum Inner {
 }
 
 impl Inner {
+    /// The input element that each output element `j` in `js` of a row reads (`None`: a zero of
+    /// mode `zero`), for the element-by-element sinks; arguments as in [`RowSink::row`].
+    fn sources<O: Offset>(
+        self,
+        t: &[O],
+        base: usize,
+        tb: usize,
+        js: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = Option<usize>> + '_ {
+        let at = move |x: O| (x != O::NONE).then(|| base + x.to_usize());
+        js.map(move |j| match self {
+            Inner::Gather => at(t[tb.wrapping_add(j)]),
+            Inner::Block => at(t[tb]).map(|s| s + j),
+            Inner::Strided(stride) => at(t[tb]).map(|s| s + j * stride),
+        })
+    }
+
     pub fn of(dim: &Dim) -> Inner {
         match (dim.t_stride, dim.in_stride) {
             (0, 1) => Inner::Block,
@@ -494,13 +511,7 @@ impl<'a> PackedSink<'a> {
 
 impl<O: Offset> RowSink<O> for PackedSink<'_> {
     fn row(&mut self, t: &[O], base: usize, tb: usize, j0: usize, j1: usize) {
-        let at = |x: O| (x != O::NONE).then(|| base + x.to_usize());
-        for j in j0..j1 {
-            let source = match self.inner {
-                Inner::Gather => at(t[tb.wrapping_add(j)]),
-                Inner::Block => at(t[tb]).map(|s| s + j),
-                Inner::Strided(stride) => at(t[tb]).map(|s| s + j * stride),
-            };
+        for source in self.inner.sources(t, base, tb, j0..j1) {
             let v = self.element(source);
             self.writer.push(v);
         }
@@ -530,13 +541,7 @@ impl<'a> StringSink<'a> {
 
 impl<O: Offset> RowSink<O> for StringSink<'_> {
     fn row(&mut self, t: &[O], base: usize, tb: usize, j0: usize, j1: usize) {
-        let at = |x: O| (x != O::NONE).then(|| base + x.to_usize());
-        for j in j0..j1 {
-            let source = match self.inner {
-                Inner::Gather => at(t[tb.wrapping_add(j)]),
-                Inner::Block => at(t[tb]).map(|s| s + j),
-                Inner::Strided(stride) => at(t[tb]).map(|s| s + j * stride),
-            };
+        for source in self.inner.sources(t, base, tb, j0..j1) {
             let slot = &mut self.out[self.at];
             match source.and_then(|s| self.input.get(s)) {
                 Some(s) => slot.clone_from(s),

@@ -62,18 +62,24 @@ pub(super) struct ConvShape {
     pub out_shape: Vec<usize>,
 }
 
+/// The `group` attribute of a `Conv`-like node, after checking that `X` and `W` have one rank,
+/// of at least 3.
+pub(super) fn ranks_and_group(ctx: &EvalCtx<'_>, x: &[usize], w: &[usize]) -> Result<usize> {
+    if x.len() < 3 || w.len() != x.len() {
+        return Err(ctx.error(format!(
+            "X {x:?} needs rank 3 or more and W {w:?} the same rank"
+        )));
+    }
+    usize::try_from(ctx.node.attr_int("group", 1)?)
+        .ok()
+        .filter(|&g| g > 0)
+        .ok_or_else(|| ctx.error("group must be positive"))
+}
+
 impl ConvShape {
     /// The layout of a `Conv`-like node over inputs of shapes `x` and `w`.
     pub fn new(ctx: &EvalCtx<'_>, x: &[usize], w: &[usize]) -> Result<ConvShape> {
-        if x.len() < 3 || w.len() != x.len() {
-            return Err(ctx.error(format!(
-                "X {x:?} needs rank 3 or more and W {w:?} the same rank"
-            )));
-        }
-        let group = usize::try_from(ctx.node.attr_int("group", 1)?)
-            .ok()
-            .filter(|&g| g > 0)
-            .ok_or_else(|| ctx.error("group must be positive"))?;
+        let group = ranks_and_group(ctx, x, w)?;
         let (batch, c_in, c_out) = (x[0], x[1], w[0]);
         if w[1].checked_mul(group) != Some(c_in) || !c_out.is_multiple_of(group) {
             return Err(ctx.error(format!("X {x:?} and W {w:?} do not fit {group} groups")));

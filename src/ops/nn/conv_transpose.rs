@@ -23,7 +23,7 @@ use super::super::util::unsupported_type;
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{checked_product, input_dims, known_sizes, output, tensor_type};
-use super::conv::conv_operands;
+use super::conv::{conv_operands, ranks_and_group};
 use super::window::{inside, AutoPad, Geometry, Geometry3, Window};
 use crate::ops::num::{dispatch_real, Real};
 
@@ -136,15 +136,7 @@ struct Layout {
 
 impl Layout {
     fn new(ctx: &EvalCtx<'_>, x: &[usize], w: &[usize]) -> Result<Layout> {
-        if x.len() < 3 || w.len() != x.len() {
-            return Err(ctx.error(format!(
-                "X {x:?} needs rank 3 or more and W {w:?} the same rank"
-            )));
-        }
-        let group = usize::try_from(ctx.node.attr_int("group", 1)?)
-            .ok()
-            .filter(|&g| g > 0)
-            .ok_or_else(|| ctx.error("group must be positive"))?;
+        let group = ranks_and_group(ctx, x, w)?;
         if w[0] != x[1] || !x[1].is_multiple_of(group) {
             return Err(ctx.error(format!("X {x:?} and W {w:?} do not fit {group} groups")));
         }
