@@ -28,7 +28,7 @@
 mod arena;
 pub mod packed;
 
-pub use arena::{default_budget, try_vec, try_with_capacity, Arena, Scratch};
+pub use arena::{default_budget, try_to_vec, try_vec, try_with_capacity, Arena, Scratch};
 
 use std::fmt;
 use std::mem::{ManuallyDrop, MaybeUninit};

@@ -254,6 +254,19 @@ pub fn try_vec<T: Clone>(n: usize, fill: T) -> Result<Vec<T>, TensorError> {
     Ok(v)
 }
 
+/// A copy of `items`, checked and allocated as [`try_vec`] does.
+///
+/// ```
+/// let v = multigather::tensor::try_to_vec(&[1u8, 2, 3])?;
+/// assert_eq!(v, [1, 2, 3]);
+/// # Ok::<(), multigather::tensor::TensorError>(())
+/// ```
+pub fn try_to_vec<T: Clone>(items: &[T]) -> Result<Vec<T>, TensorError> {
+    let mut v = try_with_capacity(items.len())?;
+    v.extend_from_slice(items);
+    Ok(v)
+}
+
 /// An empty vector with room for `n` elements, checked and allocated as [`try_vec`] does.
 pub fn try_with_capacity<T>(n: usize) -> Result<Vec<T>, TensorError> {
     let bytes = n.saturating_mul(std::mem::size_of::<T>());

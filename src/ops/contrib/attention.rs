@@ -35,7 +35,7 @@
 
 use crate::error::Result;
 use crate::ir::TensorType;
-use crate::tensor::{try_vec, Tensor};
+use crate::tensor::{try_to_vec, try_vec, Tensor};
 use crate::DataType;
 
 use super::super::nn::{
@@ -797,9 +797,9 @@ fn gqa_operands(
         )));
     }
     Ok((
-        qv.to_vec(),
-        floats(key, OP)?.to_vec(),
-        floats(value, OP)?.to_vec(),
+        try_to_vec(qv)?,
+        try_to_vec(floats(key, OP)?)?,
+        try_to_vec(floats(value, OP)?)?,
     ))
 }
 
@@ -881,7 +881,7 @@ fn gqa_sinks(ctx: &EvalCtx<'_>, sink: Option<&Tensor>, h: usize) -> Result<Optio
                     t.shape()
                 )));
             }
-            Ok(Some(v.to_vec()))
+            Ok(Some(try_to_vec(v)?))
         }
         None if ctx.node.attr_int("smooth_softmax", 0)? != 0 => Ok(Some(try_vec(h, 0.0f32)?)),
         None => Ok(None),
