@@ -565,13 +565,15 @@ impl Call<'_> {
         let ok = if tasks == 1 {
             run(0)
         } else {
-            let failed = std::sync::atomic::AtomicBool::new(false);
+            // Counts the tasks that ran to their end without a bad index: a host may also leave
+            // a task unrun (a panic it caught), which must not pass for success.
+            let passed = std::sync::atomic::AtomicUsize::new(0);
             self.workers.run(tasks, &|k| {
-                if !run(k) {
-                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                if run(k) {
+                    passed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             });
-            !failed.into_inner()
+            passed.into_inner() == tasks
         };
         if ok {
             Ok(())
@@ -1014,6 +1016,51 @@ mod tests {
         let idx = indices(&[3, 70, 2], &[200], false);
         assert!(rowwise::Rows::new(&layout(&input, &idx, &spec), 4).is_none());
         check(&input, &idx, &spec);
+    }
+
+    /// A host pool that never runs the last task (as if it caught a panic there).
+    struct Dropping;
+
+    impl Workers for Dropping {
+        fn threads(&self) -> usize {
+            2
+        }
+
+        fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+            (0..tasks.saturating_sub(1)).for_each(task)
+        }
+    }
+
+    #[test]
+    fn a_task_the_host_did_not_run_is_an_error() {
+        // Staged columns, row-wise, and the general loops with their table built in chunks.
+        let calls = [
+            (data(&[2, 1024, 1100]), vec![2, 300, 1100], 1),
+            (data(&[3, 70, 200]), vec![3, 70, 300], 2),
+            (data(&[64, 300]), vec![200, 300], 0),
+        ];
+        for (input, shape, axis) in calls {
+            let idx = indices(&shape, &[input.shape()[axis]], false);
+            let spec = GatherSpec::new(vec![axis]);
+            let raw = RawTensor {
+                dtype: input.dtype(),
+                bytes: input.as_bytes().unwrap(),
+                shape: input.shape(),
+            };
+            let out_shape = crate::gather::output_shape(input.shape(), &shape, &spec).unwrap();
+            let mut out = vec![MaybeUninit::new(0u8); 4 * out_shape.iter().product::<usize>()];
+            let options = FastOptions {
+                grain_bytes: 4096,
+                ..FastOptions::default()
+            };
+            let values = Indices::I64(idx.as_slice().unwrap());
+            let got =
+                gather_multiaxis_into_on(&Dropping, raw, values, &shape, &spec, &options, &mut out);
+            assert!(
+                matches!(got, Err(GatherError::Internal { .. })),
+                "{shape:?}: {got:?}"
+            );
+        }
     }
 
     #[test]
