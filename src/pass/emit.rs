@@ -161,8 +161,10 @@ impl<'a> Emitter<'a> {
         self.nodes.push(node);
     }
 
-    /// What was built.
-    pub(crate) fn finish(self) -> Replacement {
+    /// What was built. A declaration that no shape function typed is dropped rather than kept
+    /// without a type, which the ONNX checker refuses in a main graph.
+    pub(crate) fn finish(mut self) -> Replacement {
+        self.value_info.retain(|v| v.ty.is_some());
         Replacement {
             nodes: self.nodes,
             value_info: self.value_info,
@@ -555,6 +557,20 @@ mod tests {
             Some(vec![Dim::Known(4), Dim::Known(6)])
         );
         assert_eq!(after(&e, ShapeOp::Squeeze(vec![0]), "unknown"), None);
+    }
+
+    #[test]
+    fn values_no_shape_function_types_are_not_declared() {
+        let mut names = UniqueNames::default();
+        let mut e = Emitter::new("n", &mut names, 13, Constants::Nodes);
+        e.know("x", DataType::Float, &[Dim::Known(3)]);
+        let typed = e.op("Relu", &["x"], vec![], "r");
+        let untyped = e.op("NoSuchOperator", &[&typed], vec![], "u");
+        let built = e.finish();
+        let declared: Vec<&str> = built.value_info.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(declared, [typed.as_str()]);
+        assert_eq!(built.nodes.len(), 2);
+        assert_eq!(built.nodes[1].outputs, [untyped]);
     }
 
     #[test]
