@@ -396,26 +396,32 @@ pub fn broadcast_zip<'d, F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
 }
 
 /// `a = f(a, b)` with `b` broadcast to `a`'s shape (numpy rules, shapes already checked): the
-/// in-place form of [`broadcast_zip`], by the same runs.
+/// in-place form of [`broadcast_zip`], by the same runs. Returns `false`, with `a` untouched,
+/// when `a` is not cut into whole runs (shapes that do not broadcast into `a`'s).
+#[must_use]
 pub fn broadcast_zip_in_place<F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
     (a, a_shape): (&mut [f32], &[usize]),
     (b, b_shape): (&[f32], &[usize]),
     f: F,
-) {
+) -> bool {
     let total = a.len();
     if a_shape == b_shape && b.len() == total {
         if par::min_len(total, &[1]) == usize::MAX {
-            return zip_in_place(a, b, f);
+            zip_in_place(a, b, f);
+        } else {
+            a.par_chunks_mut(GRAIN)
+                .zip(b.par_chunks(GRAIN))
+                .for_each(|(x, y)| zip_in_place(x, y, f));
         }
-        a.par_chunks_mut(GRAIN)
-            .zip(b.par_chunks(GRAIN))
-            .for_each(|(x, y)| zip_in_place(x, y, f));
-        return;
+        return true;
+    }
+    if total == 0 {
+        return true;
     }
     let runs = crate::ops::util::BroadcastRuns::new(a_shape, b_shape, a_shape);
     let n = runs.run_len();
-    if n == 0 || total == 0 || !total.is_multiple_of(n) {
-        return;
+    if n == 0 || !total.is_multiple_of(n) {
+        return false;
     }
     a.par_chunks_mut(n)
         .enumerate()
@@ -436,6 +442,7 @@ pub fn broadcast_zip_in_place<F: Fn(f32, f32) -> f32 + Sync + Send + Copy>(
                 }
             }
         });
+    true
 }
 
 /// `a[i] = f(a[i], b[i])`: [`zip`] in place.

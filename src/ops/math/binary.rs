@@ -115,7 +115,10 @@ pub(super) fn arith_in_place<Op: BinArith>(
     let shape = a.shape().to_vec();
     let y = b.as_slice::<f32>()?;
     let f = |x, y| Op::apply(x, y);
-    vector::broadcast_zip_in_place((a.as_slice_mut::<f32>()?, &shape), (y, b.shape()), f);
+    if !vector::broadcast_zip_in_place((a.as_slice_mut::<f32>()?, &shape), (y, b.shape()), f) {
+        // Left to the out-of-place kernel, which checks the shapes and says what is wrong.
+        return Ok(Err(a));
+    }
     Ok(Ok(vec![a]))
 }
 
