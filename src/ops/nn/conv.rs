@@ -50,6 +50,12 @@ const FEW_POSITIONS: usize = 8;
 /// The fewest output positions in one im2col tile.
 const MIN_TILE: usize = 64;
 
+/// Tiles are a whole number of this many positions (the f32 lanes of an AVX-512 vector): the
+/// `gemm` crate then reads the im2col tile in place instead of packing a copy of it. Measured
+/// on Zen 5 at 1 thread (`multigather run --repeat 500`, medians): a 3x3 convolution of 16 to 16
+/// channels on 80x80 0.270 -> 0.193 ms, of 64 to 32 channels on 40x40 0.479 -> 0.388 ms.
+const LANES: usize = 16;
+
 /// The layout of one convolution: `x (N, C, in...)`, `w (M, C/group, k...)`, `y (N, M, out...)`.
 #[derive(Clone, Debug)]
 pub(super) struct ConvShape {
@@ -290,7 +296,7 @@ impl ConvShape {
     ) -> Result<()> {
         let p = self.geo.out_plane();
         let kc = wg.cols();
-        let tile = (TILE_ELEMS / kc.max(1)).max(MIN_TILE).min(p);
+        let tile = ((TILE_ELEMS / kc.max(1)).max(MIN_TILE) / LANES * LANES).min(p);
         let tiles: Vec<usize> = (0..p).step_by(tile).collect();
         let width = |p0: usize| (p0 + tile).min(p) - p0;
         if !parallel || crate::par::min_len(tiles.len(), &[kc, tile, wg.rows()]) == usize::MAX {
