@@ -1120,7 +1120,7 @@ mod tests {
             buffer[kv * max * d..][..p * d].copy_from_slice(&past[kv * p * d..][..p * d]);
         }
         let attention = |shared: bool| {
-            let n = Node::new(
+            Node::new(
                 "Attention",
                 "a",
                 ["x", "w", "", "", "past", "", "len"],
@@ -1132,8 +1132,7 @@ mod tests {
             .with_attr(
                 "past_present_share_buffer",
                 AttrValue::Int(i64::from(shared)),
-            );
-            n
+            )
         };
         let separate = f32s(&[2, 1, 1, p, d], past);
         let want = eval_node(
@@ -1144,20 +1143,11 @@ mod tests {
         .unwrap();
         let shared = f32s(&[2, 1, 1, max, d], buffer.clone());
         let len = |v: i32| Tensor::from_vec(DataType::Int32, &[1], vec![v]).unwrap();
-        let got = eval_node(
-            &attention(true),
-            1,
-            &[
-                Some(&x),
-                Some(&w),
-                None,
-                None,
-                Some(&shared),
-                None,
-                Some(&len(p as i32)),
-            ],
-        )
-        .unwrap();
+        let run_shared = |given: Option<&Tensor>| {
+            let inputs = [Some(&x), Some(&w), None, None, Some(&shared), None, given];
+            eval_node(&attention(true), 1, &inputs)
+        };
+        let got = run_shared(Some(&len(p as i32))).unwrap();
         assert_eq!(got[0], want[0]);
         assert_eq!(got[1].shape(), &[2, 1, 1, max, d]);
         let (got_present, want_present) = (
@@ -1184,21 +1174,7 @@ mod tests {
             (Some(len(-1)), "past_sequence_length -1 and 2 new positions"),
         ];
         for (given, want) in errors {
-            let err = eval_node(
-                &attention(true),
-                1,
-                &[
-                    Some(&x),
-                    Some(&w),
-                    None,
-                    None,
-                    Some(&shared),
-                    None,
-                    given.as_ref(),
-                ],
-            )
-            .unwrap_err()
-            .to_string();
+            let err = run_shared(given.as_ref()).unwrap_err().to_string();
             assert!(err.contains(want), "{err}");
         }
     }
