@@ -28,6 +28,10 @@ states and sequence_lens; clip and input_forget) quantised by onnxruntime's `qua
 (int8 per channel, uint8 per tensor) into target/contrib-lstm/; each line also prints how far
 onnxruntime's int8 path is from the float LSTM. Onnxruntime runs on one thread throughout: its
 quantised LSTM quantises each thread's share of the batch on its own.
+Attention with a shared past/present buffer (past_present_share_buffer, past_sequence_length:
+unidirectional, first step, 2-D key mask) is compared with a numpy reference
+(`shared_buffer_reference`), since onnxruntime's CPU kernel refuses it; the reference itself
+must agree with onnxruntime on the same case in its separate past/present form.
 Left out because onnxruntime's CPU kernels refuse them: Attention's 4-D (Megatron) mask and
 MultiHeadAttention's packed QKV / KV layouts (implemented; see docs/conformance.md for what
 the unit tests cover). Each line prints the largest |difference| of the outputs.
@@ -261,6 +265,102 @@ def transformer_cases():
 CASES.update(transformer_cases())
 
 
+def shared_buffer_cases():
+    """Attention with a shared past/present buffer (past_present_share_buffer=1): `past` is the
+    whole (2, B, heads, MAX, head) cache, the initializer `psl` (past_sequence_length) says how
+    many positions hold keys and values. onnxruntime's CPU kernel refuses this form (only its
+    GPU kernels read past_sequence_length: "past_sequence_length tensor must be of one element
+    when past_present_share_buffer is set"), so these are checked against
+    `shared_buffer_reference` instead."""
+    rng = np.random.default_rng(2)
+    f = lambda *d: (rng.standard_normal(d) * 0.5).astype(np.float32)
+    nh, hd, most = 2, H // 2, 12
+    w, bias = ("w", f(H, 3 * H)), ("bias", f(3 * H))
+    past = ("past", [2, B, nh, most, hd])
+    psl = lambda n: ("psl", np.array(n, np.int32))
+    mask = np.ones((B, 4 + S), np.int32)
+    mask[0, 1] = mask[1, 6] = 0
+    att = lambda m, n, **a: node_case(
+        "Attention", [X, w, bias, m, past, None, psl(n)], outputs=("y", "present"),
+        num_heads=nh, past_present_share_buffer=1, **a)
+    return {
+        "attention_shared_buffer_unidirectional": att(None, 4, unidirectional=1),
+        "attention_shared_buffer_first_step": att(None, 0, unidirectional=1),
+        "attention_shared_buffer_mask_2d": att(("m", mask), 4),
+    }
+
+
+def shared_buffer_reference(model, feeds):
+    """numpy's Attention with a shared past/present buffer, from the contrib-op documentation:
+    Q, K, V = x @ w + bias split in three, heads of `hidden / num_heads`; the keys and values
+    attended are the first `psl` positions of `past` then the new ones; scores scaled by
+    1/sqrt(head), masked (2-D key mask, `unidirectional`) with -10000 as onnxruntime does;
+    `present` is `past` with the new keys and values written at positions psl .. psl + S."""
+    node = model.graph.node[0]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    x, past = feeds["x"], feeds["past"]
+    n = int(consts["psl"])
+    nh = attrs["num_heads"]
+    b, s, hidden = x.shape
+    hd = hidden // nh
+    q, k, v = np.split(x.astype(np.float64) @ consts["w"] + consts["bias"], 3, axis=-1)
+    heads = lambda t: t.reshape(b, s, nh, hd).transpose(0, 2, 1, 3)
+    q, k, v = heads(q), heads(k), heads(v)
+    keys = np.concatenate([past[0][:, :, :n], k], axis=2)
+    values = np.concatenate([past[1][:, :, :n], v], axis=2)
+    t = n + s
+    scores = q @ keys.transpose(0, 1, 3, 2) / np.sqrt(hd)
+    allowed = np.ones((b, 1, s, t), bool)
+    if "m" in consts:
+        allowed &= consts["m"][:, None, None, :].astype(bool)
+    if attrs.get("unidirectional", 0):
+        allowed &= (np.arange(t)[None, :] <= n + np.arange(s)[:, None])[None, None]
+    scores = np.where(allowed, scores, scores - 10000.0)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    y = (p @ values).transpose(0, 2, 1, 3).reshape(b, s, hidden)
+    present = past.astype(np.float64).copy()
+    present[0][:, :, n:t] = k
+    present[1][:, :, n:t] = v
+    return [y.astype(np.float32), present.astype(np.float32)]
+
+
+def separate_past_twin(model, feeds):
+    """onnxruntime on the shared-buffer case as its separate past/present form (the first `psl`
+    positions of `past` as the past): `y` and the first psl + S positions of `present`, what
+    the numpy reference must agree with."""
+    twin = onnx.ModelProto()
+    twin.CopyFrom(model)
+    node = twin.graph.node[0]
+    n = int(numpy_helper.to_array(next(t for t in twin.graph.initializer if t.name == "psl")))
+    del node.input[5:]
+    kept = [a for a in node.attribute if a.name != "past_present_share_buffer"]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    past = next(i for i in twin.graph.input if i.name == "past")
+    past.type.tensor_type.shape.dim[3].dim_value = n
+    feeds = dict(feeds, past=np.ascontiguousarray(feeds["past"][:, :, :, :n]))
+    y, present = ort.InferenceSession(twin.SerializeToString(),
+                                      providers=["CPUExecutionProvider"]).run(None, feeds)
+    return y, present
+
+
+def shared_reference_checked(model, feeds):
+    """`shared_buffer_reference`, after checking it against onnxruntime's separate past form."""
+    want = shared_buffer_reference(model, feeds)
+    y, present = separate_past_twin(model, feeds)
+    t = present.shape[3]
+    if not (np.allclose(want[0], y, rtol=1e-4, atol=1e-5)
+            and np.allclose(want[1][:, :, :, :t], present, rtol=1e-4, atol=1e-5)):
+        raise AssertionError("the numpy reference disagrees with onnxruntime's separate past")
+    return want
+
+
+SHARED_BUFFER = shared_buffer_cases()
+CASES.update(SHARED_BUFFER)
+
+
 def quantization_cases():
     """The quantised contrib operators, weights and quantisation parameters as initializers."""
     rng = np.random.default_rng(2)
@@ -483,7 +583,9 @@ def main():
             options = ort.SessionOptions()
             options.intra_op_num_threads = 1
             session = lambda m: ort.InferenceSession(m, options, providers=["CPUExecutionProvider"])
-            if name in REFERENCE:
+            if name in SHARED_BUFFER:
+                want = shared_reference_checked(model, feeds)
+            elif name in REFERENCE:
                 ref_path = os.path.join(work, "reference.onnx")
                 onnx.save(REFERENCE[name], ref_path)
                 want = session(ref_path).run(None, feeds)

@@ -6,9 +6,11 @@ usage: python scripts/check_sklearn.py DIR
        (needs onnx, onnxruntime, numpy; MULTIGATHER = the binary, default
        target/release/multigather)
 
-ZipMap outputs (a list of maps in onnxruntime) are compared in the order of the node's class
-labels: multigather writes them as the [N, C] tensor of the map values (see the ai.onnx.ml
-module note in src/ops/ml/mod.rs).
+ZipMap outputs are sequences of maps: onnxruntime returns a list of dicts, `multigather run`
+writes a SequenceProto of MapProtos (output_K.pb), read back here as a list of dicts; the two
+lists must hold as many maps, each with exactly onnxruntime's keys (same key type), and values
+within the tolerance. The Python package's `multigather.run` must return that list of dicts
+too (when the package is installed).
 """
 import glob
 import os
@@ -26,23 +28,57 @@ RTOL, ATOL = 1e-5, 1e-6
 ort.set_default_logger_severity(3)
 
 
-def zipmap_labels(model):
-    """The class labels of each ZipMap output, by output name."""
-    labels = {}
-    for n in model.graph.node:
-        if n.op_type == "ZipMap":
-            for a in n.attribute:
-                if a.name in ("classlabels_int64s", "classlabels_strings"):
-                    labels[n.output[0]] = list(onnx.helper.get_attribute_value(a))
-    return labels
+def zipmap_outputs(model):
+    """The names of the graph outputs ZipMap nodes produce."""
+    return {o for n in model.graph.node if n.op_type == "ZipMap" for o in n.output}
 
 
-def as_array(value, keys):
-    """onnxruntime's output as an array; a list of maps becomes [N, C] in key order."""
-    if isinstance(value, list):
-        return np.array([[m[k.decode() if isinstance(k, bytes) else k] for k in keys]
-                         for m in value], dtype=np.float32)
-    return np.asarray(value)
+def read_maps(path):
+    """A SequenceProto of MapProtos as onnxruntime's list of dicts (str or int keys)."""
+    seq = onnx.SequenceProto()
+    with open(path, "rb") as f:
+        seq.ParseFromString(f.read())
+    if seq.elem_type != onnx.SequenceProto.MAP:
+        raise ValueError(f"{path}: a sequence of element type {seq.elem_type}, not of maps")
+    maps = []
+    for m in seq.map_values:
+        keys = ([k.decode() for k in m.string_keys] if m.key_type == onnx.TensorProto.STRING
+                else [int(k) for k in m.keys])
+        values = [float(numpy_helper.to_array(t)) for t in m.values.tensor_values]
+        maps.append(dict(zip(keys, values)))
+    return maps
+
+
+def compare_maps(name, got, want):
+    """None when two lists of dicts agree (keys exactly, values within tolerance), else why;
+    with the largest difference."""
+    if not isinstance(got, list) or len(got) != len(want):
+        return f"output {name}: {len(got)} maps vs onnxruntime's {len(want)}", 0.0
+    worst = 0.0
+    for i, (g, w) in enumerate(zip(got, want)):
+        if set(g) != set(w) or any(type(a) is not type(b) for a, b in zip(sorted(g), sorted(w))):
+            return f"output {name}: map {i} has keys {sorted(g)} vs onnxruntime's {sorted(w)}", 0.0
+        gv = np.array([g[k] for k in w], np.float64)
+        wv = np.array(list(w.values()), np.float64)
+        if not np.allclose(gv, wv, rtol=RTOL, atol=ATOL, equal_nan=True):
+            return f"output {name}: map {i} max |diff| {np.max(np.abs(gv - wv)):.3g}", 0.0
+        worst = max(worst, float(np.max(np.abs(gv - wv), initial=0.0)))
+    return None, worst
+
+
+def python_package_maps(path, feeds, maps):
+    """multigather.run's ZipMap outputs (lists of dicts) vs onnxruntime's; None when the
+    package is not installed or they agree."""
+    try:
+        import multigather
+    except ImportError:
+        return None
+    got = multigather.run(path, feeds)
+    for name, want in maps.items():
+        problem, _ = compare_maps(name, got[name], want)
+        if problem:
+            return f"multigather.run: {problem}"
+    return None
 
 
 def check(path, work):
@@ -56,13 +92,21 @@ def check(path, work):
             f.write(numpy_helper.from_array(np.asarray(value), name).SerializeToString())
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     expected = sess.run(None, feeds)
-    keys = zipmap_labels(model)
+    zipmaps = zipmap_outputs(model)
     outdir = os.path.join(work, "outputs")
     subprocess.run([BIN, "run", path, "--inputs", inputs, "--output-dir", outdir],
                    check=True, capture_output=True, text=True)
     worst = 0.0
+    maps = {}
     for k, (out, want) in enumerate(zip(model.graph.output, expected)):
-        want = as_array(want, keys.get(out.name, []))
+        if out.name in zipmaps:
+            maps[out.name] = want
+            problem, diff = compare_maps(out.name, read_maps(os.path.join(outdir, f"output_{k}.pb")), want)
+            if problem:
+                return problem, 0
+            worst = max(worst, diff)
+            continue
+        want = np.asarray(want)
         t = onnx.TensorProto()
         with open(os.path.join(outdir, f"output_{k}.pb"), "rb") as f:
             t.ParseFromString(f.read())
@@ -81,6 +125,9 @@ def check(path, work):
         elif not np.array_equal(got, want):
             bad = int(np.sum(got != want))
             return f"output {out.name}: {bad} elements differ from onnxruntime", 0
+    problem = python_package_maps(path, feeds, maps) if maps else None
+    if problem:
+        return problem, 0
     subprocess.run([BIN, "verify", path, "--inputs", inputs], check=True, capture_output=True)
     return None, worst
 

@@ -162,6 +162,155 @@ pub fn decode_sparse(encoded: &[u8]) -> Result<(StoredTensor, StoredTensor)> {
     Ok((part(s.values, "values")?, part(s.indices, "indices")?))
 }
 
+/// `SequenceProto.DataType`'s `TENSOR` and `MAP`.
+const SEQUENCE_OF_TENSORS: i32 = 1;
+const SEQUENCE_OF_MAPS: i32 = 4;
+
+/// Encodes a sequence of maps as a `SequenceProto` of `MapProto`s (the ONNX test-data form of a
+/// `seq(map(K, float))` value, as `onnx.numpy_helper.from_list` writes it): each map's values
+/// are a sequence of scalar float tensors, one per key.
+///
+/// # Example
+/// ```
+/// use multigather::ir::{MapKeys, SequenceOfMaps};
+/// use multigather::proto::{decode_sequence_of_maps, encode_sequence_of_maps};
+/// use multigather::{DataType, Tensor};
+/// let values = Tensor::from_vec(DataType::Float, &[1, 2], vec![0.25f32, 0.75])?;
+/// let maps = SequenceOfMaps::new(MapKeys::String(vec![b"a".to_vec(), b"b".to_vec()]), values)?;
+/// let bytes = encode_sequence_of_maps("probabilities", &maps)?;
+/// let (name, back) = decode_sequence_of_maps(bytes.into())?;
+/// assert_eq!((name.as_deref(), back), (Some("probabilities"), maps));
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub fn encode_sequence_of_maps(name: &str, maps: &ir::SequenceOfMaps) -> Result<Vec<u8>> {
+    let (key_type, keys, string_keys) = match maps.keys() {
+        ir::MapKeys::Int64(k) => (DataType::Int64, k.clone(), Vec::new()),
+        ir::MapKeys::String(k) => (DataType::String, Vec::new(), k.clone()),
+    };
+    let mut map_values = Vec::new();
+    map_values
+        .try_reserve(maps.len())
+        .map_err(|_| too_large(name))?;
+    for i in 0..maps.len() {
+        let row = maps.row(i).unwrap_or_default();
+        let mut tensor_values = Vec::new();
+        tensor_values
+            .try_reserve(row.len())
+            .map_err(|_| too_large(name))?;
+        tensor_values.extend(row.iter().map(|&v| pb::TensorProto {
+            data_type: Some(DataType::Float.onnx()),
+            float_data: vec![v],
+            ..Default::default()
+        }));
+        map_values.push(pb::MapProto {
+            name: None,
+            key_type: Some(key_type.onnx()),
+            keys: keys.clone(),
+            string_keys: string_keys.clone(),
+            values: Some(pb::SequenceProto {
+                elem_type: Some(SEQUENCE_OF_TENSORS),
+                tensor_values,
+                ..Default::default()
+            }),
+        });
+    }
+    let sequence = pb::SequenceProto {
+        name: (!name.is_empty()).then(|| name.to_owned()),
+        elem_type: Some(SEQUENCE_OF_MAPS),
+        map_values,
+        ..Default::default()
+    };
+    Ok(sequence.encode_to_vec())
+}
+
+fn too_large(name: &str) -> Error {
+    Error::Limit(format!("sequence of maps '{name}' is too large to encode"))
+}
+
+/// Decodes a `SequenceProto` of `MapProto`s with `int64` or `string` keys and scalar `float` (or
+/// `double`, as numpy writes Python floats) values, whose maps all hold the same keys: the
+/// sequence is returned in the keys' order of its first map, with its name.
+pub fn decode_sequence_of_maps(bytes: Bytes) -> Result<(Option<String>, ir::SequenceOfMaps)> {
+    let s = pb::SequenceProto::decode(bytes).map_err(|e| Error::Decode(e.to_string()))?;
+    let name = s.name.clone().filter(|n| !n.is_empty());
+    let shown = name.clone().unwrap_or_else(|| "<unnamed>".into());
+    let bad = |reason: String| Error::tensor(&shown, reason);
+    if s.elem_type != Some(SEQUENCE_OF_MAPS) {
+        return Err(bad(format!(
+            "a sequence of element type {} where a sequence of maps was expected",
+            s.elem_type.unwrap_or(0)
+        )));
+    }
+    let mut keys: Option<ir::MapKeys> = None;
+    let mut values: Vec<f32> = Vec::new();
+    for (i, m) in s.map_values.into_iter().enumerate() {
+        let these = match m.key_type.and_then(DataType::from_onnx) {
+            Some(DataType::Int64) => ir::MapKeys::Int64(m.keys),
+            Some(DataType::String) => ir::MapKeys::String(m.string_keys),
+            _ => {
+                return Err(bad(format!(
+                    "map {i} has key type {}; int64 and string keys are read",
+                    m.key_type.unwrap_or(0)
+                )))
+            }
+        };
+        let row =
+            map_values(m.values, these.len()).map_err(|why| bad(format!("map {i}: {why}")))?;
+        let first = keys.get_or_insert_with(|| these.clone());
+        let order = first
+            .positions_of(&these)
+            .ok_or_else(|| bad(format!("map {i} does not hold the keys of map 0")))?;
+        let at = values.len();
+        values
+            .try_reserve(row.len())
+            .map_err(|_| bad("too large".into()))?;
+        values.resize(at + row.len(), 0.0);
+        for (v, j) in row.into_iter().zip(order) {
+            values[at + j] = v;
+        }
+    }
+    let keys = keys.unwrap_or(ir::MapKeys::Int64(Vec::new()));
+    let rows = values.len().checked_div(keys.len()).unwrap_or(0);
+    let tensor = crate::tensor::Tensor::from_vec(DataType::Float, &[rows, keys.len()], values)?;
+    Ok((name, ir::SequenceOfMaps::new(keys, tensor)?))
+}
+
+/// The values of one map: `count` scalar float or double tensors.
+fn map_values(values: Option<pb::SequenceProto>, count: usize) -> Result<Vec<f32>, String> {
+    let values = values.ok_or("no values")?;
+    if values.elem_type != Some(SEQUENCE_OF_TENSORS) || values.tensor_values.len() != count {
+        return Err(format!(
+            "{count} keys need a sequence of {count} tensors as values, found {} of element type {}",
+            values.tensor_values.len(),
+            values.elem_type.unwrap_or(0)
+        ));
+    }
+    values
+        .tensor_values
+        .into_iter()
+        .map(|t| {
+            let t = ir::stored_to_tensor(&tensor(t).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+            let v = match t.dtype() {
+                DataType::Float => t.as_slice::<f32>().ok().and_then(|v| v.first().copied()),
+                DataType::Double => t
+                    .as_slice::<f64>()
+                    .ok()
+                    .and_then(|v| v.first().map(|&v| v as f32)),
+                _ => None,
+            };
+            match (t.len(), v) {
+                (1, Some(v)) => Ok(v),
+                _ => Err(format!(
+                    "a value is {}{:?}, not one float",
+                    t.dtype(),
+                    t.shape()
+                )),
+            }
+        })
+        .collect()
+}
+
 struct Decoder {
     limits: DecodeLimits,
     nodes: usize,

@@ -18,6 +18,7 @@ pub use inputs::{
     draw_inputs, draw_runnable, random_inputs, Attempt, DimChoice, DrawOptions, Drawn, InputChoice,
 };
 
+use crate::ir::{SequenceOfMaps, Value};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -96,6 +97,146 @@ pub fn compare(
             compare_one(name, want, got)
         })
         .collect()
+}
+
+/// Like [`compare`], for outputs as users see them (`Session::run_values`): a sequence of maps
+/// is identical to another when both hold the same keys in the same order and their values
+/// agree bit for bit; its comparison's `dtype` is its type (`seq(map(int64, float))`) and its
+/// `shape` the `[N, C]` of its values.
+///
+/// # Example
+/// ```
+/// use multigather::ir::{MapKeys, SequenceOfMaps, Value};
+/// use multigather::{DataType, Tensor};
+/// let values = Tensor::from_vec(DataType::Float, &[1, 2], vec![0.25f32, 0.75])?;
+/// let a = Value::Maps(SequenceOfMaps::new(MapKeys::Int64(vec![4, 7]), values.clone())?);
+/// let b = Value::Maps(SequenceOfMaps::new(MapKeys::Int64(vec![4, 8]), values)?);
+/// let c = multigather::verify::compare_values(&[("y".into(), a.clone())], &[("y".into(), b)]);
+/// assert!(!c[0].identical);
+/// assert!(c[0].problem.as_deref().unwrap().contains("keys"));
+/// let c = multigather::verify::compare_values(&[("y".into(), a.clone())], &[("y".into(), a)]);
+/// assert!(c[0].identical);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn compare_values(
+    expected: &[(String, Value)],
+    actual: &[(String, Value)],
+) -> Vec<OutputComparison> {
+    expected
+        .iter()
+        .enumerate()
+        .map(|(i, (name, want))| {
+            let got = actual.get(i).map(|(_, v)| v);
+            match (want, got) {
+                (Value::Tensor(w), Some(Value::Tensor(g))) => compare_one(name, w, Some(g)),
+                (Value::Tensor(w), None) => compare_one(name, w, None),
+                (Value::Maps(w), got) => {
+                    let mut c = compare_one(name, w.values(), None);
+                    c.dtype = w.type_text();
+                    c.problem = match got {
+                        None => c.problem,
+                        Some(Value::Tensor(g)) => Some(format!(
+                            "{} vs {}",
+                            want.type_text(),
+                            Value::Tensor(g.clone()).type_text()
+                        )),
+                        Some(Value::Maps(g)) if g.keys() != w.keys() => {
+                            Some(format!("keys {} vs {}", keys_text(w), keys_text(g)))
+                        }
+                        Some(Value::Maps(g)) => {
+                            let dtype = std::mem::take(&mut c.dtype);
+                            c = compare_one(name, w.values(), Some(g.values()));
+                            c.dtype = dtype;
+                            c.problem
+                        }
+                    };
+                    c
+                }
+                (Value::Tensor(w), Some(g)) => {
+                    let mut c = compare_one(name, w, None);
+                    c.problem = Some(format!("{} vs {}", want.type_text(), g.type_text()));
+                    c
+                }
+            }
+        })
+        .collect()
+}
+
+/// The keys of a sequence of maps for messages: `[4, 7]`, `["a", "b"]` (the first 8).
+fn keys_text(maps: &SequenceOfMaps) -> String {
+    const SHOWN: usize = 8;
+    let keys = maps.keys();
+    let mut items: Vec<String> = (0..keys.len().min(SHOWN))
+        .map(|j| keys.key_text(j))
+        .collect();
+    if keys.len() > SHOWN {
+        items.push("...".into());
+    }
+    format!("[{}]", items.join(", "))
+}
+
+/// Checks an output as users see it against the expected one: tensors by [`close_enough`];
+/// sequences of maps must hold as many maps, the same keys (in any order: a map has none), and
+/// for each key a value within the float [`Tolerance`].
+///
+/// # Example
+/// ```
+/// use multigather::ir::{MapKeys, SequenceOfMaps, Value};
+/// use multigather::verify::close_enough_values;
+/// use multigather::{DataType, Tensor};
+/// let maps = |keys: Vec<i64>, v: Vec<f32>| -> Result<Value, multigather::Error> {
+///     let values = Tensor::from_vec(DataType::Float, &[1, 2], v)?;
+///     Ok(Value::Maps(SequenceOfMaps::new(MapKeys::Int64(keys), values)?))
+/// };
+/// let want = maps(vec![4, 7], vec![0.25, 0.75])?;
+/// assert!(close_enough_values(&want, &maps(vec![7, 4], vec![0.75, 0.25])?).is_ok());
+/// let err = close_enough_values(&want, &maps(vec![4, 7], vec![0.75, 0.25])?).unwrap_err();
+/// assert!(err.contains("map 0, key 4"), "{err}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn close_enough_values(expected: &Value, actual: &Value) -> std::result::Result<(), String> {
+    let (want, got) = match (expected, actual) {
+        (Value::Tensor(w), Value::Tensor(g)) => return close_enough(w, g),
+        (Value::Maps(w), Value::Maps(g)) => (w, g),
+        _ => {
+            return Err(format!(
+                "expected {}, got {}",
+                expected.type_text(),
+                actual.type_text()
+            ))
+        }
+    };
+    if want.len() != got.len() {
+        return Err(format!("expected {} maps, got {}", want.len(), got.len()));
+    }
+    if want.is_empty() {
+        return Ok(());
+    }
+    let Some(order) = got.keys().positions_of(want.keys()) else {
+        return Err(format!(
+            "expected {} with keys {}, got {} with keys {}",
+            want.type_text(),
+            keys_text(want),
+            got.type_text(),
+            keys_text(got)
+        ));
+    };
+    let tol = Tolerance::for_type(DataType::Float);
+    for i in 0..want.len() {
+        let (Some(w), Some(g)) = (want.row(i), got.row(i)) else {
+            return Err(format!("map {i} is missing"));
+        };
+        for (j, (&w, &k)) in w.iter().zip(&order).enumerate() {
+            let (w, g) = (w as f64, g.get(k).copied().unwrap_or(f32::NAN) as f64);
+            if !tol.admits(w, g) {
+                return Err(format!(
+                    "map {i}, key {}: expected {w}, got {g}",
+                    want.keys().key_text(j)
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn compare_one(name: &str, want: &Tensor, got: Option<&Tensor>) -> OutputComparison {
@@ -190,6 +331,15 @@ impl Tolerance {
     }
 }
 
+impl Tolerance {
+    /// Whether `actual` is within tolerance of `expected` (NaN matches NaN).
+    fn admits(self, expected: f64, actual: f64) -> bool {
+        (expected.is_nan() && actual.is_nan())
+            || expected == actual
+            || (expected - actual).abs() <= self.atol + self.rtol * expected.abs()
+    }
+}
+
 /// Checks `actual` against `expected` within the type's [`Tolerance`]; the error says what
 /// differs (type, shape, or the first element out of tolerance).
 ///
@@ -264,9 +414,7 @@ pub fn close_enough(expected: &Tensor, actual: &Tensor) -> std::result::Result<(
     };
     let tol = Tolerance::for_type(expected.dtype());
     for (i, (&w, &g)) in want.iter().zip(&got).enumerate() {
-        let ok =
-            (w.is_nan() && g.is_nan()) || w == g || (w - g).abs() <= tol.atol + tol.rtol * w.abs();
-        if !ok {
+        if !tol.admits(w, g) {
             return Err(format!("element {i}: expected {w}, got {g}"));
         }
     }

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -133,8 +133,11 @@ def _encode(inputs: Mapping[str, np.ndarray]) -> List[tuple]:
     ]
 
 
-def run(model: ModelLike, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+def run(model: ModelLike, inputs: Mapping[str, np.ndarray]) -> Dict[str, Any]:
     """Runs a model (original or rewritten) in multigather's reference interpreter.
+
+    Outputs are numpy arrays, except ``ZipMap``'s sequence of maps, which is a list of dicts
+    (class label to float probability) as onnxruntime returns it.
 
     >>> from onnx import helper, TensorProto
     >>> node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
@@ -145,11 +148,37 @@ def run(model: ModelLike, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndar
     >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     >>> run(rewrite(model), {"x": np.array([1, 2, 3], np.float32), "i": np.array([2, -3])})["y"]
     array([3., 1.], dtype=float32)
+    >>> zipmap = helper.make_node("ZipMap", ["p"], ["z"], domain="ai.onnx.ml",
+    ...     classlabels_strings=["no", "yes"])
+    >>> seq_of_maps = helper.make_sequence_type_proto(
+    ...     helper.make_map_type_proto(TensorProto.STRING, helper.make_tensor_type_proto(TensorProto.FLOAT, [])))
+    >>> graph = helper.make_graph([zipmap], "g",
+    ...     [helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, 2])],
+    ...     [helper.make_value_info("z", seq_of_maps)])
+    >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+    ...     helper.make_opsetid("ai.onnx.ml", 1)])
+    >>> run(model, {"p": np.array([[0.25, 0.75]], np.float32)})["z"]
+    [{'no': 0.25, 'yes': 0.75}]
     """
     outputs = _native.run(_source(model), _encode(inputs))
     return {
-        name: numpy_helper.to_array(onnx.TensorProto.FromString(data)) for name, data in outputs
+        name: _sequence_of_maps(data) if maps else numpy_helper.to_array(
+            onnx.TensorProto.FromString(data))
+        for name, data, maps in outputs
     }
+
+
+def _sequence_of_maps(data: bytes) -> List[Dict[Any, float]]:
+    """A serialized SequenceProto of MapProtos as onnxruntime returns ZipMap's output: a list of
+    dicts, string keys as ``str``, int keys as ``int``, values as ``float``."""
+    sequence = onnx.SequenceProto.FromString(data)
+    maps = []
+    for m in sequence.map_values:
+        keys = ([k.decode("utf-8") for k in m.string_keys]
+                if m.key_type == onnx.TensorProto.STRING else [int(k) for k in m.keys])
+        values = [float(numpy_helper.to_array(t)) for t in m.values.tensor_values]
+        maps.append(dict(zip(keys, values)))
+    return maps
 
 
 @dataclass(frozen=True)

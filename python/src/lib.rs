@@ -19,11 +19,11 @@ use clap::Parser;
 use multigather::interp::Session;
 use multigather::io::{ExternalPolicy, SaveOptions};
 use multigather::ir::Model;
-use multigather::ir::{stored_to_tensor, tensor_to_stored};
+use multigather::ir::{stored_to_tensor, tensor_to_stored, Value};
 use multigather::pass::{
     DefineMultiaxisFunctions, GatherKind, GatherToMultiaxis, LowerMultiaxis, RewriteConfig,
 };
-use multigather::verify::{compare, random_inputs};
+use multigather::verify::{compare_values, random_inputs};
 use multigather::{proto, Tensor};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -156,29 +156,37 @@ fn decode(inputs: Vec<(String, Vec<u8>)>) -> Result<Vec<(String, Tensor)>, multi
         .collect()
 }
 
-/// Runs a model in the interpreter; inputs and outputs are `(name, TensorProto bytes)`.
+/// Runs a model in the interpreter; inputs are `(name, TensorProto bytes)`, outputs
+/// `(name, bytes, is_sequence_of_maps)`: a `TensorProto`, or for `ZipMap`'s output a
+/// `SequenceProto` of `MapProto`s.
 #[pyfunction]
 fn run(
     py: Python<'_>,
     source: Source,
     inputs: Vec<(String, Vec<u8>)>,
-) -> PyResult<Vec<(String, Py<PyBytes>)>> {
+) -> PyResult<Vec<(String, Py<PyBytes>, bool)>> {
     let outputs = py
         .detach(|| -> Result<_, multigather::Error> {
             let model = load(&source)?;
-            let outputs = Session::new(&model).run(decode(inputs)?)?;
+            let outputs = Session::new(&model).run_values(decode(inputs)?)?;
             outputs
                 .into_iter()
-                .map(|(name, t)| {
-                    let encoded = proto::encode_tensor(&tensor_to_stored(&name, &t)?);
-                    Ok((name, encoded))
+                .map(|(name, value)| match value {
+                    Value::Tensor(t) => {
+                        let encoded = proto::encode_tensor(&tensor_to_stored(&name, &t)?);
+                        Ok((name, encoded, false))
+                    }
+                    Value::Maps(maps) => {
+                        let encoded = proto::encode_sequence_of_maps(&name, &maps)?;
+                        Ok((name, encoded, true))
+                    }
                 })
                 .collect::<Result<Vec<_>, multigather::Error>>()
         })
         .map_err(err)?;
     Ok(outputs
         .into_iter()
-        .map(|(name, b)| (name, PyBytes::new(py, &b).unbind()))
+        .map(|(name, b, maps)| (name, PyBytes::new(py, &b).unbind(), maps))
         .collect())
 }
 
@@ -215,9 +223,9 @@ fn verify(
                 Some(given) => decode(given)?,
                 None => random_inputs(&original, seed, &dims)?,
             };
-            let expected = Session::new(&original).run(inputs.clone())?;
-            let actual = Session::new(&rewritten).run(inputs)?;
-            let outputs = compare(&expected, &actual);
+            let expected = Session::new(&original).run_values(inputs.clone())?;
+            let actual = Session::new(&rewritten).run_values(inputs)?;
+            let outputs = compare_values(&expected, &actual);
             Ok(Report {
                 identical: outputs.iter().all(|c| c.identical),
                 rewritten_nodes,

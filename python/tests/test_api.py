@@ -128,3 +128,26 @@ def test_fixture_rewritten_runs_in_onnxruntime_bit_for_bit(ort, path, threads):
             if code is None:
                 continue
             assert ort_bytes(w, code) == ort_bytes(g, code)
+
+
+def test_run_returns_zipmap_output_as_onnxruntimes_list_of_dicts():
+    """ZipMap's sequence of maps comes back as onnxruntime returns it: a list of dicts, string
+    keys as str and int keys as int, values as float; the committed fixtures hold both."""
+    import onnxruntime as ort
+
+    for case in ("strings", "int64"):
+        path = os.path.join(REPO, "fixtures", "zipmap", case, "model.onnx")
+        x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+        got = multigather.run(path, {"x": x})
+        want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        np.testing.assert_array_equal(got["label"], want[0])
+        maps = got["probabilities"]
+        assert isinstance(maps, list) and len(maps) == len(want[1]) == 3
+        for mine, theirs in zip(maps, want[1]):
+            assert list(mine) == list(theirs)
+            assert all(type(k) is type(t) for k, t in zip(mine, theirs))
+            assert all(isinstance(v, float) for v in mine.values())
+            np.testing.assert_allclose(list(mine.values()), list(theirs.values()), rtol=1e-5)
+        report = multigather.verify(path, inputs={"x": x})
+        assert report.identical
+        assert report.outputs[1].dtype.startswith("seq(map(")

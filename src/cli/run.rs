@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use multigather::interp::{Profile, Session};
-use multigather::io::files::{read_inputs_dir, read_tensor, write_tensor_pb};
-use multigather::ir::Model;
+use multigather::io::files::{read_inputs_dir, read_tensor, write_value_pb};
+use multigather::ir::{Model, SequenceOfMaps, Value};
 use multigather::Tensor;
 use serde::Serialize;
 
@@ -168,7 +168,7 @@ pub fn run(options: Run) -> Result<Outcome> {
     let mut outputs = Vec::new();
     for run in 0..repeat {
         let start = Instant::now();
-        outputs = session.run(inputs.clone()).with_context(context)?;
+        outputs = session.run_values(inputs.clone()).with_context(context)?;
         times.push(start.elapsed().as_secs_f64());
         if run == 0 && repeat > 1 {
             // The first run plans the graph and fills the buffer pool: profile the steady state.
@@ -179,17 +179,24 @@ pub fn run(options: Run) -> Result<Outcome> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for (k, (name, t)) in outputs.iter().enumerate() {
             let path = dir.join(format!("output_{k}.pb"));
-            write_tensor_pb(&path, name, t)
+            write_value_pb(&path, name, t)
                 .with_context(|| format!("writing {}", path.display()))?;
         }
     }
     times.sort_by(f64::total_cmp);
     let summaries: Vec<OutputSummary> = outputs
         .iter()
-        .map(|(name, t)| OutputSummary {
-            name: name.clone(),
-            dtype: t.dtype().to_string(),
-            shape: t.shape().to_vec(),
+        .map(|(name, v)| match v {
+            Value::Tensor(t) => OutputSummary {
+                name: name.clone(),
+                dtype: t.dtype().to_string(),
+                shape: t.shape().to_vec(),
+            },
+            Value::Maps(m) => OutputSummary {
+                name: name.clone(),
+                dtype: m.type_text(),
+                shape: vec![m.len()],
+            },
         })
         .collect();
     let profile = profiled.then(|| ProfileSummary::of(&session.profile()));
@@ -227,8 +234,37 @@ pub fn run(options: Run) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// The first few elements of a tensor, for the summary on stdout.
-fn preview(t: &Tensor) -> String {
+/// The first few elements of a value, for the summary on stdout.
+fn preview(v: &Value) -> String {
+    match v {
+        Value::Tensor(t) => preview_tensor(t),
+        Value::Maps(m) => preview_maps(m),
+    }
+}
+
+/// The first few maps of a sequence: `[{4: 0.25, 7: 0.75}, ...]`.
+fn preview_maps(m: &SequenceOfMaps) -> String {
+    const SHOWN: usize = 3;
+    let keys = m.keys();
+    let mut items: Vec<String> = (0..m.len().min(SHOWN))
+        .map(|i| {
+            let row = m.row(i).unwrap_or_default();
+            let pairs: Vec<String> = row
+                .iter()
+                .enumerate()
+                .map(|(j, v)| format!("{}: {v}", keys.key_text(j)))
+                .collect();
+            format!("{{{}}}", pairs.join(", "))
+        })
+        .collect();
+    if m.len() > SHOWN {
+        items.push("...".into());
+    }
+    format!("[{}]", items.join(", "))
+}
+
+/// The first few elements of a tensor.
+fn preview_tensor(t: &Tensor) -> String {
     const SHOWN: usize = 8;
     let mut items: Vec<String> = (0..t.len().min(SHOWN))
         .map(|i| element_text(t, i))

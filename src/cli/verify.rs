@@ -7,13 +7,13 @@
 
 use anyhow::{Context, Result};
 use multigather::interp::{RunOptions, Session};
-use multigather::ir::Model;
+use multigather::ir::{Model, Value};
 use multigather::pass::{GatherToMultiaxis, RewriteConfig};
 use multigather::tensor::{default_budget, Arena};
 use multigather::verify::{
-    compare, draw_runnable, Attempt, DimChoice, DrawOptions, Drawn, InputChoice, OutputComparison,
+    compare_values, draw_runnable, Attempt, DimChoice, DrawOptions, Drawn, InputChoice,
+    OutputComparison,
 };
-use multigather::Tensor;
 use serde::Serialize;
 
 use super::options::Verify;
@@ -48,9 +48,9 @@ pub fn prove(
     }
     let (drawn, expected) = run_original(model, &original, draw, options)?;
     let actual = rewritten
-        .run(drawn.inputs.clone())
+        .run_values(drawn.inputs.clone())
         .context("running the rewritten model")?;
-    let comparisons = compare(&expected, &actual);
+    let comparisons = compare_values(&expected, &actual);
     Ok((drawn, comparisons))
 }
 
@@ -73,11 +73,11 @@ fn run_original(
     session: &Session,
     draw: &DrawOptions,
     options: &RunOptions,
-) -> Result<(Drawn, Vec<(String, Tensor)>)> {
+) -> Result<(Drawn, Vec<(String, Value)>)> {
     // Drawn tensors count against the same budget as a run's.
     let budget = Arena::new(options.max_memory.unwrap_or_else(default_budget), false);
     let attempt = budget
-        .enter(|| draw_runnable(model, draw, |inputs| session.run(inputs.to_vec())))
+        .enter(|| draw_runnable(model, draw, |inputs| session.run_values(inputs.to_vec())))
         .context("drawing random inputs")?;
     let (drawn, error, free, tried) = match attempt {
         Attempt::Ran { drawn, result, .. } => return Ok((drawn, result)),

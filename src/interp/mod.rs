@@ -32,6 +32,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod edges;
+
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -42,7 +44,7 @@ use crate::error::{Error, Result};
 use crate::infer::{self, Formals, TypeEnv};
 use crate::ir::{
     display_domain, is_onnx_domain, opset_version, stored_to_tensor, AttrValue, Attribute,
-    Function, Graph, Model, Node, OpsetImport, SparseInitializer, TensorType,
+    Function, Graph, MapKeys, Model, Node, OpsetImport, SparseInitializer, TensorType, Value,
 };
 use crate::ops::constraints::{self, Schema};
 use crate::ops::{
@@ -294,7 +296,12 @@ impl<'m> Session<'m> {
     /// subgraphs and functions it reaches) is known, and that the element types static
     /// inference knows for each node's inputs meet the operator schema's type constraints
     /// ([`constraints`]); what only a run can tell is checked when the step runs.
+    ///
+    /// It also refuses what the interpreter cannot hold at the graph's edges: a graph input or
+    /// output declared as a sequence or map other than `ZipMap`'s output, and a node other
+    /// than `Identity` that reads `ZipMap`'s output (see [`Session::run_values`]).
     pub fn check(&self) -> Result<()> {
+        edges::output_keys(self.model)?;
         let imports = &self.model.opset_imports;
         let env = TypeEnv::infer(&self.model.graph, imports, &TypeEnv::default());
         let mut seen = HashSet::new();
@@ -404,6 +411,43 @@ impl<'m> Session<'m> {
             None if self.options.threads == Some(1) => crate::par::serial(work),
             None => work(),
         }
+    }
+
+    /// Runs the main graph like [`Session::run`] and returns its outputs as users see them: a
+    /// tensor, or for `ZipMap`'s output (held as the `[N, C]` tensor of its values inside the
+    /// run) the [`crate::ir::SequenceOfMaps`] with the node's class labels as keys.
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::interp::Session;
+    /// use multigather::ir::{AttrValue, Dim, Graph, MapKeys, Model, Node, OpsetImport, Type, Value, ValueInfo};
+    /// use multigather::{DataType, Tensor};
+    ///
+    /// let mut g = Graph::new("g");
+    /// g.inputs.push(ValueInfo::new("x", Type::tensor(DataType::Float, vec![Dim::Known(1), Dim::Known(2)])));
+    /// g.outputs.push(ValueInfo::untyped("y"));
+    /// g.add_node(Node::new("ZipMap", "z", ["x"], ["y"])
+    ///     .with_domain("ai.onnx.ml")
+    ///     .with_attr("classlabels_int64s", AttrValue::Ints(vec![4, 7])));
+    /// let mut model = Model::new(g, 13);
+    /// model.opset_imports.push(OpsetImport { domain: Some("ai.onnx.ml".into()), version: 1 });
+    /// let x = Tensor::from_vec(DataType::Float, &[1, 2], vec![0.25f32, 0.75])?;
+    /// let outputs = Session::new(&model).run_values(vec![("x".into(), x)])?;
+    /// let Value::Maps(maps) = &outputs[0].1 else { panic!("not maps") };
+    /// assert_eq!(maps.keys(), &MapKeys::Int64(vec![4, 7]));
+    /// assert_eq!(maps.row(0), Some(&[0.25f32, 0.75][..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run_values(&self, inputs: Vec<(String, Tensor)>) -> Result<Vec<(String, Value)>> {
+        let keys = self.output_keys()?;
+        edges::to_values(self.run(inputs)?, keys)
+    }
+
+    /// For each output of the main graph, the keys of the maps [`Session::run_values`] returns
+    /// for it when it is `ZipMap`'s sequence of maps, `None` for a tensor. An error for what
+    /// the interpreter cannot hold (see [`Session::check`]).
+    pub fn output_keys(&self) -> Result<Vec<Option<MapKeys>>> {
+        edges::output_keys(self.model)
     }
 
     fn plan(

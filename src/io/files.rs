@@ -1,5 +1,6 @@
 //! Tensors in files: serialized `TensorProto` (`.pb`, the ONNX test-data format) and numpy `.npy`,
-//! and a directory of inputs matched to a graph's inputs.
+//! and a directory of inputs matched to a graph's inputs; `ZipMap`'s sequences of maps as
+//! serialized `SequenceProto`s of `MapProto`s.
 //!
 //! Inputs in a directory are matched by name first (`NAME.pb` / `NAME.npy`, or a `.pb` whose
 //! tensor carries the name of a graph input), then by position: `input_K.pb` binds the K-th graph
@@ -11,8 +12,10 @@ use bytes::Bytes;
 
 use super::{read_input, write_atomic, LoadOptions, Origin};
 use crate::error::{Error, Result};
-use crate::ir::{stored_to_tensor, tensor_to_stored, Graph};
-use crate::proto::{decode_tensor, encode_tensor};
+use crate::ir::{stored_to_tensor, tensor_to_stored, Graph, Value};
+use crate::proto::{
+    decode_sequence_of_maps, decode_tensor, encode_sequence_of_maps, encode_tensor,
+};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -39,16 +42,20 @@ pub fn read_tensor(path: &Path) -> Result<(Option<String>, Tensor)> {
 /// Like [`read_tensor`], for a file named by the user or found in a directory (which must then be
 /// a regular file: see [`read_input`]).
 fn read_tensor_from(path: &Path, origin: Origin) -> Result<(Option<String>, Tensor)> {
-    // The largest tensor the loader accepts, and room for a TensorProto's other fields.
-    let max = LoadOptions::default()
-        .max_tensor_bytes
-        .saturating_add(1 << 20);
-    let bytes = read_input(path, max, origin)?;
+    let bytes = read_input(path, max_tensor_file(), origin)?;
     let npy = path.extension().is_some_and(|e| e == "npy");
     tensor_from_bytes(bytes, npy).map_err(|e| Error::InvalidTensor {
         tensor: path.display().to_string(),
         reason: e.to_string(),
     })
+}
+
+/// The largest tensor file read: the largest tensor the loader accepts, and room for a
+/// `TensorProto`'s other fields.
+fn max_tensor_file() -> u64 {
+    LoadOptions::default()
+        .max_tensor_bytes
+        .saturating_add(1 << 20)
 }
 
 /// Decodes the contents of a tensor file: a numpy `.npy` file when `npy`, else a serialized
@@ -130,6 +137,62 @@ pub fn read_inputs_dir(graph: &Graph, dir: &Path) -> Result<Vec<(String, Tensor)
 /// from 0 without a gap: `output_1.pb` without `output_0.pb` is an error, not a set with no
 /// outputs.
 pub fn read_outputs_dir(dir: &Path) -> Result<Vec<Tensor>> {
+    numbered_outputs(dir)?
+        .iter()
+        .map(|path| Ok(read_tensor_from(path, Origin::Listed)?.1))
+        .collect()
+}
+
+/// Like [`read_outputs_dir`], for a model some of whose outputs are sequences of maps
+/// (`ZipMap`'s, see `interp::Session::output_keys`): `output_K.pb` is read as a serialized
+/// `SequenceProto` of `MapProto`s where `sequences_of_maps[K]` is true, as a `TensorProto`
+/// elsewhere.
+///
+/// # Example
+/// ```
+/// use multigather::io::files::{read_output_values, write_value_pb};
+/// use multigather::ir::{MapKeys, SequenceOfMaps, Value};
+/// use multigather::{DataType, Tensor};
+/// let dir = std::env::temp_dir().join(format!("mg-doc-maps-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let values = Tensor::from_vec(DataType::Float, &[1, 2], vec![0.25f32, 0.75])?;
+/// let maps = Value::Maps(SequenceOfMaps::new(MapKeys::Int64(vec![4, 7]), values)?);
+/// write_value_pb(&dir.join("output_0.pb"), "y", &maps)?;
+/// assert_eq!(read_output_values(&dir, &[true])?, vec![maps]);
+/// assert!(read_output_values(&dir, &[false]).is_err());
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub fn read_output_values(dir: &Path, sequences_of_maps: &[bool]) -> Result<Vec<Value>> {
+    numbered_outputs(dir)?
+        .iter()
+        .enumerate()
+        .map(|(k, path)| {
+            if !sequences_of_maps.get(k).copied().unwrap_or(false) {
+                return Ok(Value::Tensor(read_tensor_from(path, Origin::Listed)?.1));
+            }
+            let bytes = read_input(path, max_tensor_file(), Origin::Listed)?;
+            let (_, maps) =
+                decode_sequence_of_maps(Bytes::from(bytes)).map_err(|e| Error::InvalidTensor {
+                    tensor: path.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+            Ok(Value::Maps(maps))
+        })
+        .collect()
+}
+
+/// Writes an output value atomically: a tensor as a serialized `TensorProto`, a sequence of
+/// maps as a serialized `SequenceProto` of `MapProto`s (as the ONNX test data holds one).
+pub fn write_value_pb(path: &Path, name: &str, value: &Value) -> Result<()> {
+    match value {
+        Value::Tensor(t) => write_tensor_pb(path, name, t),
+        Value::Maps(maps) => write_atomic(path, &encode_sequence_of_maps(name, maps)?),
+    }
+}
+
+/// The `output_K.pb` files of `dir`, in order; a gap in the numbers is an error.
+fn numbered_outputs(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     let mut numbered: Vec<(usize, std::path::PathBuf)> = std::fs::read_dir(dir)
         .map_err(|e| Error::io(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -141,7 +204,7 @@ pub fn read_outputs_dir(dir: &Path) -> Result<Vec<Tensor>> {
         })
         .collect();
     numbered.sort();
-    let mut outputs = Vec::new();
+    let mut paths = Vec::new();
     for (expected, (k, path)) in numbered.into_iter().enumerate() {
         if k != expected {
             return Err(Error::io(
@@ -152,9 +215,9 @@ pub fn read_outputs_dir(dir: &Path) -> Result<Vec<Tensor>> {
                 ),
             ));
         }
-        outputs.push(read_tensor_from(&path, Origin::Listed)?.1);
+        paths.push(path);
     }
-    Ok(outputs)
+    Ok(paths)
 }
 
 /// Parses a numpy `.npy` file (format 1.0 to 3.0, C order, little-endian or byte-sized types).

@@ -9,6 +9,7 @@ mod attr;
 mod graph;
 mod stored;
 mod types;
+mod value;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -21,6 +22,7 @@ pub use stored::{
     element_count, stored_to_tensor, tensor_to_stored, ExternalData, Payload, StoredTensor,
 };
 pub use types::{broadcast_dim, same_dim, Dim, Shape, TensorType, Type, TypeKind, ValueInfo};
+pub use value::{MapKeys, SequenceOfMaps, Value};
 
 use crate::error::{Error, Result};
 

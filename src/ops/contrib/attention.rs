@@ -29,8 +29,15 @@
 //!
 //! `QAttention` is `Attention` with an 8-bit integer projection (`eval_qattention`).
 //!
-//! Not supported (an error naming the node): packed batching, `Attention`'s shared past/present
-//! buffer (`past_present_share_buffer`, `past_sequence_length`) and `do_rotary`,
+//! `Attention`'s shared past/present buffer (`past_present_share_buffer`): `past` is the whole
+//! preallocated `(2, B, H, max, D)` cache, of which the `past_sequence_length` input (one int32)
+//! says how many positions hold keys and values; attention reads those and the new ones, and
+//! `present` is the same buffer, `(2, B, H, max, D)`, with the new keys and values written at
+//! positions `past_sequence_length ..`, the positions after them unchanged. onnxruntime's CPU
+//! kernel refuses this form (only its GPU kernels take `past_sequence_length`), so
+//! `scripts/check_contrib.py` checks it against a numpy reference.
+//!
+//! Not supported (an error naming the node): packed batching, `Attention`'s `do_rotary`,
 //! `cache_indirection`, and `GroupQueryAttention`'s `output_qk` output and quantised caches.
 
 use crate::error::Result;
@@ -261,13 +268,11 @@ pub(in crate::ops) fn eval_attention(
         optional(inputs, 4),
         optional(inputs, 5),
     );
-    if optional(inputs, 6).is_some() {
-        return Err(ctx.error("a shared past/present buffer is not supported"));
-    }
     let parts = Parts {
         mask,
         past,
         attn_bias,
+        past_sequence_length: optional(inputs, 6),
     };
     let (xs, ws) = (floats(x, OP)?, floats(w, OP)?);
     attention(ctx, x.shape(), w.shape(), bias, parts, |rows, n, cols| {
@@ -298,6 +303,7 @@ pub(in crate::ops) fn eval_qattention(
         mask: optional(inputs, 5),
         past: optional(inputs, 8),
         attn_bias: None,
+        past_sequence_length: None,
     };
     let bias = floats(bias, "QAttention")?;
     attention(
@@ -321,6 +327,8 @@ struct Parts<'t> {
     mask: Option<&'t Tensor>,
     past: Option<&'t Tensor>,
     attn_bias: Option<&'t Tensor>,
+    /// How many of a shared past/present buffer's positions hold keys and values.
+    past_sequence_length: Option<&'t Tensor>,
 }
 
 /// `Attention` on an input of shape `x_shape` projected through weights of shape `w_shape`
@@ -336,13 +344,12 @@ fn attention(
         mask,
         past,
         attn_bias,
+        past_sequence_length,
     }: Parts<'_>,
     project: impl Fn((usize, usize), usize, (usize, usize)) -> Result<Vec<f32>>,
 ) -> Result<Vec<Tensor>> {
     const OP: &str = "Attention";
-    if ctx.node.attr_int("past_present_share_buffer", 0)? != 0 {
-        return Err(ctx.error("a shared past/present buffer is not supported"));
-    }
+    let shared = ctx.node.attr_int("past_present_share_buffer", 0)? != 0;
     if ctx.node.attr_int("do_rotary", 0)? != 0 {
         return Err(ctx.error("do_rotary is not supported"));
     }
@@ -376,10 +383,19 @@ fn attention(
         return Err(ctx.error(format!("bias does not hold {wn} values")));
     }
     let (d, dv) = (per_head(ctx, qh, h, "Q")?, per_head(ctx, vh, h, "V")?);
-    let past_len = match past {
-        None => 0,
+    // With a shared buffer, `past` is (2, B, H, max, D) and its first `past_len` positions hold
+    // the keys and values so far (`buffer` is `max`).
+    let (past_len, buffer) = match past {
+        None => (0, None),
         Some(p) => match *p.shape() {
-            [2, pb, ph, pl, pd] if pb == b && ph == h && pd == d && d == dv => pl,
+            [2, pb, ph, pl, pd] if pb == b && ph == h && pd == d && d == dv => {
+                if shared {
+                    let used = shared_length(ctx, past_sequence_length, pl, s)?;
+                    (used, Some(pl))
+                } else {
+                    (pl, None)
+                }
+            }
             _ => {
                 return Err(ctx.error(format!(
                     "past {:?} is not (2, {b}, {h}, past, {d}) with equal K and V head sizes",
@@ -408,8 +424,15 @@ fn attention(
     let additive = combine(ctx, keys, attn_bias, &z)?;
     let spec = Spec::from_sizes(z, scale(ctx, d)?, 0.0, false, -1)?;
     let past_values = past.map(|p| floats(p, OP)).transpose()?;
+    let used = match (past_values, buffer) {
+        (Some(p), Some(max)) => Some(leading(p, max, past_len, d)?),
+        _ => None,
+    };
     let half = b * h * past_len * d;
-    let past_kv = past_values.map(|p| (&p[..half], &p[half..]));
+    let past_kv = used
+        .as_deref()
+        .or(past_values)
+        .map(|p| (&p[..half], &p[half..]));
     let [y, pk, pv, _] = attend::<f32>(
         &spec,
         &q,
@@ -422,10 +445,74 @@ fn attention(
     let t = past_len + s;
     let mut present = pk;
     present.extend_from_slice(&pv);
+    let (present, rows) = match (past_values, buffer) {
+        (Some(p), Some(max)) => (share_present(p, &present, max, t, d)?, max),
+        _ => (present, t),
+    };
     outputs(
         ctx,
-        vec![(y, vec![b, s, vh]), (present, vec![2, b, h, t, d])],
+        vec![(y, vec![b, s, vh]), (present, vec![2, b, h, rows, d])],
     )
+}
+
+/// The valid length of a shared past/present buffer of `max` positions: the
+/// `past_sequence_length` input (one int32), leaving room for the `s` new positions.
+fn shared_length(ctx: &EvalCtx<'_>, given: Option<&Tensor>, max: usize, s: usize) -> Result<usize> {
+    let Some(given) = given else {
+        return Err(
+            ctx.error("past_present_share_buffer needs the past_sequence_length input with a past")
+        );
+    };
+    let values = to_i64s(given)?;
+    let [used] = values[..] else {
+        return Err(ctx.error(format!(
+            "past_sequence_length holds {} values, not one",
+            values.len()
+        )));
+    };
+    usize::try_from(used)
+        .ok()
+        .filter(|&u| u.checked_add(s).is_some_and(|t| t <= max))
+        .ok_or_else(|| {
+            ctx.error(format!(
+                "past_sequence_length {used} and {s} new positions do not fit the shared \
+                 buffer's {max}"
+            ))
+        })
+}
+
+/// The first `used` positions of every (K or V, batch, head) block of `max` positions of `d`
+/// values in `x`, as blocks of `used` positions.
+fn leading(x: &[f32], max: usize, used: usize, d: usize) -> Result<Vec<f32>> {
+    let blocks = x.len() / (max * d).max(1);
+    let mut out = try_vec(blocks * used * d, 0.0f32)?;
+    for (o, block) in out
+        .chunks_mut((used * d).max(1))
+        .zip(x.chunks((max * d).max(1)))
+    {
+        o.copy_from_slice(&block[..used * d]);
+    }
+    Ok(out)
+}
+
+/// The shared buffer after a step: `past` (blocks of `max` positions) with its first `t`
+/// positions of every block replaced by `present`'s (blocks of `t` positions); the positions
+/// after them keep what the buffer held.
+fn share_present(
+    past: &[f32],
+    present: &[f32],
+    max: usize,
+    t: usize,
+    d: usize,
+) -> Result<Vec<f32>> {
+    let mut out = try_to_vec(past)?;
+    for (o, block) in out
+        .chunks_mut((max * d).max(1))
+        .zip(present.chunks((t * d).max(1)))
+    {
+        o[..t * d].copy_from_slice(block);
+    }
+    Ok(out)
 }
 
 /// `(B, H, L, D)` rows as `(B, L, H * D)` (the batch follows from the length).
@@ -1016,6 +1103,80 @@ mod tests {
         let y = eval_node(&n, 1, &[Some(&x), Some(&w), None, Some(&mask)]).unwrap();
         // Only key 0 (value 1) is attended by both queries.
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[1.0, 1.0]);
+    }
+
+    /// A shared past/present buffer computes what the separate past and present compute: the
+    /// first `past_sequence_length` positions are the past, the new keys and values are
+    /// written after them, and the positions after those keep what the buffer held.
+    #[test]
+    fn attention_shared_past_present_buffer_matches_separate_past() {
+        let (p, s, max, d) = (2usize, 2usize, 5usize, 2usize);
+        let x = f32s(&[1, s, d], vec![0.5, -1.0, 2.0, 0.25]);
+        let w: Vec<f32> = (0..d * 3 * d).map(|i| (i as f32 * 0.37).sin()).collect();
+        let w = f32s(&[d, 3 * d], w);
+        let past: Vec<f32> = (0..2 * p * d).map(|i| (i as f32 * 0.91).cos()).collect();
+        let mut buffer = vec![99.0f32; 2 * max * d];
+        for kv in 0..2 {
+            buffer[kv * max * d..][..p * d].copy_from_slice(&past[kv * p * d..][..p * d]);
+        }
+        let attention = |shared: bool| {
+            Node::new(
+                "Attention",
+                "a",
+                ["x", "w", "", "", "past", "", "len"],
+                ["y", "present"],
+            )
+            .with_domain("com.microsoft")
+            .with_attr("num_heads", AttrValue::Int(1))
+            .with_attr("unidirectional", AttrValue::Int(1))
+            .with_attr(
+                "past_present_share_buffer",
+                AttrValue::Int(i64::from(shared)),
+            )
+        };
+        let separate = f32s(&[2, 1, 1, p, d], past);
+        let want = eval_node(
+            &attention(false),
+            1,
+            &[Some(&x), Some(&w), None, None, Some(&separate)],
+        )
+        .unwrap();
+        let shared = f32s(&[2, 1, 1, max, d], buffer.clone());
+        let len = |v: i32| Tensor::from_vec(DataType::Int32, &[1], vec![v]).unwrap();
+        let run_shared = |given: Option<&Tensor>| {
+            let inputs = [Some(&x), Some(&w), None, None, Some(&shared), None, given];
+            eval_node(&attention(true), 1, &inputs)
+        };
+        let got = run_shared(Some(&len(p as i32))).unwrap();
+        assert_eq!(got[0], want[0]);
+        assert_eq!(got[1].shape(), &[2, 1, 1, max, d]);
+        let (got_present, want_present) = (
+            got[1].as_slice::<f32>().unwrap(),
+            want[1].as_slice::<f32>().unwrap(),
+        );
+        let t = p + s;
+        for kv in 0..2 {
+            assert_eq!(
+                got_present[kv * max * d..][..t * d],
+                want_present[kv * t * d..][..t * d]
+            );
+            assert_eq!(
+                got_present[kv * max * d + t * d..][..(max - t) * d],
+                buffer[kv * max * d + t * d..][..(max - t) * d]
+            );
+        }
+        let errors = [
+            (None, "needs the past_sequence_length input"),
+            (
+                Some(len(4)),
+                "past_sequence_length 4 and 2 new positions do not fit the shared buffer's 5",
+            ),
+            (Some(len(-1)), "past_sequence_length -1 and 2 new positions"),
+        ];
+        for (given, want) in errors {
+            let err = run_shared(given.as_ref()).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
     }
 
     /// Codes whose dequantised values are small integers: QAttention on them computes what

@@ -7,9 +7,10 @@
 //!
 //! `ArrayFeatureExtractor` selects along the last axis (any element type); a rank-1 input gives
 //! a `[1, K]` output, as in the reference. `FeatureVectorizer` takes `inputdimensions[i]`
-//! columns of input `i`, padding with zeros or truncating, and writes float. `ZipMap` returns
-//! the `[N, C]` float tensor of the map values, column `j` for the `j`-th label (see the module
-//! note of [`super`]).
+//! columns of input `i`, padding with zeros or truncating, and writes float. `ZipMap`'s kernel
+//! returns the `[N, C]` float tensor of the map values, column `j` for the `j`-th label, and
+//! [`zipmap_keys`] the labels that make it a sequence of maps at the graph's edge (see the
+//! module note of [`super`]).
 
 use crate::error::{Error, Result};
 use crate::tensor::{try_vec, try_with_capacity, Tensor};
@@ -18,7 +19,7 @@ use crate::DataType;
 use super::super::util::{required, to_i64s};
 use super::super::{EvalCtx, InferCtx};
 use super::{f32_tensor, infer_rows, input_dims, ints, rows_cols, strings, typed, Features};
-use crate::ir::{Dim, TensorType};
+use crate::ir::{Dim, MapKeys, Node, TensorType};
 
 pub(in crate::ops) fn eval_array_feature_extractor(
     _ctx: &EvalCtx<'_>,
@@ -111,20 +112,7 @@ pub(in crate::ops) fn eval_zipmap(
     if x.dtype() != DataType::Float {
         return Err(super::super::util::unsupported_type("ZipMap", x.dtype()));
     }
-    let (s, i) = (
-        strings(ctx.node, "classlabels_strings")?,
-        ints(ctx.node, "classlabels_int64s")?,
-    );
-    let labels = match (s.is_empty(), i.is_empty()) {
-        (false, true) => s.len(),
-        (true, false) => i.len(),
-        _ => {
-            return Err(Error::Eval(
-                "exactly one of 'classlabels_strings' and 'classlabels_int64s' must be given"
-                    .into(),
-            ))
-        }
-    };
+    let labels = zipmap_keys(ctx.node)?.len();
     let (rows, cols) = rows_cols(x, "ZipMap")?;
     if cols != labels {
         return Err(Error::Eval(format!(
@@ -132,6 +120,21 @@ pub(in crate::ops) fn eval_zipmap(
         )));
     }
     Ok(vec![x.clone().into_shape(&[rows, cols])?])
+}
+
+/// The keys of every map a `ZipMap` node returns: its class labels, in order.
+pub(crate) fn zipmap_keys(node: &Node) -> Result<MapKeys> {
+    let (s, i) = (
+        strings(node, "classlabels_strings")?,
+        ints(node, "classlabels_int64s")?,
+    );
+    match (s.is_empty(), i.is_empty()) {
+        (false, true) => Ok(MapKeys::String(s.to_vec())),
+        (true, false) => Ok(MapKeys::Int64(i.to_vec())),
+        _ => Err(Error::Eval(
+            "exactly one of 'classlabels_strings' and 'classlabels_int64s' must be given".into(),
+        )),
+    }
 }
 
 pub(in crate::ops) fn infer_array_feature_extractor(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
@@ -211,5 +214,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("3 scores per row for 2 class labels"), "{err}");
+    }
+
+    #[test]
+    fn zipmap_keys_are_the_labels() {
+        let labels = vec![("classlabels_strings", strings(&["b", "a"]))];
+        let n = node("ZipMap", &["x"], &["y"], labels);
+        assert_eq!(
+            super::zipmap_keys(&n).unwrap(),
+            crate::ir::MapKeys::String(vec![b"b".to_vec(), b"a".to_vec()])
+        );
+        let both = vec![
+            ("classlabels_strings", strings(&["b"])),
+            ("classlabels_int64s", AttrValue::Ints(vec![1])),
+        ];
+        let err = super::zipmap_keys(&node("ZipMap", &["x"], &["y"], both)).unwrap_err();
+        assert!(err.to_string().contains("exactly one of"), "{err}");
     }
 }

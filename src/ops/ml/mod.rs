@@ -12,10 +12,15 @@
 //! offsets, linear models into a coefficient matrix), and works in `f32` as onnxruntime does
 //! (`f64` for the tree thresholds of a double input).
 //!
-//! `ZipMap` returns a sequence of maps in ONNX. The interpreter's values are tensors, so its
-//! output is the `[N, C]` float tensor of the map values, column `j` holding the value of the
-//! `j`-th class label of the node (the keys are the node's attribute, the same for every map).
-//! Comparisons with onnxruntime read its list of maps in that key order.
+//! `ZipMap` returns a sequence of maps in ONNX (`seq(map(string, float))` or
+//! `seq(map(int64, float))`), every map with the node's class labels as keys. Inside a run the
+//! interpreter carries it as the `[N, C]` float tensor of the map values, column `j` for the
+//! `j`-th label; where a graph output leaves the library it becomes an
+//! [`crate::ir::SequenceOfMaps`] with those labels as keys (`interp::Session::run_values`), so
+//! `multigather run` writes a `SequenceProto` of `MapProto`s, `multigather test` compares maps
+//! key by key, and the Python package returns a list of dicts, as onnxruntime does. A node
+//! other than `Identity` that reads `ZipMap`'s output, and a graph input or output declared as
+//! a sequence or map that is not `ZipMap`'s, are refused before anything runs.
 
 mod encoders;
 mod features;
@@ -24,6 +29,8 @@ mod linear;
 mod preprocess;
 mod svm;
 mod tree_ensemble;
+
+pub(crate) use features::zipmap_keys;
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, Node, Shape, TensorType};
