@@ -199,8 +199,9 @@ impl Api {
         let mut total = 0usize;
         // SAFETY: `value` is a live string tensor.
         check(unsafe { (self.0.GetStringTensorDataLength)(value, &mut total) })?;
-        let mut bytes = vec![0u8; total];
-        let mut offsets = vec![0usize; count];
+        let room = |e| self.error(&format!("string input: {e}"));
+        let mut bytes = multigather::tensor::try_vec(total, 0u8).map_err(room)?;
+        let mut offsets = multigather::tensor::try_vec(count, 0usize).map_err(room)?;
         // SAFETY: the buffers hold `total` bytes and `count` offsets.
         check(unsafe {
             (self.0.GetStringTensorContent)(
@@ -211,12 +212,15 @@ impl Api {
                 count,
             )
         })?;
-        Ok((0..count)
-            .map(|i| {
-                let end = offsets.get(i + 1).copied().unwrap_or(total);
-                bytes[offsets[i]..end].to_vec()
-            })
-            .collect())
+        let mut strings = multigather::tensor::try_with_capacity(count).map_err(room)?;
+        for (i, &start) in offsets.iter().enumerate() {
+            let end = offsets.get(i + 1).copied().unwrap_or(total);
+            let Some(s) = bytes.get(start..end) else {
+                return Err(self.error("onnxruntime gave string offsets outside its buffer"));
+            };
+            strings.push(s.to_vec());
+        }
+        Ok(strings)
     }
 
     /// Fills a `string` output. onnxruntime takes C strings, so a string holding a NUL byte

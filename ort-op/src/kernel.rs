@@ -112,9 +112,16 @@ impl Kernel {
         let out_bytes = storage(dtype, n_out);
         let align = dtype.byte_size().unwrap_or(1).min(8);
         let data_ptr = api.data(data)?;
-        // SAFETY: onnxruntime's tensor holds `in_bytes` bytes of elements (packed for sub-byte
-        // types) and outlives this call.
-        let input_bytes = unsafe { std::slice::from_raw_parts(data_ptr.cast_const(), in_bytes) };
+        let input_bytes = if in_bytes == 0 {
+            // An empty input (gathered along a zero-sized axis in mode "zero") may have no
+            // buffer at all: onnxruntime hands out a null pointer. The kernel gets an empty
+            // slice aligned for any element type.
+            bytemuck_bytes(&[])
+        } else {
+            // SAFETY: onnxruntime's tensor holds `in_bytes` bytes of elements (packed for
+            // sub-byte types), at a non-null address, and outlives this call.
+            unsafe { std::slice::from_raw_parts(data_ptr.cast_const(), in_bytes) }
+        };
         let aligned_copy;
         let input_bytes = if (data_ptr as usize).is_multiple_of(align) {
             input_bytes
