@@ -373,7 +373,7 @@ struct Shifted<'g> {
     g: &'g Geometry3,
     cg: usize,
     pitch: usize,
-    /// Output rows per band (the products run a band of rows at a time).
+    /// Output rows per band on one thread (the products run a band of rows at a time).
     band: usize,
 }
 
@@ -431,14 +431,21 @@ impl<'g> Shifted<'g> {
             }
             w[m * (k + 1) + k] = bias.map_or(T::ZERO, |b| b[m]);
         }
-        let bands: Vec<usize> = (0..oh).step_by(self.band).collect();
         let out_plane = oh * ow;
-        if !parallel
-            || crate::par::min_len(bands.len(), &[k, self.band * self.pitch, mg]) == usize::MAX
-        {
+        let threads = crate::par::threads();
+        let parallel = parallel
+            && crate::par::min_len(oh.div_ceil(self.band), &[k, self.band * self.pitch, mg])
+                != usize::MAX;
+        // On several threads, the bands come in whole rounds of one per thread.
+        let band = match parallel {
+            true => oh.div_ceil(oh.div_ceil(self.band).next_multiple_of(threads)),
+            false => self.band,
+        };
+        let bands: Vec<usize> = (0..oh).step_by(band.max(1)).collect();
+        if !parallel {
             let mut buffers = None;
             for &oy0 in &bands {
-                let rows = self.band_product(xg, &w, mg, oy0, &mut buffers)?;
+                let rows = self.band_product(xg, &w, mg, oy0, band, &mut buffers)?;
                 let Some(Buffers { grid, .. }) = &buffers else {
                     return Err(Error::Eval("a band left no product".into()));
                 };
@@ -453,7 +460,7 @@ impl<'g> Shifted<'g> {
             .par_iter()
             .map(|&oy0| {
                 let mut buffers = None;
-                let rows = self.band_product(xg, &w, mg, oy0, &mut buffers)?;
+                let rows = self.band_product(xg, &w, mg, oy0, band, &mut buffers)?;
                 let grid = buffers.map(|b| b.grid);
                 grid.ok_or_else(|| Error::Eval("a band left no product".into()))
                     .map(|g| (g, (rows * self.pitch).next_multiple_of(LANES)))
@@ -463,7 +470,7 @@ impl<'g> Shifted<'g> {
             .enumerate()
             .for_each(|(m, dst)| {
                 for (&oy0, (grid, cols)) in bands.iter().zip(&grids) {
-                    let rows = self.band.min(oh - oy0);
+                    let rows = band.min(oh - oy0);
                     let src = &grid[m * cols..][..*cols];
                     self.compact(&mut dst[oy0 * ow..(oy0 + rows) * ow], src);
                 }
@@ -471,7 +478,7 @@ impl<'g> Shifted<'g> {
         Ok(())
     }
 
-    /// The products for output rows `oy0..` (a band) into `buffers.grid`: `mg` rows of the output
+    /// The products for output rows `oy0..oy0 + band` into `buffers.grid`: `mg` rows of the output
     /// grid at `pitch`, rounded up to whole [`LANES`]; returns the band's number of output rows.
     /// `buffers` carries the space from one band to the next.
     fn band_product<T: Real>(
@@ -480,13 +487,14 @@ impl<'g> Shifted<'g> {
         w: &[T],
         mg: usize,
         oy0: usize,
+        band: usize,
         buffers: &mut Option<Buffers<T>>,
     ) -> Result<usize> {
         let g = self.g;
         let ([_, oh, _], [_, ih, iw], [_, kh, kw]) = (g.output, g.input, g.kernel);
         let ([_, ph, pw], [_, dh, dw]) = (g.pad_begin, g.dilations);
         let (pitch, k) = (self.pitch, self.cg * kw);
-        let rows = self.band.min(oh - oy0);
+        let rows = band.min(oh - oy0);
         let cols = (rows * pitch).next_multiple_of(LANES);
         let len = cols + (kh - 1) * dh * pitch;
         if buffers
