@@ -104,6 +104,40 @@ pub(crate) unsafe fn as_slots<T>(v: &mut [T]) -> &mut [MaybeUninit<T>] {
     unsafe { &mut *(v as *mut [T] as *mut [MaybeUninit<T>]) }
 }
 
+/// Writes `src[2i]` to `even[i]` and `src[2i + 1]` to `odd[i]` for every pair of `src` (compiled
+/// per SIMD level, where the loads of a pair become vector shuffles).
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub(crate) fn deinterleave<T: Copy>(
+    src: &[T],
+    even: &mut [MaybeUninit<T>],
+    odd: &mut [MaybeUninit<T>],
+) {
+    let n = (src.len() / 2).min(even.len()).min(odd.len());
+    let (src, even, odd) = (&src[..2 * n], &mut even[..n], &mut odd[..n]);
+    for i in 0..n {
+        even[i].write(src[2 * i]);
+        odd[i].write(src[2 * i + 1]);
+    }
+}
+
+/// `dst[i] = src[i]` where `src[i] > dst[i]`, element by element: the running maximum of a
+/// window's taps, in the order they are given, with `>` deciding ties and NaNs as a scalar loop
+/// would (compiled per SIMD level).
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub(crate) fn max_assign<T: Copy + PartialOrd>(dst: &mut [T], src: &[T]) {
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d = if v > *d { v } else { *d };
+    }
+}
+
 /// `v[i] = f(v[i])`: [`map`] in place.
 #[multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",

@@ -30,7 +30,7 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::super::util::{dot, optional, required, to_i64s, unsupported_type};
-use super::super::vector::{as_slots, assume_written, copy, fill};
+use super::super::vector::{as_slots, assume_written, copy, deinterleave, fill};
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
@@ -640,22 +640,6 @@ impl<'x, T: Real> Phased<'x, T> {
             Rows::Split(split) => &split[..],
         };
         &rows[row * self.stride * self.phase_len + phase * self.phase_len + j..][..n]
-    }
-}
-
-/// Writes `src[2i]` to `even[i]` and `src[2i + 1]` to `odd[i]` for every pair of `src` (compiled
-/// per SIMD level, where the loads of a pair become vector shuffles).
-#[multiversion(targets(
-    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
-))]
-fn deinterleave<T: Real>(src: &[T], even: &mut [MaybeUninit<T>], odd: &mut [MaybeUninit<T>]) {
-    let n = (src.len() / 2).min(even.len()).min(odd.len());
-    let (src, even, odd) = (&src[..2 * n], &mut even[..n], &mut odd[..n]);
-    for i in 0..n {
-        even[i].write(src[2 * i]);
-        odd[i].write(src[2 * i + 1]);
     }
 }
 

@@ -24,6 +24,7 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::super::util::{required, unsupported_type};
+use super::super::vector::{as_slots, deinterleave, max_assign};
 use super::super::{EvalCtx, InferCtx};
 use super::common::{checked_product, input_dims, tensor_type};
 use super::window::{Geometry3, Window};
@@ -204,6 +205,100 @@ fn max_pool<T: Copy + PartialOrd + Default + Send + Sync>(
     Ok(out)
 }
 
+/// The output columns of a max pool whose windows lie wholly inside the input row (dilation 1),
+/// and how to take their maxima as whole vectors: the row of column maxima is split into its
+/// `stride` phases, where tap `kx` of output column `ox` is element `ox + shift` of one phase,
+/// so each tap is one element-wise maximum over the interior columns. Measured on Zen 5 at 1
+/// thread (`multigather run --repeat 500`, medians): a 3x3 stride-2 pool of 16 planes of
+/// 160x160 0.124 -> 0.078 ms, against one scalar maximum per window (onnxruntime 1.32: 0.067
+/// ms).
+struct Interior {
+    stride: usize,
+    /// Output columns `lo..hi` whose windows are inside the row.
+    columns: (usize, usize),
+    /// For each tap: its phase and shift.
+    taps: Vec<(usize, isize)>,
+}
+
+impl Interior {
+    fn of(pool: &Pool) -> Interior {
+        let (sw, kw, pw, dw) = (
+            pool.geo.strides[2].max(1),
+            pool.geo.kernel[2],
+            pool.geo.pad_begin[2],
+            pool.geo.dilations[2],
+        );
+        let whole = |ox: usize, s: &Span| s.count == kw && s.first + pw == ox * sw;
+        let spans = &pool.spans[2];
+        let lo = spans.iter().enumerate().position(|(ox, s)| whole(ox, s));
+        let (lo, hi) = match lo {
+            Some(lo) if dw == 1 && kw > 0 => {
+                let n = spans[lo..]
+                    .iter()
+                    .enumerate()
+                    .take_while(|&(i, s)| whole(lo + i, s))
+                    .count();
+                (lo, lo + n)
+            }
+            _ => (0, 0),
+        };
+        let taps = (0..kw)
+            .map(|kx| {
+                let off = kx as isize - pw as isize;
+                (
+                    off.rem_euclid(sw as isize) as usize,
+                    off.div_euclid(sw as isize),
+                )
+            })
+            .collect();
+        Interior {
+            stride: sw,
+            columns: (lo, hi),
+            taps,
+        }
+    }
+
+    /// `out[i]` = the maximum of the window of output column `lo + i`, from the row of column
+    /// maxima `row`; `phases` is space for the row split into phases.
+    fn windows<T: Pod + PartialOrd>(&self, row: &[T], phases: &mut [T], out: &mut [T]) {
+        let sw = self.stride;
+        let plen = row.len().div_ceil(sw);
+        let split: &[T] = match sw {
+            1 => row,
+            2 => {
+                let (even, odd) = phases.split_at_mut(plen);
+                // SAFETY: `deinterleave` writes only initialised values.
+                unsafe { deinterleave(row, as_slots(even), as_slots(&mut odd[..plen])) };
+                if row.len() % 2 == 1 {
+                    even[plen - 1] = row[row.len() - 1];
+                }
+                phases
+            }
+            _ => {
+                for (p, phase) in phases.chunks_mut(plen).enumerate() {
+                    for (d, &v) in phase.iter_mut().zip(row.iter().skip(p).step_by(sw)) {
+                        *d = v;
+                    }
+                }
+                phases
+            }
+        };
+        let (lo, n) = (self.columns.0 as isize, out.len());
+        let tap = |&(p, shift): &(usize, isize)| {
+            // Inside the row: `lo + shift` is the first interior column's tap, at least 0.
+            let at = (lo + shift) as usize;
+            &split[p * plen + at..][..n]
+        };
+        let Some((first, rest)) = self.taps.split_first() else {
+            return;
+        };
+        out.copy_from_slice(tap(first));
+        for t in rest {
+            max_assign(out, tap(t));
+        }
+    }
+}
+
 /// The maxima alone (no `Indices` output): the same windows as [`max_pool`], read straight from
 /// the input rows without listing positions or computing indices. The taps are compared column by
 /// column rather than row by row, which gives the same maximum (only which of two equal values,
@@ -222,6 +317,8 @@ fn max_values<T: Pod + PartialOrd + Default + Send + Sync>(
     let x_plane = pool.in_plane();
     let [_, ih, iw] = pool.geo.input;
     let [dd, dh, dw] = pool.geo.dilations;
+    let row = Interior::of(pool);
+    let ow = pool.spans[2].len();
     out.par_chunks_mut(out_plane)
         .enumerate()
         .with_min_len(crate::par::min_len(pool.planes, &[x_plane.max(out_plane)]))
@@ -231,9 +328,13 @@ fn max_values<T: Pod + PartialOrd + Default + Send + Sync>(
             // The maximum over this output row's input rows, column by column: the windows
             // then read one row instead of one per tap, and this loop vectorises.
             let mut column_max = try_vec(iw, T::default())?;
-            let mut y = y.iter_mut();
+            let mut phases = try_vec(row.stride * iw.div_ceil(row.stride), T::default())?;
+            let mut y = y.chunks_mut(ow.max(1));
             for sz in &pool.spans[0] {
                 for sy in &pool.spans[1] {
+                    let Some(y) = y.next() else {
+                        return Ok(());
+                    };
                     // The start of every input row the windows of this output row read.
                     rows.clear();
                     for jz in 0..sz.count {
@@ -241,29 +342,26 @@ fn max_values<T: Pod + PartialOrd + Default + Send + Sync>(
                         rows.extend((0..sy.count).map(|jy| (z * ih + sy.first + jy * dh) * iw));
                     }
                     let Some((&first_row, rest)) = rows.split_first() else {
-                        y.by_ref().take(pool.spans[2].len()).for_each(drop);
                         continue;
                     };
                     column_max.copy_from_slice(&xp[first_row..][..iw]);
                     for &r in rest {
-                        // A select, not a branch: random data mispredicts every other one.
-                        for (m, &v) in column_max.iter_mut().zip(&xp[r..][..iw]) {
-                            *m = if v > *m { v } else { *m };
-                        }
+                        max_assign(&mut column_max, &xp[r..][..iw]);
                     }
-                    for (sx, o) in pool.spans[2].iter().zip(y.by_ref()) {
+                    let (lo, hi) = row.columns;
+                    if lo < hi {
+                        row.windows(&column_max, &mut phases, &mut y[lo..hi]);
+                    }
+                    // The columns at the edges, window by window.
+                    for ox in (0..lo).chain(hi..ow) {
+                        let (sx, o) = (&pool.spans[2][ox], &mut y[ox]);
                         if sx.count == 0 {
                             continue;
                         }
                         let width = (sx.count - 1) * dw + 1;
                         let taps = &column_max[sx.first..][..width];
                         let select = |best: T, &v: &T| if v > best { v } else { best };
-                        *o = match (dw, taps) {
-                            // The usual 3-wide window, unrolled.
-                            (1, [a, b, c]) => select(select(*a, b), c),
-                            (1, _) => taps[1..].iter().fold(taps[0], select),
-                            _ => taps.iter().step_by(dw).skip(1).fold(taps[0], select),
-                        };
+                        *o = taps.iter().step_by(dw).skip(1).fold(taps[0], select);
                     }
                 }
             }
@@ -542,6 +640,41 @@ mod tests {
             (1.0 + 2.0 + 4.0 + 5.0) / 9.0
         );
         assert_eq!(y[0].as_slice::<f32>().unwrap()[4], 5.0);
+    }
+
+    #[test]
+    fn interior_columns_take_the_maxima_of_the_windows() {
+        // The maxima alone (interior columns by phases, edge columns window by window) against
+        // the path that walks each window for its index: strides 1 to 3, odd and even widths,
+        // pads on either side, ceil mode, dilations (no interior), 1-D and 2-D, ties.
+        for (shape, k, s, d, pads, ceil) in [
+            (vec![2, 3, 9, 11], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1], 0),
+            (vec![1, 2, 8, 12], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1], 0),
+            (vec![1, 2, 7, 13], [2, 4], [1, 3], [1, 1], [0, 2, 1, 1], 1),
+            (vec![1, 1, 6, 10], [3, 2], [1, 1], [1, 1], [1, 0, 1, 1], 0),
+            (vec![1, 1, 5, 15], [2, 3], [2, 3], [1, 2], [0, 1, 0, 2], 0),
+            (vec![1, 2, 1, 30], [1, 5], [1, 2], [1, 1], [0, 2, 0, 2], 1),
+        ] {
+            let n: usize = shape.iter().product();
+            let x = f32s(
+                &shape,
+                (0..n).map(|i| ((i * 37) % 23) as f32 - 11.0).collect(),
+            );
+            let attrs = [
+                ("kernel_shape", ints(&[k[0] as i64, k[1] as i64])),
+                ("strides", ints(&[s[0] as i64, s[1] as i64])),
+                ("dilations", ints(&[d[0] as i64, d[1] as i64])),
+                ("pads", ints(&pads.map(|p| p as i64))),
+                ("ceil_mode", AttrValue::Int(ceil)),
+            ];
+            let values = eval_node(&pool_node("MaxPool", &["y"], &attrs), 22, &[Some(&x)]);
+            let windows = eval_node(&pool_node("MaxPool", &["y", "i"], &attrs), 22, &[Some(&x)]);
+            assert_eq!(
+                values.unwrap()[0],
+                windows.unwrap()[0],
+                "{shape:?} {k:?} {s:?}"
+            );
+        }
     }
 
     #[test]
