@@ -378,6 +378,13 @@ pub fn gather_multiaxis_into_on(
 /// 256 bytes (25 MiB) 0.94 against 1.29. At 2 threads (the process under `chrt -f 10`, so
 /// that other work on the machine does not take the second core) the fp16 lookup takes
 /// 0.077 ms with ordinary stores against 0.095 streamed.
+///
+/// With both cores free, ordinary stores would also win at 2 threads up to 12 MiB
+/// (`gathernd_batch` 0.093 against 0.117 ms, the fp32 lookup 0.144 against 0.162; 25 MiB of
+/// 256-byte rows lose, 0.56 against 0.43), so the threshold could be per thread. It is not:
+/// when other work holds the second core, the same runs take 0.305 against 0.228 ms and 0.554
+/// against 0.439 (medians of 7 runs of `--repeat 300` on this shared machine); a threshold on
+/// the whole output keeps those at the one-thread figures.
 const STREAM_MIN_BYTES: usize = 8 << 20;
 
 /// Offset-table entries per tile when the table is streamed.
