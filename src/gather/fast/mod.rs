@@ -1137,7 +1137,7 @@ mod tests {
         let rows = data(&[3000, 50]);
         check(&rows, &indices(&[2000, 1], &[3000], false), &spec);
         let table = data(&[9000, 256]);
-        assert!(8500 * 1024 >= STREAM_MIN_BYTES);
+        const { assert!(8500 * 1024 >= STREAM_MIN_BYTES) };
         let idx = indices(&[8500, 1], &[9000], true);
         check(&table, &idx, &spec);
         check(&table, &with_value(&idx, 8000, 9000), &spec);
