@@ -47,7 +47,7 @@ use crate::par::{self, Workers};
 use self::canon::Layout;
 use self::elem::{Offset, Word};
 use self::offsets::BadIndex;
-use self::rows::{drive, ByteSink, Inner, PackedSink, RowSink, StringSink};
+use self::rows::{drive, BlockCopy, ByteSink, Inner, PackedSink, RowSink, StringSink};
 use super::{check_operands, unravel, GatherError, GatherSpec, OutOfRange};
 use crate::tensor::{element_count, Tensor, TensorError};
 use crate::DataType;
@@ -362,13 +362,29 @@ pub fn gather_multiaxis_into_on(
     }
 }
 
-/// Outputs of at least this many bytes get their block rows with non-temporal stores
-/// (`simd::stream_copy`): they would only evict the input from the caches. Measured on Zen 5
-/// (32 MiB L3) with `gather --time-case`, best of 100 at 1 thread: an embedding lookup of
-/// 12 MiB from a 90 MiB table 0.53 ms with ordinary copies, 0.30 ms streamed (a memcpy of the
-/// output takes 0.37 ms); 100,000 rows of 256 bytes 1.05 against 0.88 ms; the fp16 lookup
-/// (6 MiB) 0.174 against 0.156 ms.
-const STREAM_MIN_BYTES: usize = 4 << 20;
+/// Outputs of at least this many bytes per thread get their block rows with non-temporal
+/// stores (`simd::stream_copy`), smaller ones with ordinary vector stores (`simd::vector_copy`).
+///
+/// What decides is whether the output, the rows it reads and the output of the previous run (a
+/// runtime's buffer pool alternates two) fit in the L3 together, about three times the output:
+/// then ordinary stores leave everything cached for the next reader, while non-temporal ones
+/// are bound by the write bandwidth to memory, about 40 GB/s per Zen 5 core on this machine
+/// (a micro-benchmark of random 512-byte rows reached 41 GB/s, the same as sequential rows),
+/// and less when the host's other tenants use it: at times two threads shared 40 GB/s.
+/// Measured on Zen 5 (32 MiB L3) with `multigather run --repeat 300`, medians of 5-11
+/// interleaved runs (spread in parentheses), streamed against ordinary vector stores, 1 thread:
+/// the fp16 embedding lookup (6 MiB) 0.157 (0.153-0.166) against 0.141 (0.137-0.151) ms;
+/// `gathernd_batch` (8 MiB) 0.210 (0.208-0.218) against 0.218 (0.209-0.242); the fp32
+/// embedding lookup (12 MiB) 0.40 (0.36-0.41) against 0.63 (0.54-0.73); 100,000 rows of
+/// 256 bytes (25 MiB) 0.94 against 1.29. 2 threads (the process under `chrt -f 10`, so that
+/// other work on the machine does not take the second core): the fp16 lookup 0.095 against
+/// 0.077; `gathernd_batch` 0.117 against 0.093, and 0.220 against 0.115 while the memory
+/// bandwidth was shared; the fp32 lookup 0.162 against 0.144; the 25 MiB of 256-byte rows
+/// 0.43 against 0.56. Hence the threshold per thread: each core's L2 and share of the L3 take
+/// its part. The cost: when other work holds the second core, a 2-thread call runs on one and
+/// `gathernd_batch` takes 0.305 against 0.228 ms streamed, the fp32 lookup 0.554 against 0.439
+/// (onnxruntime at 2 threads took 0.37 and 1.03 ms in such a minute).
+const STREAM_MIN_BYTES: usize = 8 << 20;
 
 /// Offset-table entries per tile when the table is streamed.
 const TILE: usize = 1024;
@@ -499,17 +515,25 @@ impl Call<'_> {
         let simd = W::simd_gather(self.options.gather_level());
         let padded = padded.unwrap_or(payload);
         let bits = 8 * size_of::<W>();
-        let stream = if std::mem::size_of_val(out) >= STREAM_MIN_BYTES {
-            simd::stream_copy()
+        let level = self.options.vector_level();
+        let per_thread = std::mem::size_of_val(out) / self.workers.threads().max(1);
+        let block_copy = if per_thread >= STREAM_MIN_BYTES {
+            simd::stream_copy(level).map(|copy| BlockCopy {
+                copy,
+                streamed: true,
+            })
         } else {
-            None
+            simd::vector_copy(level).map(|copy| BlockCopy {
+                copy,
+                streamed: false,
+            })
         };
         self.execute(
             table,
             out,
             8,
             bits / 8,
-            |chunk| ByteSink::new(input, padded, chunk, inner, zero, simd, stream),
+            |chunk| ByteSink::new(input, padded, chunk, inner, zero, simd, block_copy),
             |_| {},
         )
     }
@@ -1102,6 +1126,22 @@ mod tests {
             &with_value(&idx, 2999, 230_000),
             &GatherSpec::new(vec![0]),
         );
+    }
+
+    #[test]
+    fn wide_block_rows_match_the_reference() {
+        // Runs of block rows of at least 128 bytes: rows of 200 bytes (three 64-byte vectors
+        // and a tail) into a small output, and rows of 1 KiB into an output large enough for
+        // the non-temporal stores on one thread (vector stores on two); at the detected level
+        // and, scalar, through `memcpy`.
+        let spec = GatherSpec::new(vec![0]);
+        let rows = data(&[3000, 50]);
+        check(&rows, &indices(&[2000, 1], &[3000], false), &spec);
+        let table = data(&[9000, 256]);
+        const { assert!(8500 * 1024 >= STREAM_MIN_BYTES) };
+        let idx = indices(&[8500, 1], &[9000], true);
+        check(&table, &idx, &spec);
+        check(&table, &with_value(&idx, 8000, 9000), &spec);
     }
 
     #[test]

@@ -307,3 +307,32 @@ pub(super) unsafe fn copy_stream_avx2(src: *const u8, dst: *mut u8, n: usize) {
         std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), n - i);
     }
 }
+
+/// Copies `n` bytes from `src` to `dst` with ordinary 64-byte loads and stores.
+///
+/// # Safety
+/// AVX-512F; `src` readable and `dst` writable for `n` bytes, without overlap.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn copy_avx512(src: *const u8, dst: *mut u8, n: usize) {
+    // SAFETY: all copies stay inside the caller's `n` bytes.
+    unsafe {
+        let mut i = 0;
+        while i + 256 <= n {
+            let a = _mm512_loadu_si512(src.add(i).cast());
+            let b = _mm512_loadu_si512(src.add(i + 64).cast());
+            let c = _mm512_loadu_si512(src.add(i + 128).cast());
+            let d = _mm512_loadu_si512(src.add(i + 192).cast());
+            _mm512_storeu_si512(dst.add(i).cast(), a);
+            _mm512_storeu_si512(dst.add(i + 64).cast(), b);
+            _mm512_storeu_si512(dst.add(i + 128).cast(), c);
+            _mm512_storeu_si512(dst.add(i + 192).cast(), d);
+            i += 256;
+        }
+        while i + 64 <= n {
+            let a = _mm512_loadu_si512(src.add(i).cast());
+            _mm512_storeu_si512(dst.add(i).cast(), a);
+            i += 64;
+        }
+        std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), n - i);
+    }
+}
