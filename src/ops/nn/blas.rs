@@ -88,6 +88,121 @@ impl<'a, T> Mat<'a, T> {
     }
 }
 
+/// One row-major matrix (`rows` rows of `ld` elements, possibly not yet written) whose column
+/// blocks are written by concurrent tasks, each its own columns: a product over a tile of
+/// positions lands straight in its columns of a convolution's output, with no per-tile block to
+/// copy in afterwards.
+pub(in crate::ops) struct ColumnBlocks<'c, T> {
+    ptr: *mut T,
+    rows: usize,
+    ld: usize,
+    _c: std::marker::PhantomData<&'c mut [T]>,
+}
+
+// SAFETY: the blocks are only written through `fill` and `product`, whose callers give each
+// concurrent task its own columns, so tasks on other threads never touch the same element.
+unsafe impl<T: Send> Sync for ColumnBlocks<'_, T> {}
+
+impl<'c, T: Real> ColumnBlocks<'c, T> {
+    /// The `rows x ld` matrix at the start of `c`.
+    pub fn new(c: &'c mut [std::mem::MaybeUninit<T>], rows: usize, ld: usize) -> Result<Self> {
+        if rows.checked_mul(ld).is_none_or(|n| n > c.len()) {
+            return Err(Error::Eval(format!(
+                "a {rows}x{ld} matrix does not fit in {} elements",
+                c.len()
+            )));
+        }
+        Ok(ColumnBlocks {
+            ptr: c.as_mut_ptr().cast::<T>(),
+            rows,
+            ld,
+            _c: std::marker::PhantomData,
+        })
+    }
+
+    /// Sets columns `col0..col0 + n` of row `i` to `value(i)`, for every row.
+    ///
+    /// # Safety
+    /// No concurrent task may touch these columns.
+    pub unsafe fn fill(&self, col0: usize, n: usize, value: impl Fn(usize) -> T) {
+        if col0.checked_add(n).is_none_or(|end| end > self.ld) {
+            return;
+        }
+        for i in 0..self.rows {
+            let v = value(i);
+            for j in col0..col0 + n {
+                // SAFETY: `new` checked that the `rows x ld` matrix lies in the slice, `j < ld`
+                // (checked above), and the caller owns these columns.
+                unsafe { self.ptr.add(i * self.ld + j).write(v) };
+            }
+        }
+    }
+
+    /// Columns `col0..col0 + b.cols` of every row `= alpha * a * b + beta * themselves`, on
+    /// the calling thread; with `beta == 0` they are not read.
+    ///
+    /// # Safety
+    /// No concurrent task may touch these columns, and with `beta != 0` they must have been
+    /// written (by [`ColumnBlocks::fill`] or before `new`).
+    pub unsafe fn product(
+        &self,
+        alpha: T,
+        a: Mat<'_, T>,
+        b: Mat<'_, T>,
+        beta: T,
+        col0: usize,
+    ) -> Result<()> {
+        let (m, k, n) = (a.rows, a.cols, b.cols);
+        if b.rows != k || m != self.rows || col0.checked_add(n).is_none_or(|end| end > self.ld) {
+            return Err(Error::Eval(format!(
+                "a {m}x{k} by {}x{n} product into columns {col0}.. of a {}x{} matrix",
+                b.rows, self.rows, self.ld
+            )));
+        }
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        if k == 0 {
+            for i in 0..m {
+                for j in col0..col0 + n {
+                    // SAFETY: in bounds (checked above), owned by the caller, and written before
+                    // when read (`beta != 0`).
+                    unsafe {
+                        let v = self.ptr.add(i * self.ld + j);
+                        v.write(if beta == T::ZERO {
+                            T::ZERO
+                        } else {
+                            beta * v.read()
+                        });
+                    }
+                }
+            }
+            return Ok(());
+        }
+        // SAFETY: `Mat::new` checked A and B; C's block is in bounds (checked above) and owned
+        // by the caller; all strides fit in `isize` (the matrix fits in a slice).
+        crate::par::serial(|| unsafe {
+            gemm_raw(
+                m,
+                k,
+                n,
+                alpha,
+                a.data.as_ptr(),
+                a.rs as isize,
+                a.cs as isize,
+                b.data.as_ptr(),
+                b.rs as isize,
+                b.cs as isize,
+                beta,
+                self.ptr.add(col0),
+                self.ld as isize,
+                1,
+            )
+        });
+        Ok(())
+    }
+}
+
 /// `C = alpha * A * B + beta * C`, with C the row-major `A.rows x B.cols` block of `c` whose rows
 /// start `ldc` elements apart. With `beta == 0` the old contents of C are ignored.
 pub(in crate::ops) fn gemm<T: Real>(

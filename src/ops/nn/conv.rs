@@ -32,7 +32,7 @@ use crate::DataType;
 use super::super::util::{dot, optional, required, to_i64s, unsupported_type};
 use super::super::vector::{as_slots, assume_written, copy, deinterleave, fill};
 use super::super::{EvalCtx, InferCtx};
-use super::blas::{gemm, Mat};
+use super::blas::{gemm, ColumnBlocks, Mat};
 use super::common::{
     checked_product, input_dims, output_written, shifted_f64s, tensor_type, to_f32s, zero_at,
     zero_points,
@@ -220,6 +220,27 @@ impl ConvShape {
             if let Some(shifted) = Shifted::new(&self.geo, self.cg())? {
                 return shifted.run(xg, wg, bias, y, parallel);
             }
+            if self.is_pointwise() && parallel {
+                let tiles = column_tiles(p, &[kc, wg.rows()]);
+                if tiles.len() > 1 {
+                    // Each tile of positions: its columns of `y` start as the bias, and its
+                    // product lands on them.
+                    let blocks = ColumnBlocks::new(y, wg.rows(), p)?;
+                    let beta = if bias.is_some() { T::ONE } else { T::ZERO };
+                    tiles.par_iter().try_for_each(|&(p0, t)| -> Result<()> {
+                        let b = Mat::new(&xg[p0..], kc, t, p, 1)?;
+                        // SAFETY: the tiles are disjoint columns of `y`, one task each, and
+                        // the product reads only columns its tile filled.
+                        unsafe {
+                            if bias.is_some() {
+                                blocks.fill(p0, t, init);
+                            }
+                            blocks.product(T::ONE, wg, b, beta, p0)
+                        }
+                    })?;
+                    return Ok(());
+                }
+            }
         }
         // Every other loop accumulates onto `y`, which starts as the bias (in the one pass that
         // writes it).
@@ -322,36 +343,36 @@ impl ConvShape {
             }
             return Ok(());
         }
-        // Tiles own disjoint columns of `y`, which are not disjoint slices: each thread computes
-        // into its own block, copied into place afterwards.
-        let blocks = tiles
-            .par_iter()
-            .map(|&p0| -> Result<Scratch<T>> {
-                let t = width(p0);
-                let mut col = Scratch::new(kc * t, T::ZERO)?;
-                im2col(xg, &self.geo, self.cg(), p0, p0 + t, &mut col);
-                let mut block = Scratch::new(wg.rows() * t, T::ZERO)?;
-                gemm(
-                    T::ONE,
-                    wg,
-                    Mat::row_major(&col, kc, t)?,
-                    T::ZERO,
-                    &mut block,
-                    t,
-                )?;
-                Ok(block)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        for (&p0, block) in tiles.iter().zip(&blocks) {
+        // Tiles own disjoint columns of `y`: each product lands straight in its columns.
+        // SAFETY: `y` is written (it holds the bias or zeros), and stays so.
+        let blocks = ColumnBlocks::new(unsafe { as_slots(y) }, wg.rows(), p)?;
+        tiles.par_iter().try_for_each(|&p0| -> Result<()> {
             let t = width(p0);
-            for (row, src) in y.chunks_mut(p).zip(block.chunks(t)) {
-                for (d, &v) in row[p0..p0 + t].iter_mut().zip(src) {
-                    *d = beta * *d + v;
-                }
-            }
-        }
+            let mut col = Scratch::new(kc * t, T::ZERO)?;
+            im2col(xg, &self.geo, self.cg(), p0, p0 + t, &mut col);
+            let b = Mat::row_major(&col, kc, t)?;
+            // SAFETY: the tiles are disjoint columns of `y`, one task each, all written before.
+            unsafe { blocks.product(T::ONE, wg, b, beta, p0) }
+        })?;
         Ok(())
     }
+}
+
+/// Column tiles `(first, count)` of a product over `p` positions, two per thread, each a whole
+/// number of [`LANES`] but the last, when a tile of work (`cost` per position) is worth a task;
+/// else one tile. Measured on Zen 5 (`multigather run --repeat 500`, medians), a 1x1
+/// convolution of 24 to 96 channels over 80x80 at 2 threads: 0.166 ms as one product split by
+/// the `gemm` crate after a serial bias fill, 0.089 ms in column tiles (0.154 ms at 1 thread).
+fn column_tiles(p: usize, cost: &[usize]) -> Vec<(usize, usize)> {
+    let threads = crate::par::threads();
+    if crate::par::min_len(p, cost) == usize::MAX || threads < 2 {
+        return vec![(0, p)];
+    }
+    let tile = p.div_ceil(2 * threads).next_multiple_of(LANES).max(LANES);
+    (0..p)
+        .step_by(tile)
+        .map(|p0| (p0, tile.min(p - p0)))
+        .collect()
 }
 
 /// A 1-D or 2-D convolution with unit strides as `kh` matrix products over copies of its
@@ -1347,6 +1368,56 @@ mod tests {
                     );
                     assert_eq!(y[0].as_slice::<f32>().unwrap(), &want[..], "{xs:?} {ws:?}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn column_tiles_of_pointwise_and_strided_products_agree_on_three_threads() {
+        // A pointwise convolution large enough to split its positions into column tiles, and a
+        // strided one whose im2col tiles run in parallel, with and without a bias: each tile's
+        // product lands in its own columns of the output.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (xs, ws, s, p) in [
+            ([1, 16, 40, 50], [24, 16, 1, 1], 1, 0),
+            ([1, 8, 200, 200], [16, 8, 3, 3], 2, 1),
+        ] {
+            let (x, w) = small_ints(xs, ws);
+            let out = [0, 1].map(|i| (xs[2 + i] + 2 * p - ws[2 + i]) / s + 1);
+            let want = reference(&x, xs, &w, ws, 1, [s, s], [1, 1], [p, p], out);
+            let plane = out[0] * out[1];
+            let bias: Vec<f32> = (0..ws[0]).map(|m| 2.0 - m as f32).collect();
+            for with_bias in [false, true] {
+                let mut node = Node::new("Conv", "c", ["x", "w", "b"], ["y"])
+                    .with_attr("strides", AttrValue::Ints(vec![s as i64; 2]))
+                    .with_attr("pads", AttrValue::Ints(vec![p as i64; 4]));
+                let (xt, wt, bt) = (
+                    f32s(&xs, x.clone()),
+                    f32s(&ws, w.clone()),
+                    f32s(&[ws[0]], bias.clone()),
+                );
+                let inputs = if with_bias {
+                    vec![Some(&xt), Some(&wt), Some(&bt)]
+                } else {
+                    node.inputs.truncate(2);
+                    vec![Some(&xt), Some(&wt)]
+                };
+                let want: Vec<f32> = want
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| {
+                        v + if with_bias {
+                            bias[i / plane % ws[0]]
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let y = pool.install(|| eval_node(&node, 22, &inputs)).unwrap();
+                assert_eq!(y[0].as_slice::<f32>().unwrap(), &want[..], "{xs:?} {ws:?}");
             }
         }
     }
