@@ -159,45 +159,10 @@ impl<'c, T: Real> ColumnBlocks<'c, T> {
                 b.rows, self.rows, self.ld
             )));
         }
-        if m == 0 || n == 0 {
-            return Ok(());
-        }
-        if k == 0 {
-            for i in 0..m {
-                for j in col0..col0 + n {
-                    // SAFETY: in bounds (checked above), owned by the caller, and written before
-                    // when read (`beta != 0`).
-                    unsafe {
-                        let v = self.ptr.add(i * self.ld + j);
-                        v.write(if beta == T::ZERO {
-                            T::ZERO
-                        } else {
-                            beta * v.read()
-                        });
-                    }
-                }
-            }
-            return Ok(());
-        }
-        // SAFETY: `Mat::new` checked A and B; C's block is in bounds (checked above) and owned
-        // by the caller; all strides fit in `isize` (the matrix fits in a slice).
+        // SAFETY: the block is inside the matrix (checked above), which `new` checked lies in
+        // its slice; the caller owns these columns and wrote them if they are read.
         crate::par::serial(|| unsafe {
-            gemm_raw(
-                m,
-                k,
-                n,
-                alpha,
-                a.data.as_ptr(),
-                a.rs as isize,
-                a.cs as isize,
-                b.data.as_ptr(),
-                b.rs as isize,
-                b.cs as isize,
-                beta,
-                self.ptr.add(col0),
-                self.ld as isize,
-                1,
-            )
+            product_at(alpha, a, b, beta, self.ptr.add(col0), self.ld)
         });
         Ok(())
     }
@@ -239,25 +204,47 @@ pub(in crate::ops) fn gemm<T: Real>(
 
 /// One product; the shapes and bounds were checked by [`gemm`].
 fn gemm_serial<T: Real>(alpha: T, a: Mat<'_, T>, b: Mat<'_, T>, beta: T, c: &mut [T], ldc: usize) {
+    // SAFETY: `gemm` checked that `(m - 1) * ldc + n <= c.len()` with `ldc >= n`, so every
+    // element of C is inside `c` and distinct, and written (it is a `&mut [T]`).
+    unsafe { product_at(alpha, a, b, beta, c.as_mut_ptr(), ldc) }
+}
+
+/// `C = alpha * A * B + beta * C`, C the row-major `A.rows x B.cols` matrix at `c` with rows
+/// `ldc` apart; with `beta == 0`, C is not read.
+///
+/// # Safety
+/// Every element of C must lie in one allocation, be written when `beta != 0`, and be touched
+/// by nothing else during the call; `ldc` must fit in `isize`.
+unsafe fn product_at<T: Real>(
+    alpha: T,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
+    beta: T,
+    c: *mut T,
+    ldc: usize,
+) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        for row in c.chunks_mut(ldc).take(m) {
-            for v in &mut row[..n] {
-                *v = if beta == T::default() {
-                    T::default()
-                } else {
-                    beta * *v
-                };
+        for i in 0..m {
+            for j in 0..n {
+                // SAFETY: inside C, written when read (the caller's contract).
+                unsafe {
+                    let v = c.add(i * ldc + j);
+                    v.write(if beta == T::ZERO {
+                        T::ZERO
+                    } else {
+                        beta * v.read()
+                    });
+                }
             }
         }
         return;
     }
     // SAFETY: `Mat::new` checked that every element of A and B the strides address lies inside
-    // their slices, `gemm` checked that `(m - 1) * ldc + n <= c.len()` with `ldc >= n`, so every
-    // addressed element of C is inside `c` and distinct; all strides fit in `isize`.
+    // their slices, C is the caller's; all strides fit in `isize`.
     unsafe {
         gemm_raw(
             m,
@@ -271,7 +258,7 @@ fn gemm_serial<T: Real>(alpha: T, a: Mat<'_, T>, b: Mat<'_, T>, beta: T, c: &mut
             b.rs as isize,
             b.cs as isize,
             beta,
-            c.as_mut_ptr(),
+            c,
             ldc as isize,
             1,
         );

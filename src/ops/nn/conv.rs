@@ -1305,15 +1305,54 @@ mod tests {
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &want[..]);
     }
 
-    #[test]
-    fn unit_strides_multiply_shifted_rows_serially_and_in_bands_in_parallel() {
-        // Unit-stride convolutions take the products over shifted rows: groups, dilations and
-        // uneven pads, a kernel one row high (one product), and a plane large enough to run in
-        // several bands, with and without a bias, on one thread and on three.
+    /// Runs the convolution `node` (inputs `x`, `w` and, when given, `b`) on the small integers
+    /// of shapes `xs` and `ws`, without and with a bias, on one thread and on three, against
+    /// `want` (the reference without a bias) plus the bias.
+    fn agrees_with_and_without_bias(node: Node, xs: [usize; 4], ws: [usize; 4], want: &[f32]) {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(3)
             .build()
             .unwrap();
+        let (x, w) = small_ints(xs, ws);
+        let plane = want.len() / (xs[0] * ws[0]);
+        let bias: Vec<f32> = (0..ws[0]).map(|m| m as f32 - 1.5).collect();
+        let (xt, wt, bt) = (f32s(&xs, x), f32s(&ws, w), f32s(&[ws[0]], bias.clone()));
+        for with_bias in [false, true] {
+            let mut node = node.clone();
+            let inputs = if with_bias {
+                vec![Some(&xt), Some(&wt), Some(&bt)]
+            } else {
+                node.inputs.truncate(2);
+                vec![Some(&xt), Some(&wt)]
+            };
+            let want: Vec<f32> = want
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    v + if with_bias {
+                        bias[i / plane % ws[0]]
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let serial = crate::par::serial(|| eval_node(&node, 22, &inputs)).unwrap();
+            let parallel = pool.install(|| eval_node(&node, 22, &inputs)).unwrap();
+            for y in [serial, parallel] {
+                assert_eq!(
+                    y[0].as_slice::<f32>().unwrap(),
+                    want,
+                    "{xs:?} {ws:?} {with_bias}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unit_strides_multiply_shifted_rows_serially_and_in_bands_in_parallel() {
+        // Unit-stride convolutions take the products over shifted rows: groups, dilations and
+        // uneven pads, a kernel one row high (one product), and a plane large enough to run in
+        // several bands.
         for (xs, ws, group, d, pads) in [
             ([2, 6, 30, 17], [4, 3, 3, 2], 2, [2, 1], [1, 0, 2, 1]),
             ([1, 4, 9, 50], [3, 4, 1, 3], 1, [1, 4], [0, 3, 0, 2]),
@@ -1326,61 +1365,22 @@ mod tests {
                 xs[3] + pads[1] + pads[3] - (kw - 1) * d[1],
             ];
             let want = reference(&x, xs, &w, ws, group, [1, 1], d, [pads[0], pads[1]], out);
-            let plane = out[0] * out[1];
-            let bias: Vec<f32> = (0..ws[0]).map(|m| m as f32 - 1.5).collect();
-            for with_bias in [false, true] {
-                let mut node = Node::new("Conv", "c", ["x", "w", "b"], ["y"])
-                    .with_attr("group", AttrValue::Int(group as i64))
-                    .with_attr("dilations", AttrValue::Ints(vec![d[0] as i64, d[1] as i64]))
-                    .with_attr(
-                        "pads",
-                        AttrValue::Ints(pads.iter().map(|&p| p as i64).collect()),
-                    );
-                let (xt, wt, bt) = (
-                    f32s(&xs, x.clone()),
-                    f32s(&ws, w.clone()),
-                    f32s(&[ws[0]], bias.clone()),
+            let node = Node::new("Conv", "c", ["x", "w", "b"], ["y"])
+                .with_attr("group", AttrValue::Int(group as i64))
+                .with_attr("dilations", AttrValue::Ints(vec![d[0] as i64, d[1] as i64]))
+                .with_attr(
+                    "pads",
+                    AttrValue::Ints(pads.iter().map(|&p| p as i64).collect()),
                 );
-                let inputs = if with_bias {
-                    vec![Some(&xt), Some(&wt), Some(&bt)]
-                } else {
-                    node.inputs.truncate(2);
-                    vec![Some(&xt), Some(&wt)]
-                };
-                let want: Vec<f32> = want
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &v)| {
-                        v + if with_bias {
-                            bias[i / plane % ws[0]]
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
-                let serial = crate::par::serial(|| eval_node(&node, 22, &inputs)).unwrap();
-                let parallel = pool.install(|| eval_node(&node, 22, &inputs)).unwrap();
-                for y in [serial, parallel] {
-                    assert_eq!(
-                        y[0].shape(),
-                        &[xs[0], ws[0], out[0], out[1]],
-                        "{xs:?} {ws:?}"
-                    );
-                    assert_eq!(y[0].as_slice::<f32>().unwrap(), &want[..], "{xs:?} {ws:?}");
-                }
-            }
+            agrees_with_and_without_bias(node, xs, ws, &want);
         }
     }
 
     #[test]
     fn column_tiles_of_pointwise_and_strided_products_agree_on_three_threads() {
         // A pointwise convolution large enough to split its positions into column tiles, and a
-        // strided one whose im2col tiles run in parallel, with and without a bias: each tile's
-        // product lands in its own columns of the output.
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
+        // strided one whose im2col tiles run in parallel: each tile's product lands in its own
+        // columns of the output.
         for (xs, ws, s, p) in [
             ([1, 16, 40, 50], [24, 16, 1, 1], 1, 0),
             ([1, 8, 200, 200], [16, 8, 3, 3], 2, 1),
@@ -1388,37 +1388,10 @@ mod tests {
             let (x, w) = small_ints(xs, ws);
             let out = [0, 1].map(|i| (xs[2 + i] + 2 * p - ws[2 + i]) / s + 1);
             let want = reference(&x, xs, &w, ws, 1, [s, s], [1, 1], [p, p], out);
-            let plane = out[0] * out[1];
-            let bias: Vec<f32> = (0..ws[0]).map(|m| 2.0 - m as f32).collect();
-            for with_bias in [false, true] {
-                let mut node = Node::new("Conv", "c", ["x", "w", "b"], ["y"])
-                    .with_attr("strides", AttrValue::Ints(vec![s as i64; 2]))
-                    .with_attr("pads", AttrValue::Ints(vec![p as i64; 4]));
-                let (xt, wt, bt) = (
-                    f32s(&xs, x.clone()),
-                    f32s(&ws, w.clone()),
-                    f32s(&[ws[0]], bias.clone()),
-                );
-                let inputs = if with_bias {
-                    vec![Some(&xt), Some(&wt), Some(&bt)]
-                } else {
-                    node.inputs.truncate(2);
-                    vec![Some(&xt), Some(&wt)]
-                };
-                let want: Vec<f32> = want
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &v)| {
-                        v + if with_bias {
-                            bias[i / plane % ws[0]]
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
-                let y = pool.install(|| eval_node(&node, 22, &inputs)).unwrap();
-                assert_eq!(y[0].as_slice::<f32>().unwrap(), &want[..], "{xs:?} {ws:?}");
-            }
+            let node = Node::new("Conv", "c", ["x", "w", "b"], ["y"])
+                .with_attr("strides", AttrValue::Ints(vec![s as i64; 2]))
+                .with_attr("pads", AttrValue::Ints(vec![p as i64; 4]));
+            agrees_with_and_without_bias(node, xs, ws, &want);
         }
     }
 
