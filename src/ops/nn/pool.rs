@@ -242,7 +242,10 @@ impl Interior {
             }
             _ => (0, 0),
         };
+        // Only a pool with interior columns has taps to list: then `kw` columns fit in the
+        // input row, which is in memory.
         let taps = (0..kw)
+            .take(if lo < hi { kw } else { 0 })
             .map(|kx| {
                 let off = kx as isize - pw as isize;
                 (
