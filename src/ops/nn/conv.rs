@@ -420,8 +420,8 @@ impl<'g> Shifted<'g> {
         {
             return Ok(None);
         }
-        let k = cg * kw + 1;
-        let band = (TILE_ELEMS / (k * pitch))
+        let k = cg.saturating_mul(kw).saturating_add(1);
+        let band = (TILE_ELEMS / k.saturating_mul(pitch).max(1))
             .saturating_sub(reach)
             .clamp(1, oh.max(1));
         Ok(Some(Shifted { g, cg, pitch, band }))
