@@ -135,11 +135,9 @@ pub fn compare_values(
                     c.dtype = w.type_text();
                     c.problem = match got {
                         None => c.problem,
-                        Some(Value::Tensor(g)) => Some(format!(
-                            "{} vs {}",
-                            want.type_text(),
-                            Value::Tensor(g.clone()).type_text()
-                        )),
+                        Some(g @ Value::Tensor(_)) => {
+                            Some(format!("{} vs {}", want.type_text(), g.type_text()))
+                        }
                         Some(Value::Maps(g)) if g.keys() != w.keys() => {
                             Some(format!("keys {} vs {}", keys_text(w), keys_text(g)))
                         }
@@ -329,9 +327,7 @@ impl Tolerance {
             },
         }
     }
-}
 
-impl Tolerance {
     /// Whether `actual` is within tolerance of `expected` (NaN matches NaN).
     fn admits(self, expected: f64, actual: f64) -> bool {
         (expected.is_nan() && actual.is_nan())

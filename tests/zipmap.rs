@@ -57,7 +57,7 @@ fn zipmap_fixtures_run_as_sequences_of_maps_matching_onnxruntime() {
             "strings" => MapKeys::String(vec![b"cat".to_vec(), b"dog".to_vec(), b"emu".to_vec()]),
             _ => MapKeys::Int64(vec![10, 20, 30]),
         };
-        assert_eq!(keys, vec![None, Some(want_keys)], "{case}");
+        assert_eq!(keys, [None, Some(want_keys)], "{case}");
         let got = session.run_values(inputs).unwrap();
         let recorded = read_output_values(&data, &[false, true]).unwrap();
         for (k, (want, (_, got))) in recorded.iter().zip(&got).enumerate() {
@@ -253,7 +253,7 @@ fn zipmap_edges_refuse_what_the_interpreter_cannot_hold() {
         match (session.check(), want) {
             (Ok(()), "") => {
                 let keys = session.output_keys().unwrap();
-                assert_eq!(keys, vec![Some(MapKeys::Int64(vec![4, 7]))], "{what}");
+                assert_eq!(keys, [Some(MapKeys::Int64(vec![4, 7]))], "{what}");
             }
             (Ok(()), want) => panic!("{what}: no error, expected: {want}"),
             (Err(e), want) => assert_eq!(e.to_string(), format!("unsupported: {want}"), "{what}"),

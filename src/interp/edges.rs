@@ -54,7 +54,7 @@ pub(super) fn output_keys(model: &Model) -> Result<Vec<Option<MapKeys>>> {
 /// The outputs of a run as users see them: each output with keys becomes a sequence of maps.
 pub(super) fn to_values(
     outputs: Vec<(String, Tensor)>,
-    keys: Vec<Option<MapKeys>>,
+    keys: &[Option<MapKeys>],
 ) -> Result<Vec<(String, Value)>> {
     outputs
         .into_iter()
@@ -63,7 +63,7 @@ pub(super) fn to_values(
             let value = match keys {
                 None => Value::Tensor(t),
                 Some(keys) => Value::Maps(
-                    SequenceOfMaps::new(keys, t)
+                    SequenceOfMaps::new(keys.clone(), t)
                         .map_err(|e| Error::Eval(format!("output '{name}': {e}")))?,
                 ),
             };
@@ -104,10 +104,8 @@ fn check_readers(graph: &Graph, zipmap: &Node) -> Result<()> {
     let mut k = 0;
     while let Some(&value) = values.get(k) {
         k += 1;
-        for (_, node) in graph.nodes() {
-            if !node.uses().contains(value) {
-                continue;
-            }
+        for id in graph.users(value) {
+            let node = graph.node(id);
             let identity = matches!(node.domain.as_str(), "" | "ai.onnx")
                 && node.op_type == "Identity"
                 && node.inputs.first().map(String::as_str) == Some(value);

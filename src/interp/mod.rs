@@ -118,6 +118,8 @@ pub struct Session<'m> {
     arena: Arc<Arena>,
     /// Per-step times of the main graph when [`RunOptions::profile`] is set.
     profile: Mutex<Profile>,
+    /// The maps' keys of the main graph's outputs ([`Session::output_keys`]), found once.
+    output_keys: std::sync::OnceLock<Vec<Option<MapKeys>>>,
 }
 
 /// A graph (by address), for a function body the call node whose attributes it binds, and for
@@ -268,6 +270,7 @@ impl<'m> Session<'m> {
             pool,
             arena,
             profile: Mutex::new(Profile::default()),
+            output_keys: std::sync::OnceLock::new(),
         }
     }
 
@@ -301,7 +304,7 @@ impl<'m> Session<'m> {
     /// output declared as a sequence or map other than `ZipMap`'s output, and a node other
     /// than `Identity` that reads `ZipMap`'s output (see [`Session::run_values`]).
     pub fn check(&self) -> Result<()> {
-        edges::output_keys(self.model)?;
+        self.output_keys()?;
         let imports = &self.model.opset_imports;
         let env = TypeEnv::infer(&self.model.graph, imports, &TypeEnv::default());
         let mut seen = HashSet::new();
@@ -445,9 +448,14 @@ impl<'m> Session<'m> {
 
     /// For each output of the main graph, the keys of the maps [`Session::run_values`] returns
     /// for it when it is `ZipMap`'s sequence of maps, `None` for a tensor. An error for what
-    /// the interpreter cannot hold (see [`Session::check`]).
-    pub fn output_keys(&self) -> Result<Vec<Option<MapKeys>>> {
-        edges::output_keys(self.model)
+    /// the interpreter cannot hold (see [`Session::check`]). Found on the first call and
+    /// kept for the session's later runs.
+    pub fn output_keys(&self) -> Result<&[Option<MapKeys>]> {
+        if let Some(keys) = self.output_keys.get() {
+            return Ok(keys);
+        }
+        let keys = edges::output_keys(self.model)?;
+        Ok(self.output_keys.get_or_init(|| keys))
     }
 
     fn plan(

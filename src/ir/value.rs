@@ -57,18 +57,18 @@ impl MapKeys {
     /// Where each of `other`'s keys is among `self`'s, when both hold the same keys of the same
     /// type (in any order); `None` otherwise.
     pub fn positions_of(&self, other: &MapKeys) -> Option<Vec<usize>> {
-        fn find<K: PartialEq>(mine: &[K], theirs: &[K]) -> Option<Vec<usize>> {
+        fn find<K: Eq + std::hash::Hash>(mine: &[K], theirs: &[K]) -> Option<Vec<usize>> {
             if mine.len() != theirs.len() {
                 return None;
             }
-            let mut seen = vec![false; mine.len()];
-            theirs
-                .iter()
-                .map(|k| {
-                    let j = mine.iter().position(|m| m == k)?;
-                    (!std::mem::replace(&mut seen[j], true)).then_some(j)
-                })
-                .collect()
+            // Each of `mine`'s keys once, so a repeated key on either side fails.
+            let mut at: std::collections::HashMap<&K, usize> = std::collections::HashMap::new();
+            for (j, k) in mine.iter().enumerate() {
+                if at.insert(k, j).is_some() {
+                    return None;
+                }
+            }
+            theirs.iter().map(|k| at.remove(k)).collect()
         }
         match (self, other) {
             (MapKeys::Int64(a), MapKeys::Int64(b)) => find(a, b),
