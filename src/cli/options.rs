@@ -181,6 +181,7 @@ fn run(flags: RunFlags) -> Result<Run> {
             threads: flags.threads,
             max_memory: flags.max_memory,
             profile: flags.profile,
+            ..RunOptions::default()
         },
         json: flags.json,
     })

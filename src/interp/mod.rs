@@ -33,6 +33,7 @@
 //! ```
 
 mod edges;
+mod fuse;
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -64,6 +65,11 @@ pub struct RunOptions {
     /// Time every step of the main graph, for [`Session::profile`]. Off by default: timing costs
     /// two clock reads per step.
     pub profile: bool,
+    /// Run every node as a step of its own: no planning-time fusion (see `interp/fuse.rs`: a
+    /// `BatchNormalization` after a `Conv` folds into its weights, as in onnxruntime). Off by
+    /// default; fusion changes results only in the last bits, and alike for every model a
+    /// session plans.
+    pub unfused: bool,
 }
 
 /// Where the time of a session's runs went: one entry per step of the main graph that ran (steps
@@ -523,7 +529,11 @@ impl<'m> Session<'m> {
                 reason: "the nodes form a cycle".into(),
             });
         }
-        let (mut steps, fixed) = fold_constants(graph, steps, &mut constants, parent);
+        let (steps, fixed) = fold_constants(graph, steps, &mut constants, parent);
+        let mut steps = match self.options.unfused {
+            true => steps,
+            false => fuse::fold_batch_norms(graph, steps, &mut constants, &fixed),
+        };
         // Slots: graph inputs first (in order), then every output of a step.
         let mut slots: HashMap<String, usize> = HashMap::new();
         let mut input_slots = Vec::with_capacity(graph.inputs.len());

@@ -1,0 +1,175 @@
+//! Planning-time fusion: a `BatchNormalization` that alone reads a `Conv`'s output folds into the
+//! convolution's weights and bias, and nothing else does. Each case is a small `Conv` ->
+//! `BatchNormalization` model run twice, fused and with `RunOptions::unfused`: a folding case
+//! must drop the normalisation's step and agree with the unfused run to float rounding; every
+//! other case must keep the step and agree bit for bit.
+
+use multigather::interp::{RunOptions, Session};
+use multigather::ir::{tensor_to_stored, AttrValue, Dim, Graph, Model, Node, Type, ValueInfo};
+use multigather::{DataType, Tensor};
+
+/// How a case departs from the plain `Conv` (with bias) -> `BatchNormalization` model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Variant {
+    Plain,
+    NoConvBias,
+    Epsilon,
+    /// The convolution's output is a graph output too.
+    ConvOutputIsGraphOutput,
+    /// A `Relu` reads the convolution's output as well.
+    ConvOutputReadTwice,
+    /// The running mean is a graph input whose initializer is only a default.
+    MeanIsAnInput,
+    /// `training_mode = 1`: batch statistics, not the running ones.
+    TrainingMode,
+    /// `double` weights and data.
+    Double,
+}
+
+const CHANNELS_IN: usize = 3;
+const CHANNELS_OUT: usize = 4;
+const SIDE: usize = 5;
+
+fn values(n: usize, seed: u32, scale: f64, offset: f64) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            let h = (i as u32)
+                .wrapping_mul(2654435761)
+                .wrapping_add(seed.wrapping_mul(40503));
+            offset + scale * (f64::from(h % 1000) / 1000.0 - 0.5)
+        })
+        .collect()
+}
+
+fn tensor(elem: DataType, shape: &[usize], v: Vec<f64>) -> Tensor {
+    match elem {
+        DataType::Double => Tensor::from_vec(elem, shape, v),
+        _ => Tensor::from_vec(elem, shape, v.into_iter().map(|x| x as f32).collect()),
+    }
+    .unwrap()
+}
+
+fn model(variant: Variant) -> (Model, Vec<(String, Tensor)>) {
+    let elem = match variant {
+        Variant::Double => DataType::Double,
+        _ => DataType::Float,
+    };
+    let mut g = Graph::new("g");
+    let declared = |name: &str, shape: &[usize]| {
+        let dims = shape.iter().map(|&d| Dim::Known(d as i64)).collect();
+        ValueInfo::new(name, Type::tensor(elem, dims))
+    };
+    let x_shape = [1, CHANNELS_IN, SIDE, SIDE];
+    let y_shape = [1, CHANNELS_OUT, SIDE, SIDE];
+    g.inputs.push(declared("x", &x_shape));
+    g.outputs.push(declared("y", &y_shape));
+    let mut init = |name: &str, shape: &[usize], v: Vec<f64>| {
+        g.initializers
+            .push(tensor_to_stored(name, &tensor(elem, shape, v)).unwrap());
+    };
+    init(
+        "w",
+        &[CHANNELS_OUT, CHANNELS_IN, 3, 3],
+        values(CHANNELS_OUT * CHANNELS_IN * 9, 1, 1.0, 0.0),
+    );
+    init("b", &[CHANNELS_OUT], values(CHANNELS_OUT, 2, 1.0, 0.0));
+    init("scale", &[CHANNELS_OUT], values(CHANNELS_OUT, 3, 1.0, 1.0));
+    init("beta", &[CHANNELS_OUT], values(CHANNELS_OUT, 4, 1.0, 0.0));
+    init("mean", &[CHANNELS_OUT], values(CHANNELS_OUT, 5, 1.0, 0.0));
+    init("var", &[CHANNELS_OUT], values(CHANNELS_OUT, 6, 0.5, 1.0));
+    let conv_inputs: &[&str] = match variant {
+        Variant::NoConvBias => &["x", "w"],
+        _ => &["x", "w", "b"],
+    };
+    g.add_node(
+        Node::new("Conv", "conv", conv_inputs.iter().copied(), ["c"])
+            .with_attr("pads", AttrValue::Ints(vec![1; 4])),
+    );
+    let mut bn = Node::new(
+        "BatchNormalization",
+        "bn",
+        ["c", "scale", "beta", "mean", "var"],
+        ["y"],
+    );
+    match variant {
+        Variant::Epsilon => bn.set_attr("epsilon", AttrValue::Float(0.25)),
+        Variant::TrainingMode => bn.set_attr("training_mode", AttrValue::Int(1)),
+        _ => {}
+    }
+    g.add_node(bn);
+    match variant {
+        Variant::ConvOutputIsGraphOutput => g.outputs.push(declared("c", &y_shape)),
+        Variant::ConvOutputReadTwice => {
+            g.add_node(Node::new("Relu", "relu", ["c"], ["r"]));
+            g.outputs.push(declared("r", &y_shape));
+        }
+        Variant::MeanIsAnInput => g.inputs.push(declared("mean", &[CHANNELS_OUT])),
+        _ => {}
+    }
+    let x = tensor(
+        elem,
+        &x_shape,
+        values(x_shape.iter().product(), 7, 4.0, 0.0),
+    );
+    (Model::new(g, 15), vec![("x".into(), x)])
+}
+
+/// The outputs of a run, and the operator of every step that ran.
+fn run(model: &Model, feeds: &[(String, Tensor)], unfused: bool) -> (Vec<Tensor>, Vec<String>) {
+    let options = RunOptions {
+        threads: Some(1),
+        profile: true,
+        unfused,
+        ..RunOptions::default()
+    };
+    let session = Session::with_options(model, options);
+    let outputs = session.run(feeds.to_vec()).unwrap();
+    let ops = session
+        .profile()
+        .steps
+        .into_iter()
+        .map(|s| s.op_type)
+        .collect();
+    (outputs.into_iter().map(|(_, t)| t).collect(), ops)
+}
+
+#[test]
+fn batch_normalization_folds_into_a_convolution_only_when_nothing_else_sees_it() {
+    use Variant::*;
+    let cases = [
+        (Plain, true),
+        (NoConvBias, true),
+        (Epsilon, true),
+        (ConvOutputIsGraphOutput, false),
+        (ConvOutputReadTwice, false),
+        (MeanIsAnInput, false),
+        (TrainingMode, false),
+        (Double, false),
+    ];
+    for (variant, folds) in cases {
+        let (model, feeds) = model(variant);
+        let (fused, fused_ops) = run(&model, &feeds, false);
+        let (plain, plain_ops) = run(&model, &feeds, true);
+        assert!(plain_ops.iter().any(|op| op == "BatchNormalization"));
+        assert_eq!(
+            !fused_ops.iter().any(|op| op == "BatchNormalization"),
+            folds,
+            "{variant:?}: steps {fused_ops:?}"
+        );
+        assert_eq!(fused.len(), plain.len());
+        for (f, p) in fused.iter().zip(&plain) {
+            assert_eq!(f.shape(), p.shape(), "{variant:?}");
+            if !folds {
+                assert_eq!(f, p, "{variant:?}: an unfused plan must not change a bit");
+                continue;
+            }
+            let (f, p) = (f.to_vec::<f32>().unwrap(), p.to_vec::<f32>().unwrap());
+            for (a, b) in f.iter().zip(&p) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                    "{variant:?}: fused {a} vs unfused {b}"
+                );
+            }
+        }
+    }
+}
