@@ -173,3 +173,119 @@ fn batch_normalization_folds_into_a_convolution_only_when_nothing_else_sees_it()
         }
     }
 }
+
+/// A convolution of `x: float[1, c, side, side]` by `m` filters with `attrs`, followed by
+/// `activation` (a node of the default domain).
+fn conv_then(
+    c: usize,
+    m: usize,
+    side: usize,
+    group: usize,
+    kernel: usize,
+    stride: usize,
+    activation: Node,
+) -> (Model, Vec<(String, Tensor)>) {
+    let mut g = Graph::new("g");
+    let x_shape = [1, c, side, side];
+    g.inputs.push(ValueInfo::new(
+        "x",
+        Type::tensor(
+            DataType::Float,
+            x_shape.iter().map(|&d| Dim::Known(d as i64)).collect(),
+        ),
+    ));
+    g.outputs.push(ValueInfo::new(
+        "y",
+        Type::from(multigather::ir::TypeKind::Tensor(Default::default())),
+    ));
+    let w_shape = [m, c / group, kernel, kernel];
+    let w = tensor(
+        DataType::Float,
+        &w_shape,
+        values(w_shape.iter().product(), 11, 1.0, 0.0),
+    );
+    g.initializers.push(tensor_to_stored("w", &w).unwrap());
+    let b = tensor(DataType::Float, &[m], values(m, 12, 1.0, 0.0));
+    g.initializers.push(tensor_to_stored("b", &b).unwrap());
+    let pad = (kernel / 2) as i64;
+    g.add_node(
+        Node::new("Conv", "conv", ["x", "w", "b"], ["c"])
+            .with_attr("pads", AttrValue::Ints(vec![pad; 4]))
+            .with_attr("strides", AttrValue::Ints(vec![stride as i64; 2]))
+            .with_attr("group", AttrValue::Int(group as i64)),
+    );
+    g.add_node(activation);
+    let x = tensor(
+        DataType::Float,
+        &x_shape,
+        values(x_shape.iter().product(), 13, 8.0, 0.0),
+    );
+    (Model::new(g, 18), vec![("x".into(), x)])
+}
+
+/// Runs with `threads`, fused or not: the output and the operators of the steps.
+fn run_on(
+    model: &Model,
+    feeds: &[(String, Tensor)],
+    threads: usize,
+    unfused: bool,
+) -> (Tensor, Vec<String>) {
+    let options = RunOptions {
+        threads: Some(threads),
+        profile: true,
+        unfused,
+        ..RunOptions::default()
+    };
+    let session = Session::with_options(model, options);
+    let mut outputs = session.run(feeds.to_vec()).unwrap();
+    let ops = session
+        .profile()
+        .steps
+        .into_iter()
+        .map(|s| s.op_type)
+        .collect();
+    (outputs.remove(0).1, ops)
+}
+
+#[test]
+fn activations_run_inside_every_convolution_loop_and_change_no_bit() {
+    let activations = [
+        Node::new("Relu", "act", ["c"], ["y"]),
+        Node::new("LeakyRelu", "act", ["c"], ["y"]).with_attr("alpha", AttrValue::Float(0.1)),
+        Node::new("Sigmoid", "act", ["c"], ["y"]),
+        Node::new("Tanh", "act", ["c"], ["y"]),
+        Node::new("HardSigmoid", "act", ["c"], ["y"])
+            .with_attr("alpha", AttrValue::Float(0.3))
+            .with_attr("beta", AttrValue::Float(0.4)),
+        Node::new("HardSwish", "act", ["c"], ["y"]),
+    ];
+    // (channels in, filters, side, group, kernel, stride): the loop each shape takes.
+    let shapes = [
+        (16, 16, 40, 1, 3, 1),  // shifted rows
+        (24, 24, 40, 24, 3, 1), // depthwise phase planes
+        (24, 24, 41, 24, 3, 2), // depthwise, stride 2
+        (32, 48, 64, 1, 1, 1),  // pointwise, column tiles on several threads
+        (3, 16, 65, 1, 3, 2),   // im2col tiles
+        (8, 16, 200, 1, 3, 2),  // im2col tiles on several threads
+        (8, 8, 2, 1, 3, 1),     // a few positions
+    ];
+    for activation in &activations {
+        for &(c, m, side, group, kernel, stride) in &shapes {
+            let (model, feeds) = conv_then(c, m, side, group, kernel, stride, activation.clone());
+            let (want, plain_ops) = run_on(&model, &feeds, 1, true);
+            assert_eq!(plain_ops.len(), 2);
+            for threads in [1, 3] {
+                let (got, ops) = run_on(&model, &feeds, threads, false);
+                let case = format!(
+                    "{} after {:?} on {threads} threads",
+                    activation.op_type,
+                    (c, m, side, group, kernel, stride)
+                );
+                assert_eq!(ops, ["Conv"], "{case}");
+                assert_eq!(got.shape(), want.shape(), "{case}");
+                let (got, want) = (got.to_vec::<u32>().unwrap(), want.to_vec::<u32>().unwrap());
+                assert!(got == want, "{case}: the fused output differs");
+            }
+        }
+    }
+}

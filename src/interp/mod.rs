@@ -199,6 +199,7 @@ enum Source {
     Outer(String),
 }
 
+#[derive(Clone, Copy)]
 enum StepKind<'m> {
     Op(&'static OpDef),
     Call(&'m Function),
@@ -529,10 +530,10 @@ impl<'m> Session<'m> {
                 reason: "the nodes form a cycle".into(),
             });
         }
-        let (steps, fixed) = fold_constants(graph, steps, &mut constants, parent);
+        let (steps, mut fixed) = fold_constants(graph, steps, &mut constants, parent);
         let mut steps = match self.options.unfused {
             true => steps,
-            false => fuse::fold_batch_norms(graph, steps, &mut constants, &fixed),
+            false => fuse::fuse(graph, steps, &mut constants, &mut fixed),
         };
         // Slots: graph inputs first (in order), then every output of a step.
         let mut slots: HashMap<String, usize> = HashMap::new();

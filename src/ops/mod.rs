@@ -45,6 +45,7 @@ pub(crate) mod vector;
 
 pub use fold::{foldable, Folder};
 pub use gathers::{gather_multiaxis_dims, logical_indices_dims};
+pub(crate) use math::Activation;
 pub(crate) use ml::zipmap_keys;
 pub use random::is_random;
 

@@ -25,6 +25,7 @@ mod variadic;
 
 #[cfg(test)]
 pub(crate) use unary::erf as erf_f64;
+pub(crate) use unary::Activation;
 
 use binary::{
     eval_arith, eval_bit_shift, eval_bitwise, eval_compare, eval_logic, eval_mod, eval_pow,

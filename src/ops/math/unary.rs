@@ -91,7 +91,109 @@ fast_float_kernels! {
     eval_erf, erf_in_place => erf, vector::erf;
     eval_softsign, softsign_in_place => |x| x / (1.0 + x.abs()), |x: f32| x / (1.0 + x.abs());
     eval_hard_swish, hard_swish_in_place => |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
-        |x: f32| x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0);
+        hard_swish_f32;
+}
+
+/// `HardSwish` on `float`: the function of the standalone kernel and of a fused one.
+fn hard_swish_f32(x: f32) -> f32 {
+    x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)
+}
+
+/// `HardSigmoid` on `float`, evaluated in `f64` and rounded once as its kernel does.
+fn hard_sigmoid_f32(alpha: f32, beta: f32) -> impl Fn(f32) -> f32 + Sync + Send + Copy {
+    let (alpha, beta) = (f64::from(alpha), f64::from(beta));
+    move |x: f32| (alpha * f64::from(x) + beta).clamp(0.0, 1.0) as f32
+}
+
+/// An activation a convolution applies to its output as it writes it: the `activation` of
+/// `com.microsoft.FusedConv`, and the element-wise step the interpreter's planner fuses into a
+/// `Conv` before it. Each computes on `float` exactly the bits of the standalone operator's
+/// kernel, so fusing never changes a result.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Activation {
+    Relu,
+    LeakyRelu(f32),
+    Sigmoid,
+    Tanh,
+    HardSigmoid(f32, f32),
+    HardSwish,
+    /// `min`, `max` (FusedConv only: the planner leaves `Clip` a step of its own).
+    Clip(f32, f32),
+}
+
+impl Activation {
+    /// FusedConv's `activation` named `name` with its `activation_params`.
+    pub(crate) fn named(name: &str, params: &[f32]) -> std::result::Result<Activation, String> {
+        let param = |i: usize, default: f32| params.get(i).copied().unwrap_or(default);
+        Ok(match name {
+            "Relu" => Activation::Relu,
+            "LeakyRelu" => Activation::LeakyRelu(param(0, 0.01)),
+            "Sigmoid" => Activation::Sigmoid,
+            "Tanh" => Activation::Tanh,
+            "HardSigmoid" => Activation::HardSigmoid(param(0, 0.2), param(1, 0.5)),
+            "HardSwish" => Activation::HardSwish,
+            "Clip" => Activation::Clip(param(0, f32::MIN), param(1, f32::MAX)),
+            other => {
+                return Err(format!(
+                    "activation '{other}' is not one of Relu, LeakyRelu, Sigmoid, Tanh, \
+                     HardSigmoid, HardSwish, Clip"
+                ))
+            }
+        })
+    }
+
+    /// The activation a node of the default domain computes, if it is one the planner fuses.
+    pub(crate) fn of_node(node: &crate::ir::Node) -> Option<Activation> {
+        if !crate::ir::is_onnx_domain(&node.domain) || node.inputs.len() != 1 {
+            return None;
+        }
+        Some(match node.op_type.as_str() {
+            "Relu" => Activation::Relu,
+            "LeakyRelu" => Activation::LeakyRelu(node.attr_float("alpha", 0.01).ok()?),
+            "Sigmoid" => Activation::Sigmoid,
+            "Tanh" => Activation::Tanh,
+            "HardSigmoid" => Activation::HardSigmoid(
+                node.attr_float("alpha", 0.2).ok()?,
+                node.attr_float("beta", 0.5).ok()?,
+            ),
+            "HardSwish" => Activation::HardSwish,
+            _ => return None,
+        })
+    }
+
+    /// FusedConv's `activation` and `activation_params` for this activation.
+    pub(crate) fn attributes(self) -> (&'static str, Vec<f32>) {
+        match self {
+            Activation::Relu => ("Relu", vec![]),
+            Activation::LeakyRelu(a) => ("LeakyRelu", vec![a]),
+            Activation::Sigmoid => ("Sigmoid", vec![]),
+            Activation::Tanh => ("Tanh", vec![]),
+            Activation::HardSigmoid(a, b) => ("HardSigmoid", vec![a, b]),
+            Activation::HardSwish => ("HardSwish", vec![]),
+            Activation::Clip(lo, hi) => ("Clip", vec![lo, hi]),
+        }
+    }
+
+    /// Applies the activation to every element of `y`, on the calling thread.
+    pub(crate) fn apply(self, y: &mut [f32]) {
+        match self {
+            Activation::Relu => vector::map_in_place(y, Relu::apply::<f32>),
+            Activation::LeakyRelu(a) => vector::map_in_place(y, leaky_relu_f32(a)),
+            Activation::Sigmoid => vector::map_in_place(y, vector::sigmoid),
+            Activation::Tanh => vector::map_in_place(y, vector::tanh),
+            Activation::HardSigmoid(a, b) => vector::map_in_place(y, hard_sigmoid_f32(a, b)),
+            Activation::HardSwish => vector::map_in_place(y, hard_swish_f32),
+            Activation::Clip(lo, hi) => vector::map_in_place(y, move |x: f32| {
+                if x < lo {
+                    lo
+                } else if x > hi {
+                    hi
+                } else {
+                    x
+                }
+            }),
+        }
+    }
 }
 
 /// A kernel applying a real function to input 0.
@@ -300,9 +402,17 @@ pub(super) fn eval_hard_sigmoid(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let alpha = f64::from(ctx.node.attr_float("alpha", 0.2)?);
-    let beta = f64::from(ctx.node.attr_float("beta", 0.5)?);
-    unary_float(ctx, inputs, |x| (alpha * x + beta).clamp(0.0, 1.0))
+    let (a, b) = (
+        ctx.node.attr_float("alpha", 0.2)?,
+        ctx.node.attr_float("beta", 0.5)?,
+    );
+    let (alpha, beta) = (f64::from(a), f64::from(b));
+    unary_fast(
+        ctx,
+        inputs,
+        |x| (alpha * x + beta).clamp(0.0, 1.0),
+        hard_sigmoid_f32(a, b),
+    )
 }
 
 pub(super) fn eval_gelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {

@@ -138,6 +138,21 @@ impl<'c, T: Real> ColumnBlocks<'c, T> {
         }
     }
 
+    /// Calls `f` on columns `col0..col0 + n` of each row in turn.
+    ///
+    /// # Safety
+    /// No concurrent task may touch these columns, and they must have been written.
+    pub unsafe fn for_each_row(&self, col0: usize, n: usize, f: impl Fn(&mut [T])) {
+        if col0.checked_add(n).is_none_or(|end| end > self.ld) {
+            return;
+        }
+        for i in 0..self.rows {
+            // SAFETY: `new` checked that the `rows x ld` matrix lies in the slice, the columns
+            // are inside a row (checked above), written and owned by the caller.
+            f(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.ld + col0), n) });
+        }
+    }
+
     /// Columns `col0..col0 + b.cols` of every row `= alpha * a * b + beta * themselves`, on
     /// the calling thread; with `beta == 0` they are not read.
     ///

@@ -39,6 +39,7 @@ use super::common::{
 };
 use super::matmul::{requantize, scales, single};
 use super::window::{inside, Geometry3, Window};
+use crate::ops::math::Activation;
 use crate::ops::num::{dispatch_real, Real};
 use multiversion::multiversion;
 
@@ -56,6 +57,10 @@ const MIN_TILE: usize = 64;
 /// on Zen 5 at 1 thread (`multigather run --repeat 500`, medians): a 3x3 convolution of 16 to 16
 /// channels on 80x80 0.270 -> 0.193 ms, of 64 to 32 channels on 40x40 0.479 -> 0.388 ms.
 const LANES: usize = 16;
+
+/// What a convolution applies to its output as it writes it (a fused activation), on pieces of
+/// the output while they are in cache.
+pub(super) type Post<'p, T> = Option<&'p (dyn Fn(&mut [T]) + Sync)>;
 
 /// The layout of one convolution: `x (N, C, in...)`, `w (M, C/group, k...)`, `y (N, M, out...)`.
 #[derive(Clone, Debug)]
@@ -123,13 +128,14 @@ impl ConvShape {
         g.taps() == 1 && g.strides == [1; 3] && g.pad_begin == [0; 3] && g.input == g.output
     }
 
-    /// Writes `conv(x, w) + bias` into every element of `out`, all in `T`; returns `out`
+    /// Writes `post(conv(x, w) + bias)` into every element of `out`, all in `T`; returns `out`
     /// initialised.
     pub fn run<'o, T: Real>(
         &self,
         x: &[T],
         w: &[T],
         bias: Option<&[T]>,
+        post: Post<'_, T>,
         out: &'o mut [MaybeUninit<T>],
     ) -> Result<&'o mut [T]> {
         if out.is_empty() {
@@ -169,7 +175,7 @@ impl ConvShape {
             let xg = &x[(n * self.c_in + g * cg) * in_plane..][..cg * in_plane];
             let wg = Mat::row_major(&w[g * mg * kc..(g + 1) * mg * kc], mg, kc)?;
             let bg = bias.map(|b| &b[g * mg..(g + 1) * mg]);
-            self.run_group(xg, wg, bg, y, parallel, plane.as_mut())
+            self.run_group(xg, wg, bg, post, y, parallel, plane.as_mut())
         };
         let tasks = self.batch * self.group;
         let threads = crate::par::threads();
@@ -193,13 +199,15 @@ impl ConvShape {
         Ok(unsafe { assume_written(out) })
     }
 
-    /// One group of one image: `y (mg x out_plane) = wg * im2col(xg) + bias`, every element of
-    /// `y` written; `parallel` lets tiles of output positions run on several threads.
+    /// One group of one image: `y (mg x out_plane) = post(wg * im2col(xg) + bias)`, every
+    /// element of `y` written; `parallel` lets tiles of output positions run on several threads.
+    #[allow(clippy::too_many_arguments)]
     fn run_group<T: Real>(
         &self,
         xg: &[T],
         wg: Mat<'_, T>,
         bias: Option<&[T]>,
+        post: Post<'_, T>,
         y: &mut [MaybeUninit<T>],
         parallel: bool,
         plane: Option<&mut PhasePlanes<'_, T>>,
@@ -212,13 +220,17 @@ impl ConvShape {
             if let Some(plane) = plane.and_then(|plane| plane.load(xg).then_some(plane)) {
                 for (m, ym) in y.chunks_mut(p).enumerate() {
                     plane.convolve(&wg.row(m), init(m), ym);
+                    if let Some(post) = post {
+                        // SAFETY: `convolve` wrote every element of the plane.
+                        post(unsafe { assume_written(ym) });
+                    }
                 }
                 return Ok(());
             }
         }
         if !depthwise && p > FEW_POSITIONS {
             if let Some(shifted) = Shifted::new(&self.geo, self.cg())? {
-                return shifted.run(xg, wg, bias, y, parallel);
+                return shifted.run(xg, wg, bias, post, y, parallel);
             }
             if self.is_pointwise() && parallel {
                 let tiles = column_tiles(p, &[kc, wg.rows()]);
@@ -235,8 +247,12 @@ impl ConvShape {
                             if bias.is_some() {
                                 blocks.fill(p0, t, init);
                             }
-                            blocks.product(T::ONE, wg, b, beta, p0)
+                            blocks.product(T::ONE, wg, b, beta, p0)?;
+                            if let Some(post) = post {
+                                blocks.for_each_row(p0, t, post);
+                            }
                         }
+                        Ok(())
                     })?;
                     return Ok(());
                 }
@@ -244,7 +260,7 @@ impl ConvShape {
         }
         if !depthwise && p > FEW_POSITIONS && !self.is_pointwise() {
             let x = Phased::new(xg, self.geo.input[2], self.geo.strides[2], parallel)?;
-            return self.tiled(&x, wg, bias, y, parallel);
+            return self.tiled(&x, wg, bias, post, y, parallel);
         }
         // Every other loop accumulates onto `y`, which starts as the bias (in the one pass that
         // writes it).
@@ -253,6 +269,26 @@ impl ConvShape {
         }
         // SAFETY: the rows of `p` cover `y` (a slab of `mg` rows), and each was written just now.
         let y = unsafe { assume_written(y) };
+        self.accumulate(xg, wg, bias.is_some(), y)?;
+        if let Some(post) = post {
+            post(y);
+        }
+        Ok(())
+    }
+
+    /// `y += conv(xg, wg)` by the loops that add onto an output holding the bias (`biased`):
+    /// dot products for a few positions, taps one at a time for depthwise planes the phase
+    /// planes do not take, and the plain product for pointwise ones.
+    fn accumulate<T: Real>(
+        &self,
+        xg: &[T],
+        wg: Mat<'_, T>,
+        biased: bool,
+        y: &mut [T],
+    ) -> Result<()> {
+        let p = self.geo.out_plane();
+        let kc = wg.cols();
+        let depthwise = self.cg() == 1 && self.group > 1;
         if p <= FEW_POSITIONS && !depthwise {
             return self.few_positions(xg, wg, y);
         }
@@ -275,7 +311,7 @@ impl ConvShape {
         }
         // What is left is a pointwise product. Without a bias, `y` is zero and the product
         // need not read it.
-        let beta = if bias.is_some() { T::ONE } else { T::ZERO };
+        let beta = if biased { T::ONE } else { T::ZERO };
         gemm(T::ONE, wg, Mat::row_major(xg, kc, p)?, beta, y, p)
     }
 
@@ -316,11 +352,13 @@ impl ConvShape {
     /// weights against a row of ones under each tile, so `y` is never filled first. Measured on
     /// Zen 5 (`multigather run --repeat 500`, medians), the 3-channel stride-2 stem of the
     /// generated conv-net (16 filters, 320x320): 0.215 -> 0.19 ms at 1 thread.
+    #[allow(clippy::too_many_arguments)]
     fn tiled<T: Real>(
         &self,
         xg: &Phased<'_, T>,
         wg: Mat<'_, T>,
         bias: Option<&[T]>,
+        post: Post<'_, T>,
         y: &mut [MaybeUninit<T>],
         parallel: bool,
     ) -> Result<()> {
@@ -355,8 +393,14 @@ impl ConvShape {
             col[kc * t..].fill(T::ONE);
             let b = Mat::row_major(col, kb, t)?;
             // SAFETY: the tiles are disjoint columns of `y`, one task each, and with beta 0 the
-            // product does not read them.
-            unsafe { blocks.product(T::ONE, w, b, T::ZERO, p0) }
+            // product does not read them; `post` reads them once the product wrote them.
+            unsafe {
+                blocks.product(T::ONE, w, b, T::ZERO, p0)?;
+                if let Some(post) = post {
+                    blocks.for_each_row(p0, t, post);
+                }
+            }
+            Ok(())
         };
         if !parallel || crate::par::min_len(tiles.len(), &[kc, tile, mg]) == usize::MAX {
             let mut col = Scratch::new(kb * tile, T::ZERO)?;
@@ -438,12 +482,13 @@ impl<'g> Shifted<'g> {
         Ok(Some(Shifted { g, cg, pitch, band }))
     }
 
-    /// `y = conv(xg, wg) + bias` for one group of one image, every element written.
+    /// `y = post(conv(xg, wg) + bias)` for one group of one image, every element written.
     fn run<T: Real>(
         &self,
         xg: &[T],
         wg: Mat<'_, T>,
         bias: Option<&[T]>,
+        post: Post<'_, T>,
         y: &mut [MaybeUninit<T>],
         parallel: bool,
     ) -> Result<()> {
@@ -483,7 +528,7 @@ impl<'g> Shifted<'g> {
                 };
                 let cols = (rows * self.pitch).next_multiple_of(LANES);
                 for (dst, src) in y.chunks_mut(out_plane).zip(grid.chunks(cols)) {
-                    self.compact(&mut dst[oy0 * ow..(oy0 + rows) * ow], src);
+                    self.compact(&mut dst[oy0 * ow..(oy0 + rows) * ow], src, post);
                 }
             }
             return Ok(());
@@ -504,7 +549,7 @@ impl<'g> Shifted<'g> {
                 for (&oy0, (grid, cols)) in bands.iter().zip(&grids) {
                     let rows = band.min(oh - oy0);
                     let src = &grid[m * cols..][..*cols];
-                    self.compact(&mut dst[oy0 * ow..(oy0 + rows) * ow], src);
+                    self.compact(&mut dst[oy0 * ow..(oy0 + rows) * ow], src, post);
                 }
             });
         Ok(())
@@ -570,11 +615,17 @@ impl<'g> Shifted<'g> {
         Ok(rows)
     }
 
-    /// Copies the output columns of grid rows at `pitch` into the rows of `dst`.
-    fn compact<T: Real>(&self, dst: &mut [MaybeUninit<T>], grid: &[T]) {
+    /// Copies the output columns of grid rows at `pitch` into the rows of `dst`, then applies
+    /// `post` to them.
+    fn compact<T: Real>(&self, dst: &mut [MaybeUninit<T>], grid: &[T], post: Post<'_, T>) {
         let ow = self.g.output[2];
         for (d, s) in dst.chunks_exact_mut(ow).zip(grid.chunks(self.pitch)) {
             copy(d, &s[..ow]);
+        }
+        if let Some(post) = post {
+            // SAFETY: the rows of `ow` cover `dst` (a whole number of output rows), each
+            // written just now.
+            post(unsafe { assume_written(dst) });
         }
     }
 }
@@ -1074,8 +1125,57 @@ pub(super) fn eval_conv(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     let y = dispatch_real!(dtype, R => {
         let (xv, wv) = (R::load(x)?, R::load(w)?);
         let bias = b.map(R::load).transpose()?;
-        output_written::<R>(dtype, &shape.out_shape, |y| shape.run(&xv, &wv, bias.as_deref(), y))?
+        output_written::<R>(dtype, &shape.out_shape, |y| {
+            shape.run(&xv, &wv, bias.as_deref(), None, y)
+        })?
     }, _ => return Err(unsupported_type("Conv", dtype)));
+    Ok(vec![y])
+}
+
+/// `com.microsoft.FusedConv`: `activation(Conv(X, W, B) + Z)`, `float` only as in onnxruntime.
+/// Without `Z` the activation runs on each piece of the output as the convolution writes it
+/// (onnxruntime's activations, and `HardSwish`, which the interpreter's planner fuses too).
+pub(super) fn eval_fused_conv(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, w, b, dtype) = conv_operands(ctx, inputs)?;
+    if dtype != DataType::Float {
+        return Err(unsupported_type("FusedConv", dtype));
+    }
+    let name = ctx
+        .node
+        .attr_string("activation")?
+        .ok_or_else(|| ctx.error("the activation attribute is required"))?;
+    let params = ctx.node.attr_floats("activation_params")?.unwrap_or(&[]);
+    let activation = Activation::named(name, params).map_err(|e| ctx.error(e))?;
+    let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
+    let (xv, wv) = (x.as_slice::<f32>()?, w.as_slice::<f32>()?);
+    let bias = b.map(Tensor::as_slice::<f32>).transpose()?;
+    let z = optional(inputs, 3);
+    let apply = move |y: &mut [f32]| activation.apply(y);
+    let post: Post<'_, f32> = match z {
+        None => Some(&apply),
+        Some(_) => None,
+    };
+    let mut y = output_written::<f32>(dtype, &shape.out_shape, |y| {
+        shape.run(xv, wv, bias, post, y)
+    })?;
+    if let Some(z) = z {
+        if z.dtype() != dtype || z.shape() != y.shape() {
+            return Err(ctx.error(format!(
+                "Z must be float of the output's shape {:?}, found {} {:?}",
+                y.shape(),
+                z.dtype(),
+                z.shape()
+            )));
+        }
+        let ys = y.as_slice_mut::<f32>()?;
+        for (v, &add) in ys.iter_mut().zip(z.as_slice::<f32>()?) {
+            *v += add;
+        }
+        activation.apply(ys);
+    }
     Ok(vec![y])
 }
 
@@ -1122,7 +1222,7 @@ fn integer_conv(
     let bv = bias.map(|b| shifted_f64s(b, |_| 0)).transpose()?;
     let mut acc = try_vec(checked_product(&shape.out_shape)?, 0.0)?;
     // SAFETY: the convolution writes only initialised values.
-    shape.run::<f64>(&xv, &wv, bv.as_deref(), unsafe { as_slots(&mut acc) })?;
+    shape.run::<f64>(&xv, &wv, bv.as_deref(), None, unsafe { as_slots(&mut acc) })?;
     Ok((shape, acc))
 }
 
@@ -1305,6 +1405,55 @@ mod tests {
         let y = eval_node(&node, 22, &[Some(&x), Some(&w)]).unwrap();
         let want = [54.0, 63.0, 72.0, 99.0, 108.0, 117.0, 144.0, 153.0, 162.0];
         assert_eq!(y[0], f32s(&[1, 1, 3, 3], want.to_vec()));
+    }
+
+    #[test]
+    fn fused_conv_adds_z_then_applies_its_activation() {
+        let x = f32s(&[1, 1, 5, 5], (0..25).map(|v| v as f32).collect());
+        let w = f32s(&[1, 1, 3, 3], vec![1.0; 9]);
+        let conv = [
+            12.0f32, 21.0, 27.0, 33.0, 24.0, 33.0, 54.0, 63.0, 72.0, 51.0, 63.0, 99.0, 108.0,
+            117.0, 81.0, 93.0, 144.0, 153.0, 162.0, 111.0, 72.0, 111.0, 117.0, 123.0, 84.0,
+        ];
+        let z = f32s(&[1, 1, 5, 5], (0..25).map(|v| -(v as f32)).collect());
+        let fused = |activation: &str, params: Vec<f32>| {
+            Node::new("FusedConv", "c", ["x", "w", "", "z"], ["y"])
+                .with_domain("com.microsoft")
+                .with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]))
+                .with_attr("activation", AttrValue::String(activation.into()))
+                .with_attr("activation_params", AttrValue::Floats(params))
+        };
+        let with_z = [Some(&x), Some(&w), None, Some(&z)];
+        let y = eval_node(&fused("Clip", vec![20.0, 100.0]), 1, &with_z).unwrap();
+        let want: Vec<f32> = (0..25)
+            .map(|i| (conv[i] - i as f32).clamp(20.0, 100.0))
+            .collect();
+        assert_eq!(y[0], f32s(&[1, 1, 5, 5], want));
+        let y = eval_node(&fused("Relu", vec![]), 1, &[Some(&x), Some(&w)]).unwrap();
+        assert_eq!(y[0], f32s(&[1, 1, 5, 5], conv.to_vec()));
+        let bad = [
+            (fused("Gelu", vec![]), "activation 'Gelu' is not one of"),
+            (
+                Node::new("FusedConv", "c", ["x", "w"], ["y"]).with_domain("com.microsoft"),
+                "the activation attribute is required",
+            ),
+        ];
+        for (node, message) in bad {
+            let e = eval_node(&node, 1, &[Some(&x), Some(&w)]).unwrap_err();
+            assert!(e.to_string().contains(message), "{e}");
+        }
+        let short_z = f32s(&[1, 1, 5, 1], vec![0.0; 5]);
+        let e = eval_node(
+            &fused("Relu", vec![]),
+            1,
+            &[Some(&x), Some(&w), None, Some(&short_z)],
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Z must be float of the output's shape"),
+            "{e}"
+        );
     }
 
     #[test]

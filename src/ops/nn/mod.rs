@@ -37,8 +37,8 @@ use causal_conv::{eval_causal_conv, infer_causal_conv};
 use col2im::{eval_col2im, infer_col2im};
 use common::infer_same_as_input;
 use conv::{
-    eval_conv, eval_conv_integer, eval_qlinear_conv, infer_conv, infer_conv_integer,
-    infer_qlinear_conv,
+    eval_conv, eval_conv_integer, eval_fused_conv, eval_qlinear_conv, infer_conv,
+    infer_conv_integer, infer_qlinear_conv,
 };
 use conv_transpose::{eval_conv_transpose, infer_conv_transpose};
 use deform_conv::{eval_deform_conv, infer_deform_conv};
@@ -90,6 +90,9 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Einsum", 12, 1..=usize::MAX, 1..=1, eval_einsum).with_infer(infer_einsum),
     OpDef::new("Gemm", 1, 2..=3, 1..=1, eval_gemm).with_infer(infer_gemm),
     OpDef::new("Conv", 1, 2..=3, 1..=1, eval_conv).with_infer(infer_conv),
+    OpDef::new("FusedConv", 1, 2..=4, 1..=1, eval_fused_conv)
+        .with_infer(infer_conv)
+        .in_domain("com.microsoft"),
     OpDef::new("ConvTranspose", 1, 2..=3, 1..=1, eval_conv_transpose)
         .with_infer(infer_conv_transpose),
     OpDef::new("DeformConv", 19, 3..=5, 1..=1, eval_deform_conv).with_infer(infer_deform_conv),
