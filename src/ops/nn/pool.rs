@@ -24,7 +24,7 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::super::util::{required, unsupported_type};
-use super::super::vector::{assume_written, copy, fill, max_assign};
+use super::super::vector::{as_slots, assume_written, copy, fill, max_assign};
 use std::mem::MaybeUninit;
 
 use super::super::{EvalCtx, InferCtx};
@@ -263,19 +263,13 @@ impl Interior {
         }
     }
 
-    /// `out[i]` = the maximum of the window of output column `lo + i`, from the row of column
-    /// maxima `row`; `phases` is space for the row split into phases. Writes every element of
-    /// `out` when the pool has interior columns (`lo < hi`).
+    /// The row of column maxima `row` split into its stride phases in `phases` (phase `p` at
+    /// `p * plen`, `plen = ceil(len / stride)`), or `row` itself for stride 1.
     #[inline(always)]
-    fn windows<T: Pod + PartialOrd>(
-        &self,
-        row: &[T],
-        phases: &mut [T],
-        out: &mut [MaybeUninit<T>],
-    ) {
+    fn split<'a, T: Pod>(&self, row: &'a [T], phases: &'a mut [T]) -> &'a [T] {
         let sw = self.stride;
         let plen = row.len().div_ceil(sw);
-        let split: &[T] = match sw {
+        match sw {
             1 => row,
             2 => {
                 let (even, odd) = phases.split_at_mut(plen);
@@ -296,19 +290,31 @@ impl Interior {
                 }
                 phases
             }
-        };
+        }
+    }
+
+    /// `out[i]` = the maximum of the window of output column `lo + i`, from the column maxima
+    /// split into phases of `plen` ([`Interior::split`]). Writes every element of `out` when the
+    /// pool has interior columns (`lo < hi`); two to four taps are taken in one pass.
+    #[inline(always)]
+    fn windows<T: Pod + PartialOrd>(&self, split: &[T], plen: usize, out: &mut [MaybeUninit<T>]) {
         let (lo, n) = (self.columns.0 as isize, out.len());
         let tap = |&(p, shift): &(usize, isize)| {
             // Inside the row: `lo + shift` is the first interior column's tap, at least 0.
             let at = (lo + shift) as usize;
             &split[p * plen + at..][..n]
         };
-        let Some((first, rest)) = self.taps.split_first() else {
-            return;
-        };
-        let out = copy(out, tap(first));
-        for t in rest {
-            max_assign(out, tap(t));
+        match self.taps.as_slice() {
+            [a, b] => max_of(out, [tap(a), tap(b)]),
+            [a, b, c] => max_of(out, [tap(a), tap(b), tap(c)]),
+            [a, b, c, d] => max_of(out, [tap(a), tap(b), tap(c), tap(d)]),
+            [first, rest @ ..] => {
+                let out = copy(out, tap(first));
+                for t in rest {
+                    max_assign(out, tap(t));
+                }
+            }
+            [] => {}
         }
     }
 }
@@ -414,22 +420,53 @@ fn plane_maxima<T: Pod + PartialOrd + Default>(
             };
             // The maximum over this output row's input rows, column by column: the windows
             // then read one row instead of one per tap, and this loop vectorises. Two or three
-            // rows (a kernel of 2 or 3) are taken in one pass.
+            // rows (a kernel of 2 or 3) are taken in one pass, for stride 2 straight into the
+            // two phases the windows read.
             let row_at = |r: usize| &xp[r..][..iw];
-            match *rest {
-                [b] => max_of(column_max, [row_at(first_row), row_at(b)]),
-                [b, c] => max_of(column_max, [row_at(first_row), row_at(b), row_at(c)]),
-                _ => {
-                    column_max.copy_from_slice(row_at(first_row));
-                    for &r in rest {
-                        max_assign(column_max, row_at(r));
-                    }
-                }
-            }
+            let plen = iw.div_ceil(row.stride);
             let (lo, hi) = row.columns;
+            let split: &[T] = match *rest {
+                [b] | [b, _] if row.stride == 2 && lo < hi => {
+                    let (even, odd) = phases.split_at_mut(plen);
+                    if let [_, c] = *rest {
+                        let rows = [row_at(first_row), row_at(b), row_at(c)];
+                        max_of_pairs(even, odd, rows);
+                        if iw % 2 == 1 {
+                            max_of_init(&mut even[plen - 1..], rows.map(|r| &r[iw - 1..]));
+                        }
+                    } else {
+                        let rows = [row_at(first_row), row_at(b)];
+                        max_of_pairs(even, odd, rows);
+                        if iw % 2 == 1 {
+                            max_of_init(&mut even[plen - 1..], rows.map(|r| &r[iw - 1..]));
+                        }
+                    }
+                    phases
+                }
+                _ => {
+                    match *rest {
+                        [b] => max_of_init(column_max, [row_at(first_row), row_at(b)]),
+                        [b, c] => {
+                            max_of_init(column_max, [row_at(first_row), row_at(b), row_at(c)])
+                        }
+                        _ => {
+                            column_max.copy_from_slice(row_at(first_row));
+                            for &r in rest {
+                                max_assign(column_max, row_at(r));
+                            }
+                        }
+                    }
+                    row.split(column_max, phases)
+                }
+            };
             if lo < hi {
-                row.windows(column_max, phases, &mut y[lo..hi]);
+                row.windows(split, plen, &mut y[lo..hi]);
             }
+            // Column `c` of the column maxima, from its phase.
+            let column = |c: usize| match row.stride {
+                1 => split[c],
+                sw => split[(c % sw) * plen + c / sw],
+            };
             // The columns at the edges, window by window.
             for ox in (0..lo).chain(hi..ow) {
                 let (sx, o) = (&pool.spans[2][ox], &mut y[ox]);
@@ -437,10 +474,9 @@ fn plane_maxima<T: Pod + PartialOrd + Default>(
                     o.write(T::default());
                     continue;
                 }
-                let width = (sx.count - 1) * dw + 1;
-                let taps = &column_max[sx.first..][..width];
-                let select = |best: T, &v: &T| if v > best { v } else { best };
-                o.write(taps.iter().step_by(dw).skip(1).fold(taps[0], select));
+                let select = |best: T, v: T| if v > best { v } else { best };
+                let taps = (1..sx.count).map(|j| column(sx.first + j * dw));
+                o.write(taps.fold(column(sx.first), select));
             }
         }
     }
@@ -449,14 +485,45 @@ fn plane_maxima<T: Pod + PartialOrd + Default>(
 /// `dst[i]` = the maximum of `rows[k][i]` over the rows in order (`>` deciding, as
 /// [`max_assign`] does), in one pass.
 #[inline(always)]
-fn max_of<T: Copy + PartialOrd, const N: usize>(dst: &mut [T], rows: [&[T]; N]) {
+fn max_of<T: Copy + PartialOrd, const N: usize>(dst: &mut [MaybeUninit<T>], rows: [&[T]; N]) {
+    let rows = rows.map(|r| &r[..dst.len()]);
     for (i, d) in dst.iter_mut().enumerate() {
         let mut m = rows[0][i];
         for r in &rows[1..] {
             let v = r[i];
             m = if v > m { v } else { m };
         }
-        *d = m;
+        d.write(m);
+    }
+}
+
+/// [`max_of`] into initialised elements.
+#[inline(always)]
+fn max_of_init<T: Copy + PartialOrd, const N: usize>(dst: &mut [T], rows: [&[T]; N]) {
+    // SAFETY: `max_of` writes only initialised values.
+    max_of(unsafe { as_slots(dst) }, rows)
+}
+
+/// [`max_of`] over rows of pairs, each maximum written to `even` or `odd` by its column's
+/// parity (the column maxima split into the two phases of stride 2 in the same pass), for as
+/// many pairs as the rows and both phases hold (an odd last column is left to the caller).
+#[inline(always)]
+fn max_of_pairs<T: Copy + PartialOrd, const N: usize>(
+    even: &mut [T],
+    odd: &mut [T],
+    rows: [&[T]; N],
+) {
+    let shortest = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    let n = even.len().min(odd.len()).min(shortest / 2);
+    let rows = rows.map(|r| &r[..2 * n]);
+    for (i, (e, o)) in even[..n].iter_mut().zip(&mut odd[..n]).enumerate() {
+        let (mut me, mut mo) = (rows[0][2 * i], rows[0][2 * i + 1]);
+        for r in &rows[1..] {
+            let (ve, vo) = (r[2 * i], r[2 * i + 1]);
+            me = if ve > me { ve } else { me };
+            mo = if vo > mo { vo } else { mo };
+        }
+        (*e, *o) = (me, mo);
     }
 }
 
