@@ -960,7 +960,8 @@ mod tests {
             ("nearest_mode", "floor"),
         ];
         let half_pixel = [("nearest_mode", "round_prefer_ceil")];
-        let cases: [(&[usize], &[f64], &[(&str, &str)]); 8] = [
+        type Case<'a> = (&'a [usize], &'a [f64], &'a [(&'a str, &'a str)]);
+        let cases: [Case; 8] = [
             (&[1, 3, 10, 10], &[1.0, 1.0, 2.0, 2.0], &asymmetric),
             (&[1, 2, 5, 7], &[1.0, 1.0, 2.0, 3.0], &asymmetric),
             (&[2, 3, 9, 11], &[1.0, 1.0, 0.5, 1.7], &half_pixel),
