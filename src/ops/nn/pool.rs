@@ -13,6 +13,11 @@
 //! `Indices` output holds flat indices into the input, with the spatial dims in row-major
 //! (`storage_order` 0) or column-major (1) order. `LpPool` opset 1 has a float `p`; later opsets an
 //! integer one.
+//!
+//! Why one file: the six pools share one window geometry (`Pool`, its spans and the walk over
+//! every window); what makes the file long is `MaxPool`'s own path for its values alone (interior
+//! columns by stride phases, compiled per SIMD level) and the tests that hold it to the window
+//! walk.
 
 use crate::tensor::try_vec;
 use bytemuck::Pod;
@@ -380,7 +385,7 @@ struct Scratch<'s, T> {
 /// The maxima of one plane `xp` into its output `y`, compiled per SIMD level as one piece: the
 /// element-wise maxima of short rows are too short to pay a dispatch each. Measured on Zen 5 at
 /// 1 thread (`multigather run --repeat 300`, medians), a 3x3 stride-2 pool of 16 planes of
-/// 160x160: 0.092 -> 0.0XX ms (onnxruntime 1.32: 0.028 ms).
+/// 160x160: 0.078 -> 0.066 ms (onnxruntime 1.32: 0.028 ms).
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
     "x86_64+avx2+fma",
