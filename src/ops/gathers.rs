@@ -16,6 +16,9 @@ use crate::gather::{self, GatherSpec};
 use crate::ir::{broadcast_dim, Dim, Shape, TensorType};
 use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
+use std::mem::MaybeUninit;
+
+use super::vector::{assume_written, copy};
 
 use super::util::{normalize_axis, required};
 use super::{EvalCtx, InferCtx, OpDef};
@@ -76,10 +79,15 @@ fn index(indices: &Indices<'_>, k: usize, dim: usize) -> Result<usize> {
     if (0..d).contains(&r) {
         Ok(r as usize)
     } else {
-        Err(Error::Eval(format!(
-            "index {v} at position {k} of the indices is out of range for a dimension of size {dim}"
-        )))
+        Err(out_of_range(v, k, dim))
     }
+}
+
+/// The error for index value `v` at position `k` of the indices, out of range for `dim`.
+fn out_of_range(v: i64, k: usize, dim: usize) -> Error {
+    Error::Eval(format!(
+        "index {v} at position {k} of the indices is out of range for a dimension of size {dim}"
+    ))
 }
 
 /// `out[o, i..., n] = data[o, indices[i...], n]` with `o` over the dims before `axis` and `n`
@@ -98,19 +106,97 @@ fn eval_gather(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
     let picks = (0..indices.len())
         .map(|k| index(&picked, k, dim))
         .collect::<Result<Vec<_>>>()?;
-    let mut starts = try_with_capacity(outer * picks.len())?;
-    for o in 0..outer {
-        for &p in &picks {
-            starts.push((o * dim + p) * inner);
-        }
-    }
     let out_shape: Vec<usize> = shape[..axis]
         .iter()
         .chain(indices.shape())
         .chain(&shape[axis + 1..])
         .copied()
         .collect();
+    if let Some(out) = by_width(data.dtype(), |w| match w {
+        Width::W1 => gather_rows::<u8>(data, &out_shape, dim, inner, &picks),
+        Width::W2 => gather_rows::<u16>(data, &out_shape, dim, inner, &picks),
+        Width::W4 => gather_rows::<u32>(data, &out_shape, dim, inner, &picks),
+        Width::W8 => gather_rows::<u64>(data, &out_shape, dim, inner, &picks),
+    }) {
+        return Ok(vec![out?]);
+    }
+    let mut starts = try_with_capacity(outer * picks.len())?;
+    for o in 0..outer {
+        for &p in &picks {
+            starts.push((o * dim + p) * inner);
+        }
+    }
     Ok(vec![data.take_blocks(&out_shape, &starts, inner)?])
+}
+
+/// The element widths the typed gathers below move elements of.
+#[derive(Clone, Copy)]
+enum Width {
+    W1,
+    W2,
+    W4,
+    W8,
+}
+
+/// `f(width)` for an element type stored in whole bytes of width 1, 2, 4 or 8 (not strings);
+/// `None` for the others, which go through [`Tensor::take_blocks`].
+fn by_width<R>(dtype: crate::DataType, f: impl FnOnce(Width) -> R) -> Option<R> {
+    let width = match dtype.byte_size() {
+        _ if dtype == crate::DataType::String => return None,
+        Some(1) => Width::W1,
+        Some(2) => Width::W2,
+        Some(4) => Width::W4,
+        Some(8) => Width::W8,
+        _ => return None,
+    };
+    Some(f(width))
+}
+
+/// [`eval_gather`] for elements as wide as `T`: each of the `outer` input slabs of `dim` blocks
+/// of `inner` elements gives the blocks `picks` (in range) in order, written straight into the
+/// output, the slabs split over the threads when there are many. A block copy call per element
+/// is what a gather of single elements (`inner = 1`) would otherwise pay.
+fn gather_rows<T: bytemuck::Pod + Send + Sync>(
+    data: &Tensor,
+    out_shape: &[usize],
+    dim: usize,
+    inner: usize,
+    picks: &[usize],
+) -> Result<Tensor> {
+    let src = data.as_slice::<T>()?;
+    let out = Tensor::uninit(data.dtype(), out_shape)?;
+    let (slab_in, slab_out) = (dim * inner, picks.len() * inner);
+    let slab = |(x, y): (&[T], &mut [MaybeUninit<T>])| {
+        if inner == 1 {
+            for (d, &p) in y.iter_mut().zip(picks) {
+                d.write(x[p]);
+            }
+        } else {
+            for (d, &p) in y.chunks_exact_mut(inner).zip(picks) {
+                copy(d, &x[p * inner..][..inner]);
+            }
+        }
+    };
+    Ok(out.fill(|dst: &mut [MaybeUninit<T>]| {
+        if slab_out > 0 && slab_in > 0 {
+            let outer = dst.len() / slab_out;
+            let min_len = crate::par::min_len(outer, &[slab_out]);
+            if min_len == usize::MAX {
+                src.chunks_exact(slab_in)
+                    .zip(dst.chunks_exact_mut(slab_out))
+                    .for_each(slab);
+            } else {
+                use rayon::prelude::*;
+                src.par_chunks_exact(slab_in)
+                    .zip(dst.par_chunks_exact_mut(slab_out))
+                    .with_min_len(min_len)
+                    .for_each(slab);
+            }
+        }
+        // SAFETY: the output is `outer` slabs of `slab_out` elements, each written whole
+        // above (an output with an empty slab has no elements).
+        unsafe { assume_written(dst) }
+    })?)
 }
 
 fn infer_gather(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
@@ -154,6 +240,15 @@ fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
             "indices {is:?} are larger than data {ds:?} on axis {j}"
         )));
     }
+    if is[axis + 1..] == ds[axis + 1..] {
+        let rows = |w| match picked {
+            Indices::I32(v) => elements_by_width(w, data, is, v, axis),
+            Indices::I64(v) => elements_by_width(w, data, is, v, axis),
+        };
+        if let Some(out) = by_width(data.dtype(), rows) {
+            return Ok(vec![out?]);
+        }
+    }
     let data_strides = super::util::strides(ds);
     let mut coord = vec![0usize; is.len()];
     // The data offset of `coord` without its `axis` term, kept as the coordinates count up.
@@ -174,6 +269,81 @@ fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
         }
     }
     Ok(vec![data.take_blocks(is, &starts, 1)?])
+}
+
+/// [`elements_rows`] for elements of width `w`.
+fn elements_by_width<I: Copy + Into<i64>>(
+    w: Width,
+    data: &Tensor,
+    is: &[usize],
+    picked: &[I],
+    axis: usize,
+) -> Result<Tensor> {
+    match w {
+        Width::W1 => elements_rows::<u8, I>(data, is, picked, axis),
+        Width::W2 => elements_rows::<u16, I>(data, is, picked, axis),
+        Width::W4 => elements_rows::<u32, I>(data, is, picked, axis),
+        Width::W8 => elements_rows::<u64, I>(data, is, picked, axis),
+    }
+}
+
+/// [`eval_gather_elements`] for elements as wide as `T` when the indices have the data's dims
+/// after `axis`: the output is a sequence of slabs of `is[axis] * inner` elements, each read from
+/// one data slab of `ds[axis] * inner`, written in order straight into the output with every
+/// index checked as it is read (the first bad one, in order, is the error).
+fn elements_rows<T: bytemuck::Pod, I: Copy + Into<i64>>(
+    data: &Tensor,
+    is: &[usize],
+    picked: &[I],
+    axis: usize,
+) -> Result<Tensor> {
+    let ds = data.shape();
+    let src = data.as_slice::<T>()?;
+    let inner: usize = ds[axis + 1..].iter().product();
+    let (dim, slab_in, slab_out) = (ds[axis], ds[axis] * inner, is[axis] * inner);
+    let data_strides = super::util::strides(ds);
+    // The data slab of output slab `o`: consecutive when the outer dims agree.
+    let same_outer = is[..axis] == ds[..axis];
+    let slab_base = |o: usize| -> usize {
+        if same_outer {
+            return o * slab_in;
+        }
+        let mut rest = o;
+        let mut base = 0;
+        for j in (0..axis).rev() {
+            base += (rest % is[j]) * data_strides[j];
+            rest /= is[j];
+        }
+        base
+    };
+    let mut status = Ok(());
+    let out = Tensor::uninit(data.dtype(), is)?.fill(|dst: &mut [MaybeUninit<T>]| {
+        // The flat output (and indices) position, which the loops walk in order.
+        let mut k = 0;
+        let outer = dst.len().checked_div(slab_out).unwrap_or(0);
+        'slabs: for o in 0..outer {
+            let x = &src[slab_base(o)..][..slab_in];
+            for _ in 0..is[axis] {
+                for n in 0..inner {
+                    // In range after counting a negative index from the end, else the error
+                    // `index` words.
+                    let v: i64 = picked[k].into();
+                    let p = if v < 0 { v + dim as i64 } else { v };
+                    if !(0..dim as i64).contains(&p) {
+                        status = Err(out_of_range(v, k, dim));
+                        break 'slabs;
+                    }
+                    dst[k].write(x[p as usize * inner + n]);
+                    k += 1;
+                }
+            }
+        }
+        // SAFETY: the first `k` elements were written above. After a bad index the slice is
+        // short, so `fill` fails, and the index's error is returned below.
+        unsafe { assume_written(&mut dst[..k]) }
+    });
+    status?;
+    Ok(out?)
 }
 
 fn infer_gather_elements(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
@@ -387,6 +557,144 @@ mod tests {
             .with_attr("axis", AttrValue::Int(0));
         let out = run(node, &[&data, &idx]).unwrap();
         assert_eq!(out.to_vec::<f32>().unwrap(), [4.0, 8.0, 1.0, 8.0]);
+    }
+
+    /// `shape`'s elements numbered `0..` as `dtype` (of 1, 2, 4 or 8 bytes).
+    fn numbered(dtype: DataType, shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<i64> = (0..n as i64).collect();
+        let t = Tensor::from_vec(DataType::Int64, shape, v).unwrap();
+        let bytes: Vec<u8> = t
+            .as_slice::<i64>()
+            .unwrap()
+            .iter()
+            .flat_map(|v| v.to_le_bytes()[..dtype.byte_size().unwrap()].to_vec())
+            .collect();
+        Tensor::from_bytes(dtype, shape, &bytes).unwrap()
+    }
+
+    /// The element of `t` at flat position `k`, as its bytes.
+    fn element(t: &Tensor, k: usize) -> Vec<u8> {
+        let w = t.dtype().byte_size().unwrap();
+        t.as_bytes().unwrap()[k * w..(k + 1) * w].to_vec()
+    }
+
+    #[test]
+    fn gather_rows_match_the_definition() {
+        // Typed slabs against `out[o, i, n] = data[o, idx[i], n]` element by element: single
+        // elements (the conv-net's `[1, 6300, 7]` columns) and blocks, negative indices, empty
+        // indices and dims, a scalar index, int32 indices, every width, enough slabs to split.
+        for (shape, axis, idx_shape, idx) in [
+            (vec![1, 6300, 7], 2, vec![3], vec![4, 5, 6]),
+            (vec![3, 5, 4], 1, vec![2, 2], vec![0, -1, 4, 2]),
+            (vec![4, 3], -2, vec![], vec![-4]),
+            (vec![2, 3], 1, vec![0], vec![]),
+            (vec![0, 3], 1, vec![2], vec![1, 2]),
+            (vec![5], 0, vec![6], vec![4, 3, 2, 1, 0, -5]),
+            (vec![30000, 4, 1], 1, vec![3], vec![3, 0, 3]),
+        ] {
+            for dtype in [
+                DataType::Uint8,
+                DataType::Float16,
+                DataType::Float,
+                DataType::Int64,
+            ] {
+                for idx_type in [DataType::Int64, DataType::Int32] {
+                    let data = numbered(dtype, &shape);
+                    let i = match idx_type {
+                        DataType::Int32 => {
+                            let v: Vec<i32> = idx.iter().map(|&v| v as i32).collect();
+                            Tensor::from_vec(idx_type, &idx_shape, v).unwrap()
+                        }
+                        _ => i64s(&idx_shape, &idx),
+                    };
+                    let node = Node::new("Gather", "g", ["d", "i"], ["y"])
+                        .with_attr("axis", AttrValue::Int(axis));
+                    let out = run(node, &[&data, &i]).unwrap();
+                    let a = normalize_axis(axis, shape.len()).unwrap();
+                    let (dim, inner) = (shape[a], shape[a + 1..].iter().product::<usize>());
+                    let mut want = Vec::new();
+                    for o in 0..shape[..a].iter().product() {
+                        for &p in &idx {
+                            let p = if p < 0 { p + dim as i64 } else { p } as usize;
+                            for n in 0..inner {
+                                want.extend(element(&data, (o * dim + p) * inner + n));
+                            }
+                        }
+                    }
+                    assert_eq!(out.as_bytes().unwrap(), want, "{shape:?} {axis} {dtype}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gather_elements_rows_match_the_definition() {
+        // The typed slabs (indices with the data's dims after the axis) and the general path
+        // (indices smaller there) against `out[i] = data[i with i[axis] = idx[i]]`: the
+        // conv-net's `[1, 6300, 3]` with `[1, 6300, 1]`, outer dims smaller than the data's,
+        // negative axes and indices, empty indices, every width.
+        let mut picks = (0..).map(|k: i64| (k * 7 + k / 3) % 5 - 2);
+        for (shape, axis, idx_shape) in [
+            (vec![1, 6300, 3], 2, vec![1, 6300, 1]),
+            (vec![3, 4, 5], 1, vec![3, 2, 5]),
+            (vec![3, 4, 5], -3, vec![2, 4, 5]),
+            (vec![3, 4, 5], 1, vec![2, 3, 5]),
+            (vec![3, 4, 5], 2, vec![1, 2, 4]),
+            (vec![3, 4, 5], 2, vec![3, 4, 3]),
+            (vec![3, 4, 5], 1, vec![3, 4, 2]),
+            (vec![3, 4, 5], 0, vec![0, 4, 5]),
+        ] {
+            let a = normalize_axis(axis, shape.len()).unwrap();
+            let n: usize = idx_shape.iter().product();
+            let idx: Vec<i64> = picks.by_ref().take(n).collect();
+            for dtype in [
+                DataType::Uint8,
+                DataType::Float16,
+                DataType::Float,
+                DataType::Int64,
+            ] {
+                let data = numbered(dtype, &shape);
+                let i = i64s(&idx_shape, &idx);
+                let node = Node::new("GatherElements", "g", ["d", "i"], ["y"])
+                    .with_attr("axis", AttrValue::Int(axis));
+                let out = run(node, &[&data, &i]).unwrap();
+                let st = super::super::util::strides(&shape);
+                let ist = super::super::util::strides(&idx_shape);
+                let mut want = Vec::new();
+                for (k, &p) in idx.iter().enumerate() {
+                    let p = if p < 0 { p + shape[a] as i64 } else { p } as usize;
+                    let at: usize = (0..shape.len())
+                        .map(|j| if j == a { p } else { k / ist[j] % idx_shape[j] } * st[j])
+                        .sum();
+                    want.extend(element(&data, at));
+                }
+                assert_eq!(out.shape(), idx_shape.as_slice());
+                assert_eq!(out.as_bytes().unwrap(), want, "{shape:?} {axis} {dtype}");
+            }
+        }
+    }
+
+    #[test]
+    fn gather_elements_reports_the_first_bad_index_in_order() {
+        // On the typed slabs (the same dims after the axis) and on the general path.
+        for (idx_shape, axis, bad_at) in
+            [(vec![2, 3], 1, 4), (vec![2, 2], 0, 2), (vec![2, 3], 0, 4)]
+        {
+            let data = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+            let n: usize = idx_shape.iter().product();
+            let mut idx = vec![0i64; n];
+            idx[bad_at] = 9;
+            idx[n - 1] = -9;
+            let node = Node::new("GatherElements", "g", ["d", "i"], ["y"])
+                .with_attr("axis", AttrValue::Int(axis));
+            let e = run(node, &[&data, &i64s(&idx_shape, &idx)]).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("index 9 at position {bad_at}")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

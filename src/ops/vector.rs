@@ -126,12 +126,10 @@ pub(crate) fn deinterleave<T: Copy>(
 
 /// `dst[i] = src[i]` where `src[i] > dst[i]`, element by element: the running maximum of a
 /// window's taps, in the order they are given, with `>` deciding ties and NaNs as a scalar loop
-/// would (compiled per SIMD level).
-#[multiversion(targets(
-    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
-))]
+/// would. Always inlined, so that it vectorises at the SIMD level of the loop that calls it (a
+/// caller compiled per level by `multiversion`): its rows are often too short to pay a dispatch
+/// each.
+#[inline(always)]
 pub(crate) fn max_assign<T: Copy + PartialOrd>(dst: &mut [T], src: &[T]) {
     for (d, &v) in dst.iter_mut().zip(src) {
         *d = if v > *d { v } else { *d };

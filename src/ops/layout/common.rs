@@ -491,31 +491,115 @@ fn permute_typed<T: bytemuck::Pod + Send + Sync>(data: &Tensor, perm: &[usize]) 
         if total == 0 {
             return &mut [];
         }
-        let row = |(k, d): (usize, &mut [std::mem::MaybeUninit<T>])| {
-            let mut at = 0;
-            let mut k = k;
+        // Rows `first..` of `n` elements into `d`: the source offset of the first row from its
+        // coordinates, then runs of rows along the innermost of the other dims, each next run's
+        // offset by an odometer step (no division per row).
+        let rows = |first: usize, d: &mut [std::mem::MaybeUninit<T>]| {
+            let mut coord = Vec::with_capacity(dims.len());
+            let (mut at, mut k) = (0, first);
             for &(count, s) in dims.iter().rev() {
+                coord.push(k % count);
                 at += (k % count) * s;
                 k /= count;
             }
-            for (j, v) in d.iter_mut().enumerate() {
-                v.write(src[at + j * stride]);
+            coord.reverse();
+            let mut d = d;
+            while !d.is_empty() {
+                // The run: rows `coord[last]..count` of the innermost dim (one row without one).
+                let (count, s) = dims.last().copied().unwrap_or((1, 0));
+                let c = coord.last().copied().unwrap_or(0);
+                let run = (count - c).min(d.len() / n);
+                let (now, rest) = std::mem::take(&mut d).split_at_mut(run * n);
+                write_rows(now, &src[at..], n, stride, s);
+                d = rest;
+                // The odometer, `run` rows on.
+                let Some((last, outer)) = coord.split_last_mut() else {
+                    break;
+                };
+                *last += run;
+                at += run * s;
+                if *last < count {
+                    continue;
+                }
+                *last = 0;
+                at -= count * s;
+                for (c, &(count, s)) in outer.iter_mut().zip(&dims).rev() {
+                    *c += 1;
+                    at += s;
+                    if *c < count {
+                        break;
+                    }
+                    *c = 0;
+                    at -= count * s;
+                }
             }
         };
         let min_len = crate::par::min_len(total / n, &[n]);
         if min_len != usize::MAX {
             use rayon::prelude::*;
-            dst.par_chunks_mut(n)
+            // Tasks of `min_len` rows, a grain each.
+            dst.par_chunks_mut(n * min_len)
                 .enumerate()
-                .with_min_len(min_len)
-                .for_each(row);
+                .for_each(|(t, d)| rows(t * min_len, d));
         } else {
-            dst.chunks_mut(n).enumerate().for_each(row);
+            rows(0, dst);
         }
         // SAFETY: each row writes its `n` elements, and the rows of `n` elements cover the
         // output (`total`, the product of the dims, is a multiple of the merged run `n`).
         unsafe { crate::ops::vector::assume_written(dst) }
     })?)
+}
+
+/// Output rows of `n` elements into `dst` (whole rows): element `j` of row `i` is
+/// `src[i * row_stride + j * stride]`. Short rows whose elements lie in contiguous source
+/// columns (the swap of the last two axes of a tensor with a short second-last axis) are written
+/// by [`interleave`], which unrolls the row.
+fn write_rows<T: Copy>(
+    dst: &mut [std::mem::MaybeUninit<T>],
+    src: &[T],
+    n: usize,
+    stride: usize,
+    row_stride: usize,
+) {
+    match (n, stride, row_stride) {
+        (_, 1, _) => {
+            for (i, row) in dst.chunks_exact_mut(n).enumerate() {
+                crate::ops::vector::copy(row, &src[i * row_stride..][..n]);
+            }
+        }
+        (2, _, 1) => interleave::<T, 2>(dst, src, stride),
+        (3, _, 1) => interleave::<T, 3>(dst, src, stride),
+        (4, _, 1) => interleave::<T, 4>(dst, src, stride),
+        (5, _, 1) => interleave::<T, 5>(dst, src, stride),
+        (6, _, 1) => interleave::<T, 6>(dst, src, stride),
+        (7, _, 1) => interleave::<T, 7>(dst, src, stride),
+        (8, _, 1) => interleave::<T, 8>(dst, src, stride),
+        _ => {
+            for (i, row) in dst.chunks_exact_mut(n).enumerate() {
+                let at = i * row_stride;
+                for (j, v) in row.iter_mut().enumerate() {
+                    v.write(src[at + j * stride]);
+                }
+            }
+        }
+    }
+}
+
+/// Rows of `N` elements into `dst` (whole rows), element `j` of row `i` from `src[j * stride + i]`:
+/// `N` contiguous source columns interleaved.
+#[inline]
+fn interleave<T: Copy, const N: usize>(
+    dst: &mut [std::mem::MaybeUninit<T>],
+    src: &[T],
+    stride: usize,
+) {
+    let m = dst.len() / N;
+    let columns: [&[T]; N] = std::array::from_fn(|j| &src[j * stride..][..m]);
+    for (i, row) in dst.chunks_exact_mut(N).enumerate() {
+        for (slot, column) in row.iter_mut().zip(&columns) {
+            slot.write(column[i]);
+        }
+    }
 }
 
 /// [`permute`] through the checked run writer, for every element type.
@@ -842,6 +926,40 @@ mod tests {
         let f = Tensor::zeros(DataType::Float, &[1]).unwrap();
         let sources = [&f];
         assert!(Writer::new(DataType::Int32, &[1], &sources).is_err());
+    }
+
+    #[test]
+    fn permute_rows_match_the_run_writer() {
+        // The typed permute (rows of the innermost output dim, an odometer over the others,
+        // split over the threads when large) against the checked run writer: the conv-net's
+        // `[1, 3, 7, 1600]` swap of the last two axes, odd sizes, dims of 1 and 0, contiguous
+        // tails, full reversals, rank 1 and 5, and outputs large enough to be split.
+        for (shape, perm) in [
+            (vec![1, 3, 7, 1600], vec![0, 1, 3, 2]),
+            (vec![1, 3, 7, 100], vec![0, 1, 3, 2]),
+            (vec![5, 1, 3], vec![2, 1, 0]),
+            (vec![2, 3, 4, 5], vec![0, 2, 1, 3]),
+            (vec![2, 3, 4, 5], vec![3, 0, 2, 1]),
+            (vec![3, 0, 2], vec![2, 0, 1]),
+            (vec![7], vec![0]),
+            (vec![2, 1, 3, 1, 5], vec![4, 3, 2, 1, 0]),
+            (vec![1, 1, 1], vec![2, 0, 1]),
+            (vec![257, 129, 3], vec![1, 0, 2]),
+            (vec![3, 257, 129], vec![0, 2, 1]),
+        ] {
+            let n: usize = shape.iter().product();
+            let t = Tensor::from_vec(DataType::Int32, &shape, (0..n as i32).collect::<Vec<_>>())
+                .unwrap();
+            let runs = permute_runs(&t, &perm).unwrap();
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let typed = pool.install(|| permute_typed::<u32>(&t, &perm)).unwrap();
+                assert_eq!(typed, runs, "{shape:?} {perm:?} at {threads} threads");
+            }
+        }
     }
 
     #[test]

@@ -43,10 +43,13 @@ use crate::tensor::{element_count, try_vec, try_with_capacity};
 use super::super::util::{optional, required, strides, to_i64s};
 use super::super::{EvalCtx, InferCtx};
 use super::common::{
-    checked_len, const_ints, from_f64s, gather_axes, in_dims, in_elem, normalize_axes, typed,
-    unknown_dims, AxisRead, MAX_ELEMENTS,
+    advance, checked_len, const_ints, from_f64s, gather_axes, in_dims, in_elem, normalize_axes,
+    typed, unknown_dims, AxisRead, MAX_ELEMENTS,
 };
 use crate::ops::num::real_values;
+use crate::ops::vector::{self, assume_written, copy};
+use crate::DataType;
+use std::mem::MaybeUninit;
 
 /// How nearest positions round.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -428,41 +431,255 @@ fn samples(p: &AxisPlan, params: &Params) -> Result<Vec<Sample>> {
     Ok(out)
 }
 
-/// The sample of output position `y` of an axis.
-fn sample(y: usize, p: &AxisPlan, params: &Params) -> Result<Sample> {
+/// The input coordinate output position `y` of an axis reads, `None` where it extrapolates.
+fn source(y: usize, p: &AxisPlan, params: &Params) -> Option<f64> {
     let x = source_coord(params.coord, y, p);
     let outside = x < 0.0 || x > p.in_len as f64 - 1.0;
-    if params.coord == Coord::TfCropAndResize && outside {
+    (params.coord != Coord::TfCropAndResize || !outside).then_some(x)
+}
+
+/// The sample of output position `y` of an axis.
+fn sample(y: usize, p: &AxisPlan, params: &Params) -> Result<Sample> {
+    let Some(x) = source(y, p, params) else {
         return Ok(Sample::Extrapolate);
-    }
+    };
     Ok(match params.mode {
         Mode::Nearest(rule) => Sample::Taps(vec![(nearest_index(x, rule, p.scale, p.in_len), 1.0)]),
         _ => Sample::Taps(filter_taps(x, p, params)?),
     })
 }
 
-/// Nearest resize: a gather of input positions, exact for every element type.
-fn resize_nearest(data: &Tensor, plans: &[AxisPlan], params: &Params) -> Result<Tensor> {
-    let shape = data.shape();
-    let st = strides(shape);
-    let mut reads: Vec<AxisRead> = (0..shape.len())
-        .map(|d| AxisRead::identity(shape[d], st[d]))
-        .collect();
-    let mut extrapolates = false;
+/// The input position output position `y` of an axis reads in nearest mode, `None` where it
+/// extrapolates.
+fn nearest_position(y: usize, p: &AxisPlan, params: &Params, rule: Nearest) -> Option<usize> {
+    source(y, p, params).map(|x| nearest_index(x, rule, p.scale, p.in_len))
+}
+
+/// Per axis, the input position of every output position in nearest mode (`None` where it
+/// extrapolates), or `None` for an axis read as it is.
+type NearestMaps = Vec<Option<Vec<Option<usize>>>>;
+
+/// The [`NearestMaps`] of a resize of `shape`.
+fn nearest_maps(
+    shape: &[usize],
+    plans: &[AxisPlan],
+    params: &Params,
+    rule: Nearest,
+) -> Result<NearestMaps> {
+    let mut maps: NearestMaps = vec![None; shape.len()];
     for p in plans.iter().filter(|p| !p.is_identity()) {
         let mut index: Vec<Option<usize>> = try_with_capacity(p.out_len)?;
-        index.extend(samples(p, params)?.into_iter().map(|s| match s {
-            Sample::Taps(t) => t.first().map(|t| t.0),
-            Sample::Extrapolate => None,
-        }));
-        extrapolates |= index.contains(&None);
-        reads[p.axis] = AxisRead::map(p.out_len, st[p.axis], move |i| index[i]);
+        index.extend((0..p.out_len).map(|y| nearest_position(y, p, params, rule)));
+        maps[p.axis] = Some(index);
     }
+    Ok(maps)
+}
+
+/// Nearest resize: a gather of input positions, exact for every element type.
+fn resize_nearest(
+    data: &Tensor,
+    plans: &[AxisPlan],
+    params: &Params,
+    rule: Nearest,
+    out_shape: &[usize],
+) -> Result<Tensor> {
+    let maps = nearest_maps(data.shape(), plans, params, rule)?;
+    match nearest_rows(data, &maps, out_shape) {
+        Some(out) => out,
+        None => nearest_gather(data, &maps, params),
+    }
+}
+
+/// The nearest resize through [`gather_axes`], for every element type and extrapolation.
+fn nearest_gather(data: &Tensor, maps: &NearestMaps, params: &Params) -> Result<Tensor> {
+    let shape = data.shape();
+    let st = strides(shape);
+    let reads: Vec<AxisRead> = maps
+        .iter()
+        .enumerate()
+        .map(|(d, m)| match m {
+            None => AxisRead::identity(shape[d], st[d]),
+            Some(m) => AxisRead::map(m.len(), st[d], move |i| m.get(i).copied().flatten()),
+        })
+        .collect();
+    let extrapolates = maps.iter().flatten().any(|m| m.contains(&None));
     let fill = match extrapolates {
         true => Some(from_f64s(data.dtype(), &[1], &[params.extrapolation])?),
         false => None,
     };
     gather_axes(data, &reads, fill.as_ref())
+}
+
+/// The nearest resize by [`NearestRows`] to the non-empty `out_shape`, when it applies: elements
+/// of 1, 2, 4 or 8 bytes, rank 1 or more, no extrapolation.
+fn nearest_rows(data: &Tensor, maps: &NearestMaps, out_shape: &[usize]) -> Option<Result<Tensor>> {
+    if out_shape.is_empty() || maps.iter().flatten().any(|m| m.contains(&None)) {
+        return None;
+    }
+    let mut positions: Vec<Option<Vec<usize>>> = Vec::with_capacity(maps.len());
+    for m in maps {
+        positions.push(match m {
+            Some(m) => match try_with_capacity(m.len()) {
+                Ok(mut v) => {
+                    v.extend(m.iter().flatten());
+                    Some(v)
+                }
+                Err(e) => return Some(Err(e.into())),
+            },
+            None => None,
+        });
+    }
+    let st = strides(data.shape());
+    let in_width = data.shape()[out_shape.len() - 1];
+    let repeat = match &positions[out_shape.len() - 1] {
+        Some(m) if in_width > 0 && m.len() % in_width == 0 => {
+            let k = m.len() / in_width;
+            let repeats = m.iter().enumerate().all(|(j, &i)| i == j / k);
+            if repeats {
+                k
+            } else {
+                0
+            }
+        }
+        _ => 0,
+    };
+    let rows = NearestRows {
+        shape: out_shape,
+        strides: &st,
+        maps: &positions,
+        repeat,
+    };
+    match (data.dtype(), data.dtype().byte_size()) {
+        (DataType::String, _) => None,
+        (_, Some(1)) => Some(rows.resize::<u8>(data)),
+        (_, Some(2)) => Some(rows.resize::<u16>(data)),
+        (_, Some(4)) => Some(rows.resize::<u32>(data)),
+        (_, Some(8)) => Some(rows.resize::<u64>(data)),
+        _ => None,
+    }
+}
+
+/// A nearest resize that reads the input everywhere (no extrapolation), as rows along the last
+/// axis: each output row is a copy of the one before it when both read the same input row (an
+/// upsampled row repeats), else its elements read through the last axis's positions (a plain
+/// copy when that axis is not resized). Measured on Zen 5 (`multigather run --repeat 300`,
+/// medians), the two 2x upsamplings of the conv-net, `[1, 32, 10, 10]` and `[1, 32, 20, 20]`:
+/// 0.057 -> 0.014 ms at 1 thread (onnxruntime 1.32: 0.006 ms).
+struct NearestRows<'a> {
+    /// The output shape (rank 1 or more, no empty dim).
+    shape: &'a [usize],
+    /// The input strides.
+    strides: &'a [usize],
+    /// Per axis, the input position of each output position (`None`: the same position).
+    maps: &'a [Option<Vec<usize>>],
+    /// `k` when the last axis repeats each input element `k` times in order (an integer
+    /// upsampling: position `j` reads `j / k`), else 0.
+    repeat: usize,
+}
+
+/// `dst` = each element of `src` `K` times in order (`dst` is `K` times as long): unrolled, so
+/// that the stores vectorise.
+#[inline]
+fn repeat_each<T: Copy, const K: usize>(dst: &mut [MaybeUninit<T>], src: &[T]) {
+    for (d, &v) in dst.chunks_exact_mut(K).zip(src) {
+        for slot in d {
+            slot.write(v);
+        }
+    }
+}
+
+impl NearestRows<'_> {
+    /// The resize of elements as wide as `T`, the rows split over the threads when many.
+    fn resize<T: bytemuck::Pod + Send + Sync>(&self, data: &Tensor) -> Result<Tensor> {
+        let src = data.as_slice::<T>()?;
+        let last = self.shape.len() - 1;
+        let width = self.shape[last];
+        let out = Tensor::uninit(data.dtype(), self.shape)?;
+        let rows = out.len() / width.max(1);
+        Ok(out.fill(|dst: &mut [MaybeUninit<T>]| {
+            if width > 0 {
+                let min_len = crate::par::min_len(rows, &[width]);
+                if min_len == usize::MAX {
+                    self.rows(src, 0, dst);
+                } else {
+                    use rayon::prelude::*;
+                    dst.par_chunks_mut(width * min_len)
+                        .enumerate()
+                        .for_each(|(t, d)| self.rows(src, t * min_len, d));
+                }
+            }
+            // SAFETY: `rows` writes every row it is given, and the rows cover the output.
+            unsafe { assume_written(dst) }
+        })?)
+    }
+
+    /// Writes output rows `first..` into `dst` (whole rows).
+    fn rows<T: Copy>(&self, src: &[T], first: usize, dst: &mut [MaybeUninit<T>]) {
+        let last = self.shape.len() - 1;
+        let width = self.shape[last];
+        let rows = dst.len() / width;
+        // The coordinates of the row on every axis but the last; the axis before the last is
+        // walked in runs, the others stepped by an odometer after each run.
+        let mut coord = vec![0; last];
+        let mut rest = first;
+        for d in (0..last).rev() {
+            coord[d] = rest % self.shape[d];
+            rest /= self.shape[d];
+        }
+        let (count, map, stride) = match last.checked_sub(1) {
+            Some(h) => (self.shape[h], self.maps[h].as_deref(), self.strides[h]),
+            None => (1, None, 0),
+        };
+        let mut previous: Option<usize> = None;
+        let mut k = 0;
+        while k < rows {
+            let outer = last.saturating_sub(1);
+            let base: usize = (0..outer)
+                .map(|d| self.maps[d].as_ref().map_or(coord[d], |m| m[coord[d]]) * self.strides[d])
+                .sum();
+            let c0 = coord.last().copied().unwrap_or(0);
+            let run = (count - c0).min(rows - k);
+            for c in c0..c0 + run {
+                let at = base + map.map_or(c, |m| m[c]) * stride;
+                let (before, row) = dst.split_at_mut(k * width);
+                let row = &mut row[..width];
+                match (previous, &self.maps[last]) {
+                    (Some(p), _) if p == at => row.copy_from_slice(&before[before.len() - width..]),
+                    (_, None) => {
+                        copy(row, &src[at..][..width]);
+                    }
+                    (_, Some(_)) if self.repeat > 0 => {
+                        let from = &src[at..][..width / self.repeat];
+                        match self.repeat {
+                            2 => repeat_each::<T, 2>(row, from),
+                            3 => repeat_each::<T, 3>(row, from),
+                            4 => repeat_each::<T, 4>(row, from),
+                            k => {
+                                for (d, &v) in row.chunks_exact_mut(k).zip(from) {
+                                    vector::fill(d, v);
+                                }
+                            }
+                        }
+                    }
+                    (_, Some(m)) => {
+                        for (d, &i) in row.iter_mut().zip(m) {
+                            d.write(src[at + i]);
+                        }
+                    }
+                }
+                previous = Some(at);
+                k += 1;
+            }
+            // The odometer, `run` rows on.
+            if let Some((h, outer)) = coord.split_last_mut() {
+                *h += run;
+                if *h == count {
+                    *h = 0;
+                    advance(outer, &self.shape[..last - 1]);
+                }
+            }
+        }
+    }
 }
 
 /// Linear or cubic resize of the values of a numeric tensor, one axis after another.
@@ -515,7 +732,7 @@ fn resize(data: &Tensor, target: &Target, params: &Params) -> Result<Tensor> {
         return Ok(Tensor::zeros(data.dtype(), &out_shape)?);
     }
     match params.mode {
-        Mode::Nearest(_) => resize_nearest(data, &plans, params),
+        Mode::Nearest(rule) => resize_nearest(data, &plans, params, rule, &out_shape),
         _ => resize_filtered(data, &plans, params),
     }
 }
@@ -710,6 +927,87 @@ mod tests {
         let row = |a: f32, b: f32| [a, a, a, b, b, b];
         let want: Vec<f32> = [row(1.0, 2.0), row(1.0, 2.0), row(3.0, 4.0), row(3.0, 4.0)].concat();
         assert_close(&out, &want);
+    }
+
+    /// The nearest resize of `x` by `scales` through [`NearestRows`] (`None` where it does not
+    /// apply) and through [`gather_axes`].
+    fn nearest_both_ways(
+        x: &Tensor,
+        scales: &[f64],
+        attrs: &[(&str, &str)],
+    ) -> (Option<Tensor>, Tensor) {
+        let params = Params::resize(&node(attrs)).unwrap();
+        let Mode::Nearest(rule) = params.mode else {
+            unreachable!("a nearest node")
+        };
+        let plans = plan(x.shape(), &scales_target(scales.to_vec()), params.coord).unwrap();
+        let mut out_shape = x.shape().to_vec();
+        for p in &plans {
+            out_shape[p.axis] = p.out_len;
+        }
+        let maps = nearest_maps(x.shape(), &plans, &params, rule).unwrap();
+        let rows = nearest_rows(x, &maps, &out_shape).map(|r| r.unwrap());
+        (rows, nearest_gather(x, &maps, &params).unwrap())
+    }
+
+    #[test]
+    fn nearest_rows_match_the_gather() {
+        // The conv-net's 2x upsampling with `asymmetric` / `floor`, odd sizes, downsampling and
+        // fractional scales, only an inner axis or only the last axis resized, rank 1, every
+        // element width, and an output large enough to be split over the threads.
+        let asymmetric = [
+            ("coordinate_transformation_mode", "asymmetric"),
+            ("nearest_mode", "floor"),
+        ];
+        let half_pixel = [("nearest_mode", "round_prefer_ceil")];
+        type Case<'a> = (&'a [usize], &'a [f64], &'a [(&'a str, &'a str)]);
+        let cases: [Case; 8] = [
+            (&[1, 3, 10, 10], &[1.0, 1.0, 2.0, 2.0], &asymmetric),
+            (&[1, 2, 5, 7], &[1.0, 1.0, 2.0, 3.0], &asymmetric),
+            (&[2, 3, 9, 11], &[1.0, 1.0, 0.5, 1.7], &half_pixel),
+            (&[2, 4, 3], &[1.0, 2.5, 1.0], &half_pixel),
+            (&[3, 4, 5], &[1.0, 1.0, 0.4], &asymmetric),
+            (&[7], &[2.5], &[]),
+            (&[2, 1, 3], &[3.0, 1.0, 1.0], &[]),
+            (&[1, 4, 64, 64], &[1.0, 1.0, 2.0, 2.0], &asymmetric),
+        ];
+        for (shape, scales, attrs) in cases {
+            let n: usize = shape.iter().product();
+            let values: Vec<i64> = (0..n as i64).map(|v| v * 0x0101_0101).collect();
+            for dtype in [
+                DataType::Uint8,
+                DataType::Float16,
+                DataType::Int32,
+                DataType::Int64,
+            ] {
+                let w = dtype.byte_size().unwrap();
+                let bytes: Vec<u8> = values
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes()[..w].to_vec())
+                    .collect();
+                let x = Tensor::from_bytes(dtype, shape, &bytes).unwrap();
+                let (rows, gather) = nearest_both_ways(&x, scales, attrs);
+                assert_eq!(rows, Some(gather), "{shape:?} {scales:?} {dtype}");
+            }
+        }
+    }
+
+    #[test]
+    fn nearest_rows_leave_extrapolation_and_strings_to_the_gather() {
+        let crop = [("coordinate_transformation_mode", "tf_crop_and_resize")];
+        let x = f32s(&[1, 4], &[1.0, 2.0, 3.0, 4.0]);
+        let params = Params::resize(&node(&crop)).unwrap();
+        let target = Target {
+            roi: Some(vec![0.0, -0.5, 1.0, 1.0]),
+            ..scales_target(vec![1.0, 2.0])
+        };
+        let plans = plan(x.shape(), &target, params.coord).unwrap();
+        let maps = nearest_maps(x.shape(), &plans, &params, Nearest::RoundPreferFloor).unwrap();
+        assert!(nearest_rows(&x, &maps, &[1, 8]).is_none());
+        let s = Tensor::from_strings(&[2], vec![b"a".to_vec(), b"b".to_vec()]).unwrap();
+        let (rows, gather) = nearest_both_ways(&s, &[2.0], &[]);
+        assert!(rows.is_none());
+        assert_eq!(gather.shape(), &[4]);
     }
 
     #[test]

@@ -33,6 +33,14 @@ fn reduced<D: Clone>(shape: &[D], axis: usize, keepdims: bool, one: D) -> Vec<D>
     out
 }
 
+/// Whether element `c` replaces the best value `b` so far: it is larger (smaller), or equal with
+/// `last`, or `b` is NaN and `c` a number (a NaN best is replaced by the first number).
+#[inline(always)]
+fn replaces<W: Arith>(c: W, b: W, maximum: bool, last: bool) -> bool {
+    let wins = if maximum { c > b } else { c < b };
+    wins || (last && c == b) || (b.is_nan() && !c.is_nan())
+}
+
 /// The index of the largest (`maximum`) or smallest element of each row along the node's axis.
 fn arg<T: Num>(ctx: &EvalCtx<'_>, x: &Tensor, maximum: bool) -> Result<Tensor> {
     let (axis, keepdims, last) = attrs(ctx.node, x.rank())?;
@@ -42,7 +50,15 @@ fn arg<T: Num>(ctx: &EvalCtx<'_>, x: &Tensor, maximum: bool) -> Result<Tensor> {
     }
     let v = x.as_slice::<T>()?;
     let mut out = try_vec(outer * inner, 0i64)?;
-    if inner > 0 {
+    if inner == 1 {
+        // The axis is innermost: each row is one contiguous scan with its best in a register.
+        match (maximum, last) {
+            (true, false) => last_axis::<T, true, false>(v, size, &mut out),
+            (true, true) => last_axis::<T, true, true>(v, size, &mut out),
+            (false, false) => last_axis::<T, false, false>(v, size, &mut out),
+            (false, true) => last_axis::<T, false, true>(v, size, &mut out),
+        }
+    } else if inner > 0 {
         // The best value so far of each position of a slab, which the rows of the axis update
         // in turn (a contiguous pass each, rather than a strided walk per position).
         let mut best = try_with_capacity(inner)?;
@@ -55,10 +71,7 @@ fn arg<T: Num>(ctx: &EvalCtx<'_>, x: &Tensor, maximum: bool) -> Result<Tensor> {
             for (i, row) in slab.chunks_exact(inner).enumerate().skip(1) {
                 for ((b, pick), &t) in best.iter_mut().zip(picks.iter_mut()).zip(row) {
                     let c = t.widen();
-                    let wins = if maximum { c > *b } else { c < *b };
-                    let ties = last && c == *b;
-                    // A NaN best is replaced by the first number.
-                    if wins || ties || (b.is_nan() && !c.is_nan()) {
+                    if replaces(c, *b, maximum, last) {
                         *b = c;
                         *pick = i as i64;
                     }
@@ -68,6 +81,38 @@ fn arg<T: Num>(ctx: &EvalCtx<'_>, x: &Tensor, maximum: bool) -> Result<Tensor> {
     }
     let shape = reduced(x.shape(), axis, keepdims, 1);
     tensor(DataType::Int64, &shape, out)
+}
+
+/// [`arg`] along the innermost axis (rows of `size > 0` elements), split over the threads when
+/// there are many rows. Measured on Zen 5 (`multigather run --repeat 300`, medians), an `ArgMax`
+/// over rows of 3 of a `[1, 6300, 3]` tensor: 0.042 -> 0.010 ms at 1 thread (onnxruntime 1.32:
+/// 0.017 ms).
+fn last_axis<T: Num, const MAXIMUM: bool, const LAST: bool>(v: &[T], size: usize, out: &mut [i64]) {
+    let rows = |(rows, picks): (&[T], &mut [i64])| {
+        for (row, pick) in rows.chunks_exact(size).zip(picks) {
+            let (mut b, mut p) = (row[0].widen(), 0);
+            for (i, &t) in row.iter().enumerate().skip(1) {
+                let c = t.widen();
+                if replaces(c, b, MAXIMUM, LAST) {
+                    (b, p) = (c, i);
+                }
+            }
+            *pick = p as i64;
+        }
+    };
+    // Tasks of whole rows: `ROWS` rows at a time, as many at once as make a grain.
+    const ROWS: usize = 256;
+    let tasks = out.len().div_ceil(ROWS);
+    let min_len = crate::par::min_len(tasks, &[ROWS, size]);
+    if min_len == usize::MAX {
+        rows((v, out));
+    } else {
+        use rayon::prelude::*;
+        v.par_chunks(ROWS * size)
+            .zip(out.par_chunks_mut(ROWS))
+            .with_min_len(min_len)
+            .for_each(rows);
+    }
 }
 
 fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], maximum: bool) -> Result<Vec<Tensor>> {
@@ -142,6 +187,67 @@ mod tests {
             .with_attr("keepdims", AttrValue::Int(0));
         let t = crate::ops::infer_node(&node, 13, &[Some(x)], &[None]);
         assert_eq!(t[0], TensorType::new(DataType::Int64, vec![n]));
+    }
+
+    #[test]
+    fn last_axis_rows_match_the_slab_loop() {
+        // An innermost axis takes the row scan; the same rows as the outermost axis of the
+        // transpose take the slab loop. Rows of 1, 2, 3 and 7, ties, NaNs first, last and
+        // alone, both selections and both extremes, three element types, and enough rows to be
+        // split over the threads.
+        let values = [
+            2.0f32,
+            f32::NAN,
+            -1.0,
+            2.0,
+            0.5,
+            -1.0,
+            f32::NAN,
+            3.0,
+            3.0,
+            -0.0,
+            0.0,
+        ];
+        for (rows, size) in [(5, 1), (7, 2), (6300, 3), (33, 7), (40000, 3)] {
+            let v: Vec<f32> = (0..rows * size)
+                .map(|i| values[(i * 7 + i / 5) % values.len()])
+                .collect();
+            let t: Vec<f32> = (0..rows * size)
+                .map(|k| v[(k % rows) * size + k / rows])
+                .collect();
+            let as_dtype = |v: &[f32], shape: &[usize], dtype: DataType| match dtype {
+                DataType::Float => Tensor::from_vec(dtype, shape, v.to_vec()).unwrap(),
+                DataType::Int32 => {
+                    let v: Vec<i32> = v.iter().map(|&x| x as i32).collect();
+                    Tensor::from_vec(dtype, shape, v).unwrap()
+                }
+                _ => {
+                    let v: Vec<u8> = v.iter().map(|&x| (x.max(0.0) * 2.0) as u8).collect();
+                    Tensor::from_vec(dtype, shape, v).unwrap()
+                }
+            };
+            for dtype in [DataType::Float, DataType::Int32, DataType::Uint8] {
+                let x = as_dtype(&v, &[rows, size], dtype);
+                let xt = as_dtype(&t, &[size, rows], dtype);
+                for op in ["ArgMax", "ArgMin"] {
+                    for last in [0, 1] {
+                        let rows_scan = run(
+                            op,
+                            &[("axis", -1), ("keepdims", 0), ("select_last_index", last)],
+                            &x,
+                        )
+                        .unwrap();
+                        let slabs = run(
+                            op,
+                            &[("axis", 0), ("keepdims", 0), ("select_last_index", last)],
+                            &xt,
+                        )
+                        .unwrap();
+                        assert_eq!(rows_scan, slabs, "{op} {dtype} {rows}x{size} last={last}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
