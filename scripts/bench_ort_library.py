@@ -2,11 +2,14 @@
 library, on the shared gather benchmark cases, in one process.
 
 usage: python scripts/bench_ort_library.py [--cases DIR] [--threads 1 2] [--repeat N] [--only CASE]
+                                          [--library PATH]
 
 DIR holds `cases.py` (default: the project's shared bench directory, ../shared/bench beside the
 repository, or $MULTIGATHER_BENCH_CASES). For each case and thread count: the same inputs go to
 both sessions, the outputs must be bit-identical (exit 1 if not), and the table gives the median
-run time of each and the speedup (original / rewritten). Needs the multigather package,
+run time of each and the speedup (original / rewritten). PATH is the custom-op library to
+register (default: `multigather.get_library_path()`; for instance
+target/release/libmultigather_ort.so, built by `cargo build --release -p multigather-ort`). Needs the multigather package,
 onnxruntime, onnx and numpy.
 """
 
@@ -37,11 +40,12 @@ def model_for(op, attrs, dtype, dshape, ishape):
 
 
 def session(model, threads, library):
+    """A session on `model` with `threads` intra-op threads, the custom-op `library` registered if given."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     if library:
-        options.register_custom_ops_library(multigather.get_library_path())
+        options.register_custom_ops_library(library)
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -62,9 +66,11 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--only")
+    ap.add_argument("--library")
     a = ap.parse_args()
     sys.path.insert(0, os.path.abspath(a.cases))
     from cases import cases  # noqa: E402 (the shared case list)
+    library = a.library or multigather.get_library_path()
 
     rng = np.random.default_rng(7)
     print(f"onnxruntime {ort.__version__}; median of {a.repeat} runs; speedup = original / rewritten")
@@ -78,8 +84,8 @@ def main():
         rewritten = multigather.rewrite(original)
         feeds = {"data": data, "indices": idx}
         for threads in a.threads:
-            s0 = session(original, threads, library=False)
-            s1 = session(rewritten, threads, library=True)
+            s0 = session(original, threads, library=None)
+            s1 = session(rewritten, threads, library=library)
             want, got = s0.run(None, feeds)[0], s1.run(None, feeds)[0]
             identical = want.shape == got.shape and want.tobytes() == got.tobytes()
             all_identical &= identical
