@@ -114,23 +114,9 @@ fn model(variant: Variant) -> (Model, Vec<(String, Tensor)>) {
     (Model::new(g, 15), vec![("x".into(), x)])
 }
 
-/// The outputs of a run, and the operator of every step that ran.
+/// The outputs of a run on one thread, and the operator of every step that ran.
 fn run(model: &Model, feeds: &[(String, Tensor)], unfused: bool) -> (Vec<Tensor>, Vec<String>) {
-    let options = RunOptions {
-        threads: Some(1),
-        profile: true,
-        unfused,
-        ..RunOptions::default()
-    };
-    let session = Session::with_options(model, options);
-    let outputs = session.run(feeds.to_vec()).unwrap();
-    let ops = session
-        .profile()
-        .steps
-        .into_iter()
-        .map(|s| s.op_type)
-        .collect();
-    (outputs.into_iter().map(|(_, t)| t).collect(), ops)
+    run_on(model, feeds, 1, unfused)
 }
 
 #[test]
@@ -223,13 +209,13 @@ fn conv_then(
     (Model::new(g, 18), vec![("x".into(), x)])
 }
 
-/// Runs with `threads`, fused or not: the output and the operators of the steps.
+/// Runs with `threads`, fused or not: the outputs and the operators of the steps.
 fn run_on(
     model: &Model,
     feeds: &[(String, Tensor)],
     threads: usize,
     unfused: bool,
-) -> (Tensor, Vec<String>) {
+) -> (Vec<Tensor>, Vec<String>) {
     let options = RunOptions {
         threads: Some(threads),
         profile: true,
@@ -237,14 +223,14 @@ fn run_on(
         ..RunOptions::default()
     };
     let session = Session::with_options(model, options);
-    let mut outputs = session.run(feeds.to_vec()).unwrap();
+    let outputs = session.run(feeds.to_vec()).unwrap();
     let ops = session
         .profile()
         .steps
         .into_iter()
         .map(|s| s.op_type)
         .collect();
-    (outputs.remove(0).1, ops)
+    (outputs.into_iter().map(|(_, t)| t).collect(), ops)
 }
 
 #[test]
@@ -272,10 +258,12 @@ fn activations_run_inside_every_convolution_loop_and_change_no_bit() {
     for activation in &activations {
         for &(c, m, side, group, kernel, stride) in &shapes {
             let (model, feeds) = conv_then(c, m, side, group, kernel, stride, activation.clone());
-            let (want, plain_ops) = run_on(&model, &feeds, 1, true);
+            let (want, plain_ops) = run(&model, &feeds, true);
+            let want = &want[0];
             assert_eq!(plain_ops.len(), 2);
             for threads in [1, 3] {
                 let (got, ops) = run_on(&model, &feeds, threads, false);
+                let got = &got[0];
                 let case = format!(
                     "{} after {:?} on {threads} threads",
                     activation.op_type,
