@@ -18,6 +18,7 @@ use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 use std::mem::MaybeUninit;
 
+use super::num::dispatch_width;
 use super::vector::{assume_written, copy};
 
 use super::util::{normalize_axis, required};
@@ -112,14 +113,9 @@ fn eval_gather(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
         .chain(&shape[axis + 1..])
         .copied()
         .collect();
-    if let Some(out) = by_width(data.dtype(), |w| match w {
-        Width::W1 => gather_rows::<u8>(data, &out_shape, dim, inner, &picks),
-        Width::W2 => gather_rows::<u16>(data, &out_shape, dim, inner, &picks),
-        Width::W4 => gather_rows::<u32>(data, &out_shape, dim, inner, &picks),
-        Width::W8 => gather_rows::<u64>(data, &out_shape, dim, inner, &picks),
-    }) {
-        return Ok(vec![out?]);
-    }
+    dispatch_width!(data.dtype(), W => {
+        return Ok(vec![gather_rows::<W>(data, &out_shape, dim, inner, &picks)?]);
+    }, _ => {});
     let mut starts = try_with_capacity(outer * picks.len())?;
     for o in 0..outer {
         for &p in &picks {
@@ -127,29 +123,6 @@ fn eval_gather(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
         }
     }
     Ok(vec![data.take_blocks(&out_shape, &starts, inner)?])
-}
-
-/// The element widths the typed gathers below move elements of.
-#[derive(Clone, Copy)]
-enum Width {
-    W1,
-    W2,
-    W4,
-    W8,
-}
-
-/// `f(width)` for an element type stored in whole bytes of width 1, 2, 4 or 8 (not strings);
-/// `None` for the others, which go through [`Tensor::take_blocks`].
-fn by_width<R>(dtype: crate::DataType, f: impl FnOnce(Width) -> R) -> Option<R> {
-    let width = match dtype.byte_size() {
-        _ if dtype == crate::DataType::String => return None,
-        Some(1) => Width::W1,
-        Some(2) => Width::W2,
-        Some(4) => Width::W4,
-        Some(8) => Width::W8,
-        _ => return None,
-    };
-    Some(f(width))
 }
 
 /// [`eval_gather`] for elements as wide as `T`: each of the `outer` input slabs of `dim` blocks
@@ -241,11 +214,11 @@ fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
         )));
     }
     if is[axis + 1..] == ds[axis + 1..] {
-        let rows = |w| match picked {
-            Indices::I32(v) => elements_by_width(w, data, is, v, axis),
-            Indices::I64(v) => elements_by_width(w, data, is, v, axis),
-        };
-        if let Some(out) = by_width(data.dtype(), rows) {
+        let rows = dispatch_width!(data.dtype(), W => Some(match picked {
+            Indices::I32(v) => elements_rows::<W, i32>(data, is, v, axis),
+            Indices::I64(v) => elements_rows::<W, i64>(data, is, v, axis),
+        }), _ => None);
+        if let Some(out) = rows {
             return Ok(vec![out?]);
         }
     }
@@ -269,22 +242,6 @@ fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
         }
     }
     Ok(vec![data.take_blocks(is, &starts, 1)?])
-}
-
-/// [`elements_rows`] for elements of width `w`.
-fn elements_by_width<I: Copy + Into<i64>>(
-    w: Width,
-    data: &Tensor,
-    is: &[usize],
-    picked: &[I],
-    axis: usize,
-) -> Result<Tensor> {
-    match w {
-        Width::W1 => elements_rows::<u8, I>(data, is, picked, axis),
-        Width::W2 => elements_rows::<u16, I>(data, is, picked, axis),
-        Width::W4 => elements_rows::<u32, I>(data, is, picked, axis),
-        Width::W8 => elements_rows::<u64, I>(data, is, picked, axis),
-    }
 }
 
 /// [`eval_gather_elements`] for elements as wide as `T` when the indices have the data's dims

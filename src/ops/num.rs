@@ -503,6 +503,35 @@ macro_rules! dispatch_real {
 }
 pub(crate) use dispatch_real;
 
+/// Runs `$body` with `$W` bound to an unsigned integer as wide as one element of `$dtype`
+/// (`u8`, `u16`, `u32` or `u64`), for kernels that only move elements; evaluates `$other` for
+/// strings and the types not stored in whole bytes of those widths.
+macro_rules! dispatch_width {
+    ($dtype:expr, $W:ident => $body:expr, _ => $other:expr) => {
+        match ($dtype, $dtype.byte_size()) {
+            ($crate::DataType::String, _) => $other,
+            (_, Some(1)) => {
+                type $W = u8;
+                $body
+            }
+            (_, Some(2)) => {
+                type $W = u16;
+                $body
+            }
+            (_, Some(4)) => {
+                type $W = u32;
+                $body
+            }
+            (_, Some(8)) => {
+                type $W = u64;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(crate) use dispatch_width;
+
 /// The elements of a numeric or boolean tensor as real numbers.
 pub(crate) fn real_values(t: &Tensor) -> Result<Vec<f64>> {
     if t.dtype() == DataType::Bool {

@@ -15,7 +15,7 @@ use std::mem::MaybeUninit;
 use super::super::vector::assume_written;
 
 use super::super::util::{strides, to_i64s};
-use crate::ops::num::{real_values, Float};
+use crate::ops::num::{dispatch_width, real_values, Float};
 
 use super::super::InferCtx;
 
@@ -240,14 +240,7 @@ pub(super) fn gather_axes(
             last,
             block,
         };
-        match (data.dtype().byte_size(), data.dtype()) {
-            (_, DataType::String) => {}
-            (Some(1), _) => return rows.gather::<u8>(data, fill),
-            (Some(2), _) => return rows.gather::<u16>(data, fill),
-            (Some(4), _) => return rows.gather::<u32>(data, fill),
-            (Some(8), _) => return rows.gather::<u64>(data, fill),
-            _ => {}
-        }
+        dispatch_width!(data.dtype(), W => return rows.gather::<W>(data, fill), _ => {});
     }
     // The odometer walks the axes before the last non-contiguous one; that axis runs in an
     // inner loop whose adjacent blocks merge into single copies (a slice row is one copy).
@@ -456,13 +449,7 @@ pub(super) fn advance(coord: &mut [usize], dims: &[usize]) -> bool {
 
 /// `data` with its axes permuted: output axis `d` is input axis `perm[d]`.
 pub(super) fn permute(data: &Tensor, perm: &[usize]) -> Result<Tensor> {
-    match data.dtype().byte_size() {
-        Some(1) if data.dtype() != DataType::String => permute_typed::<u8>(data, perm),
-        Some(2) => permute_typed::<u16>(data, perm),
-        Some(4) => permute_typed::<u32>(data, perm),
-        Some(8) => permute_typed::<u64>(data, perm),
-        _ => permute_runs(data, perm),
-    }
+    dispatch_width!(data.dtype(), W => permute_typed::<W>(data, perm), _ => permute_runs(data, perm))
 }
 
 /// [`permute`] of elements of `T`'s width: the output is written in order, with the dims merged

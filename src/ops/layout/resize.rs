@@ -46,9 +46,8 @@ use super::common::{
     advance, checked_len, const_ints, from_f64s, gather_axes, in_dims, in_elem, normalize_axes,
     typed, unknown_dims, AxisRead, MAX_ELEMENTS,
 };
-use crate::ops::num::real_values;
+use crate::ops::num::{dispatch_width, real_values};
 use crate::ops::vector::{self, assume_written, copy};
-use crate::DataType;
 use std::mem::MaybeUninit;
 
 /// How nearest positions round.
@@ -549,14 +548,7 @@ fn nearest_rows(data: &Tensor, maps: &NearestMaps, out_shape: &[usize]) -> Optio
         maps: &positions,
         repeat,
     };
-    match (data.dtype(), data.dtype().byte_size()) {
-        (DataType::String, _) => None,
-        (_, Some(1)) => Some(rows.resize::<u8>(data)),
-        (_, Some(2)) => Some(rows.resize::<u16>(data)),
-        (_, Some(4)) => Some(rows.resize::<u32>(data)),
-        (_, Some(8)) => Some(rows.resize::<u64>(data)),
-        _ => None,
-    }
+    dispatch_width!(data.dtype(), W => Some(rows.resize::<W>(data)), _ => None)
 }
 
 /// A nearest resize that reads the input everywhere (no extrapolation), as rows along the last
