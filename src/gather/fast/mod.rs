@@ -583,7 +583,10 @@ impl Call<'_> {
                 self.indices,
                 range,
                 &out,
-                self.options.vector_level(),
+                staged::Levels {
+                    vector: self.options.vector_level(),
+                    gather: self.options.gather_level(),
+                },
             )
         };
         let ok = if tasks == 1 {
@@ -998,6 +1001,28 @@ mod tests {
         let idx = indices(&[2, 300, 1100], &[1024], false);
         let zero = spec.clone().with_mode(OutOfRange::Zero);
         assert!(staged::Columns::new(&layout(&input, &idx, &zero), 4).is_none());
+    }
+
+    #[test]
+    fn staged_columns_of_every_width_match_the_reference() {
+        // 1-, 2- and 8-byte elements (the hardware column gathers load 1- and 2-byte ones as
+        // 4 bytes, so the stage's last cells test its slack); widths that leave a partial tile
+        // and a tail of fewer than 16 columns; a bad index inside a whole vector.
+        for (dtype, width) in [
+            (DataType::Uint8, 8200),
+            (DataType::Float16, 4100),
+            (DataType::Double, 1030),
+        ] {
+            let input = data_of(dtype, &[1024, width]);
+            let spec = GatherSpec::new(vec![0]);
+            let idx = indices(&[128, width], &[1024], true);
+            let element = dtype.bits() / 8;
+            assert!(staged::Columns::new(&layout(&input, &idx, &spec), element).is_some());
+            check(&input, &idx, &spec);
+            check(&input, &with_value(&idx, 3 * width + 5, 1024), &spec);
+            let clamp = spec.clone().with_mode(OutOfRange::Clamp);
+            check(&input, &with_value(&idx, width - 1, -4000), &clamp);
+        }
     }
 
     #[test]

@@ -328,7 +328,8 @@ fn fill_u32_c<I: IndexValue, const C: usize, const CLAMP: bool>(
 }
 
 /// One block of 32-bit offsets `base + e * step + sum_k coordinate_k * strides[k]` for the
-/// tuples of `vals` (see [`fill_u32`]), with AVX2 when allowed and available; returns whether
+/// tuples of `vals` (see [`fill_u32`]), compiled for the widest of AVX-512 and AVX2 that `simd`
+/// allows and the CPU has (see the module docs of `super::simd`); returns whether
 /// some index was out of range (never when `CLAMP`; every axis must then be non-empty) and the
 /// largest offset written.
 #[inline(always)]
@@ -340,6 +341,11 @@ pub(crate) fn fill_block<I: IndexValue, const C: usize, const CLAMP: bool>(
     simd: SimdLevel,
     out: &mut [u32],
 ) -> (bool, u32) {
+    #[cfg(target_arch = "x86_64")]
+    if simd >= SimdLevel::Avx512 && avx512_vl() {
+        // SAFETY: the CPU has AVX-512 F, BW, DQ and VL (checked just above).
+        return unsafe { fill_block_avx512::<I, C, CLAMP>(vals, base, step, consts, out) };
+    }
     #[cfg(target_arch = "x86_64")]
     if simd >= SimdLevel::Avx2 && SimdLevel::detected() >= SimdLevel::Avx2 {
         // SAFETY: the CPU has AVX2 (checked just above).
@@ -356,6 +362,35 @@ pub(crate) fn fill_block<I: IndexValue, const C: usize, const CLAMP: bool>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn fill_block_avx2<I: IndexValue, const C: usize, const CLAMP: bool>(
+    vals: &[I],
+    base: usize,
+    step: usize,
+    consts: Axes32<C>,
+    out: &mut [u32],
+) -> (bool, u32) {
+    fill_block_body::<I, C, CLAMP>(vals, base, step, consts, out)
+}
+
+/// Whether the CPU has the AVX-512 subsets [`fill_block_avx512`] is compiled for (every CPU
+/// with AVX-512 since Skylake-SP and Zen 4 has them all).
+#[cfg(target_arch = "x86_64")]
+fn avx512_vl() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    })
+}
+
+/// [`fill_block_body`] compiled for AVX-512.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+unsafe fn fill_block_avx512<I: IndexValue, const C: usize, const CLAMP: bool>(
     vals: &[I],
     base: usize,
     step: usize,

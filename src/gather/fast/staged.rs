@@ -25,7 +25,7 @@ use super::canon::Layout;
 use super::elem::SimdLevel;
 use super::elem::Word;
 use super::offsets::{fill_block, Axes32, IndexValue, Indices};
-use super::simd::prefetch;
+use super::simd::{column_gather, prefetch, ColumnGatherFn};
 use crate::gather::OutOfRange;
 
 /// Size of the stage: the L2 of a Zen 5 core (1 MiB). Each tile's index and output segments
@@ -176,19 +176,20 @@ impl Columns {
         self.width.div_ceil(self.tile)
     }
 
-    /// Writes column tiles `tiles` of every output row into `out`. Returns `false`, with `out`
-    /// partly written, when an index was out of range.
+    /// Writes column tiles `tiles` of every output row into `out`, resolving indices at level
+    /// `simd` and reading the stage with hardware gathers at level `gather` where there are
+    /// some. Returns `false`, with `out` partly written, when an index was out of range.
     pub fn run<W: Word>(
         &self,
         input: &[W],
         indices: Indices<'_>,
         tiles: std::ops::Range<usize>,
         out: &Columnar<'_, W>,
-        simd: SimdLevel,
+        levels: Levels,
     ) -> bool {
         match indices {
-            Indices::I32(v) => self.run_typed(input, v, tiles, out, simd),
-            Indices::I64(v) => self.run_typed(input, v, tiles, out, simd),
+            Indices::I32(v) => self.run_typed(input, v, tiles, out, levels),
+            Indices::I64(v) => self.run_typed(input, v, tiles, out, levels),
         }
     }
 
@@ -198,10 +199,17 @@ impl Columns {
         idx: &[I],
         tiles: std::ops::Range<usize>,
         out: &Columnar<'_, W>,
-        simd: SimdLevel,
+        levels: Levels,
     ) -> bool {
         let width = self.width;
-        let mut stage = vec![W::default(); self.dim * self.tile];
+        let gather = if self.clamp {
+            column_gather::<W, I, true>(levels.gather)
+        } else {
+            column_gather::<W, I, false>(levels.gather)
+        };
+        // The hardware gathers load 4 bytes for 1- and 2-byte elements: slack after the cells.
+        let cells = self.dim * self.tile;
+        let mut stage = vec![W::default(); cells + 4usize.div_ceil(size_of::<W>())];
         let mut positions = vec![0u32; self.tile];
         let index_lines = (self.tile * size_of::<I>()).div_ceil(LINE);
         for (o, &base) in self.outer.iter().enumerate() {
@@ -224,7 +232,11 @@ impl Columns {
                     // `at .. at + n`; `Columnar::segment` checks the range.
                     let segment = unsafe { out.segment(at, n) };
                     let values = &idx[at..at + n];
-                    if !self.gather_row(&stage, values, &mut positions, simd, segment) {
+                    let stage = Stage {
+                        cells: &stage,
+                        len: cells,
+                    };
+                    if !self.gather_row(stage, values, &mut positions, gather, levels, segment) {
                         return false;
                     }
                 }
@@ -251,36 +263,74 @@ impl Columns {
         }
     }
 
-    /// One row segment from the stage; `false` if an index was out of range. The stage
-    /// positions of the segment are computed first by the vectorised pre-pass loop.
+    /// One row segment from the stage; `false` if an index was out of range. Whole vectors
+    /// of the segment go through the hardware column gather where there is one; the rest has
+    /// its stage positions computed by the vectorised pre-pass loop, then read one by one.
     #[inline]
     fn gather_row<W: Word, I: IndexValue>(
         &self,
-        stage: &[W],
+        stage: Stage<'_, W>,
         values: &[I],
         positions: &mut [u32],
-        simd: SimdLevel,
+        gather: Option<ColumnGatherFn<W, I>>,
+        levels: Levels,
         out: &mut [MaybeUninit<W>],
     ) -> bool {
+        let mut done = 0;
+        if let Some(gather) = gather {
+            // SAFETY: the CPU has the gather's features (`column_gather` checked); `dim > 0`;
+            // a segment is at most a tile (`values.len() <= self.tile`); the stage holds
+            // `dim * tile` cells (a count below `STAGE_BYTES`) plus 4 bytes of slack; `out`
+            // has one slot per value.
+            let (k, bad) = unsafe {
+                gather(
+                    stage.cells.as_ptr().cast(),
+                    self.dim,
+                    self.tile,
+                    values,
+                    out.as_mut_ptr().cast(),
+                )
+            };
+            if bad {
+                return false;
+            }
+            done = k;
+        }
+        let (values, out) = (&values[done..], &mut out[done..]);
         let consts = Axes32 {
             dims: [self.dim as i64],
             strides: [self.tile as u32],
         };
         let positions = &mut positions[..values.len()];
+        let simd = levels.vector;
         let (bad, max) = if self.clamp {
-            fill_block::<I, 1, true>(values, 0, 1, consts, simd, positions)
+            fill_block::<I, 1, true>(values, done, 1, consts, simd, positions)
         } else {
-            fill_block::<I, 1, false>(values, 0, 1, consts, simd, positions)
+            fill_block::<I, 1, false>(values, done, 1, consts, simd, positions)
         };
-        if bad || max as usize >= stage.len() {
+        if bad || (!values.is_empty() && max as usize >= stage.len) {
             return false;
         }
         for (o, &p) in out.iter_mut().zip(positions.iter()) {
             // SAFETY: every position is at most `max`, which is inside the stage.
-            o.write(unsafe { *stage.get_unchecked(p as usize) });
+            o.write(unsafe { *stage.cells.get_unchecked(p as usize) });
         }
         true
     }
+}
+
+/// The SIMD levels of a staged gather: of the index resolution, and of the stage reads.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Levels {
+    pub vector: SimdLevel,
+    pub gather: SimdLevel,
+}
+
+/// A filled stage: `len` cells, then slack for the hardware gathers' wide loads.
+#[derive(Clone, Copy)]
+struct Stage<'a, W> {
+    cells: &'a [W],
+    len: usize,
 }
 
 /// Prefetches `lines` cache lines from `first` on (prefetches never fault, wherever they point).

@@ -239,32 +239,79 @@ pub(super) unsafe fn row_gather_avx512<W: Copy, I: Copy, const CLAMP: bool>(
     values: &[I],
     out: *mut W,
 ) -> (usize, bool) {
+    // SAFETY: the caller's contract, with no column term.
+    unsafe { resolved_gather_avx512::<W, I, CLAMP, false>(row, d, 0, values, out) }
+}
+
+/// A column gather (`super::ColumnGatherFn`): `out[e] = table[resolve(values[e]) * stride + e]`
+/// for the whole vectors of 16 values; returns how many it wrote and whether any value was out
+/// of range.
+///
+/// # Safety
+/// AVX-512F; `I` is `i32` or `i64` and `W` 1, 2, 4 or 8 bytes wide; `0 < d`;
+/// `values.len() <= stride`; `d * stride` elements readable at `table`, which must fit `i32`
+/// lanes, plus 3 bytes of slack after them for `W` of 1 and 2 bytes; `out` writable for
+/// `values.len()` elements.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn column_gather_avx512<W: Copy, I: Copy, const CLAMP: bool>(
+    table: *const u8,
+    d: usize,
+    stride: usize,
+    values: &[I],
+    out: *mut W,
+) -> (usize, bool) {
+    // SAFETY: the caller's contract.
+    unsafe { resolved_gather_avx512::<W, I, CLAMP, true>(table, d, stride, values, out) }
+}
+
+/// The loop of [`row_gather_avx512`] and, with `COLUMNS`, of [`column_gather_avx512`]: element
+/// `e` reads `start[coordinate * stride + e]` instead of `start[coordinate]`.
+///
+/// # Safety
+/// As for the two callers.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn resolved_gather_avx512<W: Copy, I: Copy, const CLAMP: bool, const COLUMNS: bool>(
+    start: *const u8,
+    d: usize,
+    stride: usize,
+    values: &[I],
+    out: *mut W,
+) -> (usize, bool) {
     let mut bad = false;
     let mut i = 0;
+    let stride = _mm512_set1_epi32(stride as i32);
+    let mut columns = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let sixteen = _mm512_set1_epi32(16);
     while i + 16 <= values.len() {
-        // SAFETY: `i + 16 <= values.len()`; every coordinate is below `d`, so every load is
-        // inside the row (plus the slack for narrow elements); the rest is the caller's contract.
+        // SAFETY: `i + 16 <= values.len()`; every coordinate is below `d` (and every column
+        // below `stride`), so every load is inside the table (plus the slack for narrow
+        // elements); the rest is the caller's contract.
         unsafe {
-            let (c, b) = resolve16::<I, CLAMP>(values.as_ptr().add(i), d as i64);
+            let (mut c, b) = resolve16::<I, CLAMP>(values.as_ptr().add(i), d as i64);
+            if COLUMNS {
+                c = _mm512_add_epi32(_mm512_mullo_epi32(c, stride), columns);
+                columns = _mm512_add_epi32(columns, sixteen);
+            }
             bad |= b;
             let o = out.add(i);
             match size_of::<W>() {
                 1 => {
-                    let v = _mm512_i32gather_epi32::<1>(c, row.cast());
+                    let v = _mm512_i32gather_epi32::<1>(c, start.cast());
                     _mm_storeu_si128(o.cast(), _mm512_cvtepi32_epi8(v));
                 }
                 2 => {
-                    let v = _mm512_i32gather_epi32::<2>(c, row.cast());
+                    let v = _mm512_i32gather_epi32::<2>(c, start.cast());
                     _mm256_storeu_si256(o.cast(), _mm512_cvtepi32_epi16(v));
                 }
                 4 => {
-                    let v = _mm512_i32gather_epi32::<4>(c, row.cast());
+                    let v = _mm512_i32gather_epi32::<4>(c, start.cast());
                     _mm512_storeu_si512(o.cast(), v);
                 }
                 _ => {
-                    let lo = _mm512_i32gather_epi64::<8>(_mm512_castsi512_si256(c), row.cast());
+                    let lo = _mm512_i32gather_epi64::<8>(_mm512_castsi512_si256(c), start.cast());
                     let hi = _mm512_extracti64x4_epi64::<1>(c);
-                    let hi = _mm512_i32gather_epi64::<8>(hi, row.cast());
+                    let hi = _mm512_i32gather_epi64::<8>(hi, start.cast());
                     _mm512_storeu_si512(o.cast(), lo);
                     _mm512_storeu_si512(o.add(8).cast(), hi);
                 }
