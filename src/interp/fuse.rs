@@ -117,6 +117,7 @@ fn with_node<'m>(step: &Step<'m>, node: Node, kind: StepKind<'m>) -> Step<'m> {
         outputs: Vec::new(),
         frees: Vec::new(),
         donates: None,
+        prepared: None,
     }
 }
 

@@ -92,6 +92,7 @@ impl Folder {
             node,
             opset,
             runner: &NoSubgraphs,
+            prepared: None,
         };
         let outputs = (def.eval)(&ctx, inputs).ok()?;
         let bytes = outputs

@@ -22,7 +22,7 @@ use super::num::dispatch_width;
 use super::vector::{assume_written, copy};
 
 use super::util::{normalize_axis, required};
-use super::{EvalCtx, InferCtx, OpDef};
+use super::{prepare, Attributes, EvalCtx, InferCtx, OpDef};
 
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Gather", 1, 2..=2, 1..=1, eval_gather).with_infer(infer_gather),
@@ -31,6 +31,7 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("GatherND", 11, 2..=2, 1..=1, eval_gather_nd).with_infer(infer_gather_nd),
     OpDef::new(gather::OP_TYPE, 1, 2..=2, 1..=1, eval_multiaxis)
         .with_infer(infer_multiaxis)
+        .with_prepare(prepare::<MultiaxisAttrs>)
         .in_domain(gather::DOMAIN),
 ];
 
@@ -380,18 +381,40 @@ fn infer_gather_nd(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     }])
 }
 
-fn multiaxis_spec(ctx: &EvalCtx<'_>, rank: usize) -> Result<GatherSpec> {
-    let axes = ctx
-        .node
-        .attr_ints("axes")?
-        .ok_or_else(|| ctx.error("the required attribute 'axes' is missing"))?;
-    let mode = ctx.node.attr_string("mode")?.unwrap_or("error");
-    Ok(GatherSpec::from_attributes(axes, mode, rank)?)
+/// The attributes of a `GatherMultiaxis` node: `axes` (required) as written, and `mode`.
+#[derive(Clone, Debug)]
+struct MultiaxisAttrs {
+    axes: Vec<i64>,
+    mode: gather::OutOfRange,
+}
+
+impl Attributes for MultiaxisAttrs {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<MultiaxisAttrs> {
+        let axes = node
+            .attr_ints("axes")?
+            .ok_or_else(|| Error::Eval("the required attribute 'axes' is missing".into()))?;
+        let mode = node.attr_string("mode")?.unwrap_or("error");
+        Ok(MultiaxisAttrs {
+            axes: axes.to_vec(),
+            mode: gather::OutOfRange::from_name(mode)?,
+        })
+    }
+}
+
+impl MultiaxisAttrs {
+    /// The spec for inputs of rank `rank`.
+    fn spec(&self, rank: usize) -> Result<GatherSpec> {
+        Ok(GatherSpec::from_attributes(
+            &self.axes,
+            self.mode.name(),
+            rank,
+        )?)
+    }
 }
 
 fn eval_multiaxis(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (data, indices) = (required(inputs, 0)?, required(inputs, 1)?);
-    let spec = multiaxis_spec(ctx, data.rank())?;
+    let spec = ctx.attrs::<MultiaxisAttrs>()?.spec(data.rank())?;
     Ok(vec![gather::gather_multiaxis(data, indices, &spec)?])
 }
 
@@ -408,11 +431,7 @@ fn infer_multiaxis(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let (Some(d), Some(i)) = (&data.shape, ctx.input(1).and_then(|t| t.shape.as_ref())) else {
         return unknown_shape();
     };
-    let Some(axes) = ctx.node.attr_ints("axes")? else {
-        return unknown_shape();
-    };
-    let mode = ctx.node.attr_string("mode")?.unwrap_or("error");
-    let spec = GatherSpec::from_attributes(axes, mode, d.rank())?;
+    let spec = ctx.attrs::<MultiaxisAttrs>()?.spec(d.rank())?;
     if i.rank() != d.rank() {
         return unknown_shape();
     }

@@ -10,7 +10,10 @@
 //!
 //! Kernels see their node (for attributes), the opset version the node runs at, and their inputs
 //! as tensors (`None` for an omitted optional input). They return one tensor per output the node
-//! names. Errors are plain reasons; the interpreter adds the node's name and op.
+//! names. Errors are plain reasons; the interpreter adds the node's name and op. An operator
+//! whose attributes take work to read declares an [`Attributes`] type and [`OpDef::prepare`]:
+//! the interpreter parses it once per plan, and the shape function and the kernel read it with
+//! [`InferCtx::attrs`] and [`EvalCtx::attrs`].
 //!
 //! Design note: `If`, `Loop` and `Scan` are operators like any other; their kernels run their
 //! bodies through [`EvalCtx::run_subgraph`], which the interpreter provides.
@@ -62,6 +65,57 @@ pub type InPlaceFn = fn(
     &[Option<&Tensor>],
 ) -> Result<std::result::Result<Vec<Tensor>, Tensor>>;
 
+/// A node's attributes parsed into typed state ([`Attributes`]), once per plan.
+pub type Prepared = std::sync::Arc<dyn std::any::Any + Send + Sync>;
+
+/// Parses a node's attributes at `opset` into the state its shape function and kernel read
+/// ([`OpDef::prepare`]); [`prepare`] makes one from an [`Attributes`] type.
+pub type PrepareFn = fn(&Node, i64) -> Result<Prepared>;
+
+/// The typed attributes of one operator: parsed from the node once when the interpreter plans
+/// a graph, then read by the shape function and the kernel on every run through
+/// [`EvalCtx::attrs`] and [`InferCtx::attrs`] (which parse on the spot when nothing was
+/// prepared, as for a node evaluated on its own). What depends on the inputs (an axis
+/// normalised by the rank, a default sized by it) is resolved where the inputs are known.
+///
+/// # Example
+/// ```
+/// use multigather::ir::{AttrValue, Node};
+/// use multigather::ops::Attributes;
+///
+/// #[derive(Clone, Debug, PartialEq)]
+/// struct Axis(i64);
+/// impl Attributes for Axis {
+///     fn parse(node: &Node, _opset: i64) -> multigather::Result<Axis> {
+///         Ok(Axis(node.attr_int("axis", -1)?))
+///     }
+/// }
+/// let node = Node::new("Softmax", "s", ["x"], ["y"]).with_attr("axis", AttrValue::Int(1));
+/// assert_eq!(Axis::parse(&node, 13)?, Axis(1));
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub trait Attributes: Sized + Send + Sync + 'static {
+    /// The node's attributes at `opset`, or the error that names the bad one.
+    fn parse(node: &Node, opset: i64) -> Result<Self>;
+}
+
+/// The [`PrepareFn`] of an [`Attributes`] type.
+pub fn prepare<A: Attributes>(node: &Node, opset: i64) -> Result<Prepared> {
+    Ok(std::sync::Arc::new(A::parse(node, opset)?))
+}
+
+/// `A` from the prepared state when it is an `A`, else parsed from `node` now.
+fn prepared_or_parsed<'a, A: Attributes + Clone>(
+    prepared: Option<&'a (dyn std::any::Any + Send + Sync)>,
+    node: &Node,
+    opset: i64,
+) -> Result<std::borrow::Cow<'a, A>> {
+    match prepared.and_then(|p| p.downcast_ref::<A>()) {
+        Some(a) => Ok(std::borrow::Cow::Borrowed(a)),
+        None => Ok(std::borrow::Cow::Owned(A::parse(node, opset)?)),
+    }
+}
+
 /// A static shape function: what can be known of each output from what is known of the inputs.
 /// Returning fewer types than outputs (or unknown types) is fine; errors mean the node is
 /// malformed, not that something is unknown.
@@ -87,6 +141,9 @@ pub struct OpDef {
     /// The kernel that reuses input 0's buffer, for operators whose output can have input 0's
     /// shape and type.
     pub in_place: Option<InPlaceFn>,
+    /// Parses the node's attributes once per plan, for the shape function and the kernel
+    /// (see [`Attributes`]); a node whose attributes do not parse fails when planned.
+    pub prepare: Option<PrepareFn>,
 }
 
 impl OpDef {
@@ -107,12 +164,19 @@ impl OpDef {
             infer: None,
             eval,
             in_place: None,
+            prepare: None,
         }
     }
 
     /// The same definition with a kernel that can reuse its input's buffer.
     pub const fn with_in_place(mut self, in_place: InPlaceFn) -> OpDef {
         self.in_place = Some(in_place);
+        self
+    }
+
+    /// The same definition with its attributes parsed once per plan (see [`Attributes`]).
+    pub const fn with_prepare(mut self, prepare: PrepareFn) -> OpDef {
+        self.prepare = Some(prepare);
         self
     }
 
@@ -171,6 +235,8 @@ pub struct EvalCtx<'a> {
     pub opset: i64,
     /// Runs subgraphs for control-flow operators.
     pub(crate) runner: &'a dyn SubgraphRunner,
+    /// The node's attributes as the plan prepared them ([`OpDef::prepare`]), if it did.
+    pub(crate) prepared: Option<&'a (dyn std::any::Any + Send + Sync)>,
 }
 
 /// Runs a subgraph of the node being evaluated, with the node's scope visible.
@@ -178,7 +244,7 @@ pub(crate) trait SubgraphRunner {
     fn run_subgraph(&self, graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>>;
 }
 
-impl EvalCtx<'_> {
+impl<'a> EvalCtx<'a> {
     /// Runs `graph` (a graph attribute of this node) with its formal inputs bound to `inputs` in
     /// order; values of the enclosing scopes are visible. Returns the graph's outputs in order.
     pub fn run_subgraph(&self, graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
@@ -188,6 +254,11 @@ impl EvalCtx<'_> {
     /// An error about this node's inputs or attributes (the interpreter adds the node's name).
     pub fn error(&self, reason: impl Into<String>) -> Error {
         Error::Eval(reason.into())
+    }
+
+    /// The node's attributes as `A`: as prepared when the plan was built, or parsed now.
+    pub fn attrs<A: Attributes + Clone>(&self) -> Result<std::borrow::Cow<'a, A>> {
+        prepared_or_parsed(self.prepared, self.node, self.opset)
     }
 }
 
@@ -201,9 +272,16 @@ pub struct InferCtx<'a> {
     pub inputs: &'a [Option<TensorType>],
     /// The values of inputs that are constants (initializers or `Constant` outputs), where known.
     pub constants: &'a [Option<&'a Tensor>],
+    /// The node's attributes as a plan prepared them ([`OpDef::prepare`]), if one did.
+    pub prepared: Option<&'a (dyn std::any::Any + Send + Sync)>,
 }
 
-impl InferCtx<'_> {
+impl<'a> InferCtx<'a> {
+    /// The node's attributes as `A`: as a plan prepared them, or parsed now.
+    pub fn attrs<A: Attributes + Clone>(&self) -> Result<std::borrow::Cow<'a, A>> {
+        prepared_or_parsed(self.prepared, self.node, self.opset)
+    }
+
     /// What is known of input `i`.
     pub fn input(&self, i: usize) -> Option<&TensorType> {
         self.inputs.get(i).and_then(Option::as_ref)
@@ -249,6 +327,7 @@ pub fn eval_node(node: &Node, opset: i64, inputs: &[Option<&Tensor>]) -> Result<
         node,
         opset,
         runner: &NoSubgraphs,
+        prepared: None,
     };
     (def.eval)(&ctx, inputs)
 }
@@ -280,6 +359,17 @@ pub fn planned_output_bytes(
     opset: i64,
     inputs: &[Option<&Tensor>],
 ) -> Option<usize> {
+    output_bytes(def, node, opset, None, inputs)
+}
+
+/// [`planned_output_bytes`] with the node's prepared attributes, if any.
+pub(crate) fn output_bytes(
+    def: &OpDef,
+    node: &Node,
+    opset: i64,
+    prepared: Option<&(dyn std::any::Any + Send + Sync)>,
+    inputs: &[Option<&Tensor>],
+) -> Option<usize> {
     let infer = def.infer?;
     let types: Vec<Option<TensorType>> = inputs
         .iter()
@@ -301,6 +391,7 @@ pub fn planned_output_bytes(
         opset,
         inputs: &types,
         constants: &values,
+        prepared,
     };
     let outputs = infer(&ctx).ok()?;
     if outputs.len() < node.outputs.len() {
@@ -434,6 +525,7 @@ pub fn infer_node(
         opset,
         inputs,
         constants,
+        prepared: None,
     };
     infer(&ctx).unwrap_or_default()
 }

@@ -35,7 +35,7 @@ mod transpose;
 mod trilu;
 mod unique;
 
-use super::OpDef;
+use super::{prepare, OpDef};
 
 const ANY: usize = usize::MAX;
 
@@ -60,7 +60,8 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Unsqueeze", 13, 2..=2, 1..=1, reshape::eval_unsqueeze)
         .with_infer(reshape::infer_unsqueeze),
     OpDef::new("Transpose", 1, 1..=1, 1..=1, transpose::eval_transpose)
-        .with_infer(transpose::infer_transpose),
+        .with_infer(transpose::infer_transpose)
+        .with_prepare(prepare::<transpose::Perm>),
     OpDef::new("Concat", 1, 1..=ANY, 1..=1, concat_split::eval_concat)
         .with_infer(concat_split::infer_concat),
     OpDef::new("Split", 1, 1..=2, 1..=ANY, concat_split::eval_split)

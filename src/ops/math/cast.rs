@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::ir::{AttrValue, TensorType};
 use crate::ops::num::Float;
 use crate::ops::util::{required, tensor};
-use crate::ops::{EvalCtx, InferCtx};
+use crate::ops::{Attributes, EvalCtx, InferCtx};
 use crate::tensor::try_vec;
 use crate::tensor::{packed, Tensor};
 use crate::DataType;
@@ -297,19 +297,35 @@ fn cast(x: &Tensor, to: DataType, opts: Options) -> Result<Tensor> {
 }
 
 /// The cast options of a node.
-fn options(ctx: &EvalCtx<'_>) -> Result<Options> {
-    let saturate = ctx.node.attr_int("saturate", 1)? != 0;
-    let rounding = match ctx.node.attr_string("round_mode")?.unwrap_or("up") {
+fn options(node: &crate::ir::Node) -> Result<Options> {
+    let saturate = node.attr_int("saturate", 1)? != 0;
+    let rounding = match node.attr_string("round_mode")?.unwrap_or("up") {
         "up" => E8M0Rounding::Up,
         "down" => E8M0Rounding::Down,
         "nearest" => E8M0Rounding::Nearest,
         other => {
-            return Err(ctx.error(format!(
+            return Err(Error::Eval(format!(
                 "round_mode must be up, down or nearest, found '{other}'"
             )))
         }
     };
     Ok(Options { saturate, rounding })
+}
+
+/// The attributes of a `Cast` node: the target type and the options.
+#[derive(Clone, Copy)]
+pub(super) struct CastAttrs {
+    to: DataType,
+    options: Options,
+}
+
+impl Attributes for CastAttrs {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<CastAttrs> {
+        Ok(CastAttrs {
+            to: target(node)?,
+            options: options(node)?,
+        })
+    }
 }
 
 /// The `to` attribute: a type number, or (opset 1) a type name such as `FLOAT`.
@@ -372,17 +388,18 @@ pub(super) fn infer_bitcast(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 
 pub(super) fn eval_cast(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    Ok(vec![cast(x, target(ctx.node)?, options(ctx)?)?])
+    let attrs = ctx.attrs::<CastAttrs>()?;
+    Ok(vec![cast(x, attrs.to, attrs.options)?])
 }
 
 pub(super) fn eval_cast_like(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (x, like) = (required(inputs, 0)?, required(inputs, 1)?);
-    Ok(vec![cast(x, like.dtype(), options(ctx)?)?])
+    Ok(vec![cast(x, like.dtype(), options(ctx.node)?)?])
 }
 
 pub(super) fn infer_cast(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     Ok(vec![TensorType {
-        elem: Some(target(ctx.node)?),
+        elem: Some(ctx.attrs::<CastAttrs>()?.to),
         shape: ctx.input(0).and_then(|t| t.shape.clone()),
     }])
 }

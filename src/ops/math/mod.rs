@@ -10,7 +10,7 @@
 //! Not registered: the opset 1-6 forms of the binary operators (`broadcast`/`axis` attributes),
 //! which predate multidirectional broadcasting.
 
-use super::OpDef;
+use super::{prepare, OpDef};
 
 mod argmax;
 mod binary;
@@ -197,7 +197,9 @@ pub(super) const DEFS: &[OpDef] = &[
         .until(10),
     OpDef::new("Clip", 11, 1..=3, 1..=1, variadic::eval_clip).with_infer(infer_like_input),
     // Casts.
-    OpDef::new("Cast", 1, 1..=1, 1..=1, cast::eval_cast).with_infer(cast::infer_cast),
+    OpDef::new("Cast", 1, 1..=1, 1..=1, cast::eval_cast)
+        .with_infer(cast::infer_cast)
+        .with_prepare(prepare::<cast::CastAttrs>),
     OpDef::new("BitCast", 26, 1..=1, 1..=1, cast::eval_bitcast).with_infer(cast::infer_bitcast),
     OpDef::new("CastLike", 15, 2..=2, 1..=1, cast::eval_cast_like)
         .with_infer(cast::infer_cast_like),

@@ -31,14 +31,14 @@ use crate::DataType;
 
 use super::super::util::{dot, optional, required, to_i64s, unsupported_type};
 use super::super::vector::{as_slots, assume_written, copy, deinterleave, fill};
-use super::super::{EvalCtx, InferCtx};
+use super::super::{Attributes, EvalCtx, InferCtx};
 use super::blas::{gemm, ColumnBlocks, Mat};
 use super::common::{
     checked_product, input_dims, output_written, shifted_f64s, tensor_type, to_f32s, zero_at,
     zero_points,
 };
 use super::matmul::{requantize, scales, single};
-use super::window::{inside, Geometry3, Window};
+use super::window::{inside, Geometry3, WindowAttrs};
 use crate::ops::math::Activation;
 use crate::ops::num::{dispatch_real, Real};
 use multiversion::multiversion;
@@ -77,26 +77,48 @@ pub(super) struct ConvShape {
 /// The `group` attribute of a `Conv`-like node, after checking that `X` and `W` have one rank,
 /// of at least 3.
 pub(super) fn ranks_and_group(ctx: &EvalCtx<'_>, x: &[usize], w: &[usize]) -> Result<usize> {
+    checked_group(ctx, x, w, ctx.node.attr_int("group", 1)?)
+}
+
+/// `group` checked to be positive, after the ranks of `x` and `w`.
+fn checked_group(ctx: &EvalCtx<'_>, x: &[usize], w: &[usize], group: i64) -> Result<usize> {
     if x.len() < 3 || w.len() != x.len() {
         return Err(ctx.error(format!(
             "X {x:?} needs rank 3 or more and W {w:?} the same rank"
         )));
     }
-    usize::try_from(ctx.node.attr_int("group", 1)?)
+    usize::try_from(group)
         .ok()
         .filter(|&g| g > 0)
         .ok_or_else(|| ctx.error("group must be positive"))
 }
 
+/// The attributes of a `Conv`-like node: `group` and the window, parsed once per plan.
+#[derive(Clone, Debug)]
+pub(super) struct ConvAttrs {
+    group: i64,
+    window: WindowAttrs,
+}
+
+impl Attributes for ConvAttrs {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<ConvAttrs> {
+        Ok(ConvAttrs {
+            group: node.attr_int("group", 1)?,
+            window: WindowAttrs::parse(node)?,
+        })
+    }
+}
+
 impl ConvShape {
     /// The layout of a `Conv`-like node over inputs of shapes `x` and `w`.
     pub fn new(ctx: &EvalCtx<'_>, x: &[usize], w: &[usize]) -> Result<ConvShape> {
-        let group = ranks_and_group(ctx, x, w)?;
+        let attrs = ctx.attrs::<ConvAttrs>()?;
+        let group = checked_group(ctx, x, w, attrs.group)?;
         let (batch, c_in, c_out) = (x[0], x[1], w[0]);
         if w[1].checked_mul(group) != Some(c_in) || !c_out.is_multiple_of(group) {
             return Err(ctx.error(format!("X {x:?} and W {w:?} do not fit {group} groups")));
         }
-        let window = Window::of(ctx.node, x.len() - 2, Some(&w[2..]))?;
+        let window = attrs.window.window(x.len() - 2, Some(&w[2..]))?;
         let geometry = window.resolve(&x[2..], false)?;
         let mut out_shape = vec![batch, c_out];
         out_shape.extend(&geometry.output);
@@ -1293,13 +1315,16 @@ fn infer_conv_like(
     wi: usize,
     elem: Option<DataType>,
 ) -> Result<Vec<TensorType>> {
+    let attrs = ctx.attrs::<ConvAttrs>().ok();
     let dims = input_dims(ctx, xi).filter(|x| x.len() >= 3).map(|x| {
         let w = input_dims(ctx, wi).filter(|w| w.len() == x.len());
         let c_out = w.map_or(Dim::Unknown, |w| w[0].clone());
         let kernel = w.and_then(|w| super::common::known_sizes(&w[2..]));
-        let spatial = Window::of(ctx.node, x.len() - 2, kernel.as_deref())
+        let spatial = attrs
+            .as_ref()
+            .and_then(|a| a.window.window(x.len() - 2, kernel.as_deref()).ok())
             .map(|win| win.output_dims(&x[2..], false))
-            .unwrap_or_else(|_| vec![Dim::Unknown; x.len() - 2]);
+            .unwrap_or_else(|| vec![Dim::Unknown; x.len() - 2]);
         let mut dims = vec![x[0].clone(), c_out];
         dims.extend(spatial);
         dims

@@ -16,10 +16,30 @@ use crate::tensor::Tensor;
 use super::super::util::{
     broadcast_offsets, broadcast_shapes, optional, required, to_i64s, unsupported_type,
 };
-use super::super::{EvalCtx, InferCtx};
+use super::super::{Attributes, EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{input_dims, is_int, store_ints, tensor_type};
 use crate::ops::num::{dispatch_real, Arith, Real};
+
+/// The attributes of a Gemm node.
+#[derive(Clone, Debug)]
+pub(super) struct GemmAttrs {
+    trans_a: bool,
+    trans_b: bool,
+    alpha: f32,
+    beta: f32,
+}
+
+impl Attributes for GemmAttrs {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<GemmAttrs> {
+        Ok(GemmAttrs {
+            trans_a: node.attr_int("transA", 0)? != 0,
+            trans_b: node.attr_int("transB", 0)? != 0,
+            alpha: node.attr_float("alpha", 1.0)?,
+            beta: node.attr_float("beta", 1.0)?,
+        })
+    }
+}
 
 /// The attributes and the output size of one Gemm node.
 struct Shape {
@@ -31,9 +51,8 @@ struct Shape {
 }
 
 impl Shape {
-    fn new(ctx: &EvalCtx<'_>, a: &[usize], b: &[usize]) -> Result<Shape> {
-        let trans_a = ctx.node.attr_int("transA", 0)? != 0;
-        let trans_b = ctx.node.attr_int("transB", 0)? != 0;
+    fn new(ctx: &EvalCtx<'_>, attrs: &GemmAttrs, a: &[usize], b: &[usize]) -> Result<Shape> {
+        let (trans_a, trans_b) = (attrs.trans_a, attrs.trans_b);
         let (&[ar, ac], &[br, bc]) = (a, b) else {
             return Err(ctx.error(format!("A {a:?} and B {b:?} must be matrices")));
         };
@@ -142,10 +161,10 @@ pub(super) fn eval_gemm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     if b.dtype() != dtype || c.is_some_and(|c| c.dtype() != dtype) {
         return Err(ctx.error("A, B and C must have one element type"));
     }
-    let shape = Shape::new(ctx, a.shape(), b.shape())?;
+    let attrs = ctx.attrs::<GemmAttrs>()?;
+    let shape = Shape::new(ctx, &attrs, a.shape(), b.shape())?;
     let c_offsets = c.map_or(Ok(Vec::new()), |c| shape.bias_offsets(c.shape()))?;
-    let alpha = ctx.node.attr_float("alpha", 1.0)?;
-    let beta = ctx.node.attr_float("beta", 1.0)?;
+    let (alpha, beta) = (attrs.alpha, attrs.beta);
     let out_shape = [shape.m, shape.n];
     let y = dispatch_real!(dtype, R => {
         let cv = c.map(R::load).transpose()?;
@@ -169,10 +188,9 @@ pub(super) fn infer_gemm(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
             _ => Dim::Unknown,
         }
     };
-    let trans_a = ctx.node.attr_int("transA", 0)? != 0;
-    let trans_b = ctx.node.attr_int("transB", 0)? != 0;
-    let m = pick(input_dims(ctx, 0), trans_a, true);
-    let n = pick(input_dims(ctx, 1), trans_b, false);
+    let attrs = ctx.attrs::<GemmAttrs>()?;
+    let m = pick(input_dims(ctx, 0), attrs.trans_a, true);
+    let n = pick(input_dims(ctx, 1), attrs.trans_b, false);
     Ok(vec![tensor_type(
         ctx.input(0).and_then(|t| t.elem),
         Some(vec![m, n]),

@@ -30,7 +30,7 @@ mod rotary;
 mod unpool;
 mod window;
 
-use super::OpDef;
+use super::{prepare, OpDef};
 
 use attention::{eval_attention, eval_flex_attention, infer_attention, infer_flex_attention};
 use causal_conv::{eval_causal_conv, infer_causal_conv};
@@ -88,10 +88,15 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("QLinearMatMul", 10, 8..=8, 1..=1, eval_qlinear_matmul)
         .with_infer(infer_qlinear_matmul),
     OpDef::new("Einsum", 12, 1..=usize::MAX, 1..=1, eval_einsum).with_infer(infer_einsum),
-    OpDef::new("Gemm", 1, 2..=3, 1..=1, eval_gemm).with_infer(infer_gemm),
-    OpDef::new("Conv", 1, 2..=3, 1..=1, eval_conv).with_infer(infer_conv),
+    OpDef::new("Gemm", 1, 2..=3, 1..=1, eval_gemm)
+        .with_infer(infer_gemm)
+        .with_prepare(prepare::<gemm::GemmAttrs>),
+    OpDef::new("Conv", 1, 2..=3, 1..=1, eval_conv)
+        .with_infer(infer_conv)
+        .with_prepare(prepare::<conv::ConvAttrs>),
     OpDef::new("FusedConv", 1, 2..=4, 1..=1, eval_fused_conv)
         .with_infer(infer_conv)
+        .with_prepare(prepare::<conv::ConvAttrs>)
         .in_domain("com.microsoft"),
     OpDef::new("ConvTranspose", 1, 2..=3, 1..=1, eval_conv_transpose)
         .with_infer(infer_conv_transpose),
@@ -99,9 +104,15 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("RoiAlign", 10, 3..=3, 1..=1, eval_roi_align).with_infer(infer_roi_align),
     OpDef::new("ConvInteger", 10, 2..=4, 1..=1, eval_conv_integer).with_infer(infer_conv_integer),
     OpDef::new("QLinearConv", 10, 8..=9, 1..=1, eval_qlinear_conv).with_infer(infer_qlinear_conv),
-    OpDef::new("MaxPool", 1, 1..=1, 1..=2, eval_max_pool).with_infer(infer_pool),
-    OpDef::new("AveragePool", 1, 1..=1, 1..=1, eval_average_pool).with_infer(infer_pool),
-    OpDef::new("LpPool", 1, 1..=1, 1..=1, eval_lp_pool).with_infer(infer_pool),
+    OpDef::new("MaxPool", 1, 1..=1, 1..=2, eval_max_pool)
+        .with_infer(infer_pool)
+        .with_prepare(prepare::<pool::PoolAttrs>),
+    OpDef::new("AveragePool", 1, 1..=1, 1..=1, eval_average_pool)
+        .with_infer(infer_pool)
+        .with_prepare(prepare::<pool::PoolAttrs>),
+    OpDef::new("LpPool", 1, 1..=1, 1..=1, eval_lp_pool)
+        .with_infer(infer_pool)
+        .with_prepare(prepare::<pool::PoolAttrs>),
     OpDef::new("GlobalMaxPool", 1, 1..=1, 1..=1, eval_global_max_pool)
         .with_infer(infer_global_pool),
     OpDef::new(

@@ -32,9 +32,9 @@ use super::super::util::{required, unsupported_type};
 use super::super::vector::{as_slots, assume_written, copy, fill, max_assign};
 use std::mem::MaybeUninit;
 
-use super::super::{EvalCtx, InferCtx};
+use super::super::{Attributes, EvalCtx, InferCtx};
 use super::common::{checked_product, input_dims, tensor_type};
-use super::window::{Geometry3, Window};
+use super::window::{Geometry3, WindowAttrs};
 use crate::ops::num::{dispatch_num, dispatch_real, Arith, Real};
 
 /// The taps of one output index along one dim: the first input position, the number of taps
@@ -46,6 +46,22 @@ struct Span {
     padded: usize,
 }
 
+/// The window attributes and `ceil_mode` of a pooling node, parsed once per plan.
+#[derive(Clone, Debug)]
+pub(super) struct PoolAttrs {
+    window: WindowAttrs,
+    ceil: bool,
+}
+
+impl Attributes for PoolAttrs {
+    fn parse(node: &Node, _opset: i64) -> Result<PoolAttrs> {
+        Ok(PoolAttrs {
+            window: WindowAttrs::parse(node)?,
+            ceil: node.attr_int("ceil_mode", 0)? != 0,
+        })
+    }
+}
+
 /// A pool over one input: geometry, the taps of every output index, and the plane count.
 struct Pool {
     geo: Geometry3,
@@ -55,15 +71,14 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(node: &Node, x: &[usize]) -> Result<Pool> {
+    fn new(attrs: &PoolAttrs, x: &[usize]) -> Result<Pool> {
         if x.len() < 3 {
             return Err(Error::Eval(format!(
                 "X {x:?} needs a batch, a channel and at least one spatial dim"
             )));
         }
-        let window = Window::of(node, x.len() - 2, None)?;
-        let ceil = node.attr_int("ceil_mode", 0)? != 0;
-        let geometry = window.resolve(&x[2..], ceil)?;
+        let window = attrs.window.window(x.len() - 2, None)?;
+        let geometry = window.resolve(&x[2..], attrs.ceil)?;
         let geo = geometry.to_3d()?;
         let mut out_shape = x[..2].to_vec();
         out_shape.extend(&geometry.output);
@@ -540,7 +555,7 @@ fn max_pool_takes(dtype: DataType) -> bool {
 
 pub(super) fn eval_max_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    let pool = Pool::new(ctx.node, x.shape())?;
+    let pool = Pool::new(ctx.attrs::<PoolAttrs>()?.as_ref(), x.shape())?;
     let column_major = ctx.node.attr_int("storage_order", 0)? != 0;
     let dtype = x.dtype();
     if !max_pool_takes(dtype) {
@@ -583,7 +598,7 @@ pub(super) fn eval_average_pool(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    let pool = Pool::new(ctx.node, x.shape())?;
+    let pool = Pool::new(ctx.attrs::<PoolAttrs>()?.as_ref(), x.shape())?;
     let include_pad = ctx.node.attr_int("count_include_pad", 0)? != 0;
     let dtype = x.dtype();
     let y = dispatch_real!(dtype, R => {
@@ -629,7 +644,7 @@ fn lp_norm<T: Real>(values: impl Iterator<Item = T>, p: f64) -> T {
 
 pub(super) fn eval_lp_pool(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    let pool = Pool::new(ctx.node, x.shape())?;
+    let pool = Pool::new(ctx.attrs::<PoolAttrs>()?.as_ref(), x.shape())?;
     let p = lp_exponent(ctx.node)?;
     let dtype = x.dtype();
     let y = dispatch_real!(dtype, R => {
@@ -709,9 +724,11 @@ pub(super) fn eval_global_lp_pool(
 /// The output dims of a windowed pool.
 fn pool_dims(ctx: &InferCtx<'_>) -> Option<Vec<Dim>> {
     let x = input_dims(ctx, 0).filter(|x| x.len() >= 3)?;
-    let ceil = ctx.node.attr_int("ceil_mode", 0).ok()? != 0;
-    let spatial = Window::of(ctx.node, x.len() - 2, None)
-        .map(|w| w.output_dims(&x[2..], ceil))
+    let attrs = ctx.attrs::<PoolAttrs>().ok()?;
+    let spatial = attrs
+        .window
+        .window(x.len() - 2, None)
+        .map(|w| w.output_dims(&x[2..], attrs.ceil))
         .unwrap_or_else(|_| vec![Dim::Unknown; x.len() - 2]);
     Some(x[..2].iter().cloned().chain(spatial).collect())
 }

@@ -54,8 +54,8 @@ pub(super) struct Window {
 }
 
 /// A positive size attribute of `len` values, or all ones when absent.
-fn positive(node: &Node, name: &str, len: usize) -> Result<Vec<usize>> {
-    match node.attr_ints(name)? {
+fn positive(values: Option<&[i64]>, name: &str, len: usize) -> Result<Vec<usize>> {
+    match values {
         None => Ok(vec![1; len]),
         Some(v) if v.len() == len && v.iter().all(|&x| x > 0) => {
             Ok(v.iter().map(|&x| x as usize).collect())
@@ -66,13 +66,37 @@ fn positive(node: &Node, name: &str, len: usize) -> Result<Vec<usize>> {
     }
 }
 
-impl Window {
-    /// Reads the attributes of `node` for `rank` spatial dims. The kernel comes from
-    /// `kernel_shape`, or from `weights` (the spatial dims of a convolution's weights) when the
-    /// attribute is absent.
-    pub fn of(node: &Node, rank: usize, weights: Option<&[usize]>) -> Result<Window> {
-        let kernel = match (node.attr_ints("kernel_shape")?, weights) {
-            (Some(_), _) => positive(node, "kernel_shape", rank)?,
+/// The window attributes of a node as written, before the number of spatial dims is known:
+/// what a plan prepares once ([`crate::ops::Attributes`]).
+#[derive(Clone, Debug)]
+pub(super) struct WindowAttrs {
+    kernel_shape: Option<Vec<i64>>,
+    strides: Option<Vec<i64>>,
+    dilations: Option<Vec<i64>>,
+    pads: Option<Vec<i64>>,
+    auto_pad: AutoPad,
+}
+
+impl WindowAttrs {
+    /// The attributes of `node`.
+    pub fn parse(node: &Node) -> Result<WindowAttrs> {
+        let list = |name: &str| -> Result<Option<Vec<i64>>> {
+            Ok(node.attr_ints(name)?.map(<[i64]>::to_vec))
+        };
+        Ok(WindowAttrs {
+            kernel_shape: list("kernel_shape")?,
+            strides: list("strides")?,
+            dilations: list("dilations")?,
+            pads: list("pads")?,
+            auto_pad: AutoPad::of(node)?,
+        })
+    }
+
+    /// The window for `rank` spatial dims. The kernel comes from `kernel_shape`, or from
+    /// `weights` (the spatial dims of a convolution's weights) when the attribute is absent.
+    pub fn window(&self, rank: usize, weights: Option<&[usize]>) -> Result<Window> {
+        let kernel = match (&self.kernel_shape, weights) {
+            (Some(k), _) => positive(Some(k), "kernel_shape", rank)?,
             (None, Some(w)) if w.len() == rank && w.iter().all(|&k| k > 0) => w.to_vec(),
             (None, Some(w)) => {
                 return Err(Error::Eval(format!(
@@ -81,14 +105,14 @@ impl Window {
             }
             (None, None) => return Err(Error::Eval("kernel_shape is required".into())),
         };
-        if let (Some(w), Some(k)) = (weights, node.attr_ints("kernel_shape")?) {
+        if let (Some(w), Some(k)) = (weights, &self.kernel_shape) {
             if w.iter().zip(k).any(|(&a, &b)| a as i64 != b) || w.len() != k.len() {
                 return Err(Error::Eval(format!(
                     "kernel_shape {k:?} differs from the weights' spatial dims {w:?}"
                 )));
             }
         }
-        let pads = match node.attr_ints("pads")? {
+        let pads = match &self.pads {
             None => vec![0; 2 * rank],
             Some(p) if p.len() == 2 * rank && p.iter().all(|&x| x >= 0) => {
                 p.iter().map(|&x| x as usize).collect()
@@ -102,11 +126,18 @@ impl Window {
         };
         Ok(Window {
             kernel,
-            strides: positive(node, "strides", rank)?,
-            dilations: positive(node, "dilations", rank)?,
+            strides: positive(self.strides.as_deref(), "strides", rank)?,
+            dilations: positive(self.dilations.as_deref(), "dilations", rank)?,
             pads,
-            auto_pad: AutoPad::of(node)?,
+            auto_pad: self.auto_pad,
         })
+    }
+}
+
+impl Window {
+    /// Reads the attributes of `node` for `rank` spatial dims (see [`WindowAttrs::window`]).
+    pub fn of(node: &Node, rank: usize, weights: Option<&[usize]>) -> Result<Window> {
+        WindowAttrs::parse(node)?.window(rank, weights)
     }
 
     /// The number of spatial dims.
