@@ -355,21 +355,29 @@ pub(crate) fn fill_block<I: IndexValue, const C: usize, const CLAMP: bool>(
     fill_block_body::<I, C, CLAMP>(vals, base, step, consts, out)
 }
 
-/// [`fill_block_body`] compiled for AVX2.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn fill_block_avx2<I: IndexValue, const C: usize, const CLAMP: bool>(
-    vals: &[I],
-    base: usize,
-    step: usize,
-    consts: Axes32<C>,
-    out: &mut [u32],
-) -> (bool, u32) {
-    fill_block_body::<I, C, CLAMP>(vals, base, step, consts, out)
+/// `$name`: [`fill_block_body`] compiled with the target features `$features`.
+macro_rules! fill_block_for {
+    ($name:ident, $features:literal) => {
+        #[doc = concat!("[`fill_block_body`] compiled for ", $features, ".")]
+        ///
+        /// # Safety
+        /// The CPU must support those features.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<I: IndexValue, const C: usize, const CLAMP: bool>(
+            vals: &[I],
+            base: usize,
+            step: usize,
+            consts: Axes32<C>,
+            out: &mut [u32],
+        ) -> (bool, u32) {
+            fill_block_body::<I, C, CLAMP>(vals, base, step, consts, out)
+        }
+    };
 }
+
+fill_block_for!(fill_block_avx2, "avx2");
+fill_block_for!(fill_block_avx512, "avx512f,avx512bw,avx512dq,avx512vl");
 
 /// Whether the CPU has the AVX-512 subsets [`fill_block_avx512`] is compiled for (every CPU
 /// with AVX-512 since Skylake-SP and Zen 4 has them all).
@@ -382,22 +390,6 @@ fn avx512_vl() -> bool {
             && std::arch::is_x86_feature_detected!("avx512dq")
             && std::arch::is_x86_feature_detected!("avx512vl")
     })
-}
-
-/// [`fill_block_body`] compiled for AVX-512.
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
-unsafe fn fill_block_avx512<I: IndexValue, const C: usize, const CLAMP: bool>(
-    vals: &[I],
-    base: usize,
-    step: usize,
-    consts: Axes32<C>,
-    out: &mut [u32],
-) -> (bool, u32) {
-    fill_block_body::<I, C, CLAMP>(vals, base, step, consts, out)
 }
 
 /// Offsets of one block of tuples in wrapping 32-bit arithmetic (see [`fill_u32`]); returns

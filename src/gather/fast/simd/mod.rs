@@ -77,14 +77,20 @@ pub(crate) fn row_gather<W: Copy, I: Copy, const CLAMP: bool>(
     level: SimdLevel,
 ) -> Option<RowGatherFn<W, I>> {
     #[cfg(target_arch = "x86_64")]
-    if level.min(SimdLevel::detected()) == SimdLevel::Avx512
-        && matches!(size_of::<W>(), 1 | 2 | 4 | 8)
-        && matches!(size_of::<I>(), 4 | 8)
-    {
+    if resolved_gathers::<W, I>(level) {
         return Some(x86::row_gather_avx512::<W, I, CLAMP> as RowGatherFn<W, I>);
     }
     let _ = level;
     None
+}
+
+/// Whether the AVX-512 loops that resolve 16 index values and gather them run at `level` for
+/// `W` elements and `I` index values.
+#[cfg(target_arch = "x86_64")]
+fn resolved_gathers<W, I>(level: SimdLevel) -> bool {
+    level.min(SimdLevel::detected()) == SimdLevel::Avx512
+        && matches!(size_of::<W>(), 1 | 2 | 4 | 8)
+        && matches!(size_of::<I>(), 4 | 8)
 }
 
 /// A column gather over whole vectors of index values: resolves `values` on an axis of `d`
@@ -106,10 +112,7 @@ pub(crate) fn column_gather<W: Copy, I: Copy, const CLAMP: bool>(
     level: SimdLevel,
 ) -> Option<ColumnGatherFn<W, I>> {
     #[cfg(target_arch = "x86_64")]
-    if level.min(SimdLevel::detected()) == SimdLevel::Avx512
-        && matches!(size_of::<W>(), 1 | 2 | 4 | 8)
-        && matches!(size_of::<I>(), 4 | 8)
-    {
+    if resolved_gathers::<W, I>(level) {
         return Some(x86::column_gather_avx512::<W, I, CLAMP> as ColumnGatherFn<W, I>);
     }
     let _ = level;
