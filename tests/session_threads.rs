@@ -1,0 +1,94 @@
+//! A session with a pool keeps its workers spinning for tasks while a larger graph runs
+//! (`par::with_workers_awake`). Runs from several threads at once share that pool: each must
+//! finish with the one-thread result, whichever worker spins for whom.
+
+use multigather::interp::{RunOptions, Session};
+use multigather::ir::{tensor_to_stored, Dim, Graph, Model, Node, Type, ValueInfo};
+use multigather::{DataType, Tensor};
+
+/// Elements per tensor: enough for the element-wise kernels to split across threads.
+const N: usize = 1 << 18;
+
+/// `y = relu(... relu(x + c) * c ...)`: 40 nodes, past the spinning threshold.
+fn chain() -> Model {
+    let mut g = Graph::new("chain");
+    let declared = |name: &str| {
+        ValueInfo::new(
+            name,
+            Type::tensor(DataType::Float, vec![Dim::Known(N as i64)]),
+        )
+    };
+    g.inputs.push(declared("x"));
+    g.outputs.push(declared("y"));
+    let c = Tensor::from_vec(DataType::Float, &[N], vec![0.5f32; N]).unwrap();
+    g.initializers.push(tensor_to_stored("c", &c).unwrap());
+    let mut prev = "x".to_string();
+    for i in 0..40 {
+        let out = if i == 39 {
+            "y".to_string()
+        } else {
+            format!("t{i}")
+        };
+        let node = match i % 3 {
+            0 => Node::new(
+                "Add",
+                &format!("n{i}"),
+                [prev.as_str(), "c"],
+                [out.as_str()],
+            ),
+            1 => Node::new(
+                "Mul",
+                &format!("n{i}"),
+                [prev.as_str(), "c"],
+                [out.as_str()],
+            ),
+            _ => Node::new("Relu", &format!("n{i}"), [prev.as_str()], [out.as_str()]),
+        };
+        g.add_node(node);
+        prev = out;
+    }
+    Model::new(g, 14)
+}
+
+fn input(seed: usize) -> Vec<(String, Tensor)> {
+    let v: Vec<f32> = (0..N)
+        .map(|i| ((i * 7 + seed) % 23) as f32 - 11.0)
+        .collect();
+    vec![(
+        "x".into(),
+        Tensor::from_vec(DataType::Float, &[N], v).unwrap(),
+    )]
+}
+
+#[test]
+fn concurrent_runs_on_one_pool_match_one_thread() {
+    let model = chain();
+    let serial = Session::with_options(
+        &model,
+        RunOptions {
+            threads: Some(1),
+            ..RunOptions::default()
+        },
+    );
+    let pooled = Session::with_options(
+        &model,
+        RunOptions {
+            threads: Some(2),
+            ..RunOptions::default()
+        },
+    );
+    let want: Vec<Tensor> = (0..4)
+        .map(|seed| serial.run(input(seed)).unwrap().remove(0).1)
+        .collect();
+    std::thread::scope(|s| {
+        for (seed, want) in want.iter().enumerate() {
+            let pooled = &pooled;
+            s.spawn(move || {
+                for _ in 0..10 {
+                    let got = pooled.run(input(seed)).unwrap().remove(0).1;
+                    assert_eq!(&got, want, "seed {seed}");
+                }
+            });
+        }
+    });
+}
