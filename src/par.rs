@@ -91,7 +91,8 @@ where
 }
 
 /// Runs `f` on the current rayon pool's thread with the pool's other threads kept awake:
-/// each spins, taking any task the kernels of `f` hand out, until `f` returns.
+/// each spins, taking any task the kernels of `f` hand out, until `f` returns or it has found
+/// no work for 100 µs.
 ///
 /// A sleeping worker is woken through the kernel, which under a hypervisor costs tens of
 /// microseconds when the virtual CPU has to be scheduled again; a run hands out tasks dozens of
@@ -114,6 +115,12 @@ where
 pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    /// How long a spinning worker looks for work in vain before it gives its thread back:
+    /// longer than the serial stretches between split operators of a run (a few microseconds
+    /// to tens of them), short enough that a spin loop entered inside a task delays that task
+    /// little.
+    const IDLE_LIMIT: Duration = Duration::from_micros(100);
     let Some(me) = rayon::current_thread_index() else {
         return f();
     };
@@ -143,15 +150,24 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
         // hyperthread sibling, and still starts a task within a microsecond or so.
         const MAX_PAUSES: u32 = 64;
         let mut pauses = 1;
+        let mut idle_since = None;
         while !done.load(Ordering::Acquire) {
             if rayon::yield_now() == Some(rayon::Yield::Executed) {
                 pauses = 1;
-            } else {
-                for _ in 0..pauses {
-                    std::hint::spin_loop();
-                }
-                pauses = (pauses * 2).min(MAX_PAUSES);
+                idle_since = None;
+                continue;
             }
+            // A worker takes this job wherever it looks for work, also while it waits inside
+            // a task of `f` for a half that another thread stole: spinning there until `f`
+            // returned would never return. Found no work for `IDLE_LIMIT`, it gives the thread
+            // back (to rayon's own sleep, or to the task it interrupted).
+            if idle_since.get_or_insert_with(Instant::now).elapsed() > IDLE_LIMIT {
+                break;
+            }
+            for _ in 0..pauses {
+                std::hint::spin_loop();
+            }
+            pauses = (pauses * 2).min(MAX_PAUSES);
         }
         SPINNING.set(false);
     });
