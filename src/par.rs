@@ -97,11 +97,10 @@ where
 /// A sleeping worker is woken through the kernel, which under a hypervisor costs tens of
 /// microseconds when the virtual CPU has to be scheduled again; a run hands out tasks dozens of
 /// times, once per split operator, so workers that fall asleep between operators make every
-/// split pay that latency. On a 2-vCPU Zen 5 guest, the conv-net's small 1×1 convolution
-/// `conv_97` took 0.004 ms on one thread and 0.021-0.025 ms on two with sleeping workers, 0.005
-/// ms with spinning ones; its `MaxPool` 0.064-0.099 against 0.039 ms (`run --profile`, runs a
-/// few minutes apart). onnxruntime's intra-op pool spins likewise. Outside a pool, or on a
-/// one-thread pool, `f` just runs.
+/// split pay that latency. On a 2-vCPU Zen 5 guest, the conv-net at 2 threads (`run --repeat
+/// 500`, five interleaved pairs against sleeping workers) took 1.436-1.457 ms against
+/// 1.457-1.506; per-node profiles swing more from run to run than that. onnxruntime's
+/// intra-op pool spins likewise. Outside a pool, or on a one-thread pool, `f` just runs.
 ///
 /// # Example
 /// ```

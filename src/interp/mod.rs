@@ -1022,10 +1022,11 @@ const MAX_CALL_DEPTH: usize = 64;
 
 /// Main graphs with at least this many nodes run with the pool's workers kept awake
 /// ([`crate::par::with_workers_awake`]). Measured on a 2-vCPU Zen 5 guest, 2 threads, medians
-/// of `run --repeat 300` interleaved with runs without: the conv-net (52 steps) 1.39-1.43 ms
-/// against 1.46-1.61, and 2.43 against 2.78 ms while the host was busy; the transformer
-/// 15.4-16.0 against 15.9-18.2 ms; but one-gather models lose: `gather_elements_last` 0.29-0.38
-/// against 0.27-0.33 ms, `gather_mid_axis` 0.052 against 0.037 ms.
+/// interleaved with runs without: the conv-net (52 steps, `run --repeat 500`) 1.436-1.457 ms
+/// against 1.457-1.506 in five pairs; the transformer 15.5-16.4 against 15.8-17.0 ms (two of
+/// three pairs; the third swung the other way); but one-gather models lose:
+/// `gather_elements_last` 0.29-0.38 against 0.27-0.33 ms, `gather_mid_axis` 0.052 against
+/// 0.037 ms.
 const AWAKE_MIN_NODES: usize = 16;
 
 /// The subgraph runner a node's kernel sees.
