@@ -122,14 +122,29 @@ impl GatherSpec {
         mode: &str,
         rank: usize,
     ) -> Result<GatherSpec, GatherError> {
+        GatherSpec::normalized(axes, OutOfRange::from_name(mode)?, rank)
+    }
+
+    /// [`GatherSpec::from_attributes`] with the mode already parsed.
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::gather::{GatherSpec, OutOfRange};
+    /// let spec = GatherSpec::normalized(&[-1, 0], OutOfRange::Clamp, 3)?;
+    /// assert_eq!(spec, GatherSpec::new(vec![2, 0]).with_mode(OutOfRange::Clamp));
+    /// assert!(GatherSpec::normalized(&[0, -3], OutOfRange::Error, 3).is_err());
+    /// # Ok::<(), multigather::gather::GatherError>(())
+    /// ```
+    pub fn normalized(
+        axes: &[i64],
+        mode: OutOfRange,
+        rank: usize,
+    ) -> Result<GatherSpec, GatherError> {
         let axes = axes
             .iter()
             .map(|&a| normalize_axis(a, rank))
             .collect::<Result<Vec<_>, _>>()?;
-        let spec = GatherSpec {
-            axes,
-            mode: OutOfRange::from_name(mode)?,
-        };
+        let spec = GatherSpec { axes, mode };
         spec.check_rank(rank)?;
         Ok(spec)
     }

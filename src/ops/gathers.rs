@@ -404,11 +404,7 @@ impl Attributes for MultiaxisAttrs {
 impl MultiaxisAttrs {
     /// The spec for inputs of rank `rank`.
     fn spec(&self, rank: usize) -> Result<GatherSpec> {
-        Ok(GatherSpec::from_attributes(
-            &self.axes,
-            self.mode.name(),
-            rank,
-        )?)
+        Ok(GatherSpec::normalized(&self.axes, self.mode, rank)?)
     }
 }
 
