@@ -71,7 +71,7 @@ impl Uses {
     }
 
     /// The step making `name`, when one step alone reads it (and it is no graph output).
-    fn sole_reader_of(&self, name: &str) -> Option<usize> {
+    fn producer_read_once(&self, name: &str) -> Option<usize> {
         (self.readers.get(name) == Some(&1))
             .then(|| self.producer.get(name).copied())
             .flatten()
@@ -143,7 +143,7 @@ fn fold_batch_norms<'m>(
     let mut uses = Uses::of(graph, &steps, constants);
     let mut fused = Vec::new();
     for (i, bn) in steps.iter().enumerate() {
-        let Some(c) = batch_norm_input(bn).and_then(|x| uses.sole_reader_of(&x)) else {
+        let Some(c) = batch_norm_input(bn).and_then(|x| uses.producer_read_once(&x)) else {
             continue;
         };
         let conv = &steps[c];
@@ -185,7 +185,7 @@ fn fuse_activations<'m>(
         let Some(activation) = activation else {
             continue;
         };
-        let Some(c) = uses.sole_reader_of(&act.node.inputs[0]) else {
+        let Some(c) = uses.producer_read_once(&act.node.inputs[0]) else {
             continue;
         };
         let conv = &steps[c];
