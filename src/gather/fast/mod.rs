@@ -362,16 +362,29 @@ pub fn gather_multiaxis_into_on(
     }
 }
 
-/// Outputs of at least this many bytes per thread get their block rows with non-temporal
+/// Outputs of at least [`stream_min_bytes`] per thread get their block rows with non-temporal
 /// stores (`simd::stream_copy`), smaller ones with ordinary vector stores (`simd::vector_copy`).
 ///
 /// What decides is whether the output, the rows it reads and the output of the previous run (a
-/// runtime's buffer pool alternates two) fit in the L3 together, about three times the output:
-/// then ordinary stores leave everything cached for the next reader, while non-temporal ones
-/// are bound by the write bandwidth to memory, about 40 GB/s per Zen 5 core on this machine
-/// (a micro-benchmark of random 512-byte rows reached 41 GB/s, the same as sequential rows),
-/// and less when the host's other tenants use it: at times two threads shared 40 GB/s.
-/// Measured on Zen 5 (32 MiB L3) with `multigather run --repeat 300`, medians of 5-11
+/// runtime's buffer pool alternates two) stay in the L3 together: then ordinary stores leave
+/// everything cached for the next reader, while non-temporal ones are bound by the write
+/// bandwidth to memory. That differs by machine more than by size, so the threshold is the
+/// CPU's: this one (4 MiB) everywhere but on Zen 5, [`STREAM_MIN_BYTES_ZEN5`] there.
+///
+/// Measured on an AMD EPYC Zen 3 (family 0x19, AVX2, 2 vCPUs under KVM, 32 MiB L3 reported, a
+/// busy host: a `memcpy` of 8 MiB ran at 11 GB/s, of 64 MiB at 6 GB/s) with
+/// `multigather run --repeat 200`, medians of 5 interleaved runs, streamed from 4 MiB against
+/// ordinary stores below 10 MiB, 1 thread: `gathernd_batch` (8 MiB) 0.56 against 1.15 ms, the
+/// fp16 embedding lookup (6 MiB) 0.37 against 0.43 ms; 2 threads, `gathernd_batch` 0.62
+/// against 1.04 ms. On the Zen 5 machine below, ordinary stores won by 5-10% at these sizes.
+const STREAM_MIN_BYTES: usize = 4 << 20;
+
+/// [`STREAM_MIN_BYTES`] on AMD Zen 5, whose L3 kept the working set of three outputs.
+///
+/// The write bandwidth to memory that bounds non-temporal stores was about 40 GB/s per Zen 5
+/// core (an AMD EPYC with AVX-512, 2 vCPUs: a micro-benchmark of random 512-byte rows reached
+/// 41 GB/s, the same as sequential rows), and less when the host's other tenants used it: at
+/// times two threads shared 40 GB/s. Measured on that Zen 5 (32 MiB L3) with `multigather run --repeat 300`, medians of 5-11
 /// interleaved runs (spread in parentheses), streamed against ordinary vector stores, 1 thread:
 /// the fp16 embedding lookup (6 MiB) 0.157 (0.153-0.166) against 0.141 (0.137-0.151) ms;
 /// `gathernd_batch` (8 MiB) 0.210 (0.208-0.218) against 0.218 (0.209-0.242); the fp32
@@ -390,7 +403,16 @@ pub fn gather_multiaxis_into_on(
 /// (and 0.103 against 0.113 at 2 threads), while the 12 MiB fp32 lookup kept its gain from
 /// streaming (0.287 against 0.345). Three times 8 MiB fits the 32 MiB L3 and three times
 /// 12 MiB does not, so the threshold lies between them.
-const STREAM_MIN_BYTES: usize = 10 << 20;
+const STREAM_MIN_BYTES_ZEN5: usize = 10 << 20;
+
+/// The output bytes per thread from which block rows are streamed (see [`STREAM_MIN_BYTES`]).
+fn stream_min_bytes() -> usize {
+    if simd::zen5_or_later() {
+        STREAM_MIN_BYTES_ZEN5
+    } else {
+        STREAM_MIN_BYTES
+    }
+}
 
 /// Offset-table entries per tile when the table is streamed.
 const TILE: usize = 1024;
@@ -523,7 +545,7 @@ impl Call<'_> {
         let bits = 8 * size_of::<W>();
         let level = self.options.vector_level();
         let per_thread = std::mem::size_of_val(out) / self.workers.threads().max(1);
-        let block_copy = if per_thread >= STREAM_MIN_BYTES {
+        let block_copy = if per_thread >= stream_min_bytes() {
             simd::stream_copy(level).map(|copy| BlockCopy {
                 copy,
                 streamed: true,
@@ -1163,13 +1185,13 @@ mod tests {
     fn wide_block_rows_match_the_reference() {
         // Runs of block rows of at least 128 bytes: rows of 200 bytes (three 64-byte vectors
         // and a tail) into a small output, and rows of 1 KiB into an output large enough for
-        // the non-temporal stores on one thread (vector stores on two); at the detected level
-        // and, scalar, through `memcpy`.
+        // the non-temporal stores on one thread on every CPU; at the detected level and,
+        // scalar, through `memcpy`.
         let spec = GatherSpec::new(vec![0]);
         let rows = data(&[3000, 50]);
         check(&rows, &indices(&[2000, 1], &[3000], false), &spec);
         let table = data(&[11000, 256]);
-        const { assert!(10500 * 1024 >= STREAM_MIN_BYTES) };
+        const { assert!(10500 * 1024 >= STREAM_MIN_BYTES_ZEN5) };
         let idx = indices(&[10500, 1], &[11000], true);
         check(&table, &idx, &spec);
         check(&table, &with_value(&idx, 10000, 11000), &spec);

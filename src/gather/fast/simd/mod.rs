@@ -154,23 +154,35 @@ impl SimdLevel {
 
 /// Whether the CPU's hardware gathers lose to scalar loads: true on AMD before Zen 5 (family
 /// 0x1A), see the module docs.
-#[cfg(target_arch = "x86_64")]
 fn slow_gathers() -> bool {
-    // SAFETY: `cpuid` leaves 0 and 1 exist on every x86-64 CPU.
-    #[allow(unused_unsafe)]
-    let (id, version) = unsafe {
-        (
-            std::arch::x86_64::__cpuid(0),
-            std::arch::x86_64::__cpuid(1).eax,
-        )
-    };
-    // The vendor string "AuthenticAMD" in ebx, edx, ecx.
-    let amd = (id.ebx, id.edx, id.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
-    amd && family(version) < ZEN5_FAMILY
+    amd_family().is_some_and(|family| family < ZEN5_FAMILY)
+}
+
+/// Whether the CPU is an AMD Zen 5 or later (family 0x1A and up).
+pub(crate) fn zen5_or_later() -> bool {
+    amd_family().is_some_and(|family| family >= ZEN5_FAMILY)
+}
+
+/// The display family of an AMD CPU, `None` on other vendors.
+#[cfg(target_arch = "x86_64")]
+fn amd_family() -> Option<u32> {
+    static FAMILY: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *FAMILY.get_or_init(|| {
+        // SAFETY: `cpuid` leaves 0 and 1 exist on every x86-64 CPU.
+        #[allow(unused_unsafe)]
+        let (id, version) = unsafe {
+            (
+                std::arch::x86_64::__cpuid(0),
+                std::arch::x86_64::__cpuid(1).eax,
+            )
+        };
+        // The vendor string "AuthenticAMD" in ebx, edx, ecx.
+        let amd = (id.ebx, id.edx, id.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        amd.then(|| family(version))
+    })
 }
 
 /// AMD's family number of Zen 5.
-#[cfg(target_arch = "x86_64")]
 const ZEN5_FAMILY: u32 = 0x1A;
 
 /// The display family of `cpuid` leaf 1's `eax`: the base family, plus the extended family when
@@ -186,8 +198,8 @@ fn family(eax: u32) -> u32 {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn slow_gathers() -> bool {
-    false
+fn amd_family() -> Option<u32> {
+    None
 }
 
 /// A copy of `n` bytes from the first pointer to the second. After a non-temporal one
