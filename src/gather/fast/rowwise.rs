@@ -268,8 +268,9 @@ fn resolve_block<I: IndexValue>(
     for (c, v) in coordinates.iter_mut().zip(values) {
         let v = v.get();
         let wrapped = if v < 0 { v.wrapping_add(d) } else { v };
-        bad |= (wrapped as u64) >= d as u64;
-        *c = wrapped.clamp(0, d - 1) as u32;
+        let clamped = wrapped.clamp(0, d - 1);
+        bad |= clamped != wrapped;
+        *c = clamped as u32;
     }
     clamp || !bad
 }
