@@ -616,15 +616,20 @@ impl<'g> Shifted<'g> {
             let (c, kx) = (r / kw, r % kw);
             // Element `j` of this copy is padded element `first + j` of channel `c`.
             let first = oy0 * pitch + kx * dw;
-            row.fill(T::ZERO);
             let plane = &xg[c * ih * iw..][..ih * iw];
+            // The input rows in order, the padding between them zeroed: each element written
+            // once.
+            let mut written = 0;
             for (iy, src) in plane.chunks_exact(iw).enumerate() {
                 let at = (iy + ph) * pitch + pw;
                 let (lo, hi) = (at.max(first), (at + iw).min(first + len));
                 if lo < hi {
+                    row[written..lo - first].fill(T::ZERO);
                     row[lo - first..hi - first].copy_from_slice(&src[lo - at..hi - at]);
+                    written = hi - first;
                 }
             }
+            row[written..].fill(T::ZERO);
         }
         for ky in 0..kh {
             // The first product adds the bias through the row of ones.
