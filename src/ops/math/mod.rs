@@ -206,34 +206,56 @@ pub(super) const DEFS: &[OpDef] = &[
     // Reductions: `axes` is an attribute, then an input.
     OpDef::new("ReduceSum", 1, 1..=1, 1..=1, reduce::eval_reduce_sum)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(12),
-    OpDef::new("ReduceSum", 13, 1..=2, 1..=1, reduce::eval_reduce_sum).with_infer(infer_reduce),
+    OpDef::new("ReduceSum", 13, 1..=2, 1..=1, reduce::eval_reduce_sum)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceMean", 1, 1..=1, 1..=1, reduce::eval_reduce_mean)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceMean", 18, 1..=2, 1..=1, reduce::eval_reduce_mean).with_infer(infer_reduce),
+    OpDef::new("ReduceMean", 18, 1..=2, 1..=1, reduce::eval_reduce_mean)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceMax", 1, 1..=1, 1..=1, reduce::eval_reduce_max)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceMax", 18, 1..=2, 1..=1, reduce::eval_reduce_max).with_infer(infer_reduce),
+    OpDef::new("ReduceMax", 18, 1..=2, 1..=1, reduce::eval_reduce_max)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceMin", 1, 1..=1, 1..=1, reduce::eval_reduce_min)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceMin", 18, 1..=2, 1..=1, reduce::eval_reduce_min).with_infer(infer_reduce),
+    OpDef::new("ReduceMin", 18, 1..=2, 1..=1, reduce::eval_reduce_min)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceProd", 1, 1..=1, 1..=1, reduce::eval_reduce_prod)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceProd", 18, 1..=2, 1..=1, reduce::eval_reduce_prod).with_infer(infer_reduce),
+    OpDef::new("ReduceProd", 18, 1..=2, 1..=1, reduce::eval_reduce_prod)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceL1", 1, 1..=1, 1..=1, reduce::eval_reduce_l1)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceL1", 18, 1..=2, 1..=1, reduce::eval_reduce_l1).with_infer(infer_reduce),
+    OpDef::new("ReduceL1", 18, 1..=2, 1..=1, reduce::eval_reduce_l1)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceL2", 1, 1..=1, 1..=1, reduce::eval_reduce_l2)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceL2", 18, 1..=2, 1..=1, reduce::eval_reduce_l2).with_infer(infer_reduce),
+    OpDef::new("ReduceL2", 18, 1..=2, 1..=1, reduce::eval_reduce_l2)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceLogSum", 1, 1..=1, 1..=1, reduce::eval_reduce_log_sum)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
     OpDef::new(
         "ReduceLogSum",
@@ -242,7 +264,8 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         reduce::eval_reduce_log_sum,
     )
-    .with_infer(infer_reduce),
+    .with_infer(infer_reduce)
+    .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new(
         "ReduceLogSumExp",
         1,
@@ -251,6 +274,7 @@ pub(super) const DEFS: &[OpDef] = &[
         reduce::eval_reduce_log_sum_exp,
     )
     .with_infer(infer_reduce)
+    .with_prepare(prepare::<reduce::ReduceAttrs>)
     .until(17),
     OpDef::new(
         "ReduceLogSumExp",
@@ -259,7 +283,8 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         reduce::eval_reduce_log_sum_exp,
     )
-    .with_infer(infer_reduce),
+    .with_infer(infer_reduce)
+    .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new(
         "ReduceSumSquare",
         1,
@@ -268,6 +293,7 @@ pub(super) const DEFS: &[OpDef] = &[
         reduce::eval_reduce_sum_square,
     )
     .with_infer(infer_reduce)
+    .with_prepare(prepare::<reduce::ReduceAttrs>)
     .until(17),
     OpDef::new(
         "ReduceSumSquare",
@@ -276,14 +302,24 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         reduce::eval_reduce_sum_square,
     )
-    .with_infer(infer_reduce),
+    .with_infer(infer_reduce)
+    .with_prepare(prepare::<reduce::ReduceAttrs>),
     // Along one axis.
-    OpDef::new("ArgMax", 1, 1..=1, 1..=1, argmax::eval_argmax).with_infer(argmax::infer_arg),
-    OpDef::new("ArgMin", 1, 1..=1, 1..=1, argmax::eval_argmin).with_infer(argmax::infer_arg),
-    OpDef::new("Softmax", 1, 1..=1, 1..=1, softmax::eval_softmax).with_infer(infer_like_input),
+    OpDef::new("ArgMax", 1, 1..=1, 1..=1, argmax::eval_argmax)
+        .with_infer(argmax::infer_arg)
+        .with_prepare(prepare::<argmax::ArgAttrs>),
+    OpDef::new("ArgMin", 1, 1..=1, 1..=1, argmax::eval_argmin)
+        .with_infer(argmax::infer_arg)
+        .with_prepare(prepare::<argmax::ArgAttrs>),
+    OpDef::new("Softmax", 1, 1..=1, 1..=1, softmax::eval_softmax)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<softmax::SoftmaxAxis>),
     OpDef::new("LogSoftmax", 1, 1..=1, 1..=1, softmax::eval_log_softmax)
-        .with_infer(infer_like_input),
-    OpDef::new("Hardmax", 1, 1..=1, 1..=1, softmax::eval_hardmax).with_infer(infer_like_input),
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<softmax::SoftmaxAxis>),
+    OpDef::new("Hardmax", 1, 1..=1, 1..=1, softmax::eval_hardmax)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<softmax::SoftmaxAxis>),
     OpDef::new("CumSum", 11, 2..=2, 1..=1, cumsum::eval_cumsum).with_infer(infer_like_input),
     OpDef::new("CumProd", 26, 2..=2, 1..=1, cumsum::eval_cumprod).with_infer(infer_like_input),
     OpDef::new("TopK", 1, 1..=1, 2..=2, topk::eval_topk)
