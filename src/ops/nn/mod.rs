@@ -88,7 +88,9 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_matmul_integer),
     OpDef::new("QLinearMatMul", 10, 8..=8, 1..=1, eval_qlinear_matmul)
         .with_infer(infer_qlinear_matmul),
-    OpDef::new("Einsum", 12, 1..=usize::MAX, 1..=1, eval_einsum).with_infer(infer_einsum),
+    OpDef::new("Einsum", 12, 1..=usize::MAX, 1..=1, eval_einsum)
+        .with_infer(infer_einsum)
+        .with_prepare(prepare::<einsum::Terms>),
     OpDef::new("Gemm", 1, 2..=3, 1..=1, eval_gemm)
         .with_infer(infer_gemm)
         .with_prepare(prepare::<gemm::GemmAttrs>),
