@@ -81,6 +81,7 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_prepare(prepare::<concat_split::SplitAttrs>),
     OpDef::new("Slice", 1, 1..=1, 1..=1, slice::eval_slice)
         .with_infer(slice::infer_slice)
+        .with_prepare(prepare::<slice::SliceAttrs>)
         .until(9),
     OpDef::new("Slice", 10, 3..=5, 1..=1, slice::eval_slice).with_infer(slice::infer_slice),
     OpDef::new("Compress", 9, 2..=2, 1..=1, slice::eval_compress).with_infer(slice::infer_compress),
@@ -91,9 +92,12 @@ pub(super) const DEFS: &[OpDef] = &[
         .until(5),
     OpDef::new("Tile", 6, 2..=2, 1..=1, expand_tile::eval_tile).with_infer(expand_tile::infer_tile),
     OpDef::new("Pad", 1, 1..=1, 1..=1, pad::eval_pad)
+        .with_prepare(prepare::<pad::PadAttrs>)
         .with_infer(pad::infer_pad)
         .until(10),
-    OpDef::new("Pad", 11, 2..=4, 1..=1, pad::eval_pad).with_infer(pad::infer_pad),
+    OpDef::new("Pad", 11, 2..=4, 1..=1, pad::eval_pad)
+        .with_infer(pad::infer_pad)
+        .with_prepare(prepare::<pad::PadAttrs>),
     OpDef::new("Unique", 11, 1..=1, 1..=4, unique::eval_unique).with_infer(unique::infer_unique),
     OpDef::new(
         "CenterCropPad",
@@ -171,11 +175,16 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(dropout::infer_dropout),
     OpDef::new("Resize", 10, 2..=2, 1..=1, resize::eval_resize_10)
         .with_infer(resize::infer_resize)
+        .with_prepare(prepare::<resize::LegacyParams>)
         .until(10),
-    OpDef::new("Resize", 11, 1..=4, 1..=1, resize::eval_resize).with_infer(resize::infer_resize),
+    OpDef::new("Resize", 11, 1..=4, 1..=1, resize::eval_resize)
+        .with_infer(resize::infer_resize)
+        .with_prepare(prepare::<resize::ResizeAttrs>),
     OpDef::new("Upsample", 1, 1..=1, 1..=1, resize::eval_upsample)
         .with_infer(resize::infer_upsample)
+        .with_prepare(prepare::<resize::LegacyParams>)
         .until(8),
     OpDef::new("Upsample", 9, 2..=2, 1..=1, resize::eval_upsample)
-        .with_infer(resize::infer_upsample),
+        .with_infer(resize::infer_upsample)
+        .with_prepare(prepare::<resize::LegacyParams>),
 ];

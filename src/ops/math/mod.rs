@@ -194,6 +194,7 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Where", 9, 3..=3, 1..=1, variadic::eval_where).with_infer(variadic::infer_where),
     OpDef::new("Clip", 1, 1..=1, 1..=1, variadic::eval_clip_attrs)
         .with_infer(infer_like_input)
+        .with_prepare(prepare::<variadic::ClipBounds>)
         .until(10),
     OpDef::new("Clip", 11, 1..=3, 1..=1, variadic::eval_clip).with_infer(infer_like_input),
     // Casts.
