@@ -6,23 +6,35 @@ use multigather::interp::Session;
 use multigather::ir::{AttrValue, Dim, Graph, Model, Node, Type, ValueInfo};
 use multigather::{DataType, Tensor};
 
-/// `y = Transpose(Gather(data, indices, axis 0), perm)`, data `float[3, 2]`.
-fn model(perm: Vec<i64>) -> Model {
+/// A value of a known type.
+fn known(name: &str, elem: DataType, dims: &[i64]) -> ValueInfo {
+    ValueInfo::new(
+        name,
+        Type::tensor(elem, dims.iter().map(|&d| Dim::Known(d)).collect()),
+    )
+}
+
+/// `y = op(Gather(data, indices, axis 0))`, data `float[3, 2]`: `op` is the node under test,
+/// reading `rows` and the graph inputs `extra`; `y` is a float of dims `out`.
+fn gather_then(op: Node, out: &[i64], extra: &[&Tensor]) -> Model {
     let mut g = Graph::new("g");
-    let known = |name: &str, elem, dims: &[i64]| {
-        ValueInfo::new(
-            name,
-            Type::tensor(elem, dims.iter().map(|&d| Dim::Known(d)).collect()),
-        )
-    };
     g.inputs.push(known("data", DataType::Float, &[3, 2]));
     g.inputs.push(known("indices", DataType::Int64, &[2]));
-    g.outputs.push(known("y", DataType::Float, &[2, 2]));
+    for (i, t) in extra.iter().enumerate() {
+        let dims: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+        g.inputs.push(known(&format!("extra{i}"), t.dtype(), &dims));
+    }
+    g.outputs.push(known("y", DataType::Float, out));
     g.add_node(Node::new("Gather", "pick", ["data", "indices"], ["rows"]));
-    g.add_node(
-        Node::new("Transpose", "flip", ["rows"], ["y"]).with_attr("perm", AttrValue::Ints(perm)),
-    );
-    Model::new(g, 13)
+    g.add_node(op);
+    Model::new(g, 18)
+}
+
+/// `y = Transpose(Gather(data, indices, axis 0), perm)`.
+fn model(perm: Vec<i64>) -> Model {
+    let flip =
+        Node::new("Transpose", "flip", ["rows"], ["y"]).with_attr("perm", AttrValue::Ints(perm));
+    gather_then(flip, &[2, 2], &[])
 }
 
 fn feeds(indices: Vec<i64>) -> Vec<(String, Tensor)> {
@@ -65,31 +77,6 @@ fn prepared_attributes_give_the_parsed_results_run_after_run() {
     assert!(err.contains("'pick'") && err.contains("Gather"), "{err:?}");
 }
 
-/// `y = op(Gather(data, indices, axis 0))`, data `float[3, 2]`; `op` is the node under test,
-/// reading `rows`, with `extra` inputs fed as given.
-fn after_gather(op: Node, extra: Vec<(&str, Tensor)>) -> (Model, Vec<(String, Tensor)>) {
-    let mut g = Graph::new("g");
-    let known = |name: &str, elem, dims: &[i64]| {
-        ValueInfo::new(
-            name,
-            Type::tensor(elem, dims.iter().map(|&d| Dim::Known(d)).collect()),
-        )
-    };
-    g.inputs.push(known("data", DataType::Float, &[3, 2]));
-    g.inputs.push(known("indices", DataType::Int64, &[2]));
-    let mut feeds = feeds(vec![7, 0]);
-    for (name, t) in extra {
-        let dims: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
-        g.inputs.push(known(name, t.dtype(), &dims));
-        feeds.push((name.into(), t));
-    }
-    g.outputs
-        .push(ValueInfo::new("y", Type::tensor(DataType::Float, vec![])));
-    g.add_node(Node::new("Gather", "pick", ["data", "indices"], ["rows"]));
-    g.add_node(op);
-    (Model::new(g, 18), feeds)
-}
-
 #[test]
 fn converted_operators_refuse_bad_attributes_when_planned() {
     let int = |v| AttrValue::Int(v);
@@ -122,21 +109,43 @@ fn converted_operators_refuse_bad_attributes_when_planned() {
                 .with_attr("mode", AttrValue::String(b"RCD".to_vec())),
             vec!["unknown mode 'RCD'"],
         ),
+        (
+            Node::new("Shrink", "shrink", ["rows"], ["y"])
+                .with_attr("lambd", AttrValue::String(b"half".to_vec())),
+            vec!["lambd"],
+        ),
+        (
+            Node::new("LeakyRelu", "leaky", ["rows"], ["y"]).with_attr("alpha", int(1)),
+            vec!["alpha"],
+        ),
+        (
+            Node::new("Resize", "grow", ["rows"], ["y"]).with_attr(
+                "coordinate_transformation_mode",
+                AttrValue::String(b"corners".to_vec()),
+            ),
+            vec!["unknown coordinate_transformation_mode 'corners'"],
+        ),
     ];
     for (node, words) in cases {
         let name = format!("'{}'", node.name);
         let op = node.op_type.clone();
-        let (model, feeds) = after_gather(node, vec![]);
-        let message = Session::new(&model).run(feeds).unwrap_err().to_string();
+        let model = gather_then(node, &[], &[]);
+        let message = Session::new(&model)
+            .run(feeds(vec![7, 0]))
+            .unwrap_err()
+            .to_string();
         for word in [name.as_str(), op.as_str()].into_iter().chain(words) {
             assert!(message.contains(word), "{message:?} lacks {word:?}");
         }
         assert!(!message.contains('\n'), "{message:?}");
     }
     // GatherND's batch_dims, in a graph of its own.
-    let node = Node::new("GatherND", "nd", ["rows", "at"], ["y"]).with_attr("batch_dims", int(-1));
+    let node =
+        Node::new("GatherND", "nd", ["rows", "extra0"], ["y"]).with_attr("batch_dims", int(-1));
     let at = Tensor::from_vec(DataType::Int64, &[1, 1], vec![0i64]).unwrap();
-    let (model, feeds) = after_gather(node, vec![("at", at)]);
+    let model = gather_then(node, &[], &[&at]);
+    let mut feeds = feeds(vec![7, 0]);
+    feeds.push(("extra0".into(), at));
     let message = Session::new(&model).run(feeds).unwrap_err().to_string();
     assert!(
         message.contains("'nd'") && message.contains("batch_dims must not be negative"),
@@ -147,19 +156,9 @@ fn converted_operators_refuse_bad_attributes_when_planned() {
 #[test]
 fn an_einsum_parsed_once_runs_the_same_every_time() {
     let mut g = Graph::new("g");
-    let dims = |d: &[i64]| d.iter().map(|&d| Dim::Known(d)).collect();
-    g.inputs.push(ValueInfo::new(
-        "a",
-        Type::tensor(DataType::Float, dims(&[2, 1, 2])),
-    ));
-    g.inputs.push(ValueInfo::new(
-        "b",
-        Type::tensor(DataType::Float, dims(&[1, 2, 1])),
-    ));
-    g.outputs.push(ValueInfo::new(
-        "y",
-        Type::tensor(DataType::Float, dims(&[2, 1, 1])),
-    ));
+    g.inputs.push(known("a", DataType::Float, &[2, 1, 2]));
+    g.inputs.push(known("b", DataType::Float, &[1, 2, 1]));
+    g.outputs.push(known("y", DataType::Float, &[2, 1, 1]));
     g.add_node(Node::new("Einsum", "ein", ["a", "b"], ["y"]).with_attr(
         "equation",
         AttrValue::String(b"...ij, ...jk -> ...ik".to_vec()),

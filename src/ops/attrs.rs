@@ -51,6 +51,19 @@ impl<const BITS: u32> Attributes for Epsilon<BITS> {
     }
 }
 
+/// An `alpha` attribute; `BITS` is the default's `f32` bit pattern (see [`Alpha1`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Alpha<const BITS: u32>(pub f32);
+
+/// `alpha`, 1 when absent (`Elu`, `Celu`, `ThresholdedRelu`, `Swish`, `SwiGLU`).
+pub(crate) type Alpha1 = Alpha<{ 1.0f32.to_bits() }>;
+
+impl<const BITS: u32> Attributes for Alpha<BITS> {
+    fn parse(node: &Node, _opset: i64) -> Result<Self> {
+        Ok(Alpha(node.attr_float("alpha", f32::from_bits(BITS))?))
+    }
+}
+
 /// `axis` (-1) and `epsilon` (1e-5) of a normalisation over the dims from `axis` on.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TrailingNorm {

@@ -53,6 +53,7 @@ pub(super) const DEFS: &[OpDef] = &[
         .in_domain(DOMAIN),
     OpDef::new("QuickGelu", 1, 1..=1, 1..=1, activations::eval_quick_gelu)
         .with_infer(activations::infer_like_input)
+        .with_prepare(prepare::<activations::QuickGeluAlpha>)
         .in_domain(DOMAIN),
     OpDef::new("BiasAdd", 1, 3..=3, 1..=1, activations::eval_bias_add)
         .with_infer(activations::infer_like_input)

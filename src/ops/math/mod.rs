@@ -10,6 +10,7 @@
 //! Not registered: the opset 1-6 forms of the binary operators (`broadcast`/`axis` attributes),
 //! which predate multidirectional broadcasting.
 
+use super::attrs::Alpha1;
 use super::{prepare, OpDef};
 
 mod argmax;
@@ -89,13 +90,26 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_in_place(unary::hard_swish_in_place),
     OpDef::new("LeakyRelu", 1, 1..=1, 1..=1, unary::eval_leaky_relu)
         .with_infer(infer_like_input)
-        .with_in_place(unary::leaky_relu_in_place),
-    OpDef::new("Swish", 24, 1..=1, 1..=1, unary::eval_swish).with_infer(infer_like_input),
-    OpDef::new("Shrink", 9, 1..=1, 1..=1, unary::eval_shrink).with_infer(infer_like_input),
-    OpDef::new("SwiGLU", 28, 2..=2, 1..=1, unary::eval_swiglu).with_infer(infer_like_input),
-    OpDef::new("Elu", 1, 1..=1, 1..=1, unary::eval_elu).with_infer(infer_like_input),
-    OpDef::new("Selu", 1, 1..=1, 1..=1, unary::eval_selu).with_infer(infer_like_input),
-    OpDef::new("Celu", 12, 1..=1, 1..=1, unary::eval_celu).with_infer(infer_like_input),
+        .with_in_place(unary::leaky_relu_in_place)
+        .with_prepare(prepare::<unary::LeakyAlpha>),
+    OpDef::new("Swish", 24, 1..=1, 1..=1, unary::eval_swish)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<Alpha1>),
+    OpDef::new("Shrink", 9, 1..=1, 1..=1, unary::eval_shrink)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<unary::ShrinkAttrs>),
+    OpDef::new("SwiGLU", 28, 2..=2, 1..=1, unary::eval_swiglu)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<Alpha1>),
+    OpDef::new("Elu", 1, 1..=1, 1..=1, unary::eval_elu)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<Alpha1>),
+    OpDef::new("Selu", 1, 1..=1, 1..=1, unary::eval_selu)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<unary::SeluAttrs>),
+    OpDef::new("Celu", 12, 1..=1, 1..=1, unary::eval_celu)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<Alpha1>),
     OpDef::new(
         "ThresholdedRelu",
         10,
@@ -103,10 +117,14 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         unary::eval_thresholded_relu,
     )
-    .with_infer(infer_like_input),
+    .with_infer(infer_like_input)
+    .with_prepare(prepare::<Alpha1>),
     OpDef::new("HardSigmoid", 1, 1..=1, 1..=1, unary::eval_hard_sigmoid)
-        .with_infer(infer_like_input),
-    OpDef::new("Gelu", 20, 1..=1, 1..=1, unary::eval_gelu).with_infer(infer_like_input),
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<unary::HardSigmoidAttrs>),
+    OpDef::new("Gelu", 20, 1..=1, 1..=1, unary::eval_gelu)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<unary::GeluTanh>),
     // Unary, every numeric type.
     OpDef::new("Abs", 1, 1..=1, 1..=1, eval_num_unary::<unary::Abs>)
         .with_infer(infer_like_input)
@@ -123,7 +141,9 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("BitwiseNot", 18, 1..=1, 1..=1, unary::eval_bitwise_not)
         .with_infer(infer_like_input),
     OpDef::new("IsNaN", 9, 1..=1, 1..=1, unary::eval_is_nan).with_infer(infer_like_input_bool),
-    OpDef::new("IsInf", 10, 1..=1, 1..=1, unary::eval_is_inf).with_infer(infer_like_input_bool),
+    OpDef::new("IsInf", 10, 1..=1, 1..=1, unary::eval_is_inf)
+        .with_infer(infer_like_input_bool)
+        .with_prepare(prepare::<unary::DetectInf>),
     // Binary arithmetic.
     OpDef::new("Add", 7, 2..=2, 1..=1, eval_arith::<binary::Add>)
         .with_infer(infer_broadcast)

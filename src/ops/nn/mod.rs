@@ -105,8 +105,12 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_conv_transpose),
     OpDef::new("DeformConv", 19, 3..=5, 1..=1, eval_deform_conv).with_infer(infer_deform_conv),
     OpDef::new("RoiAlign", 10, 3..=3, 1..=1, eval_roi_align).with_infer(infer_roi_align),
-    OpDef::new("ConvInteger", 10, 2..=4, 1..=1, eval_conv_integer).with_infer(infer_conv_integer),
-    OpDef::new("QLinearConv", 10, 8..=9, 1..=1, eval_qlinear_conv).with_infer(infer_qlinear_conv),
+    OpDef::new("ConvInteger", 10, 2..=4, 1..=1, eval_conv_integer)
+        .with_infer(infer_conv_integer)
+        .with_prepare(prepare::<conv::ConvAttrs>),
+    OpDef::new("QLinearConv", 10, 8..=9, 1..=1, eval_qlinear_conv)
+        .with_infer(infer_qlinear_conv)
+        .with_prepare(prepare::<conv::ConvAttrs>),
     OpDef::new("MaxPool", 1, 1..=1, 1..=2, eval_max_pool)
         .with_infer(infer_pool)
         .with_prepare(prepare::<pool::PoolAttrs>),
