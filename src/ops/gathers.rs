@@ -21,14 +21,20 @@ use std::mem::MaybeUninit;
 use super::num::dispatch_width;
 use super::vector::{assume_written, copy};
 
-use super::util::{normalize_axis, required};
+use super::attrs::Axis;
+use super::util::required;
 use super::{prepare, Attributes, EvalCtx, InferCtx, OpDef};
 
 pub(super) const DEFS: &[OpDef] = &[
-    OpDef::new("Gather", 1, 2..=2, 1..=1, eval_gather).with_infer(infer_gather),
+    OpDef::new("Gather", 1, 2..=2, 1..=1, eval_gather)
+        .with_infer(infer_gather)
+        .with_prepare(prepare::<Axis<0>>),
     OpDef::new("GatherElements", 11, 2..=2, 1..=1, eval_gather_elements)
-        .with_infer(infer_gather_elements),
-    OpDef::new("GatherND", 11, 2..=2, 1..=1, eval_gather_nd).with_infer(infer_gather_nd),
+        .with_infer(infer_gather_elements)
+        .with_prepare(prepare::<Axis<0>>),
+    OpDef::new("GatherND", 11, 2..=2, 1..=1, eval_gather_nd)
+        .with_infer(infer_gather_nd)
+        .with_prepare(prepare::<BatchDims>),
     OpDef::new(gather::OP_TYPE, 1, 2..=2, 1..=1, eval_multiaxis)
         .with_infer(infer_multiaxis)
         .with_prepare(prepare::<MultiaxisAttrs>)
@@ -101,7 +107,7 @@ fn eval_gather(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
     if shape.is_empty() {
         return Err(ctx.error("data must have rank 1 or more"));
     }
-    let axis = normalize_axis(ctx.node.attr_int("axis", 0)?, shape.len())?;
+    let axis = ctx.attrs::<Axis<0>>()?.of_rank(shape.len())?;
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
     let dim = shape[axis];
@@ -179,7 +185,7 @@ fn infer_gather(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     };
     let shape = match (&data.shape, ctx.input(1).and_then(|t| t.shape.as_ref())) {
         (Some(d), Some(i)) if d.rank() > 0 => {
-            let a = normalize_axis(ctx.node.attr_int("axis", 0)?, d.rank())?;
+            let a = ctx.attrs::<Axis<0>>()?.of_rank(d.rank())?;
             Some(Shape::new(
                 d.dims[..a]
                     .iter()
@@ -208,7 +214,7 @@ fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
             "data {ds:?} and indices {is:?} must have the same rank, at least 1"
         )));
     }
-    let axis = normalize_axis(ctx.node.attr_int("axis", 0)?, ds.len())?;
+    let axis = ctx.attrs::<Axis<0>>()?.of_rank(ds.len())?;
     if let Some(j) = (0..ds.len()).find(|&j| j != axis && is[j] > ds[j]) {
         return Err(ctx.error(format!(
             "indices {is:?} are larger than data {ds:?} on axis {j}"
@@ -312,14 +318,25 @@ fn infer_gather_elements(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 }
 
 /// With `b = batch_dims` and `k` the last indices dim: for each batch position and index tuple,
+/// The `batch_dims` attribute of a `GatherND` node, checked not to be negative.
+#[derive(Clone, Copy, Debug)]
+struct BatchDims(usize);
+
+impl Attributes for BatchDims {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<BatchDims> {
+        let b = usize::try_from(node.attr_int("batch_dims", 0)?)
+            .map_err(|_| Error::Eval("batch_dims must not be negative".into()))?;
+        Ok(BatchDims(b))
+    }
+}
+
 /// `out[batch, i...] = data[batch, indices[batch, i..., :]]`, a block of the data dims after
 /// `b + k`.
 fn eval_gather_nd(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (data, indices) = (required(inputs, 0)?, required(inputs, 1)?);
     let picked = Indices::of(indices)?;
     let (ds, is) = (data.shape(), indices.shape());
-    let b = usize::try_from(ctx.node.attr_int("batch_dims", 0)?)
-        .map_err(|_| ctx.error("batch_dims must not be negative"))?;
+    let BatchDims(b) = *ctx.attrs::<BatchDims>()?;
     let (r, q) = (ds.len(), is.len());
     if r == 0 || q == 0 {
         return Err(ctx.error("data and indices must have rank 1 or more"));
@@ -367,7 +384,7 @@ fn infer_gather_nd(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
         let d = data.shape.as_ref()?;
         let i = ctx.input(1)?.shape.as_ref()?;
         let k = usize::try_from(i.dims.last()?.known()?).ok()?;
-        let b = usize::try_from(ctx.node.attr_int("batch_dims", 0).ok()?).ok()?;
+        let BatchDims(b) = *ctx.attrs::<BatchDims>().ok()?;
         let dims = i.dims[..i.rank() - 1]
             .iter()
             .chain(d.dims.get(b + k..)?)
@@ -485,6 +502,7 @@ pub fn logical_indices_dims(indices: &[Dim], axis_count: usize) -> Vec<Dim> {
 mod tests {
     use super::*;
     use crate::ir::{AttrValue, Node};
+    use crate::ops::util::normalize_axis;
     use crate::DataType;
 
     fn run(node: Node, inputs: &[&Tensor]) -> Result<Tensor> {

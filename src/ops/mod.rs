@@ -30,6 +30,7 @@ pub mod constraints;
 pub(crate) mod num;
 pub mod util;
 
+mod attrs;
 mod contrib;
 mod control;
 mod fold;

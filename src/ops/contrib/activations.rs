@@ -14,6 +14,7 @@ use crate::ir::TensorType;
 use crate::tensor::Tensor;
 use crate::DataType;
 
+use super::super::attrs::Alpha;
 use super::super::util::{optional, required, unsupported_type};
 use super::super::{vector, EvalCtx, InferCtx};
 
@@ -98,11 +99,14 @@ pub(in crate::ops) fn eval_bias_gelu(
     Ok(vec![map_biased(x, b, "BiasGelu", vector::gelu)?])
 }
 
+/// `QuickGelu`'s `alpha`, 1.702 when absent.
+pub(super) type QuickGeluAlpha = Alpha<{ 1.702f32.to_bits() }>;
+
 pub(in crate::ops) fn eval_quick_gelu(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let alpha = ctx.node.attr_float("alpha", 1.702)?;
+    let alpha = ctx.attrs::<QuickGeluAlpha>()?.0;
     let x = required(inputs, 0)?;
     Ok(vec![map(x, "QuickGelu", move |v| {
         v * vector::sigmoid(alpha * v)

@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
+use super::super::attrs::Epsilon12;
 use super::super::util::{optional, required, to_i64s};
 use super::super::EvalCtx;
 use super::activations::floats;
@@ -102,7 +103,7 @@ pub(in crate::ops) fn eval_embed_layer_norm(
         }
         add_rows(ctx, &mut sum, table, &seg, "segment_embedding")?;
     }
-    let eps = ctx.node.attr_float("epsilon", 1e-12)?;
+    let eps = ctx.attrs::<Epsilon12>()?.0;
     let mut y = try_vec(sum.len(), 0.0f32)?;
     normalize(&sum, hidden, (g, Some(bt)), eps, false, &mut y)?;
     let mut index = try_vec(b, 0i32)?;

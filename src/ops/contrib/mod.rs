@@ -24,7 +24,8 @@ mod quant_matmul;
 mod rotary;
 mod skip_norm;
 
-use super::OpDef;
+use super::attrs::{Epsilon12, TrailingNorm};
+use super::{prepare, OpDef};
 
 /// The domain of the operators here.
 const DOMAIN: &str = "com.microsoft";
@@ -37,7 +38,8 @@ const SIMPLIFIED_LAYER_NORM: OpDef = OpDef::new(
     1..=2,
     skip_norm::eval_simplified_layer_norm,
 )
-.with_infer(activations::infer_like_input);
+.with_infer(activations::infer_like_input)
+.with_prepare(prepare::<TrailingNorm>);
 
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Gelu", 1, 1..=1, 1..=1, activations::eval_gelu)
@@ -51,6 +53,7 @@ pub(super) const DEFS: &[OpDef] = &[
         .in_domain(DOMAIN),
     OpDef::new("QuickGelu", 1, 1..=1, 1..=1, activations::eval_quick_gelu)
         .with_infer(activations::infer_like_input)
+        .with_prepare(prepare::<activations::QuickGeluAlpha>)
         .in_domain(DOMAIN),
     OpDef::new("BiasAdd", 1, 3..=3, 1..=1, activations::eval_bias_add)
         .with_infer(activations::infer_like_input)
@@ -63,6 +66,7 @@ pub(super) const DEFS: &[OpDef] = &[
         skip_norm::eval_skip_layer_norm,
     )
     .with_infer(skip_norm::infer_skip_norm)
+    .with_prepare(prepare::<Epsilon12>)
     .in_domain(DOMAIN),
     OpDef::new(
         "SkipSimplifiedLayerNormalization",
@@ -72,6 +76,7 @@ pub(super) const DEFS: &[OpDef] = &[
         skip_norm::eval_skip_simplified_layer_norm,
     )
     .with_infer(skip_norm::infer_skip_norm)
+    .with_prepare(prepare::<Epsilon12>)
     .in_domain(DOMAIN),
     SIMPLIFIED_LAYER_NORM.in_domain(DOMAIN),
     SIMPLIFIED_LAYER_NORM,
@@ -134,6 +139,7 @@ pub(super) const DEFS: &[OpDef] = &[
         embed_norm::eval_embed_layer_norm,
     )
     .with_infer(attention::infer_embed_outputs)
+    .with_prepare(prepare::<Epsilon12>)
     .in_domain(DOMAIN),
     OpDef::new("QLinearAdd", 1, 7..=8, 1..=1, qlinear::eval_qlinear_add)
         .with_infer(attention::infer_first_input_type)

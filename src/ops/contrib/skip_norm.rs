@@ -19,7 +19,8 @@ use crate::ir::{Dim, TensorType};
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
-use super::super::util::{normalize_axis, optional, required};
+use super::super::attrs::{Epsilon12, TrailingNorm};
+use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
 use super::activations::{bias, floats};
 
@@ -85,7 +86,7 @@ fn skip_norm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], rms: bool) -> Result
     } else {
         (optional(inputs, 3), optional(inputs, 4))
     };
-    let eps = ctx.node.attr_float("epsilon", 1e-12)?;
+    let eps = ctx.attrs::<Epsilon12>()?.0;
     let shape = x.shape();
     let Some(&width) = shape.last() else {
         return Err(Error::Eval(format!("{op}: the input is a scalar")));
@@ -152,8 +153,9 @@ pub(in crate::ops) fn eval_simplified_layer_norm(
 ) -> Result<Vec<Tensor>> {
     let (x, scale) = (required(inputs, 0)?, required(inputs, 1)?);
     let shape = x.shape();
-    let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, shape.len())?;
-    let eps = ctx.node.attr_float("epsilon", 1e-5)?;
+    let norm = *ctx.attrs::<TrailingNorm>()?;
+    let axis = norm.axis.of_rank(shape.len())?;
+    let eps = norm.epsilon.0;
     let width: usize = shape[axis..].iter().product();
     let g = floats(scale, "SimplifiedLayerNormalization")?;
     if g.len() != width {

@@ -12,16 +12,23 @@ use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 
+use super::super::attrs::Axis;
 use super::super::util::{normalize_axis, optional, required, strides, to_i64s};
-use super::super::{EvalCtx, InferCtx};
+use super::super::{Attributes, EvalCtx, InferCtx};
 use super::common::{const_ints, gather_axes, in_dims, in_elem, to_usize, typed, AxisRead, Writer};
 
-/// The `axis` attribute of a `Concat` node (1 by default before opset 4).
-fn concat_axis(node: &crate::ir::Node, opset: i64) -> Result<i64> {
-    match (node.attr("axis"), opset < 4) {
-        (None, true) => Ok(1),
-        (None, false) => Err(Error::Eval("needs an 'axis' attribute".into())),
-        _ => node.attr_int("axis", 1),
+/// The `axis` attribute of a `Concat` node (required from opset 4, 1 by default before).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ConcatAxis(i64);
+
+impl Attributes for ConcatAxis {
+    fn parse(node: &crate::ir::Node, opset: i64) -> Result<ConcatAxis> {
+        let axis = match (node.attr("axis"), opset < 4) {
+            (None, true) => 1,
+            (None, false) => return Err(Error::Eval("needs an 'axis' attribute".into())),
+            _ => node.attr_int("axis", 1)?,
+        };
+        Ok(ConcatAxis(axis))
     }
 }
 
@@ -34,7 +41,7 @@ pub(super) fn eval_concat(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     if rank == 0 {
         return Err(ctx.error("inputs must have rank 1 or more"));
     }
-    let axis = normalize_axis(concat_axis(ctx.node, ctx.opset)?, rank)?;
+    let axis = normalize_axis(ctx.attrs::<ConcatAxis>()?.0, rank)?;
     let mut total = 0usize;
     for p in &parts {
         let same =
@@ -77,7 +84,7 @@ pub(super) fn infer_concat(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let Some(rank) = (0..n).find_map(|i| in_dims(ctx, i)).map(<[Dim]>::len) else {
         return Ok(vec![typed(elem, None)]);
     };
-    let axis = normalize_axis(concat_axis(ctx.node, ctx.opset)?, rank)?;
+    let axis = normalize_axis(ctx.attrs::<ConcatAxis>()?.0, rank)?;
     let dims = (0..rank)
         .map(|d| {
             let known = (0..n).filter_map(|i| in_dims(ctx, i)?.get(d));
@@ -117,23 +124,47 @@ fn even_chunks(len: usize, count: usize) -> Result<Vec<usize>> {
     Ok(sizes)
 }
 
-/// The explicit split sizes of a `Split` node, if it has any.
-fn explicit_sizes(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Option<Vec<i64>>> {
-    let input = optional(inputs, 1).map(to_i64s).transpose()?;
-    if ctx.opset >= 13 {
-        return Ok(input);
+/// The attributes of a `Split` node: `axis`, the `split` sizes (an attribute before opset 13,
+/// read when the node names no sizes input) and `num_outputs` (opset 18).
+#[derive(Clone, Debug)]
+pub(super) struct SplitAttrs {
+    axis: Axis<0>,
+    split: Option<Vec<i64>>,
+    num_outputs: Option<i64>,
+}
+
+impl Attributes for SplitAttrs {
+    fn parse(node: &crate::ir::Node, opset: i64) -> Result<SplitAttrs> {
+        let named_sizes = node.inputs.get(1).is_some_and(|n| !n.is_empty());
+        let split = match opset < 13 && !named_sizes {
+            true => node.attr_ints("split")?.map(<[i64]>::to_vec),
+            false => None,
+        };
+        let num_outputs = match node.attr("num_outputs") {
+            Some(_) => Some(node.attr_int("num_outputs", 0)?),
+            None => None,
+        };
+        Ok(SplitAttrs {
+            axis: Axis::parse(node, opset)?,
+            split,
+            num_outputs,
+        })
     }
-    match input {
-        Some(v) => Ok(Some(v)),
-        None => Ok(ctx.node.attr_ints("split")?.map(<[i64]>::to_vec)),
+}
+
+/// The explicit split sizes of a `Split` node, if it has any: input 1, else the attribute.
+fn explicit_sizes(attrs: &SplitAttrs, inputs: &[Option<&Tensor>]) -> Result<Option<Vec<i64>>> {
+    match optional(inputs, 1) {
+        Some(t) => Ok(Some(to_i64s(t)?)),
+        None => Ok(attrs.split.clone()),
     }
 }
 
 /// The number of chunks of a `Split` node: `num_outputs` (opset 18) or its output count.
-fn chunk_count(node: &crate::ir::Node) -> Result<usize> {
-    match node.attr("num_outputs") {
-        Some(_) => {
-            let n = to_usize(node.attr_int("num_outputs", 0)?, "num_outputs")?;
+fn chunk_count(attrs: &SplitAttrs, node: &crate::ir::Node) -> Result<usize> {
+    match attrs.num_outputs {
+        Some(n) => {
+            let n = to_usize(n, "num_outputs")?;
             if n != node.outputs.len() {
                 return Err(Error::Eval(format!(
                     "num_outputs {n} differs from the {} outputs",
@@ -152,14 +183,15 @@ pub(super) fn eval_split(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resul
     if shape.is_empty() {
         return Err(ctx.error("input must have rank 1 or more"));
     }
-    let axis = normalize_axis(ctx.node.attr_int("axis", 0)?, shape.len())?;
+    let attrs = ctx.attrs::<SplitAttrs>()?;
+    let axis = attrs.axis.of_rank(shape.len())?;
     let len = shape[axis];
-    let sizes = match explicit_sizes(ctx, inputs)? {
+    let sizes = match explicit_sizes(&attrs, inputs)? {
         Some(s) => s
             .iter()
             .map(|&v| to_usize(v, "a split size"))
             .collect::<Result<Vec<_>>>()?,
-        None => even_chunks(len, chunk_count(ctx.node)?)?,
+        None => even_chunks(len, chunk_count(&attrs, ctx.node)?)?,
     };
     if sizes.len() != ctx.node.outputs.len()
         || sizes.iter().try_fold(0usize, |a, &b| a.checked_add(b)) != Some(len)
@@ -191,18 +223,18 @@ pub(super) fn infer_split(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let Some(dims) = in_dims(ctx, 0) else {
         return Ok(vec![typed(elem, None); count]);
     };
-    let axis = normalize_axis(ctx.node.attr_int("axis", 0)?, dims.len())?;
+    let attrs = ctx.attrs::<SplitAttrs>()?;
+    let axis = attrs.axis.of_rank(dims.len())?;
     let explicit = match ctx.node.inputs.get(1).is_some_and(|n| !n.is_empty()) {
         true => const_ints(ctx, 1),
-        false if ctx.opset < 13 => ctx.node.attr_ints("split")?.map(<[i64]>::to_vec),
-        false => None,
+        false => attrs.split.clone(),
     };
     let sizes: Option<Vec<Dim>> = match (explicit, dims[axis].known()) {
         (Some(s), _) => Some(s.into_iter().map(Dim::Known).collect()),
         (None, Some(len)) if ctx.node.inputs.len() < 2 || ctx.node.inputs[1].is_empty() => {
             let len = to_usize(len, "a dim")?;
             Some(
-                even_chunks(len, chunk_count(ctx.node)?)?
+                even_chunks(len, chunk_count(&attrs, ctx.node)?)?
                     .into_iter()
                     .map(|s| Dim::Known(s as i64))
                     .collect(),

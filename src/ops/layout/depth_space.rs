@@ -12,26 +12,35 @@ use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 
 use super::super::util::required;
-use super::super::{EvalCtx, InferCtx};
+use super::super::{Attributes, EvalCtx, InferCtx};
 use super::common::{dim_times, in_dims, in_elem, permute, to_usize, typed};
 
-/// The block size, its square (both at most 2^63-1, the largest ONNX dim) and whether the mode
-/// is `CRD`.
-fn block_and_mode(ctx_node: &crate::ir::Node) -> Result<(usize, usize, bool)> {
-    let b = to_usize(ctx_node.attr_int("blocksize", 0)?, "blocksize")?;
-    if b == 0 {
-        return Err(crate::Error::Eval("needs a positive 'blocksize'".into()));
+/// The attributes of a `DepthToSpace` or `SpaceToDepth` node: the block size, its square (both
+/// at most 2^63-1, the largest ONNX dim) and whether the mode is `CRD`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Blocks {
+    b: usize,
+    bb: usize,
+    crd: bool,
+}
+
+impl Attributes for Blocks {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<Blocks> {
+        let b = to_usize(node.attr_int("blocksize", 0)?, "blocksize")?;
+        if b == 0 {
+            return Err(crate::Error::Eval("needs a positive 'blocksize'".into()));
+        }
+        let bb = b
+            .checked_mul(b)
+            .filter(|&v| v <= i64::MAX as usize)
+            .ok_or_else(|| crate::Error::Eval(format!("blocksize {b} squared is too large")))?;
+        let crd = match node.attr_string("mode")?.unwrap_or("DCR") {
+            "DCR" => false,
+            "CRD" => true,
+            other => return Err(crate::Error::Eval(format!("unknown mode '{other}'"))),
+        };
+        Ok(Blocks { b, bb, crd })
     }
-    let bb = b
-        .checked_mul(b)
-        .filter(|&v| v <= i64::MAX as usize)
-        .ok_or_else(|| crate::Error::Eval(format!("blocksize {b} squared is too large")))?;
-    let crd = match ctx_node.attr_string("mode")?.unwrap_or("DCR") {
-        "DCR" => false,
-        "CRD" => true,
-        other => return Err(crate::Error::Eval(format!("unknown mode '{other}'"))),
-    };
-    Ok((b, bb, crd))
 }
 
 /// `a * b` as an output dim, or an error naming `what`.
@@ -53,7 +62,7 @@ pub(super) fn eval_depth_to_space(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
-    let (b, bb, crd) = block_and_mode(ctx.node)?;
+    let Blocks { b, bb, crd } = *ctx.attrs::<Blocks>()?;
     let [n, c, h, w] = nchw(data)?;
     if c % bb != 0 {
         return Err(ctx.error(format!(
@@ -76,7 +85,7 @@ pub(super) fn eval_space_to_depth(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
-    let (b, bb, crd) = block_and_mode(ctx.node)?;
+    let Blocks { b, bb, crd } = *ctx.attrs::<Blocks>()?;
     let [n, c, h, w] = nchw(data)?;
     let c2 = times(c, bb, "channels")?;
     if h % b != 0 || w % b != 0 {
@@ -96,7 +105,7 @@ pub(super) fn eval_space_to_depth(
 
 /// Output dims of either operator: `to_space` moves channels into the spatial dims.
 fn infer_blocks(ctx: &InferCtx<'_>, to_space: bool) -> Result<Vec<TensorType>> {
-    let (b, bb, _) = block_and_mode(ctx.node)?;
+    let Blocks { b, bb, .. } = *ctx.attrs::<Blocks>()?;
     let (b, bb) = (b as i64, bb as i64);
     let shrink = |d: &Dim, k: i64| match d {
         Dim::Known(v) if v % k == 0 => Dim::Known(v / k),

@@ -35,6 +35,7 @@ mod transpose;
 mod trilu;
 mod unique;
 
+use super::attrs::{Axes, Axis};
 use super::{prepare, OpDef};
 
 const ANY: usize = usize::MAX;
@@ -44,18 +45,24 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Size", 1, 1..=1, 1..=1, shape::eval_size).with_infer(shape::infer_size),
     OpDef::new("Reshape", 1, 1..=1, 1..=1, reshape::eval_reshape)
         .with_infer(reshape::infer_reshape)
+        .with_prepare(prepare::<reshape::ReshapeAttrs>)
         .until(4),
     OpDef::new("Reshape", 5, 2..=2, 1..=1, reshape::eval_reshape)
-        .with_infer(reshape::infer_reshape),
+        .with_infer(reshape::infer_reshape)
+        .with_prepare(prepare::<reshape::ReshapeAttrs>),
     OpDef::new("Flatten", 1, 1..=1, 1..=1, reshape::eval_flatten)
-        .with_infer(reshape::infer_flatten),
+        .with_infer(reshape::infer_flatten)
+        .with_prepare(prepare::<Axis<1>>),
+    // The `axes` attribute is read before opset 13 only.
     OpDef::new("Squeeze", 1, 1..=1, 1..=1, reshape::eval_squeeze)
         .with_infer(reshape::infer_squeeze)
+        .with_prepare(prepare::<Axes>)
         .until(12),
     OpDef::new("Squeeze", 13, 1..=2, 1..=1, reshape::eval_squeeze)
         .with_infer(reshape::infer_squeeze),
     OpDef::new("Unsqueeze", 1, 1..=1, 1..=1, reshape::eval_unsqueeze)
         .with_infer(reshape::infer_unsqueeze)
+        .with_prepare(prepare::<Axes>)
         .until(12),
     OpDef::new("Unsqueeze", 13, 2..=2, 1..=1, reshape::eval_unsqueeze)
         .with_infer(reshape::infer_unsqueeze),
@@ -63,14 +70,18 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(transpose::infer_transpose)
         .with_prepare(prepare::<transpose::Perm>),
     OpDef::new("Concat", 1, 1..=ANY, 1..=1, concat_split::eval_concat)
-        .with_infer(concat_split::infer_concat),
+        .with_infer(concat_split::infer_concat)
+        .with_prepare(prepare::<concat_split::ConcatAxis>),
     OpDef::new("Split", 1, 1..=2, 1..=ANY, concat_split::eval_split)
         .with_infer(concat_split::infer_split)
+        .with_prepare(prepare::<concat_split::SplitAttrs>)
         .until(12),
     OpDef::new("Split", 13, 1..=2, 1..=ANY, concat_split::eval_split)
-        .with_infer(concat_split::infer_split),
+        .with_infer(concat_split::infer_split)
+        .with_prepare(prepare::<concat_split::SplitAttrs>),
     OpDef::new("Slice", 1, 1..=1, 1..=1, slice::eval_slice)
         .with_infer(slice::infer_slice)
+        .with_prepare(prepare::<slice::SliceAttrs>)
         .until(9),
     OpDef::new("Slice", 10, 3..=5, 1..=1, slice::eval_slice).with_infer(slice::infer_slice),
     OpDef::new("Compress", 9, 2..=2, 1..=1, slice::eval_compress).with_infer(slice::infer_compress),
@@ -81,9 +92,12 @@ pub(super) const DEFS: &[OpDef] = &[
         .until(5),
     OpDef::new("Tile", 6, 2..=2, 1..=1, expand_tile::eval_tile).with_infer(expand_tile::infer_tile),
     OpDef::new("Pad", 1, 1..=1, 1..=1, pad::eval_pad)
+        .with_prepare(prepare::<pad::PadAttrs>)
         .with_infer(pad::infer_pad)
         .until(10),
-    OpDef::new("Pad", 11, 2..=4, 1..=1, pad::eval_pad).with_infer(pad::infer_pad),
+    OpDef::new("Pad", 11, 2..=4, 1..=1, pad::eval_pad)
+        .with_infer(pad::infer_pad)
+        .with_prepare(prepare::<pad::PadAttrs>),
     OpDef::new("Unique", 11, 1..=1, 1..=4, unique::eval_unique).with_infer(unique::infer_unique),
     OpDef::new(
         "CenterCropPad",
@@ -134,7 +148,8 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         depth_space::eval_depth_to_space,
     )
-    .with_infer(depth_space::infer_depth_to_space),
+    .with_infer(depth_space::infer_depth_to_space)
+    .with_prepare(prepare::<depth_space::Blocks>),
     OpDef::new(
         "SpaceToDepth",
         1,
@@ -142,7 +157,8 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         depth_space::eval_space_to_depth,
     )
-    .with_infer(depth_space::infer_space_to_depth),
+    .with_infer(depth_space::infer_space_to_depth)
+    .with_prepare(prepare::<depth_space::Blocks>),
     OpDef::new("Trilu", 14, 1..=2, 1..=1, trilu::eval_trilu).with_infer(trilu::infer_trilu),
     OpDef::new(
         "ReverseSequence",
@@ -159,11 +175,16 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(dropout::infer_dropout),
     OpDef::new("Resize", 10, 2..=2, 1..=1, resize::eval_resize_10)
         .with_infer(resize::infer_resize)
+        .with_prepare(prepare::<resize::LegacyParams>)
         .until(10),
-    OpDef::new("Resize", 11, 1..=4, 1..=1, resize::eval_resize).with_infer(resize::infer_resize),
+    OpDef::new("Resize", 11, 1..=4, 1..=1, resize::eval_resize)
+        .with_infer(resize::infer_resize)
+        .with_prepare(prepare::<resize::ResizeAttrs>),
     OpDef::new("Upsample", 1, 1..=1, 1..=1, resize::eval_upsample)
         .with_infer(resize::infer_upsample)
+        .with_prepare(prepare::<resize::LegacyParams>)
         .until(8),
     OpDef::new("Upsample", 9, 2..=2, 1..=1, resize::eval_upsample)
-        .with_infer(resize::infer_upsample),
+        .with_infer(resize::infer_upsample)
+        .with_prepare(prepare::<resize::LegacyParams>),
 ];

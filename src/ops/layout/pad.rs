@@ -13,13 +13,13 @@ use crate::ir::TensorType;
 use crate::tensor::Tensor;
 
 use super::super::util::{optional, required, strides, to_i64s};
-use super::super::{EvalCtx, InferCtx};
+use super::super::{Attributes, EvalCtx, InferCtx};
 use super::common::{
     const_ints, dim_plus, from_f64s, gather_axes, in_dims, in_elem, normalize_axes, typed,
     unknown_dims, AxisRead,
 };
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
     Constant,
     Reflect,
@@ -27,14 +27,42 @@ enum Mode {
     Wrap,
 }
 
-fn mode(node: &crate::ir::Node) -> Result<Mode> {
-    Ok(match node.attr_string("mode")?.unwrap_or("constant") {
-        "constant" => Mode::Constant,
-        "reflect" => Mode::Reflect,
-        "edge" => Mode::Edge,
-        "wrap" => Mode::Wrap,
-        other => return Err(Error::Eval(format!("unknown mode '{other}'"))),
-    })
+/// The attributes of a `Pad` node: `mode`, and before opset 11 the pads (`paddings` at opset
+/// 1, `pads` from 2) and the fill `value`.
+#[derive(Clone, Debug)]
+pub(super) struct PadAttrs {
+    mode: Mode,
+    pads: Option<Vec<i64>>,
+    value: f32,
+}
+
+impl Attributes for PadAttrs {
+    fn parse(node: &crate::ir::Node, opset: i64) -> Result<PadAttrs> {
+        let (pads, value) = match opset < 11 {
+            true => (
+                node.attr_ints(pads_name(opset))?.map(<[i64]>::to_vec),
+                node.attr_float("value", 0.0)?,
+            ),
+            false => (None, 0.0),
+        };
+        let mode = match node.attr_string("mode")?.unwrap_or("constant") {
+            "constant" => Mode::Constant,
+            "reflect" => Mode::Reflect,
+            "edge" => Mode::Edge,
+            "wrap" => Mode::Wrap,
+            other => return Err(Error::Eval(format!("unknown mode '{other}'"))),
+        };
+        Ok(PadAttrs { mode, pads, value })
+    }
+}
+
+/// The name of the pads attribute at `opset` (before 11).
+fn pads_name(opset: i64) -> &'static str {
+    if opset < 2 {
+        "paddings"
+    } else {
+        "pads"
+    }
 }
 
 /// The input position output position `i` of a padded axis reads, for an axis of `n` padded by
@@ -85,19 +113,19 @@ fn per_axis(pads: &[i64], axes: Option<&[i64]>, rank: usize) -> Result<Vec<(i64,
 /// The pads, axes and fill value of a `Pad` node for `data`.
 fn pad_args(
     ctx: &EvalCtx<'_>,
+    attrs: &PadAttrs,
     inputs: &[Option<&Tensor>],
     data: &Tensor,
 ) -> Result<(Vec<i64>, Option<Vec<i64>>, Tensor)> {
     let dtype = data.dtype();
     let zero = || Tensor::zeros(dtype, &[1]);
     if ctx.opset < 11 {
-        let name = if ctx.opset < 2 { "paddings" } else { "pads" };
-        let pads = ctx
-            .node
-            .attr_ints(name)?
-            .ok_or_else(|| ctx.error(format!("needs a '{name}' attribute")))?
-            .to_vec();
-        let value = ctx.node.attr_float("value", 0.0)?;
+        let name = pads_name(ctx.opset);
+        let pads = attrs
+            .pads
+            .clone()
+            .ok_or_else(|| ctx.error(format!("needs a '{name}' attribute")))?;
+        let value = attrs.value;
         let fill = if value == 0.0 {
             zero()?
         } else {
@@ -117,8 +145,9 @@ fn pad_args(
 
 pub(super) fn eval_pad(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
-    let (pads, axes, fill) = pad_args(ctx, inputs, data)?;
-    let mode = mode(ctx.node)?;
+    let attrs = ctx.attrs::<PadAttrs>()?;
+    let (pads, axes, fill) = pad_args(ctx, &attrs, inputs, data)?;
+    let mode = attrs.mode;
     let shape = data.shape();
     let counts = per_axis(&pads, axes.as_deref(), shape.len())?;
     let st = strides(shape);
@@ -144,8 +173,7 @@ pub(super) fn infer_pad(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
         return Ok(vec![typed(elem, None)]);
     };
     let (pads, axes) = if ctx.opset < 11 {
-        let name = if ctx.opset < 2 { "paddings" } else { "pads" };
-        (ctx.node.attr_ints(name)?.map(<[i64]>::to_vec), None)
+        (ctx.attrs::<PadAttrs>()?.pads.clone(), None)
     } else {
         let axes_named = ctx.node.inputs.get(3).is_some_and(|n| !n.is_empty());
         let axes = const_ints(ctx, 3);

@@ -14,21 +14,46 @@ use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 
+use super::super::attrs::{Axes, Axis};
 use super::super::util::{optional, required, to_i64s};
-use super::super::{EvalCtx, InferCtx};
+use super::super::{Attributes, EvalCtx, InferCtx};
 use super::common::{
     const_ints, dim_product, dim_quotient, in_dims, in_elem, in_len, normalize_axes, typed,
     unknown_dims,
 };
 
+/// The attributes of a `Reshape` node: the `shape` attribute (read before opset 5) and
+/// `allowzero`.
+#[derive(Clone, Debug)]
+pub(super) struct ReshapeAttrs {
+    shape: Option<Vec<i64>>,
+    allowzero: bool,
+}
+
+impl Attributes for ReshapeAttrs {
+    fn parse(node: &crate::ir::Node, opset: i64) -> Result<ReshapeAttrs> {
+        let shape = match opset < 5 {
+            true => node.attr_ints("shape")?.map(<[i64]>::to_vec),
+            false => None,
+        };
+        Ok(ReshapeAttrs {
+            shape,
+            allowzero: node.attr_int("allowzero", 0)? != 0,
+        })
+    }
+}
+
 /// The target shape of a `Reshape` node: its `shape` attribute before opset 5, its second input
 /// from 5 on.
-fn target_shape(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<i64>> {
+fn target_shape(
+    ctx: &EvalCtx<'_>,
+    attrs: &ReshapeAttrs,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<i64>> {
     if ctx.opset < 5 {
-        return ctx
-            .node
-            .attr_ints("shape")?
-            .map(<[i64]>::to_vec)
+        return attrs
+            .shape
+            .clone()
             .ok_or_else(|| ctx.error("needs a 'shape' attribute"));
     }
     to_i64s(required(inputs, 1)?)
@@ -76,23 +101,24 @@ fn reshape_dims(input: &[usize], shape: &[i64], allowzero: bool) -> Result<Vec<u
 
 pub(super) fn eval_reshape(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
-    let shape = target_shape(ctx, inputs)?;
-    let allowzero = ctx.node.attr_int("allowzero", 0)? != 0;
-    let dims = reshape_dims(data.shape(), &shape, allowzero)?;
+    let attrs = ctx.attrs::<ReshapeAttrs>()?;
+    let shape = target_shape(ctx, &attrs, inputs)?;
+    let dims = reshape_dims(data.shape(), &shape, attrs.allowzero)?;
     Ok(vec![data.clone().into_shape(&dims)?])
 }
 
 pub(super) fn infer_reshape(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let elem = in_elem(ctx, 0);
+    let attrs = ctx.attrs::<ReshapeAttrs>()?;
     let shape = if ctx.opset < 5 {
-        ctx.node.attr_ints("shape")?.map(<[i64]>::to_vec)
+        attrs.shape.clone()
     } else {
         const_ints(ctx, 1)
     };
     let Some(shape) = shape else {
         return Ok(vec![typed(elem, in_len(ctx, 1).map(unknown_dims))]);
     };
-    let allowzero = ctx.node.attr_int("allowzero", 0)? != 0;
+    let allowzero = attrs.allowzero;
     let input = in_dims(ctx, 0);
     let mut dims: Vec<Dim> = shape
         .iter()
@@ -133,7 +159,7 @@ fn flatten_axis(ctx_axis: i64, rank: usize) -> Result<usize> {
 
 pub(super) fn eval_flatten(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
-    let axis = flatten_axis(ctx.node.attr_int("axis", 1)?, data.rank())?;
+    let axis = flatten_axis(ctx.attrs::<Axis<1>>()?.0, data.rank())?;
     let outer: usize = data.shape()[..axis].iter().product();
     let inner: usize = data.shape()[axis..].iter().product();
     Ok(vec![data.clone().into_shape(&[outer, inner])?])
@@ -142,7 +168,7 @@ pub(super) fn eval_flatten(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Res
 pub(super) fn infer_flatten(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let dims = match in_dims(ctx, 0) {
         Some(d) => {
-            let axis = flatten_axis(ctx.node.attr_int("axis", 1)?, d.len())?;
+            let axis = flatten_axis(ctx.attrs::<Axis<1>>()?.0, d.len())?;
             vec![dim_product(&d[..axis]), dim_product(&d[axis..])]
         }
         None => unknown_dims(2),
@@ -154,7 +180,7 @@ pub(super) fn infer_flatten(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 /// from 13 on.
 fn axes_of(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Option<Vec<i64>>> {
     if ctx.opset < 13 {
-        Ok(ctx.node.attr_ints("axes")?.map(<[i64]>::to_vec))
+        Ok(ctx.attrs::<Axes>()?.0.clone())
     } else {
         optional(inputs, 1).map(to_i64s).transpose()
     }
@@ -163,7 +189,7 @@ fn axes_of(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Option<Vec<i
 /// The same for shape functions: `None` when the axes are not known statically.
 fn static_axes(ctx: &InferCtx<'_>) -> Result<Option<Vec<i64>>> {
     if ctx.opset < 13 {
-        Ok(ctx.node.attr_ints("axes")?.map(<[i64]>::to_vec))
+        Ok(ctx.attrs::<Axes>()?.0.clone())
     } else {
         Ok(const_ints(ctx, 1))
     }

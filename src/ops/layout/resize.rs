@@ -41,7 +41,7 @@ use crate::tensor::Tensor;
 use crate::tensor::{element_count, try_vec, try_with_capacity};
 
 use super::super::util::{optional, required, strides, to_i64s};
-use super::super::{EvalCtx, InferCtx};
+use super::super::{Attributes, EvalCtx, InferCtx};
 use super::common::{
     advance, checked_len, const_ints, from_f64s, gather_axes, in_dims, in_elem, normalize_axes,
     typed, unknown_dims, AxisRead, MAX_ELEMENTS,
@@ -151,6 +151,37 @@ impl Params {
             extrapolation: 0.0,
             antialias: false,
         })
+    }
+}
+
+/// The attributes of a `Resize` node from opset 11: the sampling, `axes` and
+/// `keep_aspect_ratio_policy`.
+#[derive(Clone, Debug)]
+pub(super) struct ResizeAttrs {
+    params: Params,
+    axes: Option<Vec<i64>>,
+    policy: String,
+}
+
+impl Attributes for ResizeAttrs {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<ResizeAttrs> {
+        let axes = node.attr_ints("axes")?.map(<[i64]>::to_vec);
+        let policy = node.attr_string("keep_aspect_ratio_policy")?;
+        Ok(ResizeAttrs {
+            params: Params::resize(node)?,
+            axes,
+            policy: policy.unwrap_or("stretch").to_owned(),
+        })
+    }
+}
+
+/// The sampling of an opset 10 `Resize` or an `Upsample` node.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LegacyParams(Params);
+
+impl Attributes for LegacyParams {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<LegacyParams> {
+        Ok(LegacyParams(Params::legacy(node)?))
     }
 }
 
@@ -735,7 +766,7 @@ fn floats(t: Option<&Tensor>) -> Result<Option<Vec<f64>>> {
 }
 
 /// The resize target of a `Resize` node at opset 11 or later.
-fn resize_target(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Target> {
+fn resize_target(attrs: &ResizeAttrs, inputs: &[Option<&Tensor>]) -> Result<Target> {
     Ok(Target {
         roi: floats(optional(inputs, 1))?,
         scales: floats(optional(inputs, 2))?,
@@ -743,12 +774,8 @@ fn resize_target(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Target
             .filter(|t| !t.is_empty())
             .map(to_i64s)
             .transpose()?,
-        axes: ctx.node.attr_ints("axes")?.map(<[i64]>::to_vec),
-        policy: ctx
-            .node
-            .attr_string("keep_aspect_ratio_policy")?
-            .unwrap_or("stretch")
-            .to_owned(),
+        axes: attrs.axes.clone(),
+        policy: attrs.policy.clone(),
     })
 }
 
@@ -765,10 +792,11 @@ fn scales_target(scales: Vec<f64>) -> Target {
 
 pub(super) fn eval_resize(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
+    let attrs = ctx.attrs::<ResizeAttrs>()?;
     Ok(vec![resize(
         data,
-        &resize_target(ctx, inputs)?,
-        &Params::resize(ctx.node)?,
+        &resize_target(&attrs, inputs)?,
+        &attrs.params,
     )?])
 }
 
@@ -779,7 +807,7 @@ pub(super) fn eval_resize_10(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> R
     Ok(vec![resize(
         data,
         &scales_target(scales),
-        &Params::legacy(ctx.node)?,
+        &ctx.attrs::<LegacyParams>()?.0,
     )?])
 }
 
@@ -810,25 +838,26 @@ pub(super) fn eval_upsample(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
     Ok(vec![resize(
         data,
         &scales_target(scales),
-        &Params::legacy(ctx.node)?,
+        &ctx.attrs::<LegacyParams>()?.0,
     )?])
 }
 
-/// The output dims of a resize, as far as constants tell: `scales`/`sizes` are the values of
-/// inputs `scales_at`/`sizes_at` when those are constants.
-fn infer_dims(ctx: &InferCtx<'_>, scales_at: usize, sizes_at: Option<usize>) -> Option<Vec<Dim>> {
+/// The output dims of a resize of `axes` (all when `None`) with `policy`, as far as constants
+/// tell: `scales`/`sizes` are the values of inputs `scales_at`/`sizes_at` when those are
+/// constants.
+fn infer_dims(
+    ctx: &InferCtx<'_>,
+    (scales_at, sizes_at): (usize, Option<usize>),
+    axes: Option<&[i64]>,
+    policy: &str,
+) -> Option<Vec<Dim>> {
     let dims = in_dims(ctx, 0)?;
     let rank = dims.len();
-    let axes = match ctx.node.attr_ints("axes").ok()? {
+    let axes = match axes {
         Some(a) => normalize_axes(a, rank).ok()?,
         None => (0..rank).collect(),
     };
     let mut out = dims.to_vec();
-    let policy = ctx
-        .node
-        .attr_string("keep_aspect_ratio_policy")
-        .ok()?
-        .unwrap_or("stretch");
     let scales = ctx
         .constant(scales_at)
         .filter(|t| !t.is_empty())
@@ -858,9 +887,10 @@ fn infer_dims(ctx: &InferCtx<'_>, scales_at: usize, sizes_at: Option<usize>) -> 
 
 pub(super) fn infer_resize(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let dims = if ctx.opset < 11 {
-        infer_dims(ctx, 1, None)
+        infer_dims(ctx, (1, None), None, "stretch")
     } else {
-        infer_dims(ctx, 2, Some(3))
+        let attrs = ctx.attrs::<ResizeAttrs>().ok();
+        attrs.and_then(|a| infer_dims(ctx, (2, Some(3)), a.axes.as_deref(), &a.policy))
     };
     let dims = dims.or_else(|| in_dims(ctx, 0).map(|d| unknown_dims(d.len())));
     Ok(vec![typed(in_elem(ctx, 0), dims)])
@@ -868,7 +898,9 @@ pub(super) fn infer_resize(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 
 pub(super) fn infer_upsample(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let dims = in_dims(ctx, 0).map(|d| match ctx.opset >= 9 {
-        true => infer_dims(ctx, 1, None).unwrap_or_else(|| unknown_dims(d.len())),
+        true => {
+            infer_dims(ctx, (1, None), None, "stretch").unwrap_or_else(|| unknown_dims(d.len()))
+        }
         false => unknown_dims(d.len()),
     });
     Ok(vec![typed(in_elem(ctx, 0), dims)])

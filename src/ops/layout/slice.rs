@@ -14,7 +14,7 @@ use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 
 use super::super::util::{optional, required, strides, to_i64s};
-use super::super::{EvalCtx, InferCtx};
+use super::super::{Attributes, EvalCtx, InferCtx};
 use super::common::{
     const_ints, gather_axes, in_dims, in_elem, nonzero_flags, normalize_axes, typed, AxisRead,
 };
@@ -50,6 +50,26 @@ fn axis_range(start: i64, end: i64, step: i64, dim: usize) -> Result<Range> {
     })
 }
 
+/// The `starts`, `ends` and `axes` attributes of a `Slice` node before opset 10, as written.
+#[derive(Clone, Debug)]
+pub(super) struct SliceAttrs {
+    starts: Option<Vec<i64>>,
+    ends: Option<Vec<i64>>,
+    axes: Option<Vec<i64>>,
+}
+
+impl Attributes for SliceAttrs {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<SliceAttrs> {
+        let ints =
+            |name| -> Result<Option<Vec<i64>>> { Ok(node.attr_ints(name)?.map(<[i64]>::to_vec)) };
+        Ok(SliceAttrs {
+            starts: ints("starts")?,
+            ends: ints("ends")?,
+            axes: ints("axes")?,
+        })
+    }
+}
+
 /// The starts, ends, axes and steps of a `Slice` node (attributes before opset 10).
 struct SliceArgs {
     starts: Vec<i64>,
@@ -60,14 +80,15 @@ struct SliceArgs {
 
 fn slice_args(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<SliceArgs> {
     if ctx.opset < 10 {
-        let ints = |name| -> Result<Option<Vec<i64>>> {
-            Ok(ctx.node.attr_ints(name)?.map(<[i64]>::to_vec))
+        let attrs = ctx.attrs::<SliceAttrs>()?;
+        let need = |v: &Option<Vec<i64>>, name: &str| {
+            v.clone()
+                .ok_or_else(|| ctx.error(format!("needs '{name}'")))
         };
-        let need = |name| ints(name)?.ok_or_else(|| ctx.error(format!("needs '{name}'")));
         return Ok(SliceArgs {
-            starts: need("starts")?,
-            ends: need("ends")?,
-            axes: ints("axes")?,
+            starts: need(&attrs.starts, "starts")?,
+            ends: need(&attrs.ends, "ends")?,
+            axes: attrs.axes.clone(),
             steps: None,
         });
     }
@@ -139,11 +160,11 @@ fn optional_const(ctx: &InferCtx<'_>, i: usize) -> Option<Option<Vec<i64>>> {
 /// The slice arguments of a node, when they are all known statically.
 fn static_slice_args(ctx: &InferCtx<'_>) -> Option<SliceArgs> {
     if ctx.opset < 10 {
-        let ints = |name| ctx.node.attr_ints(name).ok().flatten().map(<[i64]>::to_vec);
+        let attrs = ctx.attrs::<SliceAttrs>().ok()?;
         return Some(SliceArgs {
-            starts: ints("starts")?,
-            ends: ints("ends")?,
-            axes: ints("axes"),
+            starts: attrs.starts.clone()?,
+            ends: attrs.ends.clone()?,
+            axes: attrs.axes.clone(),
             steps: None,
         });
     }

@@ -5,8 +5,9 @@
 
 use crate::error::Result;
 use crate::ir::{Dim, Shape, TensorType};
-use crate::ops::util::{normalize_axis, required, tensor};
-use crate::ops::{EvalCtx, InferCtx};
+use crate::ops::attrs::Axis;
+use crate::ops::util::{required, tensor};
+use crate::ops::{Attributes, EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 use crate::tensor::{try_vec, try_with_capacity};
 use crate::DataType;
@@ -14,12 +15,29 @@ use crate::DataType;
 use super::common::{bad_type, split_at_axis};
 use crate::ops::num::{dispatch_num, Arith, Num};
 
-/// The attributes of a node: the axis (normalized for `rank`), keepdims and select_last_index.
-fn attrs(node: &crate::ir::Node, rank: usize) -> Result<(usize, bool, bool)> {
-    let axis = normalize_axis(node.attr_int("axis", 0)?, rank)?;
-    let keepdims = node.attr_int("keepdims", 1)? != 0;
-    let last = node.attr_int("select_last_index", 0)? != 0;
-    Ok((axis, keepdims, last))
+/// The attributes of an `ArgMax` or `ArgMin` node: `axis`, `keepdims` and `select_last_index`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ArgAttrs {
+    axis: Axis<0>,
+    keepdims: bool,
+    last: bool,
+}
+
+impl Attributes for ArgAttrs {
+    fn parse(node: &crate::ir::Node, opset: i64) -> Result<ArgAttrs> {
+        Ok(ArgAttrs {
+            axis: Axis::parse(node, opset)?,
+            keepdims: node.attr_int("keepdims", 1)? != 0,
+            last: node.attr_int("select_last_index", 0)? != 0,
+        })
+    }
+}
+
+impl ArgAttrs {
+    /// The axis (normalized for `rank`), keepdims and select_last_index.
+    fn at_rank(&self, rank: usize) -> Result<(usize, bool, bool)> {
+        Ok((self.axis.of_rank(rank)?, self.keepdims, self.last))
+    }
 }
 
 /// The output shape: `shape` with `axis` kept as 1 or removed.
@@ -43,7 +61,7 @@ fn replaces<W: Arith>(c: W, b: W, maximum: bool, last: bool) -> bool {
 
 /// The index of the largest (`maximum`) or smallest element of each row along the node's axis.
 fn arg<T: Num>(ctx: &EvalCtx<'_>, x: &Tensor, maximum: bool) -> Result<Tensor> {
-    let (axis, keepdims, last) = attrs(ctx.node, x.rank())?;
+    let (axis, keepdims, last) = ctx.attrs::<ArgAttrs>()?.at_rank(x.rank())?;
     let (outer, size, inner) = split_at_axis(x.shape(), axis);
     if size == 0 {
         return Err(ctx.error(format!("axis {axis} is empty")));
@@ -132,7 +150,7 @@ pub(super) fn eval_argmin(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
 pub(super) fn infer_arg(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let shape = match ctx.input(0).and_then(|t| t.shape.as_ref()) {
         Some(s) => {
-            let (axis, keepdims, _) = attrs(ctx.node, s.rank())?;
+            let (axis, keepdims, _) = ctx.attrs::<ArgAttrs>()?.at_rank(s.rank())?;
             Some(Shape::new(reduced(&s.dims, axis, keepdims, Dim::Known(1))))
         }
         None => None,

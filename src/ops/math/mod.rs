@@ -10,6 +10,7 @@
 //! Not registered: the opset 1-6 forms of the binary operators (`broadcast`/`axis` attributes),
 //! which predate multidirectional broadcasting.
 
+use super::attrs::Alpha1;
 use super::{prepare, OpDef};
 
 mod argmax;
@@ -89,13 +90,26 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_in_place(unary::hard_swish_in_place),
     OpDef::new("LeakyRelu", 1, 1..=1, 1..=1, unary::eval_leaky_relu)
         .with_infer(infer_like_input)
-        .with_in_place(unary::leaky_relu_in_place),
-    OpDef::new("Swish", 24, 1..=1, 1..=1, unary::eval_swish).with_infer(infer_like_input),
-    OpDef::new("Shrink", 9, 1..=1, 1..=1, unary::eval_shrink).with_infer(infer_like_input),
-    OpDef::new("SwiGLU", 28, 2..=2, 1..=1, unary::eval_swiglu).with_infer(infer_like_input),
-    OpDef::new("Elu", 1, 1..=1, 1..=1, unary::eval_elu).with_infer(infer_like_input),
-    OpDef::new("Selu", 1, 1..=1, 1..=1, unary::eval_selu).with_infer(infer_like_input),
-    OpDef::new("Celu", 12, 1..=1, 1..=1, unary::eval_celu).with_infer(infer_like_input),
+        .with_in_place(unary::leaky_relu_in_place)
+        .with_prepare(prepare::<unary::LeakyAlpha>),
+    OpDef::new("Swish", 24, 1..=1, 1..=1, unary::eval_swish)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<Alpha1>),
+    OpDef::new("Shrink", 9, 1..=1, 1..=1, unary::eval_shrink)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<unary::ShrinkAttrs>),
+    OpDef::new("SwiGLU", 28, 2..=2, 1..=1, unary::eval_swiglu)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<Alpha1>),
+    OpDef::new("Elu", 1, 1..=1, 1..=1, unary::eval_elu)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<Alpha1>),
+    OpDef::new("Selu", 1, 1..=1, 1..=1, unary::eval_selu)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<unary::SeluAttrs>),
+    OpDef::new("Celu", 12, 1..=1, 1..=1, unary::eval_celu)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<Alpha1>),
     OpDef::new(
         "ThresholdedRelu",
         10,
@@ -103,10 +117,14 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         unary::eval_thresholded_relu,
     )
-    .with_infer(infer_like_input),
+    .with_infer(infer_like_input)
+    .with_prepare(prepare::<Alpha1>),
     OpDef::new("HardSigmoid", 1, 1..=1, 1..=1, unary::eval_hard_sigmoid)
-        .with_infer(infer_like_input),
-    OpDef::new("Gelu", 20, 1..=1, 1..=1, unary::eval_gelu).with_infer(infer_like_input),
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<unary::HardSigmoidAttrs>),
+    OpDef::new("Gelu", 20, 1..=1, 1..=1, unary::eval_gelu)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<unary::GeluTanh>),
     // Unary, every numeric type.
     OpDef::new("Abs", 1, 1..=1, 1..=1, eval_num_unary::<unary::Abs>)
         .with_infer(infer_like_input)
@@ -123,7 +141,9 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("BitwiseNot", 18, 1..=1, 1..=1, unary::eval_bitwise_not)
         .with_infer(infer_like_input),
     OpDef::new("IsNaN", 9, 1..=1, 1..=1, unary::eval_is_nan).with_infer(infer_like_input_bool),
-    OpDef::new("IsInf", 10, 1..=1, 1..=1, unary::eval_is_inf).with_infer(infer_like_input_bool),
+    OpDef::new("IsInf", 10, 1..=1, 1..=1, unary::eval_is_inf)
+        .with_infer(infer_like_input_bool)
+        .with_prepare(prepare::<unary::DetectInf>),
     // Binary arithmetic.
     OpDef::new("Add", 7, 2..=2, 1..=1, eval_arith::<binary::Add>)
         .with_infer(infer_broadcast)
@@ -194,6 +214,7 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Where", 9, 3..=3, 1..=1, variadic::eval_where).with_infer(variadic::infer_where),
     OpDef::new("Clip", 1, 1..=1, 1..=1, variadic::eval_clip_attrs)
         .with_infer(infer_like_input)
+        .with_prepare(prepare::<variadic::ClipBounds>)
         .until(10),
     OpDef::new("Clip", 11, 1..=3, 1..=1, variadic::eval_clip).with_infer(infer_like_input),
     // Casts.
@@ -206,34 +227,56 @@ pub(super) const DEFS: &[OpDef] = &[
     // Reductions: `axes` is an attribute, then an input.
     OpDef::new("ReduceSum", 1, 1..=1, 1..=1, reduce::eval_reduce_sum)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(12),
-    OpDef::new("ReduceSum", 13, 1..=2, 1..=1, reduce::eval_reduce_sum).with_infer(infer_reduce),
+    OpDef::new("ReduceSum", 13, 1..=2, 1..=1, reduce::eval_reduce_sum)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceMean", 1, 1..=1, 1..=1, reduce::eval_reduce_mean)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceMean", 18, 1..=2, 1..=1, reduce::eval_reduce_mean).with_infer(infer_reduce),
+    OpDef::new("ReduceMean", 18, 1..=2, 1..=1, reduce::eval_reduce_mean)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceMax", 1, 1..=1, 1..=1, reduce::eval_reduce_max)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceMax", 18, 1..=2, 1..=1, reduce::eval_reduce_max).with_infer(infer_reduce),
+    OpDef::new("ReduceMax", 18, 1..=2, 1..=1, reduce::eval_reduce_max)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceMin", 1, 1..=1, 1..=1, reduce::eval_reduce_min)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceMin", 18, 1..=2, 1..=1, reduce::eval_reduce_min).with_infer(infer_reduce),
+    OpDef::new("ReduceMin", 18, 1..=2, 1..=1, reduce::eval_reduce_min)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceProd", 1, 1..=1, 1..=1, reduce::eval_reduce_prod)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceProd", 18, 1..=2, 1..=1, reduce::eval_reduce_prod).with_infer(infer_reduce),
+    OpDef::new("ReduceProd", 18, 1..=2, 1..=1, reduce::eval_reduce_prod)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceL1", 1, 1..=1, 1..=1, reduce::eval_reduce_l1)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceL1", 18, 1..=2, 1..=1, reduce::eval_reduce_l1).with_infer(infer_reduce),
+    OpDef::new("ReduceL1", 18, 1..=2, 1..=1, reduce::eval_reduce_l1)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceL2", 1, 1..=1, 1..=1, reduce::eval_reduce_l2)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
-    OpDef::new("ReduceL2", 18, 1..=2, 1..=1, reduce::eval_reduce_l2).with_infer(infer_reduce),
+    OpDef::new("ReduceL2", 18, 1..=2, 1..=1, reduce::eval_reduce_l2)
+        .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new("ReduceLogSum", 1, 1..=1, 1..=1, reduce::eval_reduce_log_sum)
         .with_infer(infer_reduce)
+        .with_prepare(prepare::<reduce::ReduceAttrs>)
         .until(17),
     OpDef::new(
         "ReduceLogSum",
@@ -242,7 +285,8 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         reduce::eval_reduce_log_sum,
     )
-    .with_infer(infer_reduce),
+    .with_infer(infer_reduce)
+    .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new(
         "ReduceLogSumExp",
         1,
@@ -251,6 +295,7 @@ pub(super) const DEFS: &[OpDef] = &[
         reduce::eval_reduce_log_sum_exp,
     )
     .with_infer(infer_reduce)
+    .with_prepare(prepare::<reduce::ReduceAttrs>)
     .until(17),
     OpDef::new(
         "ReduceLogSumExp",
@@ -259,7 +304,8 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         reduce::eval_reduce_log_sum_exp,
     )
-    .with_infer(infer_reduce),
+    .with_infer(infer_reduce)
+    .with_prepare(prepare::<reduce::ReduceAttrs>),
     OpDef::new(
         "ReduceSumSquare",
         1,
@@ -268,6 +314,7 @@ pub(super) const DEFS: &[OpDef] = &[
         reduce::eval_reduce_sum_square,
     )
     .with_infer(infer_reduce)
+    .with_prepare(prepare::<reduce::ReduceAttrs>)
     .until(17),
     OpDef::new(
         "ReduceSumSquare",
@@ -276,14 +323,24 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         reduce::eval_reduce_sum_square,
     )
-    .with_infer(infer_reduce),
+    .with_infer(infer_reduce)
+    .with_prepare(prepare::<reduce::ReduceAttrs>),
     // Along one axis.
-    OpDef::new("ArgMax", 1, 1..=1, 1..=1, argmax::eval_argmax).with_infer(argmax::infer_arg),
-    OpDef::new("ArgMin", 1, 1..=1, 1..=1, argmax::eval_argmin).with_infer(argmax::infer_arg),
-    OpDef::new("Softmax", 1, 1..=1, 1..=1, softmax::eval_softmax).with_infer(infer_like_input),
+    OpDef::new("ArgMax", 1, 1..=1, 1..=1, argmax::eval_argmax)
+        .with_infer(argmax::infer_arg)
+        .with_prepare(prepare::<argmax::ArgAttrs>),
+    OpDef::new("ArgMin", 1, 1..=1, 1..=1, argmax::eval_argmin)
+        .with_infer(argmax::infer_arg)
+        .with_prepare(prepare::<argmax::ArgAttrs>),
+    OpDef::new("Softmax", 1, 1..=1, 1..=1, softmax::eval_softmax)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<softmax::SoftmaxAxis>),
     OpDef::new("LogSoftmax", 1, 1..=1, 1..=1, softmax::eval_log_softmax)
-        .with_infer(infer_like_input),
-    OpDef::new("Hardmax", 1, 1..=1, 1..=1, softmax::eval_hardmax).with_infer(infer_like_input),
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<softmax::SoftmaxAxis>),
+    OpDef::new("Hardmax", 1, 1..=1, 1..=1, softmax::eval_hardmax)
+        .with_infer(infer_like_input)
+        .with_prepare(prepare::<softmax::SoftmaxAxis>),
     OpDef::new("CumSum", 11, 2..=2, 1..=1, cumsum::eval_cumsum).with_infer(infer_like_input),
     OpDef::new("CumProd", 26, 2..=2, 1..=1, cumsum::eval_cumprod).with_infer(infer_like_input),
     OpDef::new("TopK", 1, 1..=1, 2..=2, topk::eval_topk)

@@ -19,7 +19,7 @@ use crate::error::Result;
 use crate::ir::{Dim, Shape, TensorType};
 use crate::ops::num::{real_values, Arith, Float};
 use crate::ops::util::{broadcast_offsets, normalize_axis, optional, required, tensor, to_i64s};
-use crate::ops::{EvalCtx, InferCtx};
+use crate::ops::{Attributes, EvalCtx, InferCtx};
 use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 use crate::DataType;
@@ -50,9 +50,36 @@ struct Plan {
     count: usize,
 }
 
+/// The attributes of a reduction: `axes` (read only when the node has no axes input),
+/// `keepdims` and `noop_with_empty_axes`.
+#[derive(Clone, Debug)]
+pub(super) struct ReduceAttrs {
+    axes: Option<Vec<i64>>,
+    keepdims: bool,
+    noop: bool,
+}
+
+impl Attributes for ReduceAttrs {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<ReduceAttrs> {
+        let axes = match has_axes_input(node) {
+            true => None,
+            false => node.attr_ints("axes")?.map(<[i64]>::to_vec),
+        };
+        Ok(ReduceAttrs {
+            axes,
+            keepdims: node.attr_int("keepdims", 1)? != 0,
+            noop: node.attr_int("noop_with_empty_axes", 0)? != 0,
+        })
+    }
+}
+
+/// Whether a node names its axes as input 1.
+fn has_axes_input(node: &crate::ir::Node) -> bool {
+    node.inputs.get(1).is_some_and(|n| !n.is_empty())
+}
+
 /// The axes a node reduces over (normalized, sorted, distinct), given the input rank.
-fn reduced_axes(node: &crate::ir::Node, axes: Option<Vec<i64>>, rank: usize) -> Result<Vec<usize>> {
-    let noop = node.attr_int("noop_with_empty_axes", 0)? != 0;
+fn reduced_axes(noop: bool, axes: Option<Vec<i64>>, rank: usize) -> Result<Vec<usize>> {
     let axes = axes.unwrap_or_default();
     if axes.is_empty() {
         return Ok(if noop {
@@ -72,17 +99,15 @@ fn reduced_axes(node: &crate::ir::Node, axes: Option<Vec<i64>>, rank: usize) -> 
     Ok(out)
 }
 
-/// The axes of a node: input 1 when present, else the `axes` attribute.
-fn node_axes(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Option<Vec<i64>>> {
-    match optional(inputs, 1) {
-        Some(t) => Ok(Some(to_i64s(t)?)),
-        None => Ok(ctx.node.attr_ints("axes")?.map(<[i64]>::to_vec)),
-    }
-}
-
 fn plan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], shape: &[usize]) -> Result<Plan> {
-    let axes = reduced_axes(ctx.node, node_axes(ctx, inputs)?, shape.len())?;
-    let keepdims = ctx.node.attr_int("keepdims", 1)? != 0;
+    let attrs = ctx.attrs::<ReduceAttrs>()?;
+    // Input 1 when present, else the `axes` attribute.
+    let axes = match optional(inputs, 1) {
+        Some(t) => Some(to_i64s(t)?),
+        None => attrs.axes.clone(),
+    };
+    let axes = reduced_axes(attrs.noop, axes, shape.len())?;
+    let keepdims = attrs.keepdims;
     let kept: Vec<usize> = (0..shape.len())
         .map(|j| if axes.contains(&j) { 1 } else { shape[j] })
         .collect();
@@ -246,12 +271,13 @@ reduce_kernels! {
 /// input rank and the axes (attribute, constant input, or none) are known.
 pub(super) fn infer_reduce(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let input = ctx.input(0).cloned().unwrap_or_default();
-    let axes = match ctx.node.inputs.get(1).filter(|n| !n.is_empty()) {
-        Some(_) => match ctx.constant(1) {
+    let attrs = ctx.attrs::<ReduceAttrs>()?;
+    let keepdims = attrs.keepdims;
+    let axes = match has_axes_input(ctx.node) {
+        true => match ctx.constant(1) {
             Some(t) => Some(to_i64s(t)?),
             // Unknown axes: with keepdims only the rank is known.
             None => {
-                let keepdims = ctx.node.attr_int("keepdims", 1)? != 0;
                 let shape = input
                     .shape
                     .filter(|_| keepdims)
@@ -262,12 +288,11 @@ pub(super) fn infer_reduce(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
                 }]);
             }
         },
-        None => ctx.node.attr_ints("axes")?.map(<[i64]>::to_vec),
+        false => attrs.axes.clone(),
     };
     let shape = match &input.shape {
         Some(s) => {
-            let axes = reduced_axes(ctx.node, axes, s.rank())?;
-            let keepdims = ctx.node.attr_int("keepdims", 1)? != 0;
+            let axes = reduced_axes(attrs.noop, axes, s.rank())?;
             let dims = s
                 .dims
                 .iter()

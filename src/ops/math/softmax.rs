@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::ops::num::{Float, Num};
 use crate::ops::util::{normalize_axis, required, tensor};
 use crate::ops::vector;
-use crate::ops::EvalCtx;
+use crate::ops::{Attributes, EvalCtx};
 use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 use crate::DataType;
@@ -26,10 +26,21 @@ enum Kind {
     Hardmax,
 }
 
+/// The `axis` of a softmax-like node: 1 when absent up to opset 12, -1 from 13.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SoftmaxAxis(i64);
+
+impl Attributes for SoftmaxAxis {
+    fn parse(node: &crate::ir::Node, opset: i64) -> Result<SoftmaxAxis> {
+        let default = if opset < 13 { 1 } else { -1 };
+        Ok(SoftmaxAxis(node.attr_int("axis", default)?))
+    }
+}
+
 /// The rows of a node's input: `(outer, size, inner)` as in [`split_at_axis`].
 fn rows(ctx: &EvalCtx<'_>, shape: &[usize]) -> Result<(usize, usize, usize)> {
+    let SoftmaxAxis(axis) = *ctx.attrs::<SoftmaxAxis>()?;
     if ctx.opset < 13 {
-        let axis = ctx.node.attr_int("axis", 1)?;
         // The coerced axis may equal the rank: one row per element.
         let rank = shape.len() as i64;
         let a = if axis < 0 { axis + rank } else { axis };
@@ -40,7 +51,7 @@ fn rows(ctx: &EvalCtx<'_>, shape: &[usize]) -> Result<(usize, usize, usize)> {
         let outer = shape[..axis].iter().product();
         Ok((outer, shape[axis..].iter().product(), 1))
     } else {
-        let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, shape.len())?;
+        let axis = normalize_axis(axis, shape.len())?;
         Ok(split_at_axis(shape, axis))
     }
 }

@@ -8,10 +8,11 @@
 //! about 1e-15 (Rust's standard library has no `erf`).
 
 use crate::error::Result;
+use crate::ops::attrs::{Alpha, Alpha1};
 use crate::ops::num::{dispatch_num, Arith, Float, Num};
 use crate::ops::util::{required, tensor, tensor_from_iter};
 use crate::ops::vector;
-use crate::ops::EvalCtx;
+use crate::ops::{Attributes, EvalCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -99,6 +100,25 @@ fn hard_swish_f32(x: f32) -> f32 {
     x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)
 }
 
+/// `LeakyRelu`'s `alpha`, 0.01 when absent.
+pub(super) type LeakyAlpha = Alpha<{ 0.01f32.to_bits() }>;
+
+/// The `alpha` (0.2) and `beta` (0.5) attributes of a `HardSigmoid` node.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct HardSigmoidAttrs {
+    alpha: f32,
+    beta: f32,
+}
+
+impl Attributes for HardSigmoidAttrs {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<HardSigmoidAttrs> {
+        Ok(HardSigmoidAttrs {
+            alpha: node.attr_float("alpha", 0.2)?,
+            beta: node.attr_float("beta", 0.5)?,
+        })
+    }
+}
+
 /// `HardSigmoid` on `float`, evaluated in `f64` and rounded once as its kernel does.
 fn hard_sigmoid_f32(alpha: f32, beta: f32) -> impl Fn(f32) -> f32 + Sync + Send + Copy {
     let (alpha, beta) = (f64::from(alpha), f64::from(beta));
@@ -149,13 +169,13 @@ impl Activation {
         }
         Some(match node.op_type.as_str() {
             "Relu" => Activation::Relu,
-            "LeakyRelu" => Activation::LeakyRelu(node.attr_float("alpha", 0.01).ok()?),
+            "LeakyRelu" => Activation::LeakyRelu(LeakyAlpha::parse(node, 0).ok()?.0),
             "Sigmoid" => Activation::Sigmoid,
             "Tanh" => Activation::Tanh,
-            "HardSigmoid" => Activation::HardSigmoid(
-                node.attr_float("alpha", 0.2).ok()?,
-                node.attr_float("beta", 0.5).ok()?,
-            ),
+            "HardSigmoid" => {
+                let HardSigmoidAttrs { alpha, beta } = HardSigmoidAttrs::parse(node, 0).ok()?;
+                Activation::HardSigmoid(alpha, beta)
+            }
             "HardSwish" => Activation::HardSwish,
             _ => return None,
         })
@@ -283,7 +303,7 @@ pub(super) fn eval_leaky_relu(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let a = ctx.node.attr_float("alpha", 0.01)?;
+    let a = ctx.attrs::<LeakyAlpha>()?.0;
     let alpha = f64::from(a);
     unary_fast(
         ctx,
@@ -302,11 +322,11 @@ pub(super) fn leaky_relu_in_place(
     x: Tensor,
     _: &[Option<&Tensor>],
 ) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
-    in_place_f32(x, leaky_relu_f32(ctx.node.attr_float("alpha", 0.01)?))
+    in_place_f32(x, leaky_relu_f32(ctx.attrs::<LeakyAlpha>()?.0))
 }
 
 pub(super) fn eval_swish(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let a = ctx.node.attr_float("alpha", 1.0)?;
+    let a = ctx.attrs::<Alpha1>()?.0;
     let alpha = f64::from(a);
     unary_fast(
         ctx,
@@ -328,7 +348,7 @@ pub(super) fn eval_swiglu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
             b.shape()
         )));
     }
-    let alpha = f64::from(ctx.node.attr_float("alpha", 1.0)?);
+    let alpha = f64::from(ctx.attrs::<Alpha1>()?.0);
     crate::ops::num::dispatch_float!(a.dtype(), T => {
         let (av, bv) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
         let v = av.iter().zip(bv).map(|(&x, &y)| {
@@ -339,9 +359,25 @@ pub(super) fn eval_swiglu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     }, _ => Err(bad_type(ctx, a.dtype())))
 }
 
+/// The `bias` (0) and `lambd` (0.5) attributes of a `Shrink` node.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ShrinkAttrs {
+    bias: f32,
+    lambd: f32,
+}
+
+impl Attributes for ShrinkAttrs {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<ShrinkAttrs> {
+        Ok(ShrinkAttrs {
+            bias: node.attr_float("bias", 0.0)?,
+            lambd: node.attr_float("lambd", 0.5)?,
+        })
+    }
+}
+
 pub(super) fn eval_shrink(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let bias = f64::from(ctx.node.attr_float("bias", 0.0)?);
-    let lambd = f64::from(ctx.node.attr_float("lambd", 0.5)?);
+    let ShrinkAttrs { bias, lambd } = *ctx.attrs::<ShrinkAttrs>()?;
+    let (bias, lambd) = (f64::from(bias), f64::from(lambd));
     unary_float(ctx, inputs, |x| {
         if x < -lambd {
             x + bias
@@ -354,7 +390,7 @@ pub(super) fn eval_shrink(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
 }
 
 pub(super) fn eval_elu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let alpha = f64::from(ctx.node.attr_float("alpha", 1.0)?);
+    let alpha = f64::from(ctx.attrs::<Alpha1>()?.0);
     unary_float(
         ctx,
         inputs,
@@ -368,9 +404,25 @@ pub(super) fn eval_elu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
     )
 }
 
+/// The `alpha` and `gamma` attributes of a `Selu` node.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SeluAttrs {
+    alpha: f32,
+    gamma: f32,
+}
+
+impl Attributes for SeluAttrs {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<SeluAttrs> {
+        Ok(SeluAttrs {
+            alpha: node.attr_float("alpha", 1.673_263_2)?,
+            gamma: node.attr_float("gamma", 1.050_701)?,
+        })
+    }
+}
+
 pub(super) fn eval_selu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let alpha = f64::from(ctx.node.attr_float("alpha", 1.673_263_2)?);
-    let gamma = f64::from(ctx.node.attr_float("gamma", 1.050_701)?);
+    let SeluAttrs { alpha, gamma } = *ctx.attrs::<SeluAttrs>()?;
+    let (alpha, gamma) = (f64::from(alpha), f64::from(gamma));
     unary_float(ctx, inputs, |x| {
         if x > 0.0 {
             gamma * x
@@ -381,7 +433,7 @@ pub(super) fn eval_selu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
 }
 
 pub(super) fn eval_celu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let alpha = f64::from(ctx.node.attr_float("alpha", 1.0)?);
+    let alpha = f64::from(ctx.attrs::<Alpha1>()?.0);
     if alpha == 0.0 {
         return Err(ctx.error("alpha must not be 0"));
     }
@@ -394,7 +446,7 @@ pub(super) fn eval_thresholded_relu(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let alpha = f64::from(ctx.node.attr_float("alpha", 1.0)?);
+    let alpha = f64::from(ctx.attrs::<Alpha1>()?.0);
     unary_float(ctx, inputs, |x| if x > alpha { x } else { 0.0 })
 }
 
@@ -402,10 +454,7 @@ pub(super) fn eval_hard_sigmoid(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
-    let (a, b) = (
-        ctx.node.attr_float("alpha", 0.2)?,
-        ctx.node.attr_float("beta", 0.5)?,
-    );
+    let HardSigmoidAttrs { alpha: a, beta: b } = *ctx.attrs::<HardSigmoidAttrs>()?;
     let (alpha, beta) = (f64::from(a), f64::from(b));
     unary_fast(
         ctx,
@@ -415,15 +464,31 @@ pub(super) fn eval_hard_sigmoid(
     )
 }
 
+/// The `approximate` attribute of a `Gelu` node: whether it is `tanh` (else `none`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GeluTanh(bool);
+
+impl Attributes for GeluTanh {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<GeluTanh> {
+        match node.attr_string("approximate")?.unwrap_or("none") {
+            "none" => Ok(GeluTanh(false)),
+            "tanh" => Ok(GeluTanh(true)),
+            other => Err(crate::Error::Eval(format!(
+                "approximate must be 'none' or 'tanh', found '{other}'"
+            ))),
+        }
+    }
+}
+
 pub(super) fn eval_gelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    match ctx.node.attr_string("approximate")?.unwrap_or("none") {
-        "none" => unary_fast(
+    match ctx.attrs::<GeluTanh>()?.0 {
+        false => unary_fast(
             ctx,
             inputs,
             |x| 0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2)),
             vector::gelu,
         ),
-        "tanh" => {
+        true => {
             let k = (2.0 / std::f64::consts::PI).sqrt();
             unary_fast(
                 ctx,
@@ -432,9 +497,6 @@ pub(super) fn eval_gelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
                 vector::gelu_tanh,
             )
         }
-        other => Err(ctx.error(format!(
-            "approximate must be 'none' or 'tanh', found '{other}'"
-        ))),
     }
 }
 
@@ -547,9 +609,24 @@ pub(super) fn eval_is_nan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     float_predicate(ctx, inputs, f64::is_nan)
 }
 
+/// The `detect_positive` and `detect_negative` attributes of an `IsInf` node.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DetectInf {
+    positive: bool,
+    negative: bool,
+}
+
+impl Attributes for DetectInf {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<DetectInf> {
+        Ok(DetectInf {
+            positive: node.attr_int("detect_positive", 1)? != 0,
+            negative: node.attr_int("detect_negative", 1)? != 0,
+        })
+    }
+}
+
 pub(super) fn eval_is_inf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let positive = ctx.node.attr_int("detect_positive", 1)? != 0;
-    let negative = ctx.node.attr_int("detect_negative", 1)? != 0;
+    let DetectInf { positive, negative } = *ctx.attrs::<DetectInf>()?;
     float_predicate(ctx, inputs, |x| {
         x.is_infinite() && if x > 0.0 { positive } else { negative }
     })

@@ -10,7 +10,7 @@
 use crate::error::Result;
 use crate::ir::TensorType;
 use crate::ops::util::{broadcast_binary, broadcast_offsets, broadcast_shapes, optional, required};
-use crate::ops::{EvalCtx, InferCtx};
+use crate::ops::{Attributes, EvalCtx, InferCtx};
 use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 use crate::DataType;
@@ -143,14 +143,30 @@ fn clip<A: Arith>(x: A, lo: A, hi: A) -> A {
     }
 }
 
+/// The `min` and `max` attributes of a `Clip` node up to opset 10 (infinite when absent).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ClipBounds {
+    min: f32,
+    max: f32,
+}
+
+impl Attributes for ClipBounds {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<ClipBounds> {
+        Ok(ClipBounds {
+            min: node.attr_float("min", f32::NEG_INFINITY)?,
+            max: node.attr_float("max", f32::INFINITY)?,
+        })
+    }
+}
+
 /// `Clip` up to opset 10: bounds from the `min` and `max` attributes.
 pub(super) fn eval_clip_attrs(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    let lo = f64::from(ctx.node.attr_float("min", f32::NEG_INFINITY)?);
-    let hi = f64::from(ctx.node.attr_float("max", f32::INFINITY)?);
+    let ClipBounds { min, max } = *ctx.attrs::<ClipBounds>()?;
+    let (lo, hi) = (f64::from(min), f64::from(max));
     crate::ops::num::dispatch_float!(x.dtype(), T => {
         let (lo, hi) = (Arith::from_real(lo), Arith::from_real(hi));
         Ok(vec![map_num::<T>(x, |v| clip(v, lo, hi))?])

@@ -93,20 +93,36 @@ fn checked_group(ctx: &EvalCtx<'_>, x: &[usize], w: &[usize], group: i64) -> Res
         .ok_or_else(|| ctx.error("group must be positive"))
 }
 
-/// The attributes of a `Conv`-like node: `group` and the window, parsed once per plan.
+/// The attributes of a `Conv`-like node: `group`, the window and, for `FusedConv`, its
+/// activation, parsed once per plan.
 #[derive(Clone, Debug)]
 pub(super) struct ConvAttrs {
     group: i64,
     window: WindowAttrs,
+    activation: Option<Activation>,
 }
 
 impl Attributes for ConvAttrs {
     fn parse(node: &crate::ir::Node, _opset: i64) -> Result<ConvAttrs> {
+        let activation = match node.op_type.as_str() {
+            "FusedConv" => Some(fused_activation(node)?),
+            _ => None,
+        };
         Ok(ConvAttrs {
             group: node.attr_int("group", 1)?,
             window: WindowAttrs::parse(node)?,
+            activation,
         })
     }
+}
+
+/// `FusedConv`'s `activation` (required) with its `activation_params`.
+fn fused_activation(node: &crate::ir::Node) -> Result<Activation> {
+    let name = node
+        .attr_string("activation")?
+        .ok_or_else(|| Error::Eval("the activation attribute is required".into()))?;
+    let params = node.attr_floats("activation_params")?.unwrap_or(&[]);
+    Activation::named(name, params).map_err(Error::Eval)
 }
 
 impl ConvShape {
@@ -1170,12 +1186,10 @@ pub(super) fn eval_fused_conv(
     if dtype != DataType::Float {
         return Err(unsupported_type("FusedConv", dtype));
     }
-    let name = ctx
-        .node
-        .attr_string("activation")?
-        .ok_or_else(|| ctx.error("the activation attribute is required"))?;
-    let params = ctx.node.attr_floats("activation_params")?.unwrap_or(&[]);
-    let activation = Activation::named(name, params).map_err(|e| ctx.error(e))?;
+    let activation = match ctx.attrs::<ConvAttrs>()?.activation {
+        Some(a) => a,
+        None => fused_activation(ctx.node)?,
+    };
     let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
     let (xv, wv) = (x.as_slice::<f32>()?, w.as_slice::<f32>()?);
     let bias = b.map(Tensor::as_slice::<f32>).transpose()?;

@@ -28,7 +28,7 @@ use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 
 use super::super::util::{strides, to_i64s, unsupported_type};
-use super::super::{EvalCtx, InferCtx};
+use super::super::{Attributes, EvalCtx, InferCtx};
 use super::common::{checked_product, input_dims, is_int, store_ints, tensor_type};
 use super::matmul::Plan;
 use crate::ops::num::{dispatch_real, Arith, Real};
@@ -76,26 +76,67 @@ fn parse_term(term: &str) -> Result<(Vec<usize>, Option<usize>)> {
     Ok((letters, ellipsis))
 }
 
-impl Equation {
-    /// Parses `equation` for operands of the given ranks.
-    fn parse(equation: &str, ranks: &[usize]) -> Result<Equation> {
+/// The error of an equation with `terms` terms for `inputs` operands.
+fn term_count(equation: &str, terms: usize, inputs: usize) -> Error {
+    Error::Eval(format!(
+        "equation '{equation}' has {terms} terms for {inputs} inputs"
+    ))
+}
+
+/// The `equation` of an `Einsum` node as written: each term's letters and where its ellipsis
+/// sits, parsed once, for [`Terms::expand`] to fit to the operands' ranks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Terms {
+    /// The equation's text, for messages.
+    text: String,
+    /// Each operand's term.
+    inputs: Vec<(Vec<usize>, Option<usize>)>,
+    /// The output term as written after `->` (its text and its parse); `None`: implicit.
+    output: Option<(String, Vec<usize>, Option<usize>)>,
+}
+
+impl Attributes for Terms {
+    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<Terms> {
+        let equation = node
+            .attr_string("equation")?
+            .ok_or_else(|| Error::Eval("attribute 'equation' is required".into()))?;
+        Terms::read(equation, node.inputs.len())
+    }
+}
+
+impl Terms {
+    /// Parses `equation` for `operands` operands.
+    fn read(equation: &str, operands: usize) -> Result<Terms> {
         let eq: String = equation.chars().filter(|&c| c != ' ').collect();
         let (lhs, rhs) = match eq.split_once("->") {
             Some((l, r)) => (l, Some(r)),
             None => (eq.as_str(), None),
         };
         let terms: Vec<&str> = lhs.split(',').collect();
-        if terms.len() != ranks.len() {
-            return Err(Error::Eval(format!(
-                "equation '{equation}' has {} terms for {} inputs",
-                terms.len(),
-                ranks.len()
-            )));
+        if terms.len() != operands {
+            return Err(term_count(equation, terms.len(), operands));
         }
-        let parsed = terms
+        let inputs = terms
             .iter()
             .map(|t| parse_term(t))
             .collect::<Result<Vec<_>>>()?;
+        let output = rhs
+            .map(|r| parse_term(r).map(|(letters, ell)| (r.to_string(), letters, ell)))
+            .transpose()?;
+        Ok(Terms {
+            text: equation.to_string(),
+            inputs,
+            output,
+        })
+    }
+
+    /// The equation for operands of the given ranks (as many as the terms), every ellipsis
+    /// expanded into labels.
+    fn expand(&self, ranks: &[usize]) -> Result<Equation> {
+        let (equation, parsed) = (&self.text, &self.inputs);
+        if parsed.len() != ranks.len() {
+            return Err(term_count(equation, parsed.len(), ranks.len()));
+        }
         let mut ell_rank = 0;
         for ((letters, ell), &rank) in parsed.iter().zip(ranks) {
             let e = rank
@@ -125,10 +166,9 @@ impl Equation {
             .zip(ranks)
             .map(|((l, ell), &r)| expand(l, *ell, r - l.len()))
             .collect();
-        let output = match rhs {
-            Some(r) => {
-                let (letters, ell) = parse_term(r)?;
-                let out = expand(&letters, ell, ell_rank);
+        let output = match &self.output {
+            Some((r, letters, ell)) => {
+                let out = expand(letters, *ell, ell_rank);
                 for (i, l) in out.iter().enumerate() {
                     if out[..i].contains(l) || !inputs.iter().any(|t| t.contains(l)) {
                         return Err(Error::Eval(format!(
@@ -149,6 +189,14 @@ impl Equation {
             }
         };
         Ok(Equation { inputs, output })
+    }
+}
+
+impl Equation {
+    /// Parses `equation` for operands of the given ranks.
+    #[cfg(test)]
+    fn parse(equation: &str, ranks: &[usize]) -> Result<Equation> {
+        Terms::read(equation, ranks.len())?.expand(ranks)
     }
 
     /// Every label, output labels first.
@@ -473,13 +521,10 @@ pub(super) fn eval_einsum(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     if ops.iter().any(|t| t.dtype() != dtype) {
         return Err(ctx.error("every input must have one element type"));
     }
-    let equation = ctx
-        .node
-        .attr_string("equation")?
-        .ok_or_else(|| ctx.error("attribute 'equation' is required"))?;
+    let terms = ctx.attrs::<Terms>()?;
     let shapes: Vec<&[usize]> = ops.iter().map(|t| t.shape()).collect();
     let ranks: Vec<usize> = shapes.iter().map(|s| s.len()).collect();
-    let eq = Equation::parse(equation, &ranks)?;
+    let eq = terms.expand(&ranks)?;
     let y = dispatch_real!(dtype, R => {
         let loaded = ops.iter().map(|t| R::load(t)).collect::<Result<Vec<_>>>()?;
         let views: Vec<&[R]> = loaded.iter().map(|v| &**v).collect();
@@ -507,10 +552,15 @@ pub(super) fn infer_einsum(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let dims: Option<Vec<&[Dim]>> = (0..ctx.node.inputs.len())
         .map(|i| input_dims(ctx, i))
         .collect();
-    let out = match (dims, ctx.node.attr_string("equation")?) {
-        (Some(dims), Some(equation)) => {
+    // Without an equation only the element type is known (the plan refuses the node).
+    let terms = match ctx.node.attr("equation") {
+        Some(_) => Some(ctx.attrs::<Terms>()?),
+        None => None,
+    };
+    let out = match (dims, terms) {
+        (Some(dims), Some(terms)) => {
             let ranks: Vec<usize> = dims.iter().map(|d| d.len()).collect();
-            let eq = Equation::parse(equation, &ranks)?;
+            let eq = terms.expand(&ranks)?;
             // A label's dim: the first that is not a known 1, else 1.
             let dim_of = |l: usize| -> Dim {
                 let mut found = Dim::Known(1);
@@ -614,5 +664,46 @@ mod tests {
         assert_eq!(y.as_slice::<i32>().unwrap(), &[14]);
         let err = einsum("ij,jk", &[&a, &b]).unwrap_err();
         assert!(err.to_string().contains("rank 3"), "{err}");
+    }
+
+    #[test]
+    fn one_parsed_equation_serves_operands_of_every_rank() {
+        use crate::ops::{prepare, EvalCtx, NoSubgraphs};
+        // The plan parses "...ij,...jk->...ik" once; each run expands its ellipsis for the
+        // ranks it is given. The node itself says something else, which a prepared state hides.
+        let node = |eq: &str| {
+            Node::new("Einsum", "e", ["a", "b"], ["y"])
+                .with_attr("equation", AttrValue::String(eq.as_bytes().to_vec()))
+        };
+        let prepared = prepare::<Terms>(&node("...ij,...jk->...ik"), 12).unwrap();
+        let written = node("ij,jk->ki");
+        let ctx = EvalCtx {
+            node: &written,
+            opset: 12,
+            runner: &NoSubgraphs,
+            prepared: Some(&*prepared),
+        };
+        let a = f32s(&[1, 2], vec![1.0, 2.0]);
+        let b = f32s(&[2, 1], vec![10.0, 100.0]);
+        let y = eval_einsum(&ctx, &[Some(&a), Some(&b)]).unwrap().remove(0);
+        assert_eq!(y, f32s(&[1, 1], vec![210.0]));
+        let a3 = f32s(&[2, 1, 2], vec![1.0, 2.0, 3.0, 4.0]);
+        let b3 = f32s(&[1, 2, 1], vec![10.0, 100.0]);
+        let y = eval_einsum(&ctx, &[Some(&a3), Some(&b3)])
+            .unwrap()
+            .remove(0);
+        assert_eq!(y, f32s(&[2, 1, 1], vec![210.0, 430.0]));
+        // What does not depend on the ranks fails when prepared, with the message a run gave.
+        for (eq, want) in [
+            ("ij", "has 1 terms for 2 inputs"),
+            ("i1,j", "'1' in term 'i1' is not a label"),
+            ("......i,j", "two ellipses"),
+        ] {
+            let err = prepare::<Terms>(&node(eq), 12).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+        let bare = Node::new("Einsum", "e", ["a"], ["y"]);
+        let err = prepare::<Terms>(&bare, 12).unwrap_err().to_string();
+        assert!(err.contains("attribute 'equation' is required"), "{err}");
     }
 }

@@ -30,6 +30,7 @@ mod rotary;
 mod unpool;
 mod window;
 
+use super::attrs::{Axes, Epsilon5};
 use super::{prepare, OpDef};
 
 use attention::{eval_attention, eval_flex_attention, infer_attention, infer_flex_attention};
@@ -87,7 +88,9 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_matmul_integer),
     OpDef::new("QLinearMatMul", 10, 8..=8, 1..=1, eval_qlinear_matmul)
         .with_infer(infer_qlinear_matmul),
-    OpDef::new("Einsum", 12, 1..=usize::MAX, 1..=1, eval_einsum).with_infer(infer_einsum),
+    OpDef::new("Einsum", 12, 1..=usize::MAX, 1..=1, eval_einsum)
+        .with_infer(infer_einsum)
+        .with_prepare(prepare::<einsum::Terms>),
     OpDef::new("Gemm", 1, 2..=3, 1..=1, eval_gemm)
         .with_infer(infer_gemm)
         .with_prepare(prepare::<gemm::GemmAttrs>),
@@ -102,8 +105,12 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_infer(infer_conv_transpose),
     OpDef::new("DeformConv", 19, 3..=5, 1..=1, eval_deform_conv).with_infer(infer_deform_conv),
     OpDef::new("RoiAlign", 10, 3..=3, 1..=1, eval_roi_align).with_infer(infer_roi_align),
-    OpDef::new("ConvInteger", 10, 2..=4, 1..=1, eval_conv_integer).with_infer(infer_conv_integer),
-    OpDef::new("QLinearConv", 10, 8..=9, 1..=1, eval_qlinear_conv).with_infer(infer_qlinear_conv),
+    OpDef::new("ConvInteger", 10, 2..=4, 1..=1, eval_conv_integer)
+        .with_infer(infer_conv_integer)
+        .with_prepare(prepare::<conv::ConvAttrs>),
+    OpDef::new("QLinearConv", 10, 8..=9, 1..=1, eval_qlinear_conv)
+        .with_infer(infer_qlinear_conv)
+        .with_prepare(prepare::<conv::ConvAttrs>),
     OpDef::new("MaxPool", 1, 1..=1, 1..=2, eval_max_pool)
         .with_infer(infer_pool)
         .with_prepare(prepare::<pool::PoolAttrs>),
@@ -124,15 +131,21 @@ pub(super) const DEFS: &[OpDef] = &[
     )
     .with_infer(infer_global_pool),
     OpDef::new("GlobalLpPool", 1, 1..=1, 1..=1, eval_global_lp_pool).with_infer(infer_global_pool),
-    OpDef::new("BatchNormalization", 1, 5..=5, 1..=5, eval_batch_norm).with_infer(infer_batch_norm),
+    OpDef::new("BatchNormalization", 1, 5..=5, 1..=5, eval_batch_norm)
+        .with_infer(infer_batch_norm)
+        .with_prepare(prepare::<norm::BatchNormAttrs>),
     OpDef::new("InstanceNormalization", 1, 3..=3, 1..=1, eval_instance_norm)
-        .with_infer(infer_same_as_input),
+        .with_infer(infer_same_as_input)
+        .with_prepare(prepare::<Epsilon5>),
     OpDef::new("LayerNormalization", 17, 2..=3, 1..=3, eval_layer_norm)
-        .with_infer(infer_layer_norm),
+        .with_infer(infer_layer_norm)
+        .with_prepare(prepare::<norm::LayerNormAttrs>),
     OpDef::new("GroupNormalization", 18, 3..=3, 1..=1, eval_group_norm)
-        .with_infer(infer_same_as_input),
+        .with_infer(infer_same_as_input)
+        .with_prepare(prepare::<norm::GroupNormAttrs>),
     OpDef::new("MeanVarianceNormalization", 9, 1..=1, 1..=1, eval_mvn)
-        .with_infer(infer_same_as_input),
+        .with_infer(infer_same_as_input)
+        .with_prepare(prepare::<Axes>),
     OpDef::new("NegativeLogLikelihoodLoss", 12, 2..=3, 1..=1, eval_nll_loss).with_infer(infer_loss),
     OpDef::new(
         "SoftmaxCrossEntropyLoss",
@@ -142,8 +155,12 @@ pub(super) const DEFS: &[OpDef] = &[
         eval_softmax_ce_loss,
     )
     .with_infer(infer_loss),
-    OpDef::new("RMSNormalization", 23, 2..=2, 1..=1, eval_rms_norm).with_infer(infer_same_as_input),
-    OpDef::new("LpNormalization", 1, 1..=1, 1..=1, eval_lp_norm).with_infer(infer_same_as_input),
+    OpDef::new("RMSNormalization", 23, 2..=2, 1..=1, eval_rms_norm)
+        .with_infer(infer_same_as_input)
+        .with_prepare(prepare::<norm::LayerNormAttrs>),
+    OpDef::new("LpNormalization", 1, 1..=1, 1..=1, eval_lp_norm)
+        .with_infer(infer_same_as_input)
+        .with_prepare(prepare::<norm::LpNormAttrs>),
     OpDef::new("Det", 11, 1..=1, 1..=1, eval_det).with_infer(infer_det),
     OpDef::new("LinearAttention", 27, 3..=6, 1..=2, eval_linear_attention)
         .with_infer(infer_linear_attention),

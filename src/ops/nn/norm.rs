@@ -23,10 +23,11 @@ use crate::ir::{Dim, TensorType};
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
+use super::super::attrs::{Axes, Axis, Epsilon5, TrailingNorm};
 use super::super::util::{
     broadcast_offsets, broadcast_shapes, normalize_axis, required, strides, unsupported_type,
 };
-use super::super::{vector, EvalCtx, InferCtx};
+use super::super::{vector, Attributes, EvalCtx, InferCtx};
 use super::common::{input_dims, output, store_f64s, tensor_type};
 use crate::ops::num::{dispatch_real, Arith, Float, Real};
 
@@ -75,6 +76,24 @@ fn affine<R: Real>(x: &[R], a: &[R], b: &[R], inner: usize, y: &mut [R]) {
         });
 }
 
+/// The attributes of a `BatchNormalization` node (`training_mode` is read from opset 14 on).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct BatchNormAttrs {
+    training: bool,
+    epsilon: Epsilon5,
+    momentum: f32,
+}
+
+impl Attributes for BatchNormAttrs {
+    fn parse(node: &crate::ir::Node, opset: i64) -> Result<BatchNormAttrs> {
+        Ok(BatchNormAttrs {
+            training: opset >= 14 && node.attr_int("training_mode", 0)? != 0,
+            epsilon: Epsilon5::parse(node, opset)?,
+            momentum: node.attr_float("momentum", 0.9)?,
+        })
+    }
+}
+
 pub(super) fn eval_batch_norm(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
@@ -86,7 +105,8 @@ pub(super) fn eval_batch_norm(
     if shape.len() < 2 {
         return Err(ctx.error(format!("X {shape:?} needs a batch and a channel dim")));
     }
-    let training = ctx.opset >= 14 && ctx.node.attr_int("training_mode", 0)? != 0;
+    let attrs = *ctx.attrs::<BatchNormAttrs>()?;
+    let training = attrs.training;
     if ctx.opset < 14 && ctx.node.outputs.len() > 1 {
         return Err(Error::Unsupported(format!(
             "BatchNormalization training outputs at opset {}",
@@ -101,8 +121,8 @@ pub(super) fn eval_batch_norm(
         per_sample
     };
     let inner = per_sample.checked_div(channels).unwrap_or(0);
-    let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
-    let momentum = ctx.node.attr_float("momentum", 0.9)? as f64;
+    let eps = attrs.epsilon.0 as f64;
+    let momentum = attrs.momentum as f64;
     let dtype = x.dtype();
     dispatch_real!(dtype, R => {
         let xv = R::load(x)?;
@@ -203,7 +223,7 @@ pub(super) fn eval_instance_norm(
     let shape = x.shape();
     let channels = shape[1];
     let plane: usize = shape[2..].iter().product();
-    let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
+    let eps = ctx.attrs::<Epsilon5>()?.0 as f64;
     let dtype = x.dtype();
     let y = dispatch_real!(dtype, R => {
         let s = params::<R>(scale, channels, "scale")?;
@@ -214,6 +234,22 @@ pub(super) fn eval_instance_norm(
     Ok(vec![y])
 }
 
+/// The attributes of a `GroupNormalization` node.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GroupNormAttrs {
+    num_groups: i64,
+    epsilon: Epsilon5,
+}
+
+impl Attributes for GroupNormAttrs {
+    fn parse(node: &crate::ir::Node, opset: i64) -> Result<GroupNormAttrs> {
+        Ok(GroupNormAttrs {
+            num_groups: node.attr_int("num_groups", 0)?,
+            epsilon: Epsilon5::parse(node, opset)?,
+        })
+    }
+}
+
 pub(super) fn eval_group_norm(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
@@ -221,7 +257,8 @@ pub(super) fn eval_group_norm(
     let (x, scale, bias) = channel_operands(ctx, inputs)?;
     let shape = x.shape();
     let channels = shape[1];
-    let groups = usize::try_from(ctx.node.attr_int("num_groups", 0)?)
+    let attrs = *ctx.attrs::<GroupNormAttrs>()?;
+    let groups = usize::try_from(attrs.num_groups)
         .ok()
         .filter(|&g| g > 0 && channels.is_multiple_of(g))
         .ok_or_else(|| {
@@ -231,7 +268,7 @@ pub(super) fn eval_group_norm(
         })?;
     let plane: usize = shape[2..].iter().product();
     let row_len = channels / groups * plane;
-    let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
+    let eps = attrs.epsilon.0 as f64;
     let per_channel = scale.len() == channels;
     let n_params = if per_channel { channels } else { groups };
     let dtype = x.dtype();
@@ -261,6 +298,23 @@ fn stash_dtype(stash: i64) -> Result<DataType> {
     }
 }
 
+/// The attributes of a `LayerNormalization` or `RMSNormalization` node: the normalised dims,
+/// `epsilon`, and the type of the statistics (`stash_type`, checked to be a float type).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LayerNormAttrs {
+    norm: TrailingNorm,
+    stash: DataType,
+}
+
+impl Attributes for LayerNormAttrs {
+    fn parse(node: &crate::ir::Node, opset: i64) -> Result<LayerNormAttrs> {
+        Ok(LayerNormAttrs {
+            norm: TrailingNorm::parse(node, opset)?,
+            stash: stash_dtype(node.attr_int("stash_type", 1)?)?,
+        })
+    }
+}
+
 pub(super) fn eval_layer_norm(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
@@ -268,9 +322,9 @@ pub(super) fn eval_layer_norm(
     let (x, scale) = (required(inputs, 0)?, required(inputs, 1)?);
     let bias = super::super::util::optional(inputs, 2);
     let shape = x.shape();
-    let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, shape.len())?;
-    let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
-    let stash = stash_dtype(ctx.node.attr_int("stash_type", 1)?)?;
+    let LayerNormAttrs { norm, stash } = *ctx.attrs::<LayerNormAttrs>()?;
+    let axis = norm.axis.of_rank(shape.len())?;
+    let eps = norm.epsilon.0 as f64;
     let row_len: usize = shape[axis..].iter().product();
     let offsets = |t: &Tensor| param_offsets(t, shape, axis);
     let scale_at = offsets(scale)?;
@@ -341,9 +395,9 @@ fn param_offsets(t: &Tensor, shape: &[usize], axis: usize) -> Result<Option<Vec<
 pub(super) fn eval_rms_norm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (x, scale) = (required(inputs, 0)?, required(inputs, 1)?);
     let shape = x.shape();
-    let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, shape.len())?;
-    let eps = ctx.node.attr_float("epsilon", 1e-5)? as f64;
-    stash_dtype(ctx.node.attr_int("stash_type", 1)?)?;
+    let norm = ctx.attrs::<LayerNormAttrs>()?.norm;
+    let axis = norm.axis.of_rank(shape.len())?;
+    let eps = norm.epsilon.0 as f64;
     let row_len: usize = shape[axis..].iter().product();
     let scale_at = param_offsets(scale, shape, axis)?;
     let dtype = x.dtype();
@@ -381,15 +435,32 @@ pub(super) fn eval_rms_norm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Re
     Ok(vec![y])
 }
 
+/// The attributes of an `LpNormalization` node: `axis`, and `p` checked to be 1 or 2.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LpNormAttrs {
+    axis: Axis<-1>,
+    p: i64,
+}
+
+impl Attributes for LpNormAttrs {
+    fn parse(node: &crate::ir::Node, opset: i64) -> Result<LpNormAttrs> {
+        let p = node.attr_int("p", 2)?;
+        if p != 1 && p != 2 {
+            return Err(Error::Eval(format!("p must be 1 or 2, found {p}")));
+        }
+        Ok(LpNormAttrs {
+            axis: Axis::parse(node, opset)?,
+            p,
+        })
+    }
+}
+
 /// `LpNormalization` (opsets 1, 22): `x / ||x||_p` along `axis` (`p` 1 or 2); a zero norm gives 0.
 pub(super) fn eval_lp_norm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
     let shape = x.shape();
-    let axis = normalize_axis(ctx.node.attr_int("axis", -1)?, shape.len())?;
-    let p = ctx.node.attr_int("p", 2)?;
-    if p != 1 && p != 2 {
-        return Err(ctx.error(format!("p must be 1 or 2, found {p}")));
-    }
+    let LpNormAttrs { axis, p } = *ctx.attrs::<LpNormAttrs>()?;
+    let axis = axis.of_rank(shape.len())?;
     let size = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
     let dtype = x.dtype();
@@ -421,7 +492,7 @@ pub(super) fn eval_lp_norm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Res
 pub(super) fn eval_mvn(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
     let shape = x.shape();
-    let axes: Vec<usize> = match ctx.node.attr_ints("axes")? {
+    let axes: Vec<usize> = match &ctx.attrs::<Axes>()?.0 {
         Some(a) => a
             .iter()
             .map(|&a| normalize_axis(a, shape.len()))
@@ -481,9 +552,9 @@ pub(super) fn infer_batch_norm(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 
 pub(super) fn infer_layer_norm(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let x = ctx.input(0).cloned().unwrap_or_default();
-    let stash = stash_dtype(ctx.node.attr_int("stash_type", 1)?)?;
+    let LayerNormAttrs { norm, stash } = *ctx.attrs::<LayerNormAttrs>()?;
     let stat_dims = input_dims(ctx, 0).and_then(|d| {
-        let axis = normalize_axis(ctx.node.attr_int("axis", -1).ok()?, d.len()).ok()?;
+        let axis = norm.axis.of_rank(d.len()).ok()?;
         let mut s = d[..axis].to_vec();
         s.resize(d.len(), Dim::Known(1));
         Some(s)
