@@ -69,6 +69,16 @@ def stored_inputs(model_path, model):
     return feeds
 
 
+def stored_output(model_path, k):
+    """Output `k` as stored next to the model (test_data_set_0/output_K.pb), or None."""
+    p = os.path.join(os.path.dirname(model_path), "test_data_set_0", f"output_{k}.pb")
+    if not os.path.exists(p):
+        return None
+    t = onnx.TensorProto()
+    t.ParseFromString(open(p, "rb").read())
+    return numpy_helper.to_array(t)
+
+
 def check(path, work, feeds=None, expect_left=0, checked=True, compare=True):
     original = onnx.load(path)
     rewritten_path = os.path.join(work, "rewritten.onnx")
@@ -82,8 +92,11 @@ def check(path, work, feeds=None, expect_left=0, checked=True, compare=True):
 
     if not compare:
         return None
+    from_store = False
     if feeds is None:
-        feeds = stored_inputs(path, original) or make_inputs(original, np.random.default_rng(0))
+        feeds = stored_inputs(path, original)
+        from_store = bool(feeds)
+        feeds = feeds or make_inputs(original, np.random.default_rng(0))
     # One thread: some contrib kernels (DynamicQuantizeLSTM) quantise each thread's share of
     # the batch on its own, so onnxruntime's result depends on its thread count.
     options = ort.SessionOptions()
@@ -116,7 +129,13 @@ def check(path, work, feeds=None, expect_left=0, checked=True, compare=True):
         if got.shape != want.shape:
             return f"output {k}: shape {got.shape} != onnxruntime's {want.shape}"
         if np.issubdtype(want.dtype, np.floating):
-            if not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
+            close = lambda a, b: np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
+            # onnxruntime's quantised kernels depend on the CPU: on AVX2 without VNNI they
+            # multiply u8 by s8 with saturating 16-bit sums (vpmaddubsw, as its quantization
+            # docs warn), so there the fixture's outputs, stored by onnxruntime on a CPU
+            # without that saturation, are the oracle (DynamicQuantizeLSTM differs by 0.27).
+            stored = stored_output(path, k) if from_store else None
+            if not close(got, want) and (stored is None or not close(got, stored)):
                 return f"output {k}: max |diff| {np.max(np.abs(got - want))} vs onnxruntime"
         elif not np.array_equal(got, want):
             return f"output {k}: differs from onnxruntime"
