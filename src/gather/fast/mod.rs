@@ -384,9 +384,10 @@ const STREAM_MIN_BYTES: usize = 4 << 20;
 /// The write bandwidth to memory that bounds non-temporal stores was about 40 GB/s per Zen 5
 /// core (an AMD EPYC with AVX-512, 2 vCPUs: a micro-benchmark of random 512-byte rows reached
 /// 41 GB/s, the same as sequential rows), and less when the host's other tenants used it: at
-/// times two threads shared 40 GB/s. Measured on that Zen 5 (32 MiB L3) with `multigather run --repeat 300`, medians of 5-11
-/// interleaved runs (spread in parentheses), streamed against ordinary vector stores, 1 thread:
-/// the fp16 embedding lookup (6 MiB) 0.157 (0.153-0.166) against 0.141 (0.137-0.151) ms;
+/// times two threads shared 40 GB/s. Measured on that Zen 5 (32 MiB L3) with
+/// `multigather run --repeat 300`, medians of 5-11 interleaved runs (spread in parentheses),
+/// streamed against ordinary vector stores, 1 thread: the fp16 embedding lookup (6 MiB) 0.157
+/// (0.153-0.166) against 0.141 (0.137-0.151) ms;
 /// `gathernd_batch` (8 MiB) 0.210 (0.208-0.218) against 0.218 (0.209-0.242); the fp32
 /// embedding lookup (12 MiB) 0.40 (0.36-0.41) against 0.63 (0.54-0.73); 100,000 rows of
 /// 256 bytes (25 MiB) 0.94 against 1.29. 2 threads (the process under `chrt -f 10`, so that

@@ -266,13 +266,20 @@ fn resolve_block<I: IndexValue>(
     let d = d as i64;
     let mut bad = false;
     for (c, v) in coordinates.iter_mut().zip(values) {
-        let v = v.get();
-        let wrapped = if v < 0 { v.wrapping_add(d) } else { v };
-        let clamped = wrapped.clamp(0, d - 1);
-        bad |= clamped != wrapped;
-        *c = clamped as u32;
+        let (coordinate, out_of_range) = clamp_index(v.get(), d);
+        bad |= out_of_range;
+        *c = coordinate as u32;
     }
     clamp || !bad
+}
+
+/// Index value `v` on an axis of `d > 0` elements: its coordinate, clamped into `0..d` (so a
+/// read stays in the row whatever the mode), and whether `v` was out of range.
+#[inline(always)]
+fn clamp_index(v: i64, d: i64) -> (i64, bool) {
+    let wrapped = if v < 0 { v.wrapping_add(d) } else { v };
+    let clamped = wrapped.clamp(0, d - 1);
+    (clamped, clamped != wrapped)
 }
 
 /// [`gather_row`] in one pass, for rows too long for 32-bit coordinates.
@@ -284,17 +291,11 @@ fn gather_row_fused<W: Word, I: IndexValue, const CLAMP: bool>(
     let d = row.len() as i64;
     let mut bad = false;
     for (o, v) in out.iter_mut().zip(values) {
-        let v = v.get();
-        let wrapped = if v < 0 { v.wrapping_add(d) } else { v };
-        if !CLAMP {
-            bad |= (wrapped as u64) >= d as u64;
-        }
-        // Clamped either way, so the read stays in the row; a bad index fails the call, so what
-        // it read does not matter.
-        let c = wrapped.clamp(0, d - 1) as usize;
-        o.write(row[c]);
+        let (c, out_of_range) = clamp_index(v.get(), d);
+        bad |= out_of_range;
+        o.write(row[c as usize]);
     }
-    !bad
+    CLAMP || !bad
 }
 
 /// Position over the outer logical dimensions and the input offset it folds to.
