@@ -81,6 +81,18 @@ pub fn fill<T: Copy>(dst: &mut [MaybeUninit<T>], v: T) -> &mut [T] {
     unsafe { assume_written(dst) }
 }
 
+/// `v[i] += b` for every element: a bias added to a row in place.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub fn add_scalar<T: Copy + std::ops::Add<Output = T>>(v: &mut [T], b: T) {
+    for x in v.iter_mut() {
+        *x = *x + b;
+    }
+}
+
 /// Copies `src` into `dst` (as many elements as the shorter holds) and returns that part of
 /// `dst` initialised.
 pub fn copy<'d, T: Copy>(dst: &'d mut [MaybeUninit<T>], src: &[T]) -> &'d mut [T] {

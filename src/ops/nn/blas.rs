@@ -120,36 +120,20 @@ impl<'c, T: Real> ColumnBlocks<'c, T> {
         })
     }
 
-    /// Sets columns `col0..col0 + n` of row `i` to `value(i)`, for every row.
-    ///
-    /// # Safety
-    /// No concurrent task may touch these columns.
-    pub unsafe fn fill(&self, col0: usize, n: usize, value: impl Fn(usize) -> T) {
-        if col0.checked_add(n).is_none_or(|end| end > self.ld) {
-            return;
-        }
-        for i in 0..self.rows {
-            let v = value(i);
-            for j in col0..col0 + n {
-                // SAFETY: `new` checked that the `rows x ld` matrix lies in the slice, `j < ld`
-                // (checked above), and the caller owns these columns.
-                unsafe { self.ptr.add(i * self.ld + j).write(v) };
-            }
-        }
-    }
-
-    /// Calls `f` on columns `col0..col0 + n` of each row in turn.
+    /// Calls `f(i, columns)` on columns `col0..col0 + n` of each row `i` in turn.
     ///
     /// # Safety
     /// No concurrent task may touch these columns, and they must have been written.
-    pub unsafe fn for_each_row(&self, col0: usize, n: usize, f: impl Fn(&mut [T])) {
+    pub unsafe fn for_each_row(&self, col0: usize, n: usize, f: impl Fn(usize, &mut [T])) {
         if col0.checked_add(n).is_none_or(|end| end > self.ld) {
             return;
         }
         for i in 0..self.rows {
             // SAFETY: `new` checked that the `rows x ld` matrix lies in the slice, the columns
             // are inside a row (checked above), written and owned by the caller.
-            f(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.ld + col0), n) });
+            f(i, unsafe {
+                std::slice::from_raw_parts_mut(self.ptr.add(i * self.ld + col0), n)
+            });
         }
     }
 
@@ -158,7 +142,7 @@ impl<'c, T: Real> ColumnBlocks<'c, T> {
     ///
     /// # Safety
     /// No concurrent task may touch these columns, and with `beta != 0` they must have been
-    /// written (by [`ColumnBlocks::fill`] or before `new`).
+    /// written.
     pub unsafe fn product(
         &self,
         alpha: T,
