@@ -22,7 +22,9 @@
 //! `int32` and `int64` indices, on four shapes: a last-axis Gather (`last_axis`), GatherElements along the last axis
 //! (`elements_last`), GatherND points from a table in L2 (`points_l2`) and from a table far larger
 //! than L2 (`points_mem`). It prints one line per shape, element size and index type with the
-//! best thread CPU milliseconds of each level (levels interleaved): the figures behind `SimdLevel::preferred`.
+//! best thread CPU milliseconds of each level (levels interleaved), and of the default options
+//! (the gathers at `SimdLevel::preferred`, the index pre-pass at `SimdLevel::detected`): the
+//! figures behind `SimdLevel::preferred`.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -349,8 +351,18 @@ fn simd_levels(args: &[String]) -> Result<(), String> {
         DataType::Float,
         DataType::Double,
     ];
+    // Each level forced on both the gathers and the index pre-pass, then the defaults (the
+    // preferred gather level with the detected pre-pass level), which no forced level shows
+    // where the two differ.
+    let choices: Vec<Option<SimdLevel>> = levels.iter().copied().map(Some).chain([None]).collect();
     println!("shape, element bytes, indices, {}", {
-        let names: Vec<String> = levels.iter().map(|l| format!("{l:?} ms")).collect();
+        let names: Vec<String> = choices
+            .iter()
+            .map(|l| match l {
+                Some(l) => format!("{l:?} ms"),
+                None => "default ms".to_string(),
+            })
+            .collect();
         names.join(", ")
     });
     let mut rng = Rng(11);
@@ -380,12 +392,15 @@ fn simd_levels(args: &[String]) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
                 // Levels interleaved run by run, so load from other processes hits them alike;
                 // the best thread CPU time of each, on outputs reused through a pooled arena.
-                let mut best = vec![f64::INFINITY; levels.len()];
+                let mut best = vec![f64::INFINITY; choices.len()];
                 let mut first: Option<Tensor> = None;
                 let arena = Arena::new(usize::MAX, true);
                 for _ in 0..repeat.max(1) + 1 {
-                    for (k, &level) in levels.iter().enumerate() {
-                        let options = FastOptions::serial().with_simd(level);
+                    for (k, &level) in choices.iter().enumerate() {
+                        let options = match level {
+                            Some(level) => FastOptions::serial().with_simd(level),
+                            None => FastOptions::serial(),
+                        };
                         let start = thread_cpu_seconds();
                         let out = arena
                             .enter(|| gather_multiaxis_with(&input, &indices, &spec, &options))
