@@ -191,6 +191,7 @@ pub(super) const DEFS: &[OpDef] = &[
         quant_lstm::eval_dynamic_quantize_lstm,
     )
     .with_infer(super::rnn::infer_lstm_transposed)
+    .with_prepare(super::rnn::prepare_lstm_transposed)
     .in_domain(DOMAIN),
     OpDef::new(
         "GatherBlockQuantized",

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::ir::{AttrValue, Dim, Node, Shape, TensorType};
 use crate::ops::num::{Float, Real};
 use crate::ops::util::{optional, required, to_i64s};
-use crate::ops::{EvalCtx, EvalFn, InferCtx};
+use crate::ops::{Attributes, EvalCtx, EvalFn, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -150,6 +150,64 @@ pub(super) struct Spec {
     pub activations: &'static [&'static str],
     /// How `W` and `R` are stored.
     pub weights: WeightLayout,
+}
+
+/// A recurrent operator as [`Problem::new`] sees it: its [`Spec`] and its one flag attribute.
+pub(super) trait RecurrentOp: Send + Sync + 'static {
+    /// What the operator declares about itself.
+    const SPEC: Spec;
+
+    /// GRU's `linear_before_reset`, LSTM's `input_forget`; `false` for the others.
+    fn flag(_node: &Node, _opset: i64) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// The attributes a recurrent kernel reads, parsed once per plan ([`crate::ops::OpDef::prepare`]):
+/// `direction`, `layout`, `hidden_size`, the activations with their alpha and beta, `clip`
+/// and the cell's flag.
+pub(super) struct Recurrent<C> {
+    direction: Direction,
+    batch_major: bool,
+    hidden_size: Option<i64>,
+    activations: Vec<Activation>,
+    clip: Option<f32>,
+    /// [`RecurrentOp::flag`].
+    pub flag: bool,
+    cell: std::marker::PhantomData<fn() -> C>,
+}
+
+impl<C> Clone for Recurrent<C> {
+    fn clone(&self) -> Self {
+        Recurrent {
+            activations: self.activations.clone(),
+            ..*self
+        }
+    }
+}
+
+impl<C: RecurrentOp> Attributes for Recurrent<C> {
+    fn parse(node: &Node, opset: i64) -> Result<Self> {
+        let direction = Direction::of(node)?;
+        let clip = match node.attr("clip") {
+            None => None,
+            Some(AttrValue::Float(c)) if *c >= 0.0 => Some(*c),
+            Some(_) => return Err(Error::Eval("clip must be a non-negative float".into())),
+        };
+        let hidden_size = match node.attr("hidden_size") {
+            None => None,
+            Some(_) => Some(node.attr_int("hidden_size", 0)?),
+        };
+        Ok(Recurrent {
+            direction,
+            batch_major: batch_major(node, opset)?,
+            hidden_size,
+            activations: activations(node, C::SPEC.activations, direction.count())?,
+            clip,
+            flag: C::flag(node, opset)?,
+            cell: std::marker::PhantomData,
+        })
+    }
 }
 
 /// How a node stores `W` and `R`.
@@ -304,12 +362,15 @@ pub(super) struct Track<T> {
 }
 
 impl<'a, T: Real> Problem<'a, T> {
-    /// Validates `X`, `W`, `R`, `B`, `sequence_lens` and `initial_h` and reads the shared
-    /// attributes.
-    pub fn new(ctx: &EvalCtx<'_>, inputs: &[Option<&'a Tensor>], spec: &Spec) -> Result<Self> {
-        let node = ctx.node;
-        let direction = Direction::of(node)?;
-        let batch_major = batch_major(node, ctx.opset)?;
+    /// Validates `X`, `W`, `R`, `B`, `sequence_lens` and `initial_h` against the attributes
+    /// of operator `C` (as prepared), and returns the problem with the operator's flag.
+    pub fn new<C: RecurrentOp>(
+        ctx: &EvalCtx<'_>,
+        inputs: &[Option<&'a Tensor>],
+    ) -> Result<(Self, bool)> {
+        let attrs = ctx.attrs::<Recurrent<C>>()?;
+        let spec = &C::SPEC;
+        let (direction, batch_major) = (attrs.direction, attrs.batch_major);
         let (x, w, r) = (
             required(inputs, X)?,
             required(inputs, W)?,
@@ -346,7 +407,7 @@ impl<'a, T: Real> Problem<'a, T> {
         if hidden == 0 {
             return Err(Error::Eval("hidden_size must be positive".into()));
         }
-        let declared = node.attr_int("hidden_size", hidden as i64)?;
+        let declared = attrs.hidden_size.unwrap_or(hidden as i64);
         if declared != hidden as i64 {
             return Err(Error::Eval(format!(
                 "hidden_size is {declared}, but R has hidden size {hidden}"
@@ -401,8 +462,8 @@ impl<'a, T: Real> Problem<'a, T> {
             batch_major,
             lens,
             direction,
-            activations: activations(node, spec.activations, directions)?,
-            clip: None,
+            activations: attrs.activations.clone(),
+            clip: attrs.clip.map(T::from_f32),
             dtype,
             x: values(x)?,
             w: if transposed {
@@ -418,15 +479,9 @@ impl<'a, T: Real> Problem<'a, T> {
             b: None,
             initial_h: None,
         };
-        if let Some(clip) = node.attr("clip") {
-            match clip {
-                AttrValue::Float(c) if *c >= 0.0 => problem.clip = Some(T::from_f32(*c)),
-                _ => return Err(Error::Eval("clip must be a non-negative float".into())),
-            }
-        }
         problem.b = problem.per_direction(inputs, B, "B", 2 * gh)?;
         problem.initial_h = problem.state(inputs, INITIAL_H, "initial_h")?;
-        Ok(problem)
+        Ok((problem, attrs.flag))
     }
 
     /// Optional input `i` of shape `[num_directions, width]`.

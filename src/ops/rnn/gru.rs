@@ -12,32 +12,40 @@
 //! the reset gate; with it, `H Rh^T` goes into a separate buffer because `r` scales it.
 
 use crate::error::Result;
-use crate::ir::TensorType;
+use crate::ir::{Node, TensorType};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, Problem, Spec, Track, WeightLayout};
+use super::common::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use super::math::{gemm, StepWeights, View};
 use crate::ops::num::Real;
 
-const SPEC: Spec = Spec {
-    gates: 3,
-    activations: &["Sigmoid", "Tanh"],
-    weights: WeightLayout::Gates,
-};
+/// The GRU cell.
+pub(super) struct Gru;
+
+impl RecurrentOp for Gru {
+    const SPEC: Spec = Spec {
+        gates: 3,
+        activations: &["Sigmoid", "Tanh"],
+        weights: WeightLayout::Gates,
+    };
+
+    /// `linear_before_reset`: opset 1 has none, and always resets before the product.
+    fn flag(node: &Node, opset: i64) -> Result<bool> {
+        Ok(opset >= 3 && node.attr_int("linear_before_reset", 0)? != 0)
+    }
+}
 
 pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     common::by_precision(ctx, inputs, run::<f32>, run::<f64>)
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer(ctx, &SPEC, 1)
+    common::infer(ctx, &Gru::SPEC, 1)
 }
 
 fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let p = Problem::<T>::new(ctx, inputs, &SPEC)?;
-    // Opset 1 has no linear_before_reset: it always resets before the product.
-    let linear = ctx.opset >= 3 && ctx.node.attr_int("linear_before_reset", 0)? != 0;
+    let (p, linear) = Problem::<T>::new::<Gru>(ctx, inputs)?;
     p.run(|d| direction(&p, d, linear))
 }
 

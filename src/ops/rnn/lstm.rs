@@ -12,11 +12,11 @@
 //! with 8-bit weights and dynamically quantised activations ([`eval_with`]).
 
 use crate::error::Result;
-use crate::ir::TensorType;
+use crate::ir::{Node, TensorType};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::{try_vec, Tensor};
 
-use super::common::{self, Dims, Problem, Spec, Track, WeightLayout};
+use super::common::{self, Dims, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use super::math::{gemm, Activation, StepWeights, View};
 use crate::ops::num::Real;
 
@@ -25,17 +25,35 @@ const INITIAL_C: usize = 6;
 /// Position of `P`.
 const P: usize = 7;
 
-const SPEC: Spec = Spec {
-    gates: 4,
-    activations: &["Sigmoid", "Tanh", "Tanh"],
-    weights: WeightLayout::Gates,
-};
+/// The LSTM cell.
+pub(super) struct Lstm;
+
+impl RecurrentOp for Lstm {
+    const SPEC: Spec = Spec {
+        gates: 4,
+        activations: &["Sigmoid", "Tanh", "Tanh"],
+        weights: WeightLayout::Gates,
+    };
+
+    /// `input_forget`.
+    fn flag(node: &Node, _opset: i64) -> Result<bool> {
+        Ok(node.attr_int("input_forget", 0)? != 0)
+    }
+}
 
 /// The LSTM of [`eval_with`]: `W` and `R` transposed, read by the caller.
-const TRANSPOSED: Spec = Spec {
-    weights: WeightLayout::Transposed,
-    ..SPEC
-};
+pub(in crate::ops) struct TransposedLstm;
+
+impl RecurrentOp for TransposedLstm {
+    const SPEC: Spec = Spec {
+        weights: WeightLayout::Transposed,
+        ..Lstm::SPEC
+    };
+
+    fn flag(node: &Node, opset: i64) -> Result<bool> {
+        Lstm::flag(node, opset)
+    }
+}
 
 /// The two matrix products of one direction of an LSTM, however the weights are stored.
 pub(in crate::ops) trait Products<T> {
@@ -80,18 +98,18 @@ pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer(ctx, &SPEC, 2)
+    common::infer(ctx, &Lstm::SPEC, 2)
 }
 
 /// The output types of [`eval_with`]'s node.
 pub(in crate::ops) fn infer_transposed(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer(ctx, &TRANSPOSED, 2)
+    common::infer(ctx, &TransposedLstm::SPEC, 2)
 }
 
 fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let p = Problem::<T>::new(ctx, inputs, &SPEC)?;
+    let (p, input_forget) = Problem::<T>::new::<Lstm>(ctx, inputs)?;
     let Dims { hidden, input, .. } = p.dims;
-    lstm(ctx, inputs, &p, |d| {
+    lstm(inputs, &p, input_forget, |d| {
         let (w, r) = p.weights(d);
         Ok(FloatProducts {
             w,
@@ -111,21 +129,20 @@ pub(in crate::ops) fn eval_with<P: Products<f32>>(
     inputs: &[Option<&Tensor>],
     products: impl Fn(usize) -> Result<P> + Sync,
 ) -> Result<Vec<Tensor>> {
-    let p = Problem::<f32>::new(ctx, inputs, &TRANSPOSED)?;
-    lstm(ctx, inputs, &p, products)
+    let (p, input_forget) = Problem::<f32>::new::<TransposedLstm>(ctx, inputs)?;
+    lstm(inputs, &p, input_forget, products)
 }
 
-/// Runs the LSTM of `p` with `products(d)` for direction `d`.
+/// Runs the LSTM of `p` (with `input_forget`) with `products(d)` for direction `d`.
 fn lstm<T: Real, P: Products<T>>(
-    ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
     p: &Problem<'_, T>,
+    input_forget: bool,
     products: impl Fn(usize) -> Result<P> + Sync,
 ) -> Result<Vec<Tensor>> {
     let hidden = p.dims.hidden;
     let initial_c = p.state(inputs, INITIAL_C, "initial_c")?;
     let peepholes = p.per_direction(inputs, P, "P", 3 * hidden)?;
-    let input_forget = ctx.node.attr_int("input_forget", 0)? != 0;
     p.run(|d| {
         let peep = match &peepholes {
             Some(all) => all[3 * hidden * d..3 * hidden * (d + 1)].to_vec(),

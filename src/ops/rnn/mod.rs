@@ -27,7 +27,8 @@
 //! - `ThresholdedRelu` passes `x > alpha`, as the ONNX operator (the recurrent operators' table
 //!   writes `>=`).
 
-use super::OpDef;
+use super::{prepare, OpDef};
+use common::Recurrent;
 
 mod common;
 mod gru;
@@ -39,8 +40,22 @@ pub(super) use lstm::{
     eval_with as eval_lstm_with, infer_transposed as infer_lstm_transposed, Products,
 };
 
+/// The prepared attributes of onnxruntime's `DynamicQuantizeLSTM` (`ops::contrib`).
+pub(super) fn prepare_lstm_transposed(
+    node: &crate::ir::Node,
+    opset: i64,
+) -> crate::Result<super::Prepared> {
+    prepare::<Recurrent<lstm::TransposedLstm>>(node, opset)
+}
+
 pub(super) const DEFS: &[OpDef] = &[
-    OpDef::new("LSTM", 1, 3..=8, 0..=3, lstm::eval).with_infer(lstm::infer),
-    OpDef::new("GRU", 1, 3..=6, 0..=2, gru::eval).with_infer(gru::infer),
-    OpDef::new("RNN", 1, 3..=6, 0..=2, simple::eval).with_infer(simple::infer),
+    OpDef::new("LSTM", 1, 3..=8, 0..=3, lstm::eval)
+        .with_infer(lstm::infer)
+        .with_prepare(prepare::<Recurrent<lstm::Lstm>>),
+    OpDef::new("GRU", 1, 3..=6, 0..=2, gru::eval)
+        .with_infer(gru::infer)
+        .with_prepare(prepare::<Recurrent<gru::Gru>>),
+    OpDef::new("RNN", 1, 3..=6, 0..=2, simple::eval)
+        .with_infer(simple::infer)
+        .with_prepare(prepare::<Recurrent<simple::Simple>>),
 ];

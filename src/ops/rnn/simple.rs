@@ -6,26 +6,31 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, Problem, Spec, Track, WeightLayout};
+use super::common::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use super::math::{gemm, StepWeights, View};
 use crate::ops::num::Real;
 
-const SPEC: Spec = Spec {
-    gates: 1,
-    activations: &["Tanh"],
-    weights: WeightLayout::Gates,
-};
+/// The simple recurrent cell.
+pub(super) struct Simple;
+
+impl RecurrentOp for Simple {
+    const SPEC: Spec = Spec {
+        gates: 1,
+        activations: &["Tanh"],
+        weights: WeightLayout::Gates,
+    };
+}
 
 pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     common::by_precision(ctx, inputs, run::<f32>, run::<f64>)
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer(ctx, &SPEC, 1)
+    common::infer(ctx, &Simple::SPEC, 1)
 }
 
 fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let p = Problem::<T>::new(ctx, inputs, &SPEC)?;
+    let (p, _) = Problem::<T>::new::<Simple>(ctx, inputs)?;
     p.run(|d| direction(&p, d))
 }
 
