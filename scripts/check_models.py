@@ -1,7 +1,7 @@
 """Runs real models in multigather and onnxruntime side by side: outputs must agree within float
 tolerance, the rewrite must verify bit for bit, and run times are reported as ratios.
 
-usage: python scripts/check_models.py DIR... [--repeat N] [--threads 1,2]
+usage: python scripts/check_models.py DIR... [--repeat N] [--rounds R] [--threads 1,2]
        (needs onnx, onnxruntime, numpy; MULTIGATHER = the binary, default target/release/multigather)
 
 For every .onnx file under DIR, inputs are drawn from the declared types with a fixed seed:
@@ -13,7 +13,9 @@ inputs named `state`, `h`, `c` are zeros; an int64 scalar `sr` is 16000
   2. `multigather verify --inputs` (rewrite in memory, compare bit for bit) succeeds;
   3. median run times of both are printed with their ratio, for each thread count of
      `--threads` (default 1; e.g. `--threads 1,2`), onnxruntime's intra-op threads and
-     multigather's `--threads` set alike.
+     multigather's `--threads` set alike. With `--rounds R` (default 1) the two take turns R
+     times, `--repeat` runs each turn, and each side's time is the median of its R medians: a
+     busy host then slows both alike instead of whichever ran during the burst.
 Prints one line per model and exits 1 on any failure.
 """
 import glob
@@ -84,13 +86,17 @@ def check(path, work, repeat, rtol=1e-4, atol=1e-5):
         options.inter_op_num_threads = 1
         sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         expected = sess.run(None, feeds)
-        ort_s = median_seconds(lambda: sess.run(None, feeds), repeat)
         outdir = os.path.join(work, f"outputs{threads}")
-        run = subprocess.run([BIN, "run", path, "--inputs", inputs, "--output-dir", outdir,
-                              "--repeat", str(repeat), "--threads", str(threads), "--json"],
-                             check=True, capture_output=True, text=True)
-        mg_s = json.loads(run.stdout)["median_s"]
-        times.append((threads, ort_s, mg_s))
+        ort_rounds, mg_rounds = [], []
+        for r in range(ROUNDS):
+            ort_rounds.append(median_seconds(lambda: sess.run(None, feeds), repeat))
+            args = [BIN, "run", path, "--inputs", inputs, "--repeat", str(repeat),
+                    "--threads", str(threads), "--json"]
+            if r == 0:
+                args += ["--output-dir", outdir]
+            run = subprocess.run(args, check=True, capture_output=True, text=True)
+            mg_rounds.append(json.loads(run.stdout)["median_s"])
+        times.append((threads, float(np.median(ort_rounds)), float(np.median(mg_rounds))))
         for k, want in enumerate(expected):
             t = onnx.TensorProto()
             t.ParseFromString(open(os.path.join(outdir, f"output_{k}.pb"), "rb").read())
@@ -108,6 +114,7 @@ def check(path, work, repeat, rtol=1e-4, atol=1e-5):
 
 
 THREADS = [1]
+ROUNDS = 1
 
 
 def main():
@@ -120,6 +127,11 @@ def main():
     if "--repeat" in args:
         i = args.index("--repeat")
         repeat = int(args[i + 1])
+        del args[i:i + 2]
+    if "--rounds" in args:
+        i = args.index("--rounds")
+        global ROUNDS
+        ROUNDS = max(1, int(args[i + 1]))
         del args[i:i + 2]
     models = []
     for root in args:
