@@ -1,13 +1,15 @@
 """onnxruntime on the original model vs onnxruntime on the rewritten model with the custom-op
 library, on the shared gather benchmark cases, in one process.
 
-usage: python scripts/bench_ort_library.py [--cases DIR] [--threads 1 2] [--repeat N] [--only CASE]
-                                          [--library PATH]
+usage: python scripts/bench_ort_library.py [--cases DIR] [--threads 1 2] [--repeat N] [--rounds R]
+                                          [--only CASE] [--library PATH]
 
 DIR holds `cases.py` (default: the project's shared bench directory, ../shared/bench beside the
 repository, or $MULTIGATHER_BENCH_CASES). For each case and thread count: the same inputs go to
 both sessions, the outputs must be bit-identical (exit 1 if not), and the table gives the median
-run time of each and the speedup (original / rewritten). PATH is the custom-op library to
+run time of each and the speedup (original / rewritten). With `--rounds R` (default 3) the two
+sessions take turns R times, N runs each turn, and each time is the median of its R medians, so
+that a burst of load on a shared host slows both alike. PATH is the custom-op library to
 register (default: `multigather.get_library_path()`; for instance
 target/release/libmultigather_ort.so, built by `cargo build --release -p multigather-ort`). Needs the multigather package,
 onnxruntime, onnx and numpy.
@@ -65,6 +67,7 @@ def main():
     ap.add_argument("--cases", default=default)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only")
     ap.add_argument("--library")
     a = ap.parse_args()
@@ -73,7 +76,8 @@ def main():
     library = a.library or multigather.get_library_path()
 
     rng = np.random.default_rng(7)
-    print(f"onnxruntime {ort.__version__}; median of {a.repeat} runs; speedup = original / rewritten")
+    print(f"onnxruntime {ort.__version__}; median of {a.rounds} alternating medians of {a.repeat} runs; "
+          "speedup = original / rewritten")
     print(f"{'case':<24} {'threads':>7} {'original':>11} {'rewritten':>11} {'speedup':>8}  identical")
     all_identical = True
     for name, op, attrs, dtype, dshape, idx in cases(rng):
@@ -89,7 +93,9 @@ def main():
             want, got = s0.run(None, feeds)[0], s1.run(None, feeds)[0]
             identical = want.shape == got.shape and want.tobytes() == got.tobytes()
             all_identical &= identical
-            t0, t1 = median_time(s0, feeds, a.repeat), median_time(s1, feeds, a.repeat)
+            rounds = [(median_time(s0, feeds, a.repeat), median_time(s1, feeds, a.repeat))
+                      for _ in range(max(1, a.rounds))]
+            t0, t1 = (float(np.median([r[k] for r in rounds])) for k in (0, 1))
             print(f"{name:<24} {threads:>7} {t0 * 1e3:>8.3f} ms {t1 * 1e3:>8.3f} ms {t0 / t1:>7.2f}x  "
                   f"{'yes' if identical else 'NO'}", flush=True)
     return 0 if all_identical else 1
