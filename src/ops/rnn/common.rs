@@ -165,7 +165,7 @@ pub(super) trait RecurrentOp: Send + Sync + 'static {
 
 /// The attributes a recurrent kernel reads, parsed once per plan ([`crate::ops::OpDef::prepare`]):
 /// `direction`, `layout`, `hidden_size`, the activations with their alpha and beta, `clip`
-/// and the cell's flag.
+/// and the operator's flag.
 pub(super) struct Recurrent<C> {
     direction: Direction,
     batch_major: bool,
@@ -173,8 +173,8 @@ pub(super) struct Recurrent<C> {
     activations: Vec<Activation>,
     clip: Option<f32>,
     /// [`RecurrentOp::flag`].
-    pub flag: bool,
-    cell: std::marker::PhantomData<fn() -> C>,
+    flag: bool,
+    op: std::marker::PhantomData<fn() -> C>,
 }
 
 impl<C> Clone for Recurrent<C> {
@@ -205,7 +205,7 @@ impl<C: RecurrentOp> Attributes for Recurrent<C> {
             activations: activations(node, C::SPEC.activations, direction.count())?,
             clip,
             flag: C::flag(node, opset)?,
-            cell: std::marker::PhantomData,
+            op: std::marker::PhantomData,
         })
     }
 }
@@ -236,6 +236,8 @@ pub(super) struct Problem<'a, T: Real> {
     direction: Direction,
     activations: Vec<Activation>,
     clip: Option<T>,
+    /// [`RecurrentOp::flag`]: GRU's `linear_before_reset`, LSTM's `input_forget`.
+    pub flag: bool,
     /// The element type of `X` and of the outputs.
     dtype: DataType,
     x: Cow<'a, [T]>,
@@ -363,11 +365,8 @@ pub(super) struct Track<T> {
 
 impl<'a, T: Real> Problem<'a, T> {
     /// Validates `X`, `W`, `R`, `B`, `sequence_lens` and `initial_h` against the attributes
-    /// of operator `C` (as prepared), and returns the problem with the operator's flag.
-    pub fn new<C: RecurrentOp>(
-        ctx: &EvalCtx<'_>,
-        inputs: &[Option<&'a Tensor>],
-    ) -> Result<(Self, bool)> {
+    /// of operator `C` (as prepared).
+    pub fn new<C: RecurrentOp>(ctx: &EvalCtx<'_>, inputs: &[Option<&'a Tensor>]) -> Result<Self> {
         let attrs = ctx.attrs::<Recurrent<C>>()?;
         let spec = &C::SPEC;
         let (direction, batch_major) = (attrs.direction, attrs.batch_major);
@@ -464,6 +463,7 @@ impl<'a, T: Real> Problem<'a, T> {
             direction,
             activations: attrs.activations.clone(),
             clip: attrs.clip.map(T::from_f32),
+            flag: attrs.flag,
             dtype,
             x: values(x)?,
             w: if transposed {
@@ -481,7 +481,7 @@ impl<'a, T: Real> Problem<'a, T> {
         };
         problem.b = problem.per_direction(inputs, B, "B", 2 * gh)?;
         problem.initial_h = problem.state(inputs, INITIAL_H, "initial_h")?;
-        Ok((problem, attrs.flag))
+        Ok(problem)
     }
 
     /// Optional input `i` of shape `[num_directions, width]`.
@@ -774,7 +774,8 @@ impl<'a, T: Real> Problem<'a, T> {
 /// The output types of a recurrent node: `Y`, then `states` final states (`Y_h`, and `Y_c` for
 /// LSTM), with `seq_length` and `batch_size` carried from `X` and `hidden_size` from the
 /// attribute or the shape of `R` (or `W`).
-pub(super) fn infer(ctx: &InferCtx<'_>, spec: &Spec, states: usize) -> Result<Vec<TensorType>> {
+pub(super) fn infer<C: RecurrentOp>(ctx: &InferCtx<'_>, states: usize) -> Result<Vec<TensorType>> {
+    let spec = &C::SPEC;
     let node = ctx.node;
     let nd = Dim::Known(Direction::of(node)?.count() as i64);
     let batch_major = batch_major(node, ctx.opset)?;

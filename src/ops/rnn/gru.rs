@@ -20,7 +20,7 @@ use super::common::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use super::math::{gemm, StepWeights, View};
 use crate::ops::num::Real;
 
-/// The GRU cell.
+/// `GRU`: its spec and `linear_before_reset`.
 pub(super) struct Gru;
 
 impl RecurrentOp for Gru {
@@ -41,12 +41,12 @@ pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer(ctx, &Gru::SPEC, 1)
+    common::infer::<Gru>(ctx, 1)
 }
 
 fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let (p, linear) = Problem::<T>::new::<Gru>(ctx, inputs)?;
-    p.run(|d| direction(&p, d, linear))
+    let p = Problem::<T>::new::<Gru>(ctx, inputs)?;
+    p.run(|d| direction(&p, d, p.flag))
 }
 
 /// Runs direction `d` and returns its `Y` rows and final `h`.

@@ -25,7 +25,7 @@ const INITIAL_C: usize = 6;
 /// Position of `P`.
 const P: usize = 7;
 
-/// The LSTM cell.
+/// `LSTM`: its spec and `input_forget`.
 pub(super) struct Lstm;
 
 impl RecurrentOp for Lstm {
@@ -98,18 +98,18 @@ pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer(ctx, &Lstm::SPEC, 2)
+    common::infer::<Lstm>(ctx, 2)
 }
 
 /// The output types of [`eval_with`]'s node.
 pub(in crate::ops) fn infer_transposed(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer(ctx, &TransposedLstm::SPEC, 2)
+    common::infer::<TransposedLstm>(ctx, 2)
 }
 
 fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let (p, input_forget) = Problem::<T>::new::<Lstm>(ctx, inputs)?;
+    let p = Problem::<T>::new::<Lstm>(ctx, inputs)?;
     let Dims { hidden, input, .. } = p.dims;
-    lstm(inputs, &p, input_forget, |d| {
+    lstm(inputs, &p, |d| {
         let (w, r) = p.weights(d);
         Ok(FloatProducts {
             w,
@@ -129,15 +129,14 @@ pub(in crate::ops) fn eval_with<P: Products<f32>>(
     inputs: &[Option<&Tensor>],
     products: impl Fn(usize) -> Result<P> + Sync,
 ) -> Result<Vec<Tensor>> {
-    let (p, input_forget) = Problem::<f32>::new::<TransposedLstm>(ctx, inputs)?;
-    lstm(inputs, &p, input_forget, products)
+    let p = Problem::<f32>::new::<TransposedLstm>(ctx, inputs)?;
+    lstm(inputs, &p, products)
 }
 
-/// Runs the LSTM of `p` (with `input_forget`) with `products(d)` for direction `d`.
+/// Runs the LSTM of `p` with `products(d)` for direction `d`.
 fn lstm<T: Real, P: Products<T>>(
     inputs: &[Option<&Tensor>],
     p: &Problem<'_, T>,
-    input_forget: bool,
     products: impl Fn(usize) -> Result<P> + Sync,
 ) -> Result<Vec<Tensor>> {
     let hidden = p.dims.hidden;
@@ -152,7 +151,7 @@ fn lstm<T: Real, P: Products<T>>(
             p,
             acts: p.activations(d),
             peep: &peep,
-            input_forget,
+            input_forget: p.flag,
         };
         direction(p, d, initial_c.as_deref(), &cell, products(d)?)
     })

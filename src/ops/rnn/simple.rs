@@ -10,7 +10,7 @@ use super::common::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use super::math::{gemm, StepWeights, View};
 use crate::ops::num::Real;
 
-/// The simple recurrent cell.
+/// `RNN`: its spec.
 pub(super) struct Simple;
 
 impl RecurrentOp for Simple {
@@ -26,11 +26,11 @@ pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer(ctx, &Simple::SPEC, 1)
+    common::infer::<Simple>(ctx, 1)
 }
 
 fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let (p, _) = Problem::<T>::new::<Simple>(ctx, inputs)?;
+    let p = Problem::<T>::new::<Simple>(ctx, inputs)?;
     p.run(|d| direction(&p, d))
 }
 
