@@ -11,6 +11,8 @@ inputs are identical to the ones the onnxruntime baseline was recorded with), th
    `multigather run REWRITTEN --inputs DIR --repeat N --threads T --json` on the same inputs,
    checks that multigather's output equals onnxruntime's bit for bit, and times a memcpy of a
    buffer the size of the output (the better of one thread and T threads copying one chunk each).
+   With `--rounds R` (default 3) the three take turns R times, N runs each turn, and each time
+   is the median of its R medians, so that a burst of load on a shared host slows all alike.
 
 When `multigather run` cannot run a rewritten model (an operator of the model the interpreter
 does not have yet), the multigather time comes from the timing mode of the `gather` bench
@@ -23,7 +25,8 @@ Prints one table per thread count: onnxruntime median, multigather median, ratio
 256 bytes) multigather's speed as a percentage of the memcpy's.
 
 usage (from the repository root):
-    target/ci-venv/bin/python scripts/bench_gather.py [--threads 1,2] [--repeat 20] [--only CASE]
+    target/ci-venv/bin/python scripts/bench_gather.py [--threads 1,2] [--repeat 20] [--rounds 3]
+        [--only CASE]
         [--cases DIR] [--work DIR] [--multigather BIN] [--bench-bin BIN]
 
 Without --multigather / --bench-bin, the binaries are built with `cargo build --release` and
@@ -110,13 +113,14 @@ def memcpy_time(nbytes, threads, repeat):
     return best
 
 
-def ort_time(model, feeds, threads, repeat):
+def ort_timer(model, feeds, threads):
+    """onnxruntime's output, and a function timing `repeat` runs of its session (the median)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     out = s.run(None, feeds)[0]
-    return median_time(lambda: s.run(None, feeds), repeat), out
+    return (lambda repeat: median_time(lambda: s.run(None, feeds), repeat)), out
 
 
 def write_case(d, model, data, idx, out):
@@ -190,8 +194,9 @@ def ms(s):
     return f"{s * 1e3:.3f}"
 
 
-def print_table(threads, rows, repeat):
-    print(f"\n## {threads} thread{'s' if threads > 1 else ''} (medians of {repeat} runs, ms)\n")
+def print_table(threads, rows, repeat, rounds):
+    print(f"\n## {threads} thread{'s' if threads > 1 else ''} "
+          f"(medians of {max(1, rounds)} alternating medians of {repeat} runs, ms)\n")
     head = ["case", "onnxruntime", "multigather", "ort/mg", "memcpy", "mg % of memcpy"]
     lines = [head]
     for r in rows:
@@ -217,6 +222,9 @@ def main():
     ap.add_argument("--threads", default=f"1,{os.cpu_count()}",
                     help="comma-separated thread counts (default: 1 and all cores)")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="turns onnxruntime, multigather and the memcpy take (each time is the "
+                         "median of its round medians)")
     ap.add_argument("--only", action="append", help="run only this case (repeatable)")
     ap.add_argument("--work", help="where to write the test directories (default: a temp dir)")
     ap.add_argument("--kernel", action="store_true",
@@ -244,21 +252,24 @@ def main():
         rewritten = os.path.join(d, "rewritten.onnx")
         block = row_bytes(op, attrs, data, idx) >= BLOCK_BYTES
         for t in thread_counts:
-            ort_s, out = ort_time(model, feeds, t, a.repeat)
+            ort_time, out = ort_timer(model, feeds, t)
             if not os.path.exists(rewritten):
                 write_case(d, model, data, idx, out)
                 r = run([a.multigather, "rewrite", os.path.join(d, "model.onnx"), "-o", rewritten])
                 if r.returncode != 0:
                     sys.exit(f"{name}: multigather rewrite failed: {r.stderr.strip()}")
-            mg_s, via_run = mg_time(a, d, t)
-            copy_s = memcpy_time(out.nbytes, t, a.repeat)
+            rounds = []
+            for _ in range(max(1, a.rounds)):
+                mg_s, via_run = mg_time(a, d, t)
+                rounds.append((ort_time(a.repeat), mg_s, memcpy_time(out.nbytes, t, a.repeat)))
+            ort_s, mg_s, copy_s = (float(np.median([r[k] for r in rounds])) for k in range(3))
             results[t].append({"case": name, "ort": ort_s, "mg": mg_s, "memcpy": copy_s,
                                "block": block, "via_run": via_run})
             print(f"{name} threads={t}: ort {ms(ort_s)} ms, multigather {ms(mg_s)} ms"
                   f"{'' if via_run else ' (kernel)'}, memcpy {ms(copy_s)} ms",
                   file=sys.stderr, flush=True)
     for t in thread_counts:
-        print_table(t, results[t], a.repeat)
+        print_table(t, results[t], a.repeat, a.rounds)
 
 
 if __name__ == "__main__":
