@@ -1624,6 +1624,37 @@ mod tests {
     }
 
     #[test]
+    fn pointwise_products_add_the_bias_before_the_activation_serially_and_in_tiles() {
+        // A 1x1 FusedConv over 2000 positions: the product is written without reading `y`, and
+        // the pass after it adds the bias and then applies Relu, on one thread and in column
+        // tiles on three.
+        let (xs, ws) = ([1, 16, 40, 50], [24, 16, 1, 1]);
+        let (x, w) = small_ints(xs, ws);
+        let plain = reference(&x, xs, &w, ws, 1, [1, 1], [1, 1], [0, 0], [40, 50]);
+        let bias: Vec<f32> = (0..24).map(|m| 10.0 - m as f32).collect();
+        let want: Vec<f32> = plain
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (v + bias[i / 2000]).max(0.0))
+            .collect();
+        assert!(want.contains(&0.0) && want.iter().any(|&v| v > 0.0));
+        let node = Node::new("FusedConv", "c", ["x", "w", "b"], ["y"])
+            .with_domain("com.microsoft")
+            .with_attr("activation", AttrValue::String("Relu".into()));
+        let (xt, wt, bt) = (f32s(&xs, x), f32s(&ws, w), f32s(&[24], bias));
+        let inputs = [Some(&xt), Some(&wt), Some(&bt)];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let serial = crate::par::serial(|| eval_node(&node, 1, &inputs)).unwrap();
+        let parallel = pool.install(|| eval_node(&node, 1, &inputs)).unwrap();
+        for y in [serial, parallel] {
+            assert_eq!(y[0], f32s(&[1, 24, 40, 50], want.clone()));
+        }
+    }
+
+    #[test]
     fn width_strides_split_rows_into_phases_for_any_width() {
         // Strides 2 (the deinterleaving pass), 3 and 5 (the general split), on rows narrower
         // than, as wide as and wider than the stride; depthwise (2 groups of 1 channel) and
