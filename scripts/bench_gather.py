@@ -26,8 +26,7 @@ Prints one table per thread count: onnxruntime median, multigather median, ratio
 
 usage (from the repository root):
     target/ci-venv/bin/python scripts/bench_gather.py [--threads 1,2] [--repeat 20] [--rounds 3]
-        [--only CASE]
-        [--cases DIR] [--work DIR] [--multigather BIN] [--bench-bin BIN]
+        [--only CASE] [--cases DIR] [--work DIR] [--multigather BIN] [--bench-bin BIN]
 
 Without --multigather / --bench-bin, the binaries are built with `cargo build --release` and
 `cargo bench --no-run` (honouring CARGO_TARGET_DIR).
