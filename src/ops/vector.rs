@@ -143,7 +143,18 @@ pub(crate) fn deinterleave<T: Copy>(
 /// each.
 #[inline(always)]
 pub(crate) fn max_assign<T: Copy + PartialOrd>(dst: &mut [T], src: &[T]) {
-    for (d, &v) in dst.iter_mut().zip(src) {
+    // Each chunk's maxima go to a fresh array, then back: written in place, the loop stores
+    // only where `v` wins, which compiles to masked stores (microcoded, slow on AMD Zen 2-3).
+    const CHUNK: usize = 16;
+    let n = dst.len().min(src.len());
+    let (dst, src) = (&mut dst[..n], &src[..n]);
+    let mut d_chunks = dst.chunks_exact_mut(CHUNK);
+    for (d, s) in (&mut d_chunks).zip(src.chunks_exact(CHUNK)) {
+        let m: [T; CHUNK] = std::array::from_fn(|i| if s[i] > d[i] { s[i] } else { d[i] });
+        d.copy_from_slice(&m);
+    }
+    let rest = n - n % CHUNK;
+    for (d, &v) in d_chunks.into_remainder().iter_mut().zip(&src[rest..]) {
         *d = if v > *d { v } else { *d };
     }
 }
@@ -157,6 +168,111 @@ pub(crate) fn max_assign<T: Copy + PartialOrd>(dst: &mut [T], src: &[T]) {
 pub fn map_in_place<F: Fn(f32) -> f32>(v: &mut [f32], f: F) {
     for x in v {
         *x = f(*x);
+    }
+}
+
+/// `f` on pieces of `v`, over the current thread pool in chunks of [`GRAIN`] elements for
+/// large slices.
+pub fn par_in_place(v: &mut [f32], f: impl Fn(&mut [f32]) + Sync + Send) {
+    if par::min_len(v.len(), &[1]) == usize::MAX {
+        return f(v);
+    }
+    v.par_chunks_mut(GRAIN).for_each(f);
+}
+
+/// `v[i] = if x < lo { lo } else if x > hi { hi } else { x }`: `Clip`, and `Relu` with `lo = 0`
+/// and `hi = inf`. NaN and the sign of a zero at a bound stay as they are.
+///
+/// Through [`map_in_place`], a function that returns some inputs unchanged compiles to stores
+/// of only the changed elements, masked stores under AVX2, which AMD Zen 2 and 3 microcode: a
+/// fused Relu over the 1.6 MB output of the conv-net's stem took 0.2 ms there. With AVX, this
+/// writes every element with `max` and `min`, whose operand order keeps the scalar semantics.
+pub fn clamp_in_place(v: &mut [f32], lo: f32, hi: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: AVX is present.
+        return unsafe { x86::clamp(v, lo, hi) };
+    }
+    map_in_place(v, move |x| clamp(x, lo, hi))
+}
+
+/// `v[i] = if x < 0 { alpha * x } else { x }` (`LeakyRelu`), every element stored (see
+/// [`clamp_in_place`]).
+pub fn leaky_relu_in_place(v: &mut [f32], alpha: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: AVX is present.
+        return unsafe { x86::leaky_relu(v, alpha) };
+    }
+    map_in_place(v, move |x| leaky_relu(x, alpha))
+}
+
+#[inline(always)]
+fn clamp(x: f32, lo: f32, hi: f32) -> f32 {
+    if x < lo {
+        lo
+    } else if x > hi {
+        hi
+    } else {
+        x
+    }
+}
+
+#[inline(always)]
+fn leaky_relu(x: f32, alpha: f32) -> f32 {
+    if x < 0.0 {
+        alpha * x
+    } else {
+        x
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// See [`super::clamp_in_place`].
+    ///
+    /// # Safety
+    /// The CPU must have AVX.
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn clamp(v: &mut [f32], lo: f32, hi: f32) {
+        let (lo_v, hi_v) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+        let mut chunks = v.chunks_exact_mut(8);
+        for c in &mut chunks {
+            // SAFETY: `c` holds eight elements. `max_ps(a, b)` is `a > b ? a : b` and
+            // `min_ps(a, b)` is `a < b ? a : b`: with the bound first, NaN and ties give `x`.
+            unsafe {
+                let x = _mm256_loadu_ps(c.as_ptr());
+                let y = _mm256_min_ps(hi_v, _mm256_max_ps(lo_v, x));
+                _mm256_storeu_ps(c.as_mut_ptr(), y);
+            }
+        }
+        for x in chunks.into_remainder() {
+            *x = super::clamp(*x, lo, hi);
+        }
+    }
+
+    /// See [`super::leaky_relu_in_place`].
+    ///
+    /// # Safety
+    /// The CPU must have AVX.
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn leaky_relu(v: &mut [f32], alpha: f32) {
+        let (a, zero) = (_mm256_set1_ps(alpha), _mm256_setzero_ps());
+        let mut chunks = v.chunks_exact_mut(8);
+        for c in &mut chunks {
+            // SAFETY: `c` holds eight elements.
+            unsafe {
+                let x = _mm256_loadu_ps(c.as_ptr());
+                let negative = _mm256_cmp_ps::<_CMP_LT_OQ>(x, zero);
+                let y = _mm256_blendv_ps(x, _mm256_mul_ps(a, x), negative);
+                _mm256_storeu_ps(c.as_mut_ptr(), y);
+            }
+        }
+        for x in chunks.into_remainder() {
+            *x = super::leaky_relu(*x, alpha);
+        }
     }
 }
 
@@ -625,6 +741,45 @@ pub fn gelu_tanh(x: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn clamp_and_leaky_relu_keep_the_scalar_semantics_on_every_path() {
+        let specials = [
+            f32::NAN,
+            -0.0,
+            0.0,
+            -1.5,
+            2.5,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e-45,
+            -1e-45,
+            6.0,
+            7.0,
+        ];
+        // Long enough for the vector loop and a remainder.
+        let v: Vec<f32> = specials.iter().cycle().take(8 * 5 + 3).copied().collect();
+        for (lo, hi) in [(0.0, f32::INFINITY), (0.0, 6.0), (-1.0, 1.0)] {
+            let mut got = v.clone();
+            super::clamp_in_place(&mut got, lo, hi);
+            for (&x, &g) in v.iter().zip(&got) {
+                assert_eq!(
+                    g.to_bits(),
+                    super::clamp(x, lo, hi).to_bits(),
+                    "clamp {x} to {lo}..{hi}"
+                );
+            }
+        }
+        let mut got = v.clone();
+        super::leaky_relu_in_place(&mut got, 0.1);
+        for (&x, &g) in v.iter().zip(&got) {
+            assert_eq!(
+                g.to_bits(),
+                super::leaky_relu(x, 0.1).to_bits(),
+                "leaky relu {x}"
+            );
+        }
+    }
+
     use super::*;
 
     /// Every `step`-th `f32` bit pattern in `[lo, hi]`, both signs.

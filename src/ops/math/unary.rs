@@ -39,11 +39,19 @@ fn in_place_f32(
     x: Tensor,
     fast: impl Fn(f32) -> f32 + Sync + Send + Copy,
 ) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
+    in_place_f32_with(x, |v| vector::par_map_in_place(v, fast))
+}
+
+/// [`in_place_f32`] with `kernel` rewriting the whole buffer.
+fn in_place_f32_with(
+    x: Tensor,
+    kernel: impl FnOnce(&mut [f32]),
+) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
     if x.dtype() != DataType::Float || !x.is_unique() {
         return Ok(Err(x));
     }
     let mut x = x;
-    vector::par_map_in_place(x.as_slice_mut::<f32>()?, fast);
+    kernel(x.as_slice_mut::<f32>()?);
     Ok(Ok(vec![x]))
 }
 
@@ -197,21 +205,13 @@ impl Activation {
     /// Applies the activation to every element of `y`, on the calling thread.
     pub(crate) fn apply(self, y: &mut [f32]) {
         match self {
-            Activation::Relu => vector::map_in_place(y, Relu::apply::<f32>),
-            Activation::LeakyRelu(a) => vector::map_in_place(y, leaky_relu_f32(a)),
+            Activation::Relu => vector::clamp_in_place(y, 0.0, f32::INFINITY),
+            Activation::LeakyRelu(a) => vector::leaky_relu_in_place(y, a),
             Activation::Sigmoid => vector::map_in_place(y, vector::sigmoid),
             Activation::Tanh => vector::map_in_place(y, vector::tanh),
             Activation::HardSigmoid(a, b) => vector::map_in_place(y, hard_sigmoid_f32(a, b)),
             Activation::HardSwish => vector::map_in_place(y, hard_swish_f32),
-            Activation::Clip(lo, hi) => vector::map_in_place(y, move |x: f32| {
-                if x < lo {
-                    lo
-                } else if x > hi {
-                    hi
-                } else {
-                    x
-                }
-            }),
+            Activation::Clip(lo, hi) => vector::clamp_in_place(y, lo, hi),
         }
     }
 }
@@ -322,7 +322,10 @@ pub(super) fn leaky_relu_in_place(
     x: Tensor,
     _: &[Option<&Tensor>],
 ) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
-    in_place_f32(x, leaky_relu_f32(ctx.attrs::<LeakyAlpha>()?.0))
+    let alpha = ctx.attrs::<LeakyAlpha>()?.0;
+    in_place_f32_with(x, |v| {
+        vector::par_in_place(v, |v| vector::leaky_relu_in_place(v, alpha))
+    })
 }
 
 pub(super) fn eval_swish(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -503,6 +506,10 @@ pub(super) fn eval_gelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
 /// A unary operation defined on every numeric type.
 pub(super) trait NumUnary {
     fn apply<A: Arith>(x: A) -> A;
+    /// [`NumUnary::apply`] on every element of `v`, in place.
+    fn apply_in_place(v: &mut [f32]) {
+        vector::par_map_in_place(v, Self::apply::<f32>);
+    }
 }
 
 pub(super) struct Abs;
@@ -544,6 +551,10 @@ impl NumUnary for Relu {
             x
         }
     }
+
+    fn apply_in_place(v: &mut [f32]) {
+        vector::par_in_place(v, |v| vector::clamp_in_place(v, 0.0, f32::INFINITY));
+    }
 }
 
 /// The kernel of a [`NumUnary`] operation.
@@ -553,7 +564,7 @@ pub(super) fn num_unary_in_place<Op: NumUnary>(
     x: Tensor,
     _: &[Option<&Tensor>],
 ) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
-    in_place_f32(x, Op::apply::<f32>)
+    in_place_f32_with(x, Op::apply_in_place)
 }
 
 pub(super) fn eval_num_unary<Op: NumUnary>(

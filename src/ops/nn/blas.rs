@@ -99,7 +99,7 @@ pub(in crate::ops) struct ColumnBlocks<'c, T> {
     _c: std::marker::PhantomData<&'c mut [T]>,
 }
 
-// SAFETY: the blocks are only written through `fill` and `product`, whose callers give each
+// SAFETY: the blocks are only written through `product` and `slots`, whose callers give each
 // concurrent task its own columns, so tasks on other threads never touch the same element.
 unsafe impl<T: Send> Sync for ColumnBlocks<'_, T> {}
 
@@ -135,6 +135,26 @@ impl<'c, T: Real> ColumnBlocks<'c, T> {
                 std::slice::from_raw_parts_mut(self.ptr.add(i * self.ld + col0), n)
             });
         }
+    }
+
+    /// Columns `col0..col0 + n` of row `i`, possibly not yet written; `None` outside the
+    /// matrix.
+    ///
+    /// # Safety
+    /// No concurrent task may touch these columns, and no other slice of them may be alive.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slots(
+        &self,
+        i: usize,
+        col0: usize,
+        n: usize,
+    ) -> Option<&mut [std::mem::MaybeUninit<T>]> {
+        if i >= self.rows || col0.checked_add(n).is_none_or(|end| end > self.ld) {
+            return None;
+        }
+        // SAFETY: `new` checked that the `rows x ld` matrix lies in the slice, the columns are
+        // inside row `i` (checked above) and the caller owns them alone.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.ld + col0).cast(), n) })
     }
 
     /// Columns `col0..col0 + b.cols` of every row `= alpha * a * b + beta * themselves`, on

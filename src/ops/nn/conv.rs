@@ -37,6 +37,7 @@ use super::common::{
     checked_product, input_dims, output_written, shifted_f64s, tensor_type, to_f32s, zero_at,
     zero_points,
 };
+use super::direct;
 use super::matmul::{requantize, scales, single};
 use super::window::{inside, Geometry3, WindowAttrs};
 use crate::ops::math::Activation;
@@ -48,6 +49,9 @@ const TILE_ELEMS: usize = 1 << 17;
 
 /// Planes of at most this many output positions run as dot products ([`ConvShape::few_positions`]).
 const FEW_POSITIONS: usize = 8;
+/// Output positions per band of a [`Direct`] convolution: the filter block's sums for a band
+/// stay in L1.
+const DIRECT_BAND: usize = 256;
 
 /// The fewest output positions in one im2col tile.
 const MIN_TILE: usize = 64;
@@ -266,6 +270,11 @@ impl ConvShape {
             }
         }
         if !depthwise && p > FEW_POSITIONS {
+            if let Some(direct) =
+                Direct::new::<T>(&self.geo, self.cg())?.filter(|_| !self.is_pointwise())
+            {
+                return direct.run(xg, wg, bias, post, y, parallel);
+            }
             if let Some(shifted) = Shifted::new(&self.geo, self.cg())? {
                 return shifted.run(xg, wg, bias, post, y, parallel);
             }
@@ -859,24 +868,34 @@ fn single_channel<T: Real>(plane: &Depthwise<'_, T>, w: &[T], y: &mut [T]) {
 /// 0.146 -> 0.104 ms, 128 channels of 40x40 0.103 -> 0.080 ms, 96 channels of 80x80 at stride 2
 /// 0.155 -> 0.102 ms (onnxruntime 1.32: 0.101, 0.067 and 0.092 ms).
 struct PhasePlanes<'a, T: bytemuck::Pod> {
-    g: &'a Geometry3,
-    pitch: usize,
-    /// Elements per phase.
-    phase: usize,
-    /// Each tap's phase and offset, in the filter's order.
-    taps: Vec<(usize, usize)>,
+    layout: PhaseLayout<'a>,
     /// The phases, one after the other, zero where the padding is.
     x: Scratch<T>,
     /// The output rows at `pitch`, rounded up to whole blocks.
     y: Scratch<T>,
 }
 
+/// Where the phases of one padded input plane lie (see [`PhasePlanes`]), shared by the
+/// depthwise loop and the [`Direct`] convolution.
+struct PhaseLayout<'a> {
+    g: &'a Geometry3,
+    pitch: usize,
+    /// Elements per phase.
+    phase: usize,
+    /// Elements of all phases of one plane.
+    plane: usize,
+    /// The output rows at `pitch`, rounded up to whole [`BLOCK`]s.
+    grid: usize,
+    /// Each tap's phase and offset, in the filter's order.
+    taps: Vec<(usize, usize)>,
+}
+
 /// Output positions a depthwise kernel sums all taps for at once: eight AVX-512 vectors of
 /// `f32`, enough independent additions to hide their latency.
 const BLOCK: usize = 128;
 
-impl<'a, T: Real> PhasePlanes<'a, T> {
-    /// Phase planes for the input channels of `g`, if it has no depth taps and its padded phases
+impl<'a> PhaseLayout<'a> {
+    /// The layout for the input planes of `g`, if it has no depth taps and its padded phases
     /// stay within a few times the input and output planes.
     fn new(g: &'a Geometry3) -> Result<Option<Self>> {
         let ([od, oh, ow], [id, ih, iw], [kd, kh, kw]) = (g.output, g.input, g.kernel);
@@ -911,22 +930,22 @@ impl<'a, T: Real> PhasePlanes<'a, T> {
                 taps.push((which, ry / sh * pitch + rx / sw));
             }
         }
-        Ok(Some(PhasePlanes {
+        Ok(Some(PhaseLayout {
             g,
             pitch,
             phase,
+            plane: all,
+            grid,
             taps,
-            x: Scratch::new(all, T::ZERO)?,
-            y: Scratch::new(grid, T::ZERO)?,
         }))
     }
 
-    /// Copies the input channel `x` into the phases (the padding stays zero); `false` if `x` is
-    /// not one input channel.
-    fn load(&mut self, x: &[T]) -> bool {
+    /// Copies the input channel `x` into the phases `planes` (one plane of them, whose padding
+    /// is zero and stays so); `false` if `x` is not one input channel.
+    fn load<T: Real>(&self, planes: &mut [T], x: &[T]) -> bool {
         let g = self.g;
         let ([_, ih, iw], [_, sh, sw], [_, ph, pw]) = (g.input, g.strides, g.pad_begin);
-        if x.len() != ih * iw {
+        if x.len() != ih * iw || planes.len() != self.plane {
             return false;
         }
         let (pitch, phase) = (self.pitch, self.phase);
@@ -943,7 +962,7 @@ impl<'a, T: Real> PhasePlanes<'a, T> {
             };
             // Input column `ix` is column `(ix + pw) / sw` of phase `(ix + pw) % sw`.
             if sw == 1 {
-                let dst = &mut self.x[row(0)][pw.min(len)..];
+                let dst = &mut planes[row(0)][pw.min(len)..];
                 let n = dst.len().min(iw);
                 dst[..n].copy_from_slice(&src[..n]);
                 continue;
@@ -951,7 +970,7 @@ impl<'a, T: Real> PhasePlanes<'a, T> {
             if sw == 2 {
                 // Even input columns go to phase `pw % 2`, odd ones to the other.
                 let (a, b) = (row(0), row(1));
-                let (lo, hi) = self.x.split_at_mut(b.start);
+                let (lo, hi) = planes.split_at_mut(b.start);
                 let (p0, p1) = (&mut lo[a], &mut hi[..len]);
                 let (even, odd, ce, co) = match pw % 2 {
                     0 => (p0, p1, pw / 2, pw / 2),
@@ -973,7 +992,7 @@ impl<'a, T: Real> PhasePlanes<'a, T> {
                     continue;
                 }
                 let range = row(px);
-                let dst = &mut self.x[range];
+                let dst = &mut planes[range];
                 for (d, &v) in dst
                     .iter_mut()
                     .skip((first + pw) / sw)
@@ -985,17 +1004,167 @@ impl<'a, T: Real> PhasePlanes<'a, T> {
         }
         true
     }
+}
+
+impl<'a, T: Real> PhasePlanes<'a, T> {
+    /// Phase planes for one input channel of `g`, if [`PhaseLayout`] takes `g`.
+    fn new(g: &'a Geometry3) -> Result<Option<Self>> {
+        let Some(layout) = PhaseLayout::new(g)? else {
+            return Ok(None);
+        };
+        Ok(Some(PhasePlanes {
+            x: Scratch::new(layout.plane, T::ZERO)?,
+            y: Scratch::new(layout.grid, T::ZERO)?,
+            layout,
+        }))
+    }
+
+    /// Copies the input channel `x` into the phases; `false` if `x` is not one input channel.
+    fn load(&mut self, x: &[T]) -> bool {
+        self.layout.load(&mut self.x, x)
+    }
 
     /// Writes the convolution by filter `w` plus `init` into every element of the output plane
     /// `y`.
     fn convolve(&mut self, w: &[T], init: T, y: &mut [MaybeUninit<T>]) {
-        let ow = self.g.output[2];
+        let l = &self.layout;
+        let ow = l.g.output[2];
         for (b, block) in self.y.chunks_exact_mut(BLOCK).enumerate() {
-            taps_block(&self.x, self.phase, &self.taps, w, init, b * BLOCK, block);
+            taps_block(&self.x, l.phase, &l.taps, w, init, b * BLOCK, block);
         }
-        for (dst, src) in y.chunks_exact_mut(ow).zip(self.y.chunks(self.pitch)) {
+        for (dst, src) in y.chunks_exact_mut(ow).zip(self.y.chunks(l.pitch)) {
             copy(dst, &src[..ow]);
         }
+    }
+}
+
+/// A convolution of `f32` with several input channels per group, computed directly: the
+/// group's input planes copied once into their padded phases ([`PhaseLayout`]), then every
+/// output row of each block of [`direct::MR`] filters summed over all taps in registers by
+/// [`direct::Kernel`] and written once, the bias first and `post` last while the row is in cache.
+/// Output rows are split over the session's threads.
+struct Direct<'a> {
+    layout: PhaseLayout<'a>,
+    cg: usize,
+    taps: direct::Taps,
+    kernel: direct::Kernel,
+}
+
+impl<'a> Direct<'a> {
+    /// The plan for geometry `g` with `cg` input channels per group, if `T` is `f32`, the CPU
+    /// has the kernel, and [`PhaseLayout`] takes `g`.
+    fn new<T: Real>(g: &'a Geometry3, cg: usize) -> Result<Option<Self>> {
+        if std::any::TypeId::of::<T>() != std::any::TypeId::of::<f32>() || cg == 0 {
+            return Ok(None);
+        }
+        let Some(kernel) = direct::Kernel::detect() else {
+            return Ok(None);
+        };
+        let Some(layout) = PhaseLayout::new(g)? else {
+            return Ok(None);
+        };
+        let phases = g.strides[1] * g.strides[2];
+        if cg.checked_mul(layout.plane).is_none() {
+            return Ok(None);
+        }
+        let mut offsets = Vec::new();
+        offsets
+            .try_reserve_exact(cg * layout.taps.len())
+            .map_err(|_| Error::Eval("out of memory for the taps of a convolution".into()))?;
+        for c in 0..cg {
+            for &(which, offset) in &layout.taps {
+                offsets.push((c * phases + which) * layout.phase + offset);
+            }
+        }
+        Ok(Some(Direct {
+            layout,
+            cg,
+            taps: direct::Taps::new(offsets),
+            kernel,
+        }))
+    }
+
+    /// `y = post(conv(xg, wg) + bias)` for one group of one image, every element written
+    /// (`T` is `f32`, checked in [`Direct::new`]).
+    fn run<T: Real>(
+        &self,
+        xg: &[T],
+        wg: Mat<'_, T>,
+        bias: Option<&[T]>,
+        post: Post<'_, T>,
+        y: &mut [MaybeUninit<T>],
+        parallel: bool,
+    ) -> Result<()> {
+        let l = &self.layout;
+        let ([_, oh, ow], [_, ih, iw]) = (l.g.output, l.g.input);
+        let mg = wg.rows();
+        let plane = l.plane;
+        // The planes, plus one vector of slack the last tile of the last row reads past them.
+        let mut planes = Scratch::new(self.cg * plane + direct::LANES, T::ZERO)?;
+        for (dst, src) in planes.chunks_exact_mut(plane).zip(xg.chunks_exact(ih * iw)) {
+            if !l.load(dst, src) {
+                return Err(Error::Eval("an input plane does not fit its phases".into()));
+            }
+        }
+        let x: &[f32] = bytemuck::cast_slice(&planes[..]);
+        let bias: Option<Vec<f32>> = bias.map(|b| b.iter().map(|v| v.to_f32()).collect());
+        let packed = direct::Packed::new(
+            mg,
+            self.taps.len(),
+            |m| wg.row(m).iter().map(|v| v.to_f32()).collect(),
+            bias.as_deref(),
+        )?;
+        let blocks = ColumnBlocks::new(y, mg, oh * ow)?;
+        // Bands of output rows computed as one run of positions at `pitch` (the columns past
+        // `ow` are computed and dropped), about `DIRECT_BAND` positions each.
+        let pitch = l.pitch;
+        let band = (DIRECT_BAND / pitch).clamp(1, oh);
+        let rows = |oy0: usize, oy1: usize| -> Result<()> {
+            let most = (band * pitch).next_multiple_of(direct::LANES);
+            let mut tile = try_vec(direct::MR * most, 0.0f32)?;
+            for b0 in (oy0..oy1).step_by(band) {
+                let b1 = (b0 + band).min(oy1);
+                let width = ((b1 - b0) * pitch).next_multiple_of(direct::LANES);
+                let tile = &mut tile[..direct::MR * width];
+                for b in 0..packed.blocks() {
+                    self.kernel
+                        .row(x, &self.taps, &packed, b, b0 * pitch, tile)?;
+                    if let Some(post) = post {
+                        // Once over the whole tile (the dropped columns too): one call instead
+                        // of one per filter and row. `T` is `f32`.
+                        post(bytemuck::cast_slice_mut(tile));
+                    }
+                    for (i, src) in tile.chunks_exact(width).enumerate() {
+                        let m = b * direct::MR + i;
+                        // SAFETY: this task alone writes output rows `oy0..oy1` (of every
+                        // filter), and no other slice of these rows is alive.
+                        let Some(dst) = (unsafe { blocks.slots(m, b0 * ow, (b1 - b0) * ow) })
+                        else {
+                            break;
+                        };
+                        for (d, s) in dst.chunks_exact_mut(ow).zip(src.chunks(pitch)) {
+                            for (d, &v) in d.iter_mut().zip(s) {
+                                d.write(T::from_f32(v));
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        };
+        let threads = crate::par::threads();
+        let min_len = match parallel {
+            true => crate::par::min_len(oh, &[self.taps.len(), pitch, mg]),
+            false => usize::MAX,
+        };
+        if min_len == usize::MAX || oh < 2 {
+            return rows(0, oh);
+        }
+        let chunk = oh.div_ceil(2 * threads).max(min_len.min(oh));
+        (0..oh)
+            .into_par_iter()
+            .step_by(chunk)
+            .try_for_each(|oy0| rows(oy0, (oy0 + chunk).min(oh)))
     }
 }
 
@@ -1601,6 +1770,104 @@ mod tests {
                     AttrValue::Ints(pads.iter().map(|&p| p as i64).collect()),
                 );
             agrees_with_and_without_bias(node, xs, ws, &want);
+        }
+    }
+
+    #[test]
+    fn direct_and_product_paths_agree_with_the_reference_in_f32_and_f64() {
+        // `float` takes the direct kernel where the CPU has it, `double` the products over
+        // shifted rows (unit strides) or im2col tiles: strides 1 to 3, dilations, uneven pads,
+        // groups, filter counts that leave a partial block of the direct kernel (7, 13 a group), output
+        // widths that are not whole vectors, one-row and one-column planes, and bands of rows
+        // split over three threads.
+        for (xs, ws, group, s, d, pads) in [
+            (
+                [1, 5, 31, 29],
+                [7, 5, 3, 3],
+                1,
+                [1, 1],
+                [1, 1],
+                [1, 1, 1, 1],
+            ),
+            (
+                [2, 6, 30, 17],
+                [26, 3, 3, 2],
+                2,
+                [1, 1],
+                [2, 1],
+                [1, 0, 2, 1],
+            ),
+            (
+                [1, 3, 64, 70],
+                [16, 3, 3, 3],
+                1,
+                [2, 2],
+                [1, 1],
+                [1, 1, 1, 1],
+            ),
+            (
+                [1, 4, 40, 37],
+                [6, 4, 5, 3],
+                1,
+                [3, 2],
+                [1, 2],
+                [2, 0, 1, 3],
+            ),
+            (
+                [1, 8, 1, 300],
+                [12, 8, 1, 5],
+                1,
+                [1, 1],
+                [1, 1],
+                [0, 2, 0, 2],
+            ),
+            (
+                [1, 8, 300, 1],
+                [12, 8, 3, 1],
+                1,
+                [1, 1],
+                [1, 1],
+                [1, 0, 1, 0],
+            ),
+            (
+                [1, 64, 37, 41],
+                [8, 64, 3, 3],
+                1,
+                [1, 1],
+                [1, 2],
+                [2, 2, 2, 2],
+            ),
+        ] {
+            let (x, w) = small_ints(xs, ws);
+            let [_, _, kh, kw] = ws;
+            let out = [0, 1].map(|i| {
+                (xs[2 + i] + pads[i] + pads[i + 2] - (ws[2 + i] - 1) * d[i] - 1) / s[i] + 1
+            });
+            let want = reference(&x, xs, &w, ws, group, s, d, [pads[0], pads[1]], out);
+            let node = Node::new("Conv", "c", ["x", "w", "b"], ["y"])
+                .with_attr("group", AttrValue::Int(group as i64))
+                .with_attr("kernel_shape", AttrValue::Ints(vec![kh as i64, kw as i64]))
+                .with_attr("strides", AttrValue::Ints(vec![s[0] as i64, s[1] as i64]))
+                .with_attr("dilations", AttrValue::Ints(vec![d[0] as i64, d[1] as i64]))
+                .with_attr(
+                    "pads",
+                    AttrValue::Ints(pads.iter().map(|&p| p as i64).collect()),
+                );
+            agrees_with_and_without_bias(node.clone(), xs, ws, &want);
+            let doubles = |v: &[f32], shape: &[usize]| {
+                let v: Vec<f64> = v.iter().map(|&v| f64::from(v)).collect();
+                Tensor::from_vec(DataType::Double, shape, v).unwrap()
+            };
+            let (xt, wt) = (doubles(&x, &xs), doubles(&w, &ws));
+            let mut node = node;
+            node.inputs.truncate(2);
+            let y = eval_node(&node, 22, &[Some(&xt), Some(&wt)]).unwrap();
+            let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+            assert_eq!(
+                y[0].as_slice::<f64>().unwrap(),
+                &want[..],
+                "{xs:?} {ws:?} double"
+            );
         }
     }
 

@@ -14,6 +14,7 @@ mod conv;
 mod conv_transpose;
 mod deform_conv;
 mod det;
+mod direct;
 mod einsum;
 mod gemm;
 mod grid;
