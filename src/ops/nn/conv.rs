@@ -1125,19 +1125,20 @@ impl<'a> Direct<'a> {
             for b0 in (oy0..oy1).step_by(band) {
                 let b1 = (b0 + band).min(oy1);
                 let width = ((b1 - b0) * pitch).next_multiple_of(direct::LANES);
-                let tile = &mut tile[..direct::MR * width];
-                for b in 0..packed.blocks() {
+                for &block in packed.blocks() {
+                    let tile = &mut tile[..block.rows * width];
                     self.kernel
-                        .row(x, &self.taps, &packed, b, b0 * pitch, tile)?;
+                        .row(x, &self.taps, &packed, block, b0 * pitch, tile)?;
                     if let Some(post) = post {
                         // Once over the whole tile (the dropped columns too): one call instead
                         // of one per filter and row. `T` is `f32`.
                         post(bytemuck::cast_slice_mut(tile));
                     }
                     for (i, src) in tile.chunks_exact(width).enumerate() {
-                        let m = b * direct::MR + i;
                         // SAFETY: this task alone writes output rows `oy0..oy1` (of every
-                        // filter), and no other slice of these rows is alive.
+                        // filter), and no other slice of these rows is alive. Padding filters
+                        // have no row.
+                        let m = block.first + i;
                         let Some(dst) = (unsafe { blocks.slots(m, b0 * ow, (b1 - b0) * ow) })
                         else {
                             break;

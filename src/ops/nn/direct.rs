@@ -1,22 +1,27 @@
-//! The `f32` kernel of direct convolutions on x86-64 with AVX2 and FMA: a block of [`MR`] output
-//! channels by one output row, every tap of every input channel summed in registers, reading the
+//! The `f32` kernel of direct convolutions on x86-64 with AVX2 and FMA: a block of filters by a
+//! run of output positions, every tap of every input channel summed in registers, reading the
 //! input where it lies in a padded, phase-split copy (see `conv::PhaseLayout`).
 //!
 //! A convolution by matrix product (im2col, or the shifted copies of a unit-stride one) writes
 //! and reads a copy of the input per width tap and adds each height tap's product onto the
 //! output in memory; here the input is copied once and each output element is written once.
-//! The kernel holds `MR x 8V` sums (`V` vectors of eight `f32`) and, per tap, loads `V` vectors
-//! of input and broadcasts `MR` weights: twelve independent fused multiply-adds per tap at
-//! `V = 3`, enough to cover their latency on both FMA pipes.
+//! The kernel holds `R x 8V` sums (`R` filters, `V` vectors of eight `f32`) and, per tap, loads
+//! `V` vectors of input and broadcasts `R` weights: at six filters and two vectors, twelve
+//! independent fused multiply-adds per tap, enough to cover their latency on both FMA pipes.
 
 use crate::error::{Error, Result};
 use crate::tensor::Scratch;
 
-/// Output channels per block.
+/// Filters per block: blocks of six, the last two to eight filters in blocks of four (of which
+/// at most one filter is padding), so 16 and 32 filters fill their blocks.
 pub(super) const MR: usize = 6;
+/// Filters in a short block.
+const SHORT: usize = 4;
 /// Output positions per vector.
 pub(super) const LANES: usize = 8;
-/// Vectors per tile of positions: tiles of 24 positions, then one of 8 or 16 for the rest.
+/// Vectors per tile of positions: tiles of 16 positions, then one of 8 for the rest. With six
+/// filters that is twelve sums in registers, the most the sixteen AVX2 registers hold beside
+/// the input vectors and the broadcast weight.
 const V: usize = 2;
 
 /// The input offset each tap of a filter reads (relative to the output position's), with their
@@ -39,41 +44,74 @@ impl Taps {
     }
 }
 
-/// Weights in blocks of [`MR`] filters, tap by tap (`w[(b * taps + t) * MR + i]` is tap `t` of
-/// filter `b * MR + i`, zero past the last filter), and the bias likewise.
+/// Weights in blocks of filters, each block tap by tap (`rows` weights per tap, zero for the
+/// padding filters), and the bias likewise.
 pub(super) struct Packed {
     w: Scratch<f32>,
     bias: Scratch<f32>,
     taps: usize,
+    /// Each block's first filter, its height ([`MR`] or [`SHORT`]) and its first row in
+    /// `bias` (its weights start `taps` times further into `w`).
+    blocks: Vec<Block>,
+}
+
+/// One block of filters of [`Packed`].
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Block {
+    /// The first filter.
+    pub first: usize,
+    /// The number of rows (filters and padding).
+    pub rows: usize,
+    at: usize,
 }
 
 impl Packed {
-    /// `rows` filters of `taps` weights each (filter `m` is `row(m)`) and their bias.
+    /// `filters` filters of `taps` weights each (filter `m` is `row(m)`) and their bias.
     pub fn new(
-        rows: usize,
+        filters: usize,
         taps: usize,
         row: impl Fn(usize) -> Vec<f32>,
         bias: Option<&[f32]>,
     ) -> Result<Packed> {
-        let blocks = rows.div_ceil(MR);
-        let len = blocks
-            .checked_mul(taps * MR)
+        let mut blocks = Vec::new();
+        let (mut first, mut at) = (0, 0);
+        while first < filters {
+            let rest = filters - first;
+            let rows = if rest > 2 * SHORT || (5..=MR).contains(&rest) {
+                MR
+            } else {
+                SHORT
+            };
+            blocks.push(Block { first, rows, at });
+            first += rows;
+            at += rows;
+        }
+        let len = at
+            .checked_mul(taps)
             .ok_or_else(|| Error::Eval("the packed weights of a convolution overflow".into()))?;
         let mut w = Scratch::new(len, 0.0)?;
-        let mut b = Scratch::new(blocks * MR, 0.0)?;
-        for m in 0..rows {
-            let (blk, i) = (m / MR, m % MR);
-            for (t, &v) in row(m).iter().enumerate().take(taps) {
-                w[(blk * taps + t) * MR + i] = v;
+        let mut b = Scratch::new(at, 0.0)?;
+        for blk in &blocks {
+            for i in 0..blk.rows.min(filters - blk.first) {
+                let m = blk.first + i;
+                let dst = &mut w[blk.at * taps..][..blk.rows * taps];
+                for (t, &v) in row(m).iter().enumerate().take(taps) {
+                    dst[t * blk.rows + i] = v;
+                }
+                b[blk.at + i] = bias.map_or(0.0, |b| b[m]);
             }
-            b[m] = bias.map_or(0.0, |b| b[m]);
         }
-        Ok(Packed { w, bias: b, taps })
+        Ok(Packed {
+            w,
+            bias: b,
+            taps,
+            blocks,
+        })
     }
 
-    /// The number of blocks of [`MR`] filters.
-    pub fn blocks(&self) -> usize {
-        self.bias.len() / MR
+    /// The blocks of filters.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
     }
 }
 
@@ -92,51 +130,55 @@ impl Kernel {
         None
     }
 
-    /// Output positions `q0 .. q0 + width` (`width` a whole number of vectors) of filter block
-    /// `block` into `out` (`MR` rows of `width`): position `q` sums `w[t] * x[q + offsets[t]]`
-    /// over the taps, from the bias.
+    /// Output positions `q0 .. q0 + width` (`width` a whole number of vectors) of the filters
+    /// of `block` into `out` (`block.rows` rows of `width`): position `q` sums
+    /// `w[t] * x[q + offsets[t]]` over the taps, from the bias.
     pub fn row(
         self,
         x: &[f32],
         taps: &Taps,
         packed: &Packed,
-        block: usize,
+        block: Block,
         q0: usize,
         out: &mut [f32],
     ) -> Result<()> {
-        let width = out.len() / MR;
+        let rows = block.rows;
+        let width = out.len() / rows.max(1);
         let fits = q0
             .checked_add(taps.reach)
             .and_then(|end| end.checked_add(width))
             .is_some_and(|end| end <= x.len());
+        let weights = block
+            .at
+            .checked_add(rows)
+            .and_then(|end| end.checked_mul(packed.taps))
+            .is_some_and(|end| end <= packed.w.len());
         if !width.is_multiple_of(LANES)
-            || out.len() != MR * width
+            || out.len() != rows * width
             || !fits
+            || !weights
             || taps.len() != packed.taps
-            || block >= packed.blocks()
+            || !(rows == MR || rows == SHORT)
         {
             return Err(Error::Eval(
                 "a direct convolution tile out of its buffers".into(),
             ));
         }
-        let w = &packed.w[block * packed.taps * MR..][..packed.taps * MR];
-        let bias: [f32; MR] = std::array::from_fn(|i| packed.bias[block * MR + i]);
+        let w = &packed.w[block.at * packed.taps..][..rows * packed.taps];
+        let bias = &packed.bias[block.at..][..rows];
         #[cfg(target_arch = "x86_64")]
         {
             let _ = self;
+            let x = &x[q0..];
             // SAFETY: `Kernel` exists only where AVX2 and FMA were detected; every read is at
-            // most `q0 + reach + width - 1`, inside `x` (checked above), every write inside
-            // `out` (`MR` rows of `width`), and `w` holds `MR` weights per tap.
+            // most `reach + width - 1` past `x` (checked above), every write inside `out`
+            // (`rows` rows of `width`), and `w` holds `rows` weights per tap.
             unsafe {
-                x86::row(
-                    x.as_ptr().add(q0),
-                    &taps.offsets,
-                    w.as_ptr(),
-                    bias,
-                    out,
-                    width,
-                )
-            };
+                match rows {
+                    MR => x86::row::<MR>(x.as_ptr(), &taps.offsets, w.as_ptr(), bias, out, width),
+                    _ => x86::row::<SHORT>(x.as_ptr(), &taps.offsets, w.as_ptr(), bias, out, width),
+                }
+            }
             Ok(())
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -151,52 +193,54 @@ impl Kernel {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{LANES, MR, V};
+    use super::{LANES, V};
     use std::arch::x86_64::*;
 
-    /// See [`super::Kernel::row`]; `x` points at position `q0`.
+    /// See [`super::Kernel::row`] for `R` filters; `x` points at position `q0`.
     ///
     /// # Safety
-    /// AVX2 and FMA; `x` readable up to `max(offsets) + width` elements, `w` for `MR` per tap,
-    /// `out` holding `MR` rows of `width` (a whole number of [`LANES`]).
+    /// AVX2 and FMA; `x` readable up to `max(offsets) + width` elements, `w` for `R` per tap,
+    /// `bias` holding `R` values, `out` `R` rows of `width` (a whole number of [`LANES`]).
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn row(
+    pub(super) unsafe fn row<const R: usize>(
         x: *const f32,
         offsets: &[usize],
         w: *const f32,
-        bias: [f32; MR],
+        bias: &[f32],
         out: &mut [f32],
         width: usize,
     ) {
+        let bias: [f32; R] = std::array::from_fn(|i| bias[i]);
         let mut j = 0;
         while j + V * LANES <= width {
-            unsafe { tile::<V>(x.add(j), offsets, w, bias, out, width, j) };
+            unsafe { tile::<R, V>(x.add(j), offsets, w, bias, out, width, j) };
             j += V * LANES;
         }
         if j < width {
-            unsafe { tile::<1>(x.add(j), offsets, w, bias, out, width, j) };
+            unsafe { tile::<R, 1>(x.add(j), offsets, w, bias, out, width, j) };
         }
     }
 
-    /// `N` vectors of positions from `x`, written at column `j` of the rows of `out`.
+    /// `N` vectors of positions from `x` for `R` filters, written at column `j` of the rows of
+    /// `out`.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn tile<const N: usize>(
+    unsafe fn tile<const R: usize, const N: usize>(
         x: *const f32,
         offsets: &[usize],
         w: *const f32,
-        bias: [f32; MR],
+        bias: [f32; R],
         out: &mut [f32],
         width: usize,
         j: usize,
     ) {
-        let mut acc = [[_mm256_setzero_ps(); N]; MR];
+        let mut acc = [[_mm256_setzero_ps(); N]; R];
         for (row, &b) in acc.iter_mut().zip(&bias) {
             *row = [_mm256_set1_ps(b); N];
         }
         let mut wt = w;
         for &off in offsets {
-            // SAFETY (whole loop): the caller's bounds; `wt` advances `MR` per tap.
+            // SAFETY (whole loop): the caller's bounds; `wt` advances `R` per tap.
             let xp = unsafe { x.add(off) };
             let xs: [__m256; N] =
                 std::array::from_fn(|v| unsafe { _mm256_loadu_ps(xp.add(v * LANES)) });
@@ -206,7 +250,7 @@ mod x86 {
                     *a = _mm256_fmadd_ps(wb, xv, *a);
                 }
             }
-            wt = unsafe { wt.add(MR) };
+            wt = unsafe { wt.add(R) };
         }
         for (i, row) in acc.iter().enumerate() {
             let dst = &mut out[i * width + j..][..N * LANES];
