@@ -1099,12 +1099,40 @@ impl<'a> Direct<'a> {
         let ([_, oh, ow], [_, ih, iw]) = (l.g.output, l.g.input);
         let mg = wg.rows();
         let plane = l.plane;
-        // The planes, plus one vector of slack the last tile of the last row reads past them.
-        let mut planes = Scratch::new(self.cg * plane + direct::LANES, T::ZERO)?;
-        for (dst, src) in planes.chunks_exact_mut(plane).zip(xg.chunks_exact(ih * iw)) {
-            if !l.load(dst, src) {
-                return Err(Error::Eval("an input plane does not fit its phases".into()));
+        if xg.len() != self.cg * ih * iw {
+            return Err(Error::Eval("X does not hold its channels".into()));
+        }
+        // The planes, plus one vector of slack the last tile of the last row reads past them;
+        // each plane zeroed and loaded while it is in cache, the channels over the threads.
+        let loaded = std::sync::atomic::AtomicBool::new(true);
+        let load = |(dst, src): (&mut [MaybeUninit<T>], &[T])| {
+            if !l.load(fill(dst, T::ZERO), src) {
+                loaded.store(false, std::sync::atomic::Ordering::Relaxed);
             }
+        };
+        let channels = match parallel {
+            true => crate::par::min_len(self.cg, &[plane]),
+            false => usize::MAX,
+        };
+        // SAFETY: the planes of `plane` elements cover all but the slack, and `load` fills each
+        // (with zeros, then the channel); the slack is filled after them.
+        let planes = unsafe {
+            Scratch::new_with(self.cg * plane + direct::LANES, |slots| {
+                let (body, slack) = slots.split_at_mut(self.cg * plane);
+                fill(slack, T::ZERO);
+                let pairs = body.chunks_exact_mut(plane).zip(xg.chunks_exact(ih * iw));
+                if channels == usize::MAX {
+                    pairs.for_each(load);
+                } else {
+                    body.par_chunks_exact_mut(plane)
+                        .zip(xg.par_chunks_exact(ih * iw))
+                        .with_min_len(channels)
+                        .for_each(load);
+                }
+            })?
+        };
+        if !loaded.into_inner() {
+            return Err(Error::Eval("an input plane does not fit its phases".into()));
         }
         let x: &[f32] = bytemuck::cast_slice(&planes[..]);
         let bias: Option<Vec<f32>> = bias.map(|b| b.iter().map(|v| v.to_f32()).collect());
