@@ -18,6 +18,11 @@
 //! Outputs are written into uninitialised buffers: every function here writes each element of
 //! `dst` exactly once and returns it as an initialised slice, which is what
 //! [`crate::tensor::UninitTensor::fill`] checks before handing out the tensor.
+//!
+//! Why one file: every loop here follows the one contract above (dispatched per level, the same
+//! bits at every level, each output element written once), which the tests at the bottom check
+//! for all of them together; the few with explicit AVX code (`clamp_in_place`,
+//! `leaky_relu_in_place`) keep it too.
 
 use std::mem::MaybeUninit;
 
