@@ -369,7 +369,8 @@ pub fn gather_multiaxis_into_on(
 /// runtime's buffer pool alternates two) stay in the L3 together: then ordinary stores leave
 /// everything cached for the next reader, while non-temporal ones are bound by the write
 /// bandwidth to memory. That differs by machine more than by size, so the threshold is the
-/// CPU's: this one (4 MiB) everywhere but on Zen 5, [`STREAM_MIN_BYTES_ZEN5`] there.
+/// CPU's: this one (4 MiB) on AMD CPUs before Zen 5, [`STREAM_MIN_BYTES_ZEN5`] on Zen 5, and
+/// one derived from the L3's size on others ([`stream_min_bytes`]).
 ///
 /// Measured on an AMD EPYC Zen 3 (family 0x19, AVX2, 2 vCPUs under KVM, 32 MiB L3 reported, a
 /// busy host: a `memcpy` of 8 MiB ran at 11 GB/s, of 64 MiB at 6 GB/s) with
@@ -407,12 +408,27 @@ const STREAM_MIN_BYTES: usize = 4 << 20;
 const STREAM_MIN_BYTES_ZEN5: usize = 10 << 20;
 
 /// The output bytes per thread from which block rows are streamed (see [`STREAM_MIN_BYTES`]).
+///
+/// On CPUs other than AMD's, a third of the L3 the CPU reports (`cpuid` leaf 4), at least
+/// [`STREAM_MIN_BYTES`]: the output, the rows it reads and the previous run's output fit the L3
+/// together below it. Measured on an Intel Xeon with AVX-512 (2 vCPUs under KVM, 480 MiB L3
+/// reported, so nothing in the shared benchmark streams) with `multigather run --repeat 200`,
+/// two interleaved pairs, medians, ordinary stores against streamed from 4 MiB, 1 thread: the
+/// fp32 embedding lookup (12 MiB) 0.950-0.956 against 1.102-1.116 ms, the fp16 one (6 MiB)
+/// 0.496-0.511 against 0.614-0.620, `gathernd_batch` (8 MiB) 0.616-0.637 against 0.748-0.752,
+/// 100,000 rows of 256 bytes (25 MiB) 1.900-1.902 against 1.893-1.897; at 2 threads the fp32
+/// lookup 0.533-0.535 against 0.605-0.620.
 fn stream_min_bytes() -> usize {
-    if simd::zen5_or_later() {
-        STREAM_MIN_BYTES_ZEN5
-    } else {
-        STREAM_MIN_BYTES
-    }
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        if simd::zen5_or_later() {
+            STREAM_MIN_BYTES_ZEN5
+        } else if simd::amd() {
+            STREAM_MIN_BYTES
+        } else {
+            simd::l3_bytes().map_or(STREAM_MIN_BYTES, |l3| (l3 / 3).max(STREAM_MIN_BYTES))
+        }
+    })
 }
 
 /// Offset-table entries per tile when the table is streamed.

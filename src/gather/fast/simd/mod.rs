@@ -172,6 +172,48 @@ pub(crate) fn zen5_or_later() -> bool {
     amd_family().is_some_and(|family| family >= ZEN5_FAMILY)
 }
 
+/// Whether the CPU is an AMD one.
+pub(crate) fn amd() -> bool {
+    amd_family().is_some()
+}
+
+/// The size of the last-level (L3) cache in bytes as `cpuid` leaf 4 describes it (Intel's
+/// deterministic cache parameters), `None` where the leaf is absent or lists no L3 (AMD CPUs
+/// describe their caches elsewhere).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn l3_bytes() -> Option<usize> {
+    static BYTES: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        use std::arch::x86_64::{__cpuid, __cpuid_count};
+        // SAFETY: leaf 0 exists on every x86-64 CPU, leaf 4 wherever leaf 0 lists it.
+        #[allow(unused_unsafe)]
+        if unsafe { __cpuid(0) }.eax < 4 {
+            return None;
+        }
+        // Subleaves describe one cache each until one of type 0; a handful at most.
+        for sub in 0..16 {
+            #[allow(unused_unsafe)]
+            let r = unsafe { __cpuid_count(4, sub) };
+            if r.eax & 0x1F == 0 {
+                break;
+            }
+            if (r.eax >> 5) & 0x7 == 3 {
+                let ways = ((r.ebx >> 22) & 0x3FF) as usize + 1;
+                let partitions = ((r.ebx >> 12) & 0x3FF) as usize + 1;
+                let line = (r.ebx & 0xFFF) as usize + 1;
+                let sets = r.ecx as usize + 1;
+                return Some(ways * partitions * line * sets);
+            }
+        }
+        None
+    })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn l3_bytes() -> Option<usize> {
+    None
+}
+
 /// The display family of an AMD CPU, `None` on other vendors.
 #[cfg(target_arch = "x86_64")]
 fn amd_family() -> Option<u32> {
