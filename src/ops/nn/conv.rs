@@ -1052,6 +1052,9 @@ impl<'a, T: Real> PhasePlanes<'a, T> {
 /// ms); the generated conv-net at 1 thread went from 7.49 to 6.92 ms (medians of seven
 /// interleaved minima) with six-filter blocks alone. 1x1 convolutions stay plain products: there
 /// the `gemm` crate measured faster (0.41 against 0.42-0.45 ms for 24 to 96 channels over 80x80).
+/// Where the CPU has AVX-512F the kernel takes blocks of eight filters by 48 positions, and the
+/// widths round up to 16 positions ([`direct::Kernel::lanes`]); its documentation gives the
+/// measurements.
 struct Direct<'a> {
     layout: PhaseLayout<'a>,
     cg: usize,
@@ -1107,7 +1110,7 @@ impl<'a> Direct<'a> {
         let l = &self.layout;
         let ([_, oh, ow], [_, ih, iw]) = (l.g.output, l.g.input);
         let mg = wg.rows();
-        let plane = l.plane;
+        let (plane, lanes) = (l.plane, self.kernel.lanes());
         if xg.len() != self.cg * ih * iw {
             return Err(Error::Eval("X does not hold its channels".into()));
         }
@@ -1126,7 +1129,7 @@ impl<'a> Direct<'a> {
         // SAFETY: the planes of `plane` elements cover all but the slack, and `load` fills each
         // (with zeros, then the channel); the slack is filled after them.
         let planes = unsafe {
-            Scratch::new_with(self.cg * plane + direct::LANES, |slots| {
+            Scratch::new_with(self.cg * plane + lanes, |slots| {
                 let (body, slack) = slots.split_at_mut(self.cg * plane);
                 fill(slack, T::ZERO);
                 let pairs = body.chunks_exact_mut(plane).zip(xg.chunks_exact(ih * iw));
@@ -1146,6 +1149,7 @@ impl<'a> Direct<'a> {
         let x: &[f32] = bytemuck::cast_slice(&planes[..]);
         let bias: Option<Vec<f32>> = bias.map(|b| b.iter().map(|v| v.to_f32()).collect());
         let packed = direct::Packed::new(
+            self.kernel,
             mg,
             self.taps.len(),
             |m| wg.row(m).iter().map(|v| v.to_f32()).collect(),
@@ -1157,11 +1161,11 @@ impl<'a> Direct<'a> {
         let pitch = l.pitch;
         let band = (DIRECT_BAND / pitch).clamp(1, oh);
         let rows = |oy0: usize, oy1: usize| -> Result<()> {
-            let most = (band * pitch).next_multiple_of(direct::LANES);
-            let mut tile = try_vec(direct::MR * most, 0.0f32)?;
+            let most = (band * pitch).next_multiple_of(lanes);
+            let mut tile = try_vec(self.kernel.rows() * most, 0.0f32)?;
             for b0 in (oy0..oy1).step_by(band) {
                 let b1 = (b0 + band).min(oy1);
-                let width = ((b1 - b0) * pitch).next_multiple_of(direct::LANES);
+                let width = ((b1 - b0) * pitch).next_multiple_of(lanes);
                 for &block in packed.blocks() {
                     let tile = &mut tile[..block.rows * width];
                     self.kernel
@@ -1813,12 +1817,51 @@ mod tests {
 
     #[test]
     fn direct_and_product_paths_agree_with_the_reference_in_f32_and_f64() {
-        // `float` takes the direct kernel where the CPU has it, `double` the products over
-        // shifted rows (unit strides) or im2col tiles: strides 1 to 3, dilations, uneven pads,
-        // groups, filter counts that leave a partial block of the direct kernel (7, 13 a group), output
-        // widths that are not whole vectors, one-row and one-column planes, and bands of rows
-        // split over three threads.
+        // `float` takes each direct kernel the CPU has (AVX-512F, AVX2), `double` the products
+        // over shifted rows (unit strides) or im2col tiles: strides 1 to 3, dilations, uneven
+        // pads, groups, filter counts around the block heights of both kernels (1, 5, 7, 13 and
+        // 25 a group, 24), output widths that are not whole vectors, one-row and one-column
+        // planes, and bands of rows split over three threads.
+        for level in direct::Level::ALL {
+            direct::testing::with_level(level, direct_and_product_paths_agree);
+        }
+    }
+
+    /// The cases of [`direct_and_product_paths_agree_with_the_reference_in_f32_and_f64`].
+    fn direct_and_product_paths_agree() {
         for (xs, ws, group, s, d, pads) in [
+            (
+                [1, 4, 23, 35],
+                [1, 4, 3, 3],
+                1,
+                [1, 1],
+                [1, 1],
+                [1, 1, 1, 1],
+            ),
+            (
+                [1, 3, 19, 50],
+                [5, 3, 3, 3],
+                1,
+                [1, 1],
+                [1, 1],
+                [0, 1, 0, 1],
+            ),
+            (
+                [1, 6, 21, 33],
+                [24, 6, 3, 3],
+                1,
+                [1, 1],
+                [1, 1],
+                [1, 1, 1, 1],
+            ),
+            (
+                [1, 10, 18, 26],
+                [50, 5, 3, 3],
+                2,
+                [2, 1],
+                [1, 1],
+                [1, 1, 1, 1],
+            ),
             (
                 [1, 5, 31, 29],
                 [7, 5, 3, 3],

@@ -1,28 +1,113 @@
-//! The `f32` kernel of direct convolutions on x86-64 with AVX2 and FMA: a block of filters by a
-//! run of output positions, every tap of every input channel summed in registers, reading the
-//! input where it lies in a padded, phase-split copy (see `conv::PhaseLayout`).
+//! The `f32` kernels of direct convolutions on x86-64, with AVX2 and FMA or with AVX-512F: a
+//! block of filters by a run of output positions, every tap of every input channel summed in
+//! registers, reading the input where it lies in a padded, phase-split copy (see
+//! `conv::PhaseLayout`).
 //!
 //! A convolution by matrix product (im2col, or the shifted copies of a unit-stride one) writes
 //! and reads a copy of the input per width tap and adds each height tap's product onto the
 //! output in memory; here the input is copied once and each output element is written once.
-//! The kernel holds `R x 8V` sums (`R` filters, `V` vectors of eight `f32`) and, per tap, loads
-//! `V` vectors of input and broadcasts `R` weights: at six filters and two vectors, twelve
-//! independent fused multiply-adds per tap, enough to cover their latency on both FMA pipes.
+//! The kernel holds `R x V` vectors of sums (`R` filters, `V` vectors of [`Kernel::lanes`]
+//! positions) and, per tap, loads `V` vectors of input and broadcasts `R` weights. Both
+//! instruction sets run the one tile loop (`x86::tiles`), over the vector type of their level.
+//!
+//! Every output sums its taps in the same order with fused multiply-adds from the bias, so the
+//! two kernels give the same bits.
 
 use crate::error::{Error, Result};
 use crate::tensor::Scratch;
 
-/// Filters per block: blocks of six, the last two to eight filters in blocks of four (of which
-/// at most one filter is padding), so 16 and 32 filters fill their blocks.
-pub(super) const MR: usize = 6;
-/// Filters in a short block.
-const SHORT: usize = 4;
-/// Output positions per vector.
-pub(super) const LANES: usize = 8;
-/// Vectors per tile of positions: tiles of 16 positions, then one of 8 for the rest. With six
-/// filters that is twelve sums in registers, the most the sixteen AVX2 registers hold beside
-/// the input vectors and the broadcast weight.
-const V: usize = 2;
+/// An instruction set with a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Level {
+    /// AVX2 and FMA: eight `f32` per vector, sixteen vector registers.
+    Avx2,
+    /// AVX-512F: sixteen `f32` per vector, thirty-two vector registers.
+    Avx512,
+}
+
+impl Level {
+    /// The levels, best first.
+    pub const ALL: [Level; 2] = [Level::Avx512, Level::Avx2];
+
+    /// Whether this CPU has the instructions of the level.
+    fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self {
+                Level::Avx2 => {
+                    std::arch::is_x86_feature_detected!("avx2")
+                        && std::arch::is_x86_feature_detected!("fma")
+                }
+                Level::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = self;
+            false
+        }
+    }
+
+    /// The block heights and tile widths of the level's kernel.
+    const fn shape(self) -> Shape {
+        match self {
+            Level::Avx2 => AVX2,
+            Level::Avx512 => AVX512,
+        }
+    }
+}
+
+/// The blocks and tiles of one kernel.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    /// Filters per block. Filters go in blocks of `tall`, the last ones in blocks of `short`
+    /// where that needs fewer padding rows: the last one to `short` filters take one short
+    /// block, the last `tall + 1` to `2 * short` two. No block pads `short` rows or more, and
+    /// multiples of `short` pad none.
+    tall: usize,
+    /// Filters in a short block.
+    short: usize,
+    /// `f32` per vector.
+    lanes: usize,
+    /// Vectors per tile of positions; the rest of a row in tiles of two and one vectors.
+    vectors: usize,
+}
+
+/// AVX2 and FMA: blocks of six filters by tiles of two vectors, twelve sums in registers, the
+/// most the sixteen registers hold beside the input vectors and the broadcast weight: twelve
+/// independent fused multiply-adds per tap, enough to cover their latency on both FMA pipes.
+const AVX2: Shape = Shape {
+    tall: 6,
+    short: 4,
+    lanes: 8,
+    vectors: 2,
+};
+
+/// AVX-512F: blocks of eight filters by tiles of three vectors (48 positions), 24 sums in the
+/// 32 registers; per tap three input loads and eight broadcast weights feed 24 multiply-adds,
+/// enough to keep both 512-bit FMA pipes busy. Sixteen and thirty-two filters fill their
+/// blocks; the last one to four filters take a block of four.
+///
+/// Twelve filters by two vectors (also 24 sums; 16 and 32 filters as 8 + 8 and 12 + 12 + 8, 14
+/// loads per tap against 11) measured 4-6 % slower on each direct convolution of the generated
+/// conv-net (`--profile`), though the same on the whole net. In a loop of the kernel alone over
+/// those shapes, six by four measured as eight by three; eight by two, fourteen by two and
+/// sixteen by one slower.
+///
+/// Measured on an Intel Xeon with AVX-512 (`lscpu`: "Intel(R) Xeon(R) Processor", family 6
+/// model 167, a Sapphire Rapids class virtual machine) against the AVX2 kernel alone on the
+/// generated conv-net (`convnet320.onnx`), `multigather run --repeat 200`, three interleaved
+/// runs each: at 1 thread medians 4.01-4.09 -> 3.27-3.53 ms (minima 3.73-3.84 -> 3.08-3.14),
+/// at 2 threads 2.74-2.89 -> 2.37-2.62 ms (minima 2.44-2.62 -> 2.12-2.36); per node
+/// (`--profile`, 1 thread) 64 to 32 channels 3x3 over 40x40 0.63 -> 0.39 ms, 16 to 16 over
+/// 80x80 0.34 -> 0.22 ms, the 3-channel stride-2 stem (27 taps, where copying the input and
+/// the sums weighs most) 0.41 -> 0.35-0.38 ms. The outputs are the same bits.
+const AVX512: Shape = Shape {
+    tall: 8,
+    short: 4,
+    lanes: 16,
+    vectors: 3,
+};
 
 /// The input offset each tap of a filter reads (relative to the output position's), with their
 /// maximum, so the kernel checks its reads once per call.
@@ -44,14 +129,14 @@ impl Taps {
     }
 }
 
-/// Weights in blocks of filters, each block tap by tap (`rows` weights per tap, zero for the
-/// padding filters), and the bias likewise.
+/// Weights in blocks of filters of a kernel's heights, each block tap by tap (`rows` weights
+/// per tap, zero for the padding filters), and the bias likewise.
 pub(super) struct Packed {
     w: Scratch<f32>,
     bias: Scratch<f32>,
     taps: usize,
-    /// Each block's first filter, its height ([`MR`] or [`SHORT`]) and its first row in
-    /// `bias` (its weights start `taps` times further into `w`).
+    /// Each block's first filter, its height (`tall` or `short` of the kernel's [`Shape`]) and
+    /// its first row in `bias` (its weights start `taps` times further into `w`).
     blocks: Vec<Block>,
 }
 
@@ -66,21 +151,24 @@ pub(super) struct Block {
 }
 
 impl Packed {
-    /// `filters` filters of `taps` weights each (filter `m` is `row(m)`) and their bias.
+    /// `filters` filters of `taps` weights each (filter `m` is `row(m)`) and their bias, in
+    /// the blocks of `kernel`.
     pub fn new(
+        kernel: Kernel,
         filters: usize,
         taps: usize,
         row: impl Fn(usize) -> Vec<f32>,
         bias: Option<&[f32]>,
     ) -> Result<Packed> {
+        let Shape { tall, short, .. } = kernel.0.shape();
         let mut blocks = Vec::new();
         let (mut first, mut at) = (0, 0);
         while first < filters {
             let rest = filters - first;
-            let rows = if rest > 2 * SHORT || (5..=MR).contains(&rest) {
-                MR
+            let rows = if rest > 2 * short || (short + 1..=tall).contains(&rest) {
+                tall
             } else {
-                SHORT
+                short
             };
             blocks.push(Block { first, rows, at });
             first += rows;
@@ -115,23 +203,38 @@ impl Packed {
     }
 }
 
-/// The CPU features the kernel needs, detected once: the proof that calling it is sound.
-#[derive(Clone, Copy)]
-pub(super) struct Kernel(());
+/// The instruction set of a kernel, checked on this CPU: the proof that calling it is sound.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Kernel(Level);
 
 impl Kernel {
-    /// The kernel, if this CPU has AVX2 and FMA.
+    /// The best kernel this CPU has: AVX-512F, else AVX2 and FMA, else none.
     pub fn detect() -> Option<Kernel> {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            return Some(Kernel(()));
+        #[cfg(test)]
+        if let Some(level) = testing::forced() {
+            return Kernel::with_level(level);
         }
-        None
+        Level::ALL.into_iter().find_map(Kernel::with_level)
     }
 
-    /// Output positions `q0 .. q0 + width` (`width` a whole number of vectors) of the filters
-    /// of `block` into `out` (`block.rows` rows of `width`): position `q` sums
+    /// The kernel of `level`, if this CPU has it.
+    pub fn with_level(level: Level) -> Option<Kernel> {
+        level.available().then_some(Kernel(level))
+    }
+
+    /// Output positions per vector: the caller computes whole vectors, so it rounds its widths
+    /// up to a multiple of this and leaves as many readable elements past its input.
+    pub fn lanes(self) -> usize {
+        self.0.shape().lanes
+    }
+
+    /// The most rows (filters and padding) in one block of [`Packed`] for this kernel.
+    pub fn rows(self) -> usize {
+        self.0.shape().tall
+    }
+
+    /// Output positions `q0 .. q0 + width` (`width` a whole number of [`Kernel::lanes`]) of
+    /// the filters of `block` into `out` (`block.rows` rows of `width`): position `q` sums
     /// `w[t] * x[q + offsets[t]]` over the taps, from the bias.
     pub fn row(
         self,
@@ -142,6 +245,7 @@ impl Kernel {
         q0: usize,
         out: &mut [f32],
     ) -> Result<()> {
+        let shape = self.0.shape();
         let rows = block.rows;
         let width = out.len() / rows.max(1);
         let fits = q0
@@ -153,12 +257,12 @@ impl Kernel {
             .checked_add(rows)
             .and_then(|end| end.checked_mul(packed.taps))
             .is_some_and(|end| end <= packed.w.len());
-        if !width.is_multiple_of(LANES)
+        if !width.is_multiple_of(shape.lanes)
             || out.len() != rows * width
             || !fits
             || !weights
             || taps.len() != packed.taps
-            || !(rows == MR || rows == SHORT)
+            || !(rows == shape.tall || rows == shape.short)
         {
             return Err(Error::Eval(
                 "a direct convolution tile out of its buffers".into(),
@@ -168,22 +272,34 @@ impl Kernel {
         let bias = &packed.bias[block.at..][..rows];
         #[cfg(target_arch = "x86_64")]
         {
-            let _ = self;
-            let x = &x[q0..];
-            // SAFETY: `Kernel` exists only where AVX2 and FMA were detected; every read is at
-            // most `reach + width - 1` past `x` (checked above), every write inside `out`
-            // (`rows` rows of `width`), and `w` holds `rows` weights per tap.
+            use x86::{F32x16, F32x8, Vector};
+            let (x, offsets, w) = (x[q0..].as_ptr(), &taps.offsets[..], w.as_ptr());
+            // SAFETY: `Kernel` exists only where its level's instructions were detected, and
+            // each arm runs the vectors of its level; every read is at most `reach + width - 1`
+            // past `x` (checked above), every write inside `out` (`rows` rows of `width`, a
+            // whole number of the level's vectors), and `w` holds `rows` weights per tap (the
+            // arm's `R`, as `rows` is `tall` or `short`).
             unsafe {
-                match rows {
-                    MR => x86::row::<MR>(x.as_ptr(), &taps.offsets, w.as_ptr(), bias, out, width),
-                    _ => x86::row::<SHORT>(x.as_ptr(), &taps.offsets, w.as_ptr(), bias, out, width),
+                match (self.0, rows == shape.tall) {
+                    (Level::Avx2, true) => {
+                        F32x8::row::<{ AVX2.tall }, { AVX2.vectors }>(x, offsets, w, bias, out)
+                    }
+                    (Level::Avx2, false) => {
+                        F32x8::row::<{ AVX2.short }, { AVX2.vectors }>(x, offsets, w, bias, out)
+                    }
+                    (Level::Avx512, true) => {
+                        F32x16::row::<{ AVX512.tall }, { AVX512.vectors }>(x, offsets, w, bias, out)
+                    }
+                    (Level::Avx512, false) => F32x16::row::<{ AVX512.short }, { AVX512.vectors }>(
+                        x, offsets, w, bias, out,
+                    ),
                 }
             }
             Ok(())
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (self, w, bias);
+            let _ = (w, bias);
             Err(Error::Eval(
                 "no direct convolution kernel on this CPU".into(),
             ))
@@ -193,39 +309,195 @@ impl Kernel {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{LANES, V};
     use std::arch::x86_64::*;
 
-    /// See [`super::Kernel::row`] for `R` filters; `x` points at position `q0`.
+    /// The vector operations of the tile loop, for one instruction set. The methods are
+    /// inlined into [`Vector::row`] of their level, compiled with its instructions.
     ///
     /// # Safety
-    /// AVX2 and FMA; `x` readable up to `max(offsets) + width` elements, `w` for `R` per tap,
-    /// `bias` holding `R` values, `out` `R` rows of `width` (a whole number of [`LANES`]).
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn row<const R: usize>(
+    /// The implementor's instructions must be enabled where its methods run (which
+    /// [`Vector::row`] ensures).
+    pub(super) unsafe trait Vector: Copy {
+        /// `f32` per vector.
+        const LANES: usize;
+
+        /// Every lane `v`.
+        ///
+        /// # Safety
+        /// The instructions of the vectors are enabled.
+        unsafe fn splat(v: f32) -> Self;
+
+        /// The vector at `p` (unaligned).
+        ///
+        /// # Safety
+        /// The instructions of the vectors are enabled; `p` is readable for [`Vector::LANES`].
+        unsafe fn load(p: *const f32) -> Self;
+
+        /// `a * b + c`, fused.
+        ///
+        /// # Safety
+        /// The instructions of the vectors are enabled.
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
+
+        /// Stores `self` at `p` (unaligned).
+        ///
+        /// # Safety
+        /// The instructions of the vectors are enabled; `p` is writable for [`Vector::LANES`].
+        unsafe fn store(self, p: *mut f32);
+
+        /// See [`super::Kernel::row`] for `R` filters, compiled with the instructions of the
+        /// vectors: `x` points at position `q0`, `out` holds `R` rows of the width.
+        ///
+        /// # Safety
+        /// The instructions of the vectors; `x` readable up to `max(offsets) + width`
+        /// elements, `w` for `R` per tap, `bias` holding `R` values, `out` `R` rows of `width`,
+        /// a whole number of [`Vector::LANES`].
+        unsafe fn row<const R: usize, const N: usize>(
+            x: *const f32,
+            offsets: &[usize],
+            w: *const f32,
+            bias: &[f32],
+            out: &mut [f32],
+        );
+    }
+
+    // `Kernel::row` checks its widths against the lanes of the shapes.
+    const _: () = assert!(
+        F32x8::LANES == super::AVX2.lanes && F32x16::LANES == super::AVX512.lanes,
+        "the vectors have the lanes of their shapes"
+    );
+
+    /// AVX2 and FMA vectors.
+    #[derive(Clone, Copy)]
+    pub(super) struct F32x8(__m256);
+
+    /// AVX-512F vectors.
+    #[derive(Clone, Copy)]
+    pub(super) struct F32x16(__m512);
+
+    // SAFETY: `row` enables AVX2 and FMA, which the methods use, and inlines them.
+    unsafe impl Vector for F32x8 {
+        const LANES: usize = 8;
+
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            // SAFETY: the caller's AVX.
+            F32x8(unsafe { _mm256_set1_ps(v) })
+        }
+
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: the caller's AVX and bounds.
+            F32x8(unsafe { _mm256_loadu_ps(p) })
+        }
+
+        #[inline(always)]
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: the caller's FMA.
+            F32x8(unsafe { _mm256_fmadd_ps(a.0, b.0, c.0) })
+        }
+
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: the caller's AVX and bounds.
+            unsafe { _mm256_storeu_ps(p, self.0) }
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn row<const R: usize, const N: usize>(
+            x: *const f32,
+            offsets: &[usize],
+            w: *const f32,
+            bias: &[f32],
+            out: &mut [f32],
+        ) {
+            // SAFETY: the caller's bounds; AVX2 and FMA enabled here.
+            unsafe { tiles::<Self, R, N>(x, offsets, w, bias, out) }
+        }
+    }
+
+    // SAFETY: `row` enables AVX-512F, which the methods use, and inlines them.
+    unsafe impl Vector for F32x16 {
+        const LANES: usize = 16;
+
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            // SAFETY: the caller's AVX-512F.
+            F32x16(unsafe { _mm512_set1_ps(v) })
+        }
+
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: the caller's AVX-512F and bounds.
+            F32x16(unsafe { _mm512_loadu_ps(p) })
+        }
+
+        #[inline(always)]
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: the caller's AVX-512F.
+            F32x16(unsafe { _mm512_fmadd_ps(a.0, b.0, c.0) })
+        }
+
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: the caller's AVX-512F and bounds.
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+
+        #[target_feature(enable = "avx512f")]
+        unsafe fn row<const R: usize, const N: usize>(
+            x: *const f32,
+            offsets: &[usize],
+            w: *const f32,
+            bias: &[f32],
+            out: &mut [f32],
+        ) {
+            // SAFETY: the caller's bounds; AVX-512F enabled here.
+            unsafe { tiles::<Self, R, N>(x, offsets, w, bias, out) }
+        }
+    }
+
+    /// The tiles of [`Vector::row`]: tiles of `N` vectors, then one of two (if `N` is more)
+    /// and of one for the rest.
+    ///
+    /// # Safety
+    /// As [`Vector::row`].
+    #[inline(always)]
+    unsafe fn tiles<L: Vector, const R: usize, const N: usize>(
         x: *const f32,
         offsets: &[usize],
         w: *const f32,
         bias: &[f32],
         out: &mut [f32],
-        width: usize,
     ) {
+        let width = out.len() / R;
         let bias: [f32; R] = std::array::from_fn(|i| bias[i]);
         let mut j = 0;
-        while j + V * LANES <= width {
-            unsafe { tile::<R, V>(x.add(j), offsets, w, bias, out, width, j) };
-            j += V * LANES;
+        while j + N * L::LANES <= width {
+            // SAFETY: `N` vectors from column `j` lie inside the width.
+            unsafe { tile::<L, R, N>(x.add(j), offsets, w, bias, out, width, j) };
+            j += N * L::LANES;
         }
-        if j < width {
-            unsafe { tile::<R, 1>(x.add(j), offsets, w, bias, out, width, j) };
+        if N > 2 && j + 2 * L::LANES <= width {
+            // SAFETY: two vectors from column `j` lie inside the width.
+            unsafe { tile::<L, R, 2>(x.add(j), offsets, w, bias, out, width, j) };
+            j += 2 * L::LANES;
+        }
+        while j < width {
+            // SAFETY: the width is a whole number of vectors, so one more lies inside it.
+            unsafe { tile::<L, R, 1>(x.add(j), offsets, w, bias, out, width, j) };
+            j += L::LANES;
         }
     }
 
     /// `N` vectors of positions from `x` for `R` filters, written at column `j` of the rows of
-    /// `out`.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn tile<const R: usize, const N: usize>(
+    /// `out` (of `width`).
+    ///
+    /// # Safety
+    /// `L`'s instructions; `x` readable up to `max(offsets) + N * LANES` elements, `w` for `R`
+    /// per tap, `j + N * LANES <= width`.
+    #[inline(always)]
+    unsafe fn tile<L: Vector, const R: usize, const N: usize>(
         x: *const f32,
         offsets: &[usize],
         w: *const f32,
@@ -234,30 +506,169 @@ mod x86 {
         width: usize,
         j: usize,
     ) {
-        let mut acc = [[_mm256_setzero_ps(); N]; R];
-        for (row, &b) in acc.iter_mut().zip(&bias) {
-            *row = [_mm256_set1_ps(b); N];
-        }
+        // SAFETY (whole function): the caller's instructions and bounds; `wt` advances `R` per
+        // tap.
+        let mut acc: [[L; N]; R] = bias.map(|b| [unsafe { L::splat(b) }; N]);
         let mut wt = w;
         for &off in offsets {
-            // SAFETY (whole loop): the caller's bounds; `wt` advances `R` per tap.
             let xp = unsafe { x.add(off) };
-            let xs: [__m256; N] =
-                std::array::from_fn(|v| unsafe { _mm256_loadu_ps(xp.add(v * LANES)) });
+            let xs: [L; N] = std::array::from_fn(|v| unsafe { L::load(xp.add(v * L::LANES)) });
             for (i, row) in acc.iter_mut().enumerate() {
-                let wb = unsafe { _mm256_broadcast_ss(&*wt.add(i)) };
+                let wb = unsafe { L::splat(*wt.add(i)) };
                 for (a, &xv) in row.iter_mut().zip(&xs) {
-                    *a = _mm256_fmadd_ps(wb, xv, *a);
+                    *a = unsafe { L::fmadd(wb, xv, *a) };
                 }
             }
             wt = unsafe { wt.add(R) };
         }
         for (i, row) in acc.iter().enumerate() {
-            let dst = &mut out[i * width + j..][..N * LANES];
+            let dst = &mut out[i * width + j..][..N * L::LANES];
             for (v, a) in row.iter().enumerate() {
                 // SAFETY: `dst` holds `N` vectors.
-                unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add(v * LANES), *a) };
+                unsafe { a.store(dst.as_mut_ptr().add(v * L::LANES)) };
             }
+        }
+    }
+}
+
+/// A way for tests to run the convolutions on one level's kernel.
+#[cfg(test)]
+pub(super) mod testing {
+    use super::Level;
+    use std::sync::{Mutex, PoisonError};
+
+    /// The level [`super::Kernel::detect`] returns, if set.
+    static FORCED: Mutex<Option<Level>> = Mutex::new(None);
+    /// Held while a level is forced, so tests force one level at a time.
+    static TURN: Mutex<()> = Mutex::new(());
+
+    /// The forced level.
+    pub(super) fn forced() -> Option<Level> {
+        *FORCED.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` with [`super::Kernel::detect`] returning `level`'s kernel (or none, where the
+    /// CPU lacks it). Other tests running meanwhile get that level too: every kernel gives the
+    /// same bits.
+    pub fn with_level<T>(level: Level, f: impl FnOnce() -> T) -> T {
+        /// Clears the forced level when dropped, even if `f` panics.
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                *FORCED.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            }
+        }
+        let _turn = TURN.lock().unwrap_or_else(PoisonError::into_inner);
+        *FORCED.lock().unwrap_or_else(PoisonError::into_inner) = Some(level);
+        // Dropped before `_turn`: the next test forces its level after this one is cleared.
+        let _reset = Reset;
+        f()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `sum_t w[m][t] * x[q + offsets[t]] + bias[m]` for filter `m` at position `q`, in the
+    /// kernel's order (exact on the small integers of the tests).
+    fn reference(
+        x: &[f32],
+        offsets: &[usize],
+        w: &[Vec<f32>],
+        bias: &[f32],
+        m: usize,
+        q: usize,
+    ) -> f32 {
+        offsets
+            .iter()
+            .zip(&w[m])
+            .fold(bias[m], |acc, (&off, &wv)| wv.mul_add(x[q + off], acc))
+    }
+
+    #[test]
+    fn each_level_sums_every_block_height_and_tail_of_positions() {
+        // Filter counts around both levels' block heights, widths of one to five vectors (so
+        // tiles of two vectors and a tail of one), at an offset into the input.
+        let offsets = vec![0, 1, 2, 9, 10, 11, 18, 19, 20, 37];
+        let taps = Taps::new(offsets.clone());
+        let levels: Vec<Kernel> = Level::ALL
+            .into_iter()
+            .filter_map(Kernel::with_level)
+            .collect();
+        for kernel in levels {
+            let lanes = kernel.lanes();
+            for filters in [1, 2, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 20, 24, 25, 32, 33] {
+                let w: Vec<Vec<f32>> = (0..filters)
+                    .map(|m| {
+                        (0..offsets.len())
+                            .map(|t| ((m * 5 + t * 3) % 7) as f32 - 3.0)
+                            .collect()
+                    })
+                    .collect();
+                let bias: Vec<f32> = (0..filters).map(|m| m as f32 - 2.5).collect();
+                let packed = Packed::new(
+                    kernel,
+                    filters,
+                    offsets.len(),
+                    |m| w[m].clone(),
+                    Some(&bias),
+                )
+                .unwrap();
+                assert!(packed.blocks().iter().all(|b| b.rows <= kernel.rows()));
+                let pad: usize = packed.blocks().iter().map(|b| b.rows).sum::<usize>() - filters;
+                assert!(
+                    pad < kernel.0.shape().short,
+                    "{kernel:?} {filters}: {pad} padding rows"
+                );
+                for vectors in 1..=5 {
+                    let width = vectors * lanes;
+                    let q0 = 3;
+                    let x: Vec<f32> = (0..q0 + taps.reach + width)
+                        .map(|i| ((i * 7) % 11) as f32 - 5.0)
+                        .collect();
+                    for &block in packed.blocks() {
+                        let mut out = vec![f32::NAN; block.rows * width];
+                        kernel.row(&x, &taps, &packed, block, q0, &mut out).unwrap();
+                        for (i, row) in out.chunks_exact(width).enumerate() {
+                            let m = block.first + i;
+                            for (q, &v) in row.iter().enumerate() {
+                                let want = match m < filters {
+                                    true => reference(&x, &offsets, &w, &bias, m, q0 + q),
+                                    false => 0.0,
+                                };
+                                assert_eq!(
+                                    v, want,
+                                    "{kernel:?} {filters} filters, row {m}, position {q}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tiles_past_their_buffers_are_errors() {
+        let taps = Taps::new(vec![0, 4]);
+        for kernel in Level::ALL.into_iter().filter_map(Kernel::with_level) {
+            let lanes = kernel.lanes();
+            let packed = Packed::new(kernel, 3, 2, |_| vec![1.0, 2.0], None).unwrap();
+            let block = packed.blocks()[0];
+            let x = vec![0.0; 4 + 2 * lanes];
+            let mut out = vec![0.0; block.rows * 2 * lanes];
+            assert!(kernel.row(&x, &taps, &packed, block, 0, &mut out).is_ok());
+            // One position too far, a width of a part of a vector, a short output.
+            assert!(kernel.row(&x, &taps, &packed, block, 1, &mut out).is_err());
+            let mut part = vec![0.0; block.rows * (lanes + 1)];
+            assert!(kernel.row(&x, &taps, &packed, block, 0, &mut part).is_err());
+            assert!(kernel
+                .row(&x, &taps, &packed, block, 0, &mut out[1..])
+                .is_err());
+            // Taps that do not match the weights.
+            let three = Taps::new(vec![0, 1, 2]);
+            assert!(kernel.row(&x, &three, &packed, block, 0, &mut out).is_err());
         }
     }
 }
