@@ -91,8 +91,8 @@ where
 }
 
 /// Runs `f` on the current rayon pool's thread with the pool's other threads kept awake:
-/// each spins, taking any task the kernels of `f` (or of a call that follows it) hand out,
-/// until it has found no work for 100 µs.
+/// each spins, taking any task the kernels of `f` hand out, until `f` returns or it has found
+/// no work for 100 µs.
 ///
 /// A sleeping worker is woken through the kernel, which under a hypervisor costs tens of
 /// microseconds when the virtual CPU has to be scheduled again; a run hands out tasks dozens of
@@ -100,16 +100,7 @@ where
 /// split pay that latency. On a 2-vCPU Zen 5 guest, the conv-net at 2 threads (`run --repeat
 /// 500`, five interleaved pairs against sleeping workers) took 1.436-1.457 ms against
 /// 1.457-1.506; per-node profiles swing more from run to run than that. onnxruntime's
-/// intra-op pool spins likewise.
-///
-/// The workers go on spinning for that idle limit after `f` returns, as onnxruntime's do after
-/// a parallel section: runs that follow each other closely (a server's requests, `run
-/// --repeat`) find them awake instead of waking them through the kernel at every start. On a
-/// 2-vCPU Intel Xeon guest, a one-node gather of 2 MB at 2 threads (`run --repeat 500`) took a
-/// median of 0.154 ms when the spinning ended with `f`, the time of one thread: the worker woke
-/// after the calling thread had done both halves (the minimum was 0.063 ms).
-///
-/// Outside a pool, or on a one-thread pool, `f` just runs.
+/// intra-op pool spins likewise. Outside a pool, or on a one-thread pool, `f` just runs.
 ///
 /// # Example
 /// ```
@@ -121,6 +112,8 @@ where
 /// assert_eq!(sum, 499_999_500_000);
 /// ```
 pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
     /// How long a spinning worker looks for work in vain before it gives its thread back:
     /// longer than the serial stretches between split operators of a run (a few microseconds
@@ -133,6 +126,15 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
     if threads() <= 1 {
         return f();
     }
+    /// Ends the spinning however `f` returns.
+    struct Stop(Arc<AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    let stop = Stop(Arc::new(AtomicBool::new(false)));
+    let done = Arc::clone(&stop.0);
     rayon::spawn_broadcast(move |worker| {
         // This thread's copy: it runs `f`, and would otherwise take its own copy while waiting
         // for a task and spin where it should return. A worker already spinning for an
@@ -148,7 +150,7 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
         const MAX_PAUSES: u32 = 64;
         let mut pauses = 1;
         let mut idle_since = None;
-        loop {
+        while !done.load(Ordering::Acquire) {
             if rayon::yield_now() == Some(rayon::Yield::Executed) {
                 pauses = 1;
                 idle_since = None;
