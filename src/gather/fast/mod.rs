@@ -419,16 +419,13 @@ const STREAM_MIN_BYTES_ZEN5: usize = 10 << 20;
 /// 100,000 rows of 256 bytes (25 MiB) 1.900-1.902 against 1.893-1.897; at 2 threads the fp32
 /// lookup 0.533-0.535 against 0.605-0.620.
 fn stream_min_bytes() -> usize {
-    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *BYTES.get_or_init(|| {
-        if simd::zen5_or_later() {
-            STREAM_MIN_BYTES_ZEN5
-        } else if simd::amd() {
-            STREAM_MIN_BYTES
-        } else {
-            simd::l3_bytes().map_or(STREAM_MIN_BYTES, |l3| (l3 / 3).max(STREAM_MIN_BYTES))
-        }
-    })
+    if simd::zen5_or_later() {
+        STREAM_MIN_BYTES_ZEN5
+    } else if simd::amd() {
+        STREAM_MIN_BYTES
+    } else {
+        simd::l3_bytes().map_or(STREAM_MIN_BYTES, |l3| (l3 / 3).max(STREAM_MIN_BYTES))
+    }
 }
 
 /// Offset-table entries per tile when the table is streamed.
