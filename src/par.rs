@@ -91,16 +91,25 @@ where
 }
 
 /// Runs `f` on the current rayon pool's thread with the pool's other threads kept awake:
-/// each spins, taking any task the kernels of `f` hand out, until `f` returns or it has found
-/// no work for 100 µs.
+/// each spins, taking any task the kernels of `f` (or of a call that follows it) hand out,
+/// until it has found no work for 100 µs.
 ///
 /// A sleeping worker is woken through the kernel, which under a hypervisor costs tens of
 /// microseconds when the virtual CPU has to be scheduled again; a run hands out tasks dozens of
 /// times, once per split operator, so workers that fall asleep between operators make every
 /// split pay that latency. On a 2-vCPU Zen 5 guest, the conv-net at 2 threads (`run --repeat
 /// 500`, five interleaved pairs against sleeping workers) took 1.436-1.457 ms against
-/// 1.457-1.506; per-node profiles swing more from run to run than that. onnxruntime's
-/// intra-op pool spins likewise. Outside a pool, or on a one-thread pool, `f` just runs.
+/// 1.457-1.506; per-node profiles swing more from run to run than that.
+///
+/// The workers go on spinning for that idle limit after `f` returns, as onnxruntime's do after
+/// a parallel section: runs that follow each other closely (a server's requests, `run
+/// --repeat`) find them awake instead of waking them at every start, which a one-node graph
+/// pays in full: the calling thread has often done the whole gather before the woken worker
+/// takes a task. This pays only when the thread that called `f` is itself a worker of the pool
+/// (see `interp`'s caller pools): a caller outside it sleeps while `f` runs, and at its end
+/// needs a core that the spinning workers hold.
+///
+/// Outside a pool, or on a one-thread pool, `f` just runs.
 ///
 /// # Example
 /// ```
@@ -112,13 +121,11 @@ where
 /// assert_eq!(sum, 499_999_500_000);
 /// ```
 pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     use std::time::{Duration, Instant};
     /// How long a spinning worker looks for work in vain before it gives its thread back:
     /// longer than the serial stretches between split operators of a run (a few microseconds
-    /// to tens of them), short enough that a spin loop entered inside a task delays that task
-    /// little.
+    /// to tens of them) and than the gap between runs that follow each other, short enough
+    /// that a spin loop entered inside a task delays that task little.
     const IDLE_LIMIT: Duration = Duration::from_micros(100);
     let Some(me) = rayon::current_thread_index() else {
         return f();
@@ -126,20 +133,11 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
     if threads() <= 1 {
         return f();
     }
-    /// Ends the spinning however `f` returns.
-    struct Stop(Arc<AtomicBool>);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Release);
-        }
-    }
-    let stop = Stop(Arc::new(AtomicBool::new(false)));
-    let done = Arc::clone(&stop.0);
     rayon::spawn_broadcast(move |worker| {
         // This thread's copy: it runs `f`, and would otherwise take its own copy while waiting
         // for a task and spin where it should return. A worker already spinning for an
-        // earlier call (whose end it has not seen yet) may take this copy as a task: it
-        // returns at once rather than nest one spin loop in another.
+        // earlier call may take this copy as a task: it returns at once rather than nest one
+        // spin loop in another, and goes on spinning in the first.
         if worker.index() == me || SPINNING.get() {
             return;
         }
@@ -150,16 +148,15 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
         const MAX_PAUSES: u32 = 64;
         let mut pauses = 1;
         let mut idle_since = None;
-        while !done.load(Ordering::Acquire) {
+        loop {
             if rayon::yield_now() == Some(rayon::Yield::Executed) {
                 pauses = 1;
                 idle_since = None;
                 continue;
             }
             // A worker takes this job wherever it looks for work, also while it waits inside
-            // a task of `f` for a half that another thread stole: spinning there until `f`
-            // returned would never return. Found no work for `IDLE_LIMIT`, it gives the thread
-            // back (to rayon's own sleep, or to the task it interrupted).
+            // a task for a half that another thread stole. Found no work for `IDLE_LIMIT`, it
+            // gives the thread back (to rayon's own sleep, or to the task it interrupted).
             if idle_since.get_or_insert_with(Instant::now).elapsed() > IDLE_LIMIT {
                 break;
             }
@@ -170,6 +167,9 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
         }
         SPINNING.set(false);
     });
+    // Takes this thread's own copy off its queue now: a thread that joined its pool without
+    // running rayon's worker loop (a caller pool) would otherwise gather one per call.
+    rayon::yield_local();
     f()
 }
 

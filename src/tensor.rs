@@ -28,6 +28,7 @@
 mod arena;
 pub mod packed;
 
+pub(crate) use arena::WorkerArena;
 pub use arena::{default_budget, try_to_vec, try_vec, try_with_capacity, Arena, Scratch};
 
 use std::fmt;

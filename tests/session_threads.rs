@@ -1,6 +1,8 @@
-//! A session with a pool keeps its workers spinning for tasks while a larger graph runs
-//! (`par::with_workers_awake`). Runs from several threads at once share that pool: each must
-//! finish with the one-thread result, whichever worker spins for whom.
+//! A run on more than one thread runs in a pool that its calling thread is the first worker of,
+//! or, from a thread that cannot join one, in a pool of the session's own; the pool's workers
+//! spin for tasks (`par::with_workers_awake`). Runs from several threads at once, from inside
+//! another rayon pool, or at two thread counts on one thread must each finish with the
+//! one-thread result, whichever worker spins for whom.
 
 use multigather::interp::{RunOptions, Session};
 use multigather::ir::{tensor_to_stored, Dim, Graph, Model, Node, Type, ValueInfo};
@@ -91,6 +93,39 @@ fn concurrent_runs_on_one_pool_match_one_thread() {
             });
         }
     });
+}
+
+fn session(model: &Model, threads: usize) -> Session<'_> {
+    Session::with_options(
+        model,
+        RunOptions {
+            threads: Some(threads),
+            ..RunOptions::default()
+        },
+    )
+}
+
+#[test]
+fn runs_that_cannot_use_their_threads_pool_match_one_thread() {
+    let model = chain();
+    let want = session(&model, 1).run(input(3)).unwrap().remove(0).1;
+    std::thread::spawn(move || {
+        let (two, three) = (session(&model, 2), session(&model, 3));
+        // This thread joins a pool of two; the three-thread session hands its runs to a pool
+        // of its own, before and after.
+        for s in [&three, &two, &three, &two] {
+            assert_eq!(s.run(input(3)).unwrap().remove(0).1, want);
+        }
+        // From a worker of another pool.
+        let foreign = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let got = foreign.install(|| two.run(input(3)).unwrap().remove(0).1);
+        assert_eq!(got, want);
+    })
+    .join()
+    .unwrap();
 }
 
 /// `y = conv(... conv(x) ...)`: 20 pointwise convolutions of 16 channels over 32×32, each

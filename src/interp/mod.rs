@@ -34,6 +34,7 @@
 
 mod edges;
 mod fuse;
+mod pool;
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -118,7 +119,9 @@ pub struct Session<'m> {
     model: &'m Model,
     options: RunOptions,
     plans: Mutex<HashMap<PlanKey, Arc<Plan<'m>>>>,
-    pool: Option<rayon::ThreadPool>,
+    /// The pool runs are handed to when their thread cannot run them in a pool of its own
+    /// ([`pool`]), built at the first such run (`None` inside: it could not be built).
+    pool: std::sync::OnceLock<Option<rayon::ThreadPool>>,
     /// Where the tensors of every run come from: buffers freed by one step or run are reused by
     /// the next, within the memory budget.
     arena: Arc<Arena>,
@@ -261,22 +264,11 @@ impl<'m> Session<'m> {
     /// the global pool.
     pub fn with_options(model: &'m Model, options: RunOptions) -> Session<'m> {
         let arena = Arena::new(options.max_memory.unwrap_or_else(default_budget), true);
-        let worker_arena = arena.clone();
-        // One thread runs on the calling thread, in serial mode: no pool to hand the run to.
-        let pool = (options.threads != Some(1))
-            .then(|| {
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(options.threads.unwrap_or(0))
-                    .start_handler(move |_| worker_arena.install_on_thread())
-                    .build()
-                    .ok()
-            })
-            .flatten();
         Session {
             model,
             options,
             plans: Mutex::new(HashMap::new()),
-            pool,
+            pool: std::sync::OnceLock::new(),
             arena,
             profile: Mutex::new(Profile::default()),
             output_keys: std::sync::OnceLock::new(),
@@ -418,16 +410,19 @@ impl<'m> Session<'m> {
                 .collect())
         };
         let work = || self.arena.enter(work);
-        match &self.pool {
-            // Workers that sleep between operators pay a wake-up at every split one; a graph
-            // of a few nodes splits a few times at most, and spinning workers only get in its
-            // way (see `par::with_workers_awake`).
-            Some(pool) if graph.node_count() >= AWAKE_MIN_NODES => {
-                pool.install(|| crate::par::with_workers_awake(work))
-            }
-            Some(pool) => pool.install(work),
-            None if self.options.threads == Some(1) => crate::par::serial(work),
-            None => work(),
+        // Workers that sleep between operators pay a wake-up at every split one, and at the
+        // start of every run: they are kept awake (see `par::with_workers_awake`).
+        let threads = match self.options.threads {
+            Some(1) => return crate::par::serial(work),
+            threads => threads.unwrap_or(0),
+        };
+        let awake = || crate::par::with_workers_awake(work);
+        if let Some(caller) = pool::Caller::get(threads) {
+            return caller.run(&self.arena, awake);
+        }
+        match self.pool.get_or_init(|| pool::own(threads, &self.arena)) {
+            Some(pool) => pool.install(awake),
+            None => awake(),
         }
     }
 
@@ -1019,15 +1014,6 @@ fn outer_constant<'a>(mut frame: Option<&'a Frame<'_, '_>>, name: &str) -> Optio
 
 /// How deeply subgraphs and function calls may nest while running.
 const MAX_CALL_DEPTH: usize = 64;
-
-/// Main graphs with at least this many nodes run with the pool's workers kept awake
-/// ([`crate::par::with_workers_awake`]). Measured on a 2-vCPU Zen 5 guest, 2 threads, medians
-/// interleaved with runs without: the conv-net (52 steps, `run --repeat 500`) 1.436-1.457 ms
-/// against 1.457-1.506 in five pairs; the transformer 15.5-16.4 against 15.8-17.0 ms (two of
-/// three pairs; the third swung the other way); but one-gather models lose:
-/// `gather_elements_last` 0.29-0.38 against 0.27-0.33 ms, `gather_mid_axis` 0.052 against
-/// 0.037 ms.
-const AWAKE_MIN_NODES: usize = 16;
 
 /// The subgraph runner a node's kernel sees.
 struct Scope<'s, 'f, 'm> {

@@ -9,9 +9,10 @@
 //! and later passes on warm memory: no page faults, no zeroing by the kernel.
 //!
 //! The arena is found through the thread: [`Arena::enter`] makes an arena current for the
-//! duration of a closure (the interpreter enters its session's arena for every run, and its worker
-//! threads start inside it). Outside any entered arena, tensors come from a process-wide arena that
-//! checks the default budget and keeps nothing.
+//! duration of a closure (the interpreter enters its session's arena for every run, and points
+//! its pool's worker threads to it for the run's length through a `WorkerArena`). Outside any
+//! entered arena, tensors come from a process-wide arena that checks the default budget and
+//! keeps nothing.
 //!
 //! Design note: buffers return to their arena when the last tensor sharing them is dropped, on
 //! whatever thread that happens, so the pool is behind a mutex; it is taken once per buffer of at
@@ -64,6 +65,8 @@ struct Pool {
 
 thread_local! {
     static CURRENT: RefCell<Option<Arc<Arena>>> = const { RefCell::new(None) };
+    /// On a pool's worker thread, the arena its pool's runs allocate from.
+    static WORKERS: RefCell<Option<Arc<WorkerArena>>> = const { RefCell::new(None) };
 }
 
 impl Arena {
@@ -107,15 +110,12 @@ impl Arena {
         f()
     }
 
-    /// Makes this arena current on this thread for good (for worker threads of a session).
-    pub(crate) fn install_on_thread(self: &Arc<Self>) {
-        CURRENT.with(|c| *c.borrow_mut() = Some(self.clone()));
-    }
-
-    /// The arena of this thread: the one entered last, or the process-wide default.
+    /// The arena of this thread: the one entered last, else on a pool's worker thread the one
+    /// of the run it works for ([`WorkerArena`]), else the process-wide default.
     pub fn current() -> Arc<Arena> {
         CURRENT
             .with(|c| c.borrow().clone())
+            .or_else(|| WORKERS.with(|w| w.borrow().as_ref().and_then(|s| s.get())))
             .unwrap_or_else(|| default_arena().clone())
     }
 
@@ -232,6 +232,42 @@ fn physical_memory() -> Option<usize> {
     let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
+}
+
+/// The arena the worker threads of a pool allocate from: the thread that drives a run sets it
+/// for the length of the run, so the tasks that workers take from the run's kernels count against
+/// that run's budget and reuse its buffers, and a pool that outlives a session keeps nothing of
+/// it.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerArena(Mutex<Option<Arc<Arena>>>);
+
+impl WorkerArena {
+    /// A slot holding `arena` for good (for a pool that serves one session only).
+    pub(crate) fn with(arena: &Arc<Arena>) -> Arc<WorkerArena> {
+        Arc::new(WorkerArena(Mutex::new(Some(arena.clone()))))
+    }
+
+    /// Makes this the slot of the calling (worker) thread: a pool's start handler.
+    pub(crate) fn install_on_thread(self: &Arc<Self>) {
+        WORKERS.with(|w| *w.borrow_mut() = Some(self.clone()));
+    }
+
+    /// Runs `f` with `arena` in the slot (restoring the previous one after).
+    pub(crate) fn enter<R>(&self, arena: &Arc<Arena>, f: impl FnOnce() -> R) -> R {
+        struct Restore<'s>(&'s WorkerArena, Option<Arc<Arena>>);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                *lock(&self.0 .0) = self.1.take();
+            }
+        }
+        let previous = lock(&self.0).replace(arena.clone());
+        let _restore = Restore(self, previous);
+        f()
+    }
+
+    fn get(&self) -> Option<Arc<Arena>> {
+        lock(&self.0).clone()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
