@@ -215,12 +215,77 @@ impl Workers for Pool {
         threads()
     }
 
+    /// Each of the pool's threads starts on a stretch of its own (the calling thread on the
+    /// first), so a kernel run again on the same data finds its stretch in the same core's
+    /// caches; a thread done with its own takes tasks from the ends of the others'.
     fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
-        use rayon::prelude::*;
-        if tasks <= 1 || threads() <= 1 {
+        let threads = threads().min(tasks);
+        // A stretch holds 32-bit task numbers (kernels hand out a few per thread).
+        if threads <= 1 || u32::try_from(tasks).is_err() {
             (0..tasks).for_each(task);
-        } else {
-            (0..tasks).into_par_iter().for_each(task);
+            return;
+        }
+        let stretches: Vec<Stretch> = (0..threads)
+            .map(|h| Stretch::new(tasks * h / threads, tasks * (h + 1) / threads))
+            .collect();
+        let work = |home: usize| {
+            while let Some(k) = stretches[home].take_front() {
+                task(k);
+            }
+            for other in (1..threads).map(|d| (home + d) % threads) {
+                while let Some(k) = stretches[other].take_back() {
+                    task(k);
+                }
+            }
+        };
+        rayon::scope(|s| {
+            for home in 1..threads {
+                let work = &work;
+                s.spawn(move |_| work(home));
+            }
+            work(0);
+        });
+    }
+}
+
+/// Tasks `front..back` not yet taken, in one word so that the owner (from the front) and
+/// helpers (from the back) never take the same task.
+struct Stretch(std::sync::atomic::AtomicU64);
+
+impl Stretch {
+    fn new(front: usize, back: usize) -> Stretch {
+        Stretch(std::sync::atomic::AtomicU64::new(
+            ((front as u64) << 32) | back as u64,
+        ))
+    }
+
+    fn take_front(&self) -> Option<usize> {
+        self.take(|front, back| (front, (front + 1, back)))
+    }
+
+    fn take_back(&self) -> Option<usize> {
+        self.take(|front, back| (back - 1, (front, back - 1)))
+    }
+
+    /// Takes the task `pick` chooses from a non-empty range, leaving the range it returns.
+    fn take(&self, pick: impl Fn(u64, u64) -> (u64, (u64, u64))) -> Option<usize> {
+        use std::sync::atomic::Ordering;
+        let mut now = self.0.load(Ordering::Relaxed);
+        loop {
+            let (front, back) = (now >> 32, now & 0xffff_ffff);
+            if front >= back {
+                return None;
+            }
+            let (k, (f, b)) = pick(front, back);
+            match self.0.compare_exchange_weak(
+                now,
+                (f << 32) | b,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(k as usize),
+                Err(seen) => now = seen,
+            }
         }
     }
 }
@@ -300,6 +365,37 @@ mod tests {
             assert_eq!(min_len(1 << 20, &[1 << 20]), 1);
             assert_eq!(min_len(2, &[1 << 40, 1 << 40]), 1);
         });
+    }
+
+    #[test]
+    fn the_pool_runs_every_task_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for tasks in [0, 1, 2, 3, 7, 100, 1000] {
+            let runs: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            pool.install(|| {
+                Pool.run(tasks, &|k| {
+                    runs[k].fetch_add(1, Ordering::Relaxed);
+                })
+            });
+            assert!(
+                runs.iter().all(|r| r.load(Ordering::Relaxed) == 1),
+                "{tasks}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stretch_gives_each_task_to_one_end() {
+        let s = Stretch::new(3, 7);
+        assert_eq!(s.take_front(), Some(3));
+        assert_eq!(s.take_back(), Some(6));
+        assert_eq!(s.take_back(), Some(5));
+        assert_eq!(s.take_front(), Some(4));
+        assert_eq!((s.take_front(), s.take_back()), (None, None));
     }
 
     #[test]
