@@ -111,7 +111,7 @@ impl Arena {
     }
 
     /// The arena of this thread: the one entered last, else on a pool's worker thread the one
-    /// of the run it works for ([`WorkerArena`]), else the process-wide default.
+    /// of the run it works for (a `WorkerArena`), else the process-wide default.
     pub fn current() -> Arc<Arena> {
         CURRENT
             .with(|c| c.borrow().clone())
