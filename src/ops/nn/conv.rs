@@ -1298,16 +1298,15 @@ fn window_columns<T: Real>(xg: &[T], g: &Geometry3, cg: usize, columns: &mut [T]
     let [_, oh, ow] = g.output;
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
-    let [sd, sh, sw] = g.strides;
+    let [sd, sh, _] = g.strides;
     let [dd, dh, dw] = g.dilations;
-    let [pd, ph, pw] = g.pad_begin;
+    let [pd, ph, _] = g.pad_begin;
     let kc = cg * kd * kh * kw;
     for (j, column) in columns.chunks_exact_mut(kc.max(1)).enumerate() {
         let (ox, oy, oz) = (j % ow, (j / ow) % oh, j / ow / oh);
-        // The taps along the width that fall inside the row: `lo..hi`.
-        let first = (pw.saturating_sub(ox * sw)).div_ceil(dw);
-        let lo = first.min(kw);
-        let hi = kw.min(lo.max((iw + pw).saturating_sub(ox * sw).div_ceil(dw)));
+        // The taps along the width that fall inside the row, `lo..hi`, the first at `at`.
+        let (lo, count, at) = g.taps_inside(2, ox);
+        let hi = lo + count;
         let mut runs = column.chunks_exact_mut(kw.max(1));
         for c in 0..cg {
             for kz in 0..kd {
@@ -1322,8 +1321,7 @@ fn window_columns<T: Real>(xg: &[T], g: &Geometry3, cg: usize, columns: &mut [T]
                     };
                     run[..lo].fill(T::ZERO);
                     run[hi..].fill(T::ZERO);
-                    // `lo..hi` keeps every tap inside the row.
-                    let x0 = row + ox * sw + lo * dw - pw;
+                    let x0 = row + at;
                     if dw == 1 {
                         run[lo..hi].copy_from_slice(&xg[x0..x0 + (hi - lo)]);
                     } else {
