@@ -332,6 +332,37 @@ impl Geometry3 {
         (first, count, pos)
     }
 
+    /// The geometry of output rows `oy0..oy1` (along dim 1, the height) alone, and the input
+    /// rows it reads: the band's input is those rows, and its top padding what of the padding
+    /// lies under its first row's taps. A band whose taps all fall in the padding reads no
+    /// rows.
+    pub fn rows(&self, oy0: usize, oy1: usize) -> (Geometry3, std::ops::Range<usize>) {
+        let (s, d, k, pb, n) = (
+            self.strides[1],
+            self.dilations[1],
+            self.kernel[1],
+            self.pad_begin[1],
+            self.input[1],
+        );
+        // Padded coordinates of the band's first tap and one past its last.
+        let top = oy0.saturating_mul(s);
+        let bottom = oy1
+            .saturating_sub(1)
+            .max(oy0)
+            .saturating_mul(s)
+            .saturating_add((k.max(1) - 1).saturating_mul(d))
+            .saturating_add(1);
+        let first = top.saturating_sub(pb).min(n);
+        let last = bottom.saturating_sub(pb).clamp(first, n);
+        let pad_begin = pb.saturating_sub(top);
+        let mut band = *self;
+        band.input[1] = last - first;
+        band.output[1] = oy1.saturating_sub(oy0);
+        band.pad_begin[1] = pad_begin;
+        band.pad_end[1] = (bottom - top).saturating_sub(pad_begin + (last - first));
+        (band, first..last)
+    }
+
     /// For output index `o` along dim `i`, how many kernel taps land inside the input or its
     /// explicit padding (what `count_include_pad` divides by).
     pub fn taps_padded(&self, i: usize, o: usize) -> usize {
@@ -383,6 +414,49 @@ mod tests {
             .fold(Node::new("MaxPool", "p", ["x"], ["y"]), |n, (k, v)| {
                 n.with_attr(k, v.clone())
             })
+    }
+
+    #[test]
+    fn a_band_of_rows_reads_the_rows_the_whole_plane_reads_there() {
+        // Every output row of every band finds its taps on the same input rows as in the whole
+        // plane, counted from the band's first input row: pads above and below, strides,
+        // dilations, a kernel taller than the input and bands entirely in the padding.
+        for (ih, k, s, d, pb, pe) in [
+            (10, 3, 1, 1, 1, 1),
+            (11, 3, 2, 1, 1, 1),
+            (12, 5, 1, 2, 4, 0),
+            (7, 4, 3, 1, 0, 3),
+            (3, 5, 1, 1, 4, 4),
+            (9, 1, 2, 1, 0, 0),
+        ] {
+            let oh = (ih + pb + pe - (k - 1) * d - 1) / s + 1;
+            let g = Geometry3 {
+                input: [1, ih, 6],
+                output: [1, oh, 6],
+                kernel: [1, k, 1],
+                strides: [1, s, 1],
+                dilations: [1, d, 1],
+                pad_begin: [0, pb, 0],
+                pad_end: [0, pe, 0],
+            };
+            for chunk in 1..=oh {
+                for oy0 in (0..oh).step_by(chunk) {
+                    let oy1 = (oy0 + chunk).min(oh);
+                    let (band, rows) = g.rows(oy0, oy1);
+                    assert_eq!(band.output[1], oy1 - oy0);
+                    assert_eq!(band.input[1], rows.len());
+                    for j in 0..oy1 - oy0 {
+                        let (first, count, at) = g.taps_inside(1, oy0 + j);
+                        let (bfirst, bcount, bat) = band.taps_inside(1, j);
+                        let case = (ih, k, s, d, pb, pe, oy0, oy1, j);
+                        assert_eq!((first, count), (bfirst, bcount), "{case:?}");
+                        if count > 0 {
+                            assert_eq!(at, rows.start + bat, "{case:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
