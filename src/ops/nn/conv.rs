@@ -1017,11 +1017,6 @@ impl<'a> PhaseLayout<'a> {
         }))
     }
 
-    /// Rows of `pitch` elements per phase, the last possibly short.
-    fn rows(&self) -> usize {
-        self.phase.div_ceil(self.pitch)
-    }
-
     /// Copies the input channel `x` into the phases `planes` (one plane of them, whose padding
     /// is zero and stays so); `false` if `x` is not one input channel.
     fn load<T: Real>(&self, planes: &mut [T], x: &[T]) -> bool {
@@ -1034,17 +1029,34 @@ impl<'a> PhaseLayout<'a> {
         let Ok(rows) = ColumnBlocks::new(unsafe { as_slots(planes) }, phases, self.phase) else {
             return false;
         };
-        for (iy, src) in x.chunks_exact(iw).enumerate() {
+        let mut at = self.phase_row(0);
+        for src in x.chunks_exact(iw.max(1)) {
             // SAFETY: this loop alone holds `planes`, and each call's rows are dropped before
             // the next.
-            unsafe { self.load_row(&rows, 0, iy, src) };
+            unsafe { self.load_row(&rows, 0, at, src) };
+            at = self.next_row(at);
         }
         true
     }
 
-    /// Copies input row `iy` of the channel whose phases are rows `first..` of `planes` (a
-    /// row per phase) into the phase rows it lands in: row `(iy + pad) / sh` of the phases
-    /// `((iy + pad) % sh, _)`.
+    /// Where input row `iy` lands: row `r` of the phases `(py, _)`, as `(r, py)`.
+    fn phase_row(&self, iy: usize) -> (usize, usize) {
+        let ([_, sh, _], [_, ph, _]) = (self.g.strides, self.g.pad_begin);
+        ((iy + ph) / sh, (iy + ph) % sh)
+    }
+
+    /// Where the input row after the one at `(r, py)` lands (with no division, which costs
+    /// more than copying a short row).
+    fn next_row(&self, (r, py): (usize, usize)) -> (usize, usize) {
+        match py + 1 == self.g.strides[1] {
+            true => (r + 1, 0),
+            false => (r, py + 1),
+        }
+    }
+
+    /// Copies an input row `src` of the channel whose phases are rows `first..` of `planes` (a
+    /// row per phase) into the phase rows it lands in, row `r` of the phases `(py, _)` (see
+    /// [`PhaseLayout::phase_row`]).
     ///
     /// # Safety
     /// No other task may touch those phase rows while this runs.
@@ -1052,13 +1064,12 @@ impl<'a> PhaseLayout<'a> {
         &self,
         planes: &ColumnBlocks<'_, T>,
         first: usize,
-        iy: usize,
+        (r, py): (usize, usize),
         src: &[T],
     ) {
         let g = self.g;
-        let ([_, _, iw], [_, sh, sw], [_, ph, pw]) = (g.input, g.strides, g.pad_begin);
+        let ([_, _, iw], [_, _, sw], [_, _, pw]) = (g.input, g.strides, g.pad_begin);
         let (pitch, phase) = (self.pitch, self.phase);
-        let (r, py) = ((iy + ph) / sh, (iy + ph) % sh);
         let Some(room) = phase.checked_sub(r * pitch).filter(|&n| n > 0) else {
             return;
         };
@@ -1105,45 +1116,6 @@ impl<'a> PhaseLayout<'a> {
                 .zip(src[first..].iter().step_by(sw))
             {
                 d.write(v);
-            }
-        }
-    }
-
-    /// Zeroes phase rows `r0..r1` of the channels whose phases are the rows of `planes`, the
-    /// tail past the last row with them when `r1` is the last, then copies the input rows of
-    /// `x` (the channels' planes, one after the other) that land in them.
-    ///
-    /// # Safety
-    /// No other task may touch phase rows `r0..r1` while this runs.
-    unsafe fn load_rows<T: Real>(
-        &self,
-        planes: &ColumnBlocks<'_, T>,
-        x: &[T],
-        r0: usize,
-        r1: usize,
-    ) {
-        let ([_, ih, iw], [_, sh, _], [_, ph, _]) =
-            (self.g.input, self.g.strides, self.g.pad_begin);
-        let phases = self.g.strides[1] * self.g.strides[2];
-        let end = match r1 >= self.rows() {
-            true => self.phase,
-            false => r1 * self.pitch,
-        };
-        let (zero0, zeros) = (r0 * self.pitch, end.saturating_sub(r0 * self.pitch));
-        // Input rows `iy` with `(iy + ph) / sh` in `r0..r1`.
-        let iy0 = (r0 * sh).saturating_sub(ph).min(ih);
-        let iy1 = (r1.saturating_mul(sh)).saturating_sub(ph).clamp(iy0, ih);
-        for (c, channel) in x.chunks_exact(ih * iw).enumerate() {
-            for which in 0..phases {
-                // SAFETY: the caller owns these phase rows.
-                if let Some(dst) = unsafe { planes.slots(c * phases + which, zero0, zeros) } {
-                    fill(dst, T::ZERO);
-                }
-            }
-            for iy in iy0..iy1 {
-                // SAFETY: row `iy` lands in a phase row in `r0..r1`, which the caller owns; the
-                // slices of the fill above are gone.
-                unsafe { self.load_row(planes, c * phases, iy, &channel[iy * iw..][..iw]) };
             }
         }
     }
@@ -1246,7 +1218,12 @@ impl<'a> Direct<'a> {
     }
 
     /// `y = post(conv(xg, wg) + bias)` for one group of one image, every element written
-    /// (`T` is `f32`, checked in [`Direct::new`]).
+    /// (`T` is `f32`, checked in [`Direct::new`]). On several threads, each task takes a band
+    /// of output rows with a plan of its own ([`Geometry3::rows`]): it loads the input rows it
+    /// reads, of every channel, into planes of its own and computes from them, so the rows it
+    /// reads are mostly those the operator before wrote on the same thread (split by positions
+    /// as well) and its planes stay in its core's cache, with no wait for the other tasks'
+    /// loads.
     fn run<T: Real>(
         &self,
         xg: &[T],
@@ -1256,59 +1233,12 @@ impl<'a> Direct<'a> {
         y: &mut [MaybeUninit<T>],
         parallel: bool,
     ) -> Result<()> {
-        let l = &self.layout;
-        let ([_, oh, ow], [_, ih, iw]) = (l.g.output, l.g.input);
+        let g = self.layout.g;
+        let ([_, oh, ow], [_, ih, iw]) = (g.output, g.input);
         let mg = wg.rows();
-        let (plane, lanes) = (l.plane, self.kernel.lanes());
         if xg.len() != self.cg * ih * iw {
             return Err(Error::Eval("X does not hold its channels".into()));
         }
-        // Bands of output rows computed as one run of positions at `pitch` (the columns past
-        // `ow` are computed and dropped), about `DIRECT_BAND` positions each; the threads take
-        // `chunk` rows at a time.
-        let pitch = l.pitch;
-        let threads = crate::par::threads();
-        let min_len = match parallel {
-            true => crate::par::min_len(oh, &[self.taps.len(), pitch, mg]),
-            false => usize::MAX,
-        };
-        let chunk = match min_len == usize::MAX || oh < 2 {
-            true => oh.max(1),
-            false => oh.div_ceil(2 * threads).max(min_len.min(oh)),
-        };
-        // The planes, plus one vector of slack the last tile of the last row reads past them.
-        // The task of output rows `oy0..` zeroes and loads phase rows `oy0..` of every channel
-        // (the last task the rows past them too): the input rows it reads are then mostly the
-        // ones the operator before wrote on the same thread (split by positions as well), and
-        // the planes it computes from are in its own core's cache.
-        let phases = l.g.strides[1] * l.g.strides[2];
-        // SAFETY: the phase rows of the tasks cover every plane (the last task's run to the
-        // end of each phase), each task zeroes its rows then loads into them; the slack is
-        // filled first.
-        let planes = unsafe {
-            Scratch::new_with(self.cg * plane + lanes, |slots| {
-                let (body, slack) = slots.split_at_mut(self.cg * plane);
-                fill(slack, T::ZERO);
-                let Ok(rows) = ColumnBlocks::new(body, self.cg * phases, l.phase) else {
-                    // `plane` is `phases * phase`: unreachable, but keep the planes written.
-                    fill(body, T::ZERO);
-                    return;
-                };
-                let load = |oy0: usize| {
-                    let r1 = match oy0 + chunk >= oh {
-                        true => l.rows(),
-                        false => oy0 + chunk,
-                    };
-                    // SAFETY: tasks start `chunk` rows apart, so their phase rows are disjoint.
-                    l.load_rows(&rows, xg, oy0, r1);
-                };
-                match chunk >= oh {
-                    true => load(0),
-                    false => (0..oh).into_par_iter().step_by(chunk).for_each(load),
-                }
-            })?
-        };
-        let x: &[f32] = bytemuck::cast_slice(&planes[..]);
         let bias: Option<Vec<f32>> = bias.map(|b| b.iter().map(|v| v.to_f32()).collect());
         let packed = direct::Packed::new(
             self.kernel,
@@ -1318,47 +1248,102 @@ impl<'a> Direct<'a> {
             bias.as_deref(),
         )?;
         let blocks = ColumnBlocks::new(y, mg, oh * ow)?;
-        let band = (DIRECT_BAND / pitch).clamp(1, oh);
-        let rows = |oy0: usize, oy1: usize| -> Result<()> {
-            let most = (band * pitch).next_multiple_of(lanes);
-            let mut tile = try_vec(self.kernel.rows() * most, 0.0f32)?;
-            for b0 in (oy0..oy1).step_by(band) {
-                let b1 = (b0 + band).min(oy1);
-                let width = ((b1 - b0) * pitch).next_multiple_of(lanes);
-                for &block in packed.blocks() {
-                    let tile = &mut tile[..block.rows * width];
-                    self.kernel
-                        .row(x, &self.taps, &packed, block, b0 * pitch, tile)?;
-                    if let Some(post) = post {
-                        // Once over the whole tile (the dropped columns too): one call instead
-                        // of one per filter and row. `T` is `f32`.
-                        post(bytemuck::cast_slice_mut(tile));
+        let min_len = match parallel {
+            true => crate::par::min_len(oh, &[self.taps.len(), self.layout.pitch, mg]),
+            false => usize::MAX,
+        };
+        let whole = || self.band(xg, ih * iw, &packed, post, &blocks, 0);
+        if min_len == usize::MAX || oh < 2 {
+            return whole();
+        }
+        let chunk = oh.div_ceil(2 * crate::par::threads()).max(min_len.min(oh));
+        let geometries: Vec<_> = (0..oh)
+            .step_by(chunk)
+            .map(|oy0| (oy0, g.rows(oy0, (oy0 + chunk).min(oh))))
+            .collect();
+        let mut plans = Vec::with_capacity(geometries.len());
+        for (oy0, (band, rows)) in &geometries {
+            // A band the phase planes do not take leaves the plane whole.
+            let Some(plan) = Direct::new::<T>(band, self.cg)? else {
+                return whole();
+            };
+            plans.push((*oy0, rows.start * iw, plan));
+        }
+        plans.par_iter().try_for_each(|(oy0, first, plan)| {
+            plan.band(&xg[*first..], ih * iw, &packed, post, &blocks, *oy0)
+        })
+    }
+
+    /// Loads this plan's input rows of every channel (channel `c` from `x[c * stride..]`) into
+    /// its phase planes, then writes `post(conv + bias)` for its output rows into rows
+    /// `oy0..` of `blocks`.
+    fn band<T: Real>(
+        &self,
+        x: &[T],
+        stride: usize,
+        packed: &direct::Packed,
+        post: Post<'_, T>,
+        blocks: &ColumnBlocks<'_, T>,
+        oy0: usize,
+    ) -> Result<()> {
+        let l = &self.layout;
+        let ([_, oh, ow], [_, ih, iw]) = (l.g.output, l.g.input);
+        let (plane, lanes, pitch) = (l.plane, self.kernel.lanes(), l.pitch);
+        let channel = |c: usize| x.get(c * stride..).and_then(|x| x.get(..ih * iw));
+        if (0..self.cg).any(|c| channel(c).is_none()) {
+            return Err(Error::Eval("X does not hold its channels".into()));
+        }
+        // The planes, plus one vector of slack the last tile of the last row reads past them;
+        // each plane zeroed and loaded while it is in cache.
+        // SAFETY: the planes of `plane` elements cover all but the slack, and each is filled
+        // (with zeros, then the channel); the slack is filled first.
+        let planes = unsafe {
+            Scratch::new_with(self.cg * plane + lanes, |slots| {
+                let (body, slack) = slots.split_at_mut(self.cg * plane);
+                fill(slack, T::ZERO);
+                for (c, dst) in body.chunks_exact_mut(plane).enumerate() {
+                    let dst = fill(dst, T::ZERO);
+                    if let Some(src) = channel(c) {
+                        l.load(dst, src);
                     }
-                    for (i, src) in tile.chunks_exact(width).enumerate() {
-                        // SAFETY: this task alone writes output rows `oy0..oy1` (of every
-                        // filter), and no other slice of these rows is alive. Padding filters
-                        // have no row.
-                        let m = block.first + i;
-                        let Some(dst) = (unsafe { blocks.slots(m, b0 * ow, (b1 - b0) * ow) })
-                        else {
-                            break;
-                        };
-                        for (d, s) in dst.chunks_exact_mut(ow).zip(src.chunks(pitch)) {
-                            // `T` is `f32`.
-                            copy(d, bytemuck::cast_slice(s));
-                        }
+                }
+            })?
+        };
+        let x: &[f32] = bytemuck::cast_slice(&planes[..]);
+        // Bands of output rows computed as one run of positions at `pitch` (the columns past
+        // `ow` are computed and dropped), about `DIRECT_BAND` positions each.
+        let band = (DIRECT_BAND / pitch).clamp(1, oh.max(1));
+        let most = (band * pitch).next_multiple_of(lanes);
+        let mut tile = try_vec(self.kernel.rows() * most, 0.0f32)?;
+        for b0 in (0..oh).step_by(band) {
+            let b1 = (b0 + band).min(oh);
+            let width = ((b1 - b0) * pitch).next_multiple_of(lanes);
+            for &block in packed.blocks() {
+                let tile = &mut tile[..block.rows * width];
+                self.kernel
+                    .row(x, &self.taps, packed, block, b0 * pitch, tile)?;
+                if let Some(post) = post {
+                    // Once over the whole tile (the dropped columns too): one call instead of
+                    // one per filter and row. `T` is `f32`.
+                    post(bytemuck::cast_slice_mut(tile));
+                }
+                for (i, src) in tile.chunks_exact(width).enumerate() {
+                    // SAFETY: this task alone writes output rows `oy0 + b0..oy0 + b1` (of every
+                    // filter), and no other slice of these rows is alive. Padding filters have
+                    // no row.
+                    let m = block.first + i;
+                    let Some(dst) = (unsafe { blocks.slots(m, (oy0 + b0) * ow, (b1 - b0) * ow) })
+                    else {
+                        break;
+                    };
+                    for (d, s) in dst.chunks_exact_mut(ow).zip(src.chunks(pitch)) {
+                        // `T` is `f32`.
+                        copy(d, bytemuck::cast_slice(s));
                     }
                 }
             }
-            Ok(())
-        };
-        if chunk >= oh {
-            return rows(0, oh);
         }
-        (0..oh)
-            .into_par_iter()
-            .step_by(chunk)
-            .try_for_each(|oy0| rows(oy0, (oy0 + chunk).min(oh)))
+        Ok(())
     }
 }
 
@@ -2190,24 +2175,27 @@ mod tests {
     }
 
     #[test]
-    fn depthwise_bands_of_rows_agree_with_whole_planes_on_three_threads() {
-        // Depthwise convolutions large enough to split into bands of output rows on three
-        // threads: each band loads its own input rows (the top one with the padding above, the
-        // bottom one with what the taps read below), for unit and wider strides, dilations,
-        // tall kernels and a channel multiplier of 2, two images each.
-        for (hw, k, s, d, p) in [
-            ([60, 70], [3, 3], 1, 1, 1),
-            ([100, 90], [3, 3], 2, 1, 1),
-            ([64, 66], [5, 5], 1, 1, 2),
-            ([70, 64], [3, 3], 1, 2, 2),
-            ([96, 80], [5, 1], 2, 1, 0),
-        ] {
-            let (xs, ws) = ([2, 4, hw[0], hw[1]], [8, 1, k[0], k[1]]);
+    fn bands_of_rows_agree_with_whole_planes_on_three_threads() {
+        // Depthwise and direct convolutions large enough to split into bands of output rows on
+        // three threads: each band loads its own input rows (the top one with the padding
+        // above, the bottom one with what the taps read below), for unit and wider strides,
+        // dilations, tall kernels and a channel multiplier of 2, two images each.
+        for (group, (hw, k, s, d, p)) in [4, 1].into_iter().flat_map(|g| {
+            [
+                ([60, 70], [3, 3], 1, 1, 1),
+                ([100, 90], [3, 3], 2, 1, 1),
+                ([64, 66], [5, 5], 1, 1, 2),
+                ([70, 64], [3, 3], 1, 2, 2),
+                ([96, 80], [5, 1], 2, 1, 0),
+            ]
+            .map(|case| (g, case))
+        }) {
+            let (xs, ws) = ([2, 4, hw[0], hw[1]], [8, 4 / group, k[0], k[1]]);
             let (x, w) = small_ints(xs, ws);
             let out = [0, 1].map(|i| (hw[i] + 2 * p - (k[i] - 1) * d - 1) / s + 1);
-            let want = reference(&x, xs, &w, ws, 4, [s, s], [d, d], [p, p], out);
+            let want = reference(&x, xs, &w, ws, group, [s, s], [d, d], [p, p], out);
             let node = Node::new("Conv", "c", ["x", "w", "b"], ["y"])
-                .with_attr("group", AttrValue::Int(4))
+                .with_attr("group", AttrValue::Int(group as i64))
                 .with_attr("strides", AttrValue::Ints(vec![s as i64; 2]))
                 .with_attr("dilations", AttrValue::Ints(vec![d as i64; 2]))
                 .with_attr("pads", AttrValue::Ints(vec![p as i64; 4]));
