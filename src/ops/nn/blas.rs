@@ -103,7 +103,7 @@ pub(in crate::ops) struct ColumnBlocks<'c, T> {
 // concurrent task its own columns, so tasks on other threads never touch the same element.
 unsafe impl<T: Send> Sync for ColumnBlocks<'_, T> {}
 
-impl<'c, T: Real> ColumnBlocks<'c, T> {
+impl<'c, T> ColumnBlocks<'c, T> {
     /// The `rows x ld` matrix at the start of `c`.
     pub fn new(c: &'c mut [std::mem::MaybeUninit<T>], rows: usize, ld: usize) -> Result<Self> {
         if rows.checked_mul(ld).is_none_or(|n| n > c.len()) {
@@ -156,7 +156,9 @@ impl<'c, T: Real> ColumnBlocks<'c, T> {
         // inside row `i` (checked above) and the caller owns them alone.
         Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.ld + col0).cast(), n) })
     }
+}
 
+impl<T: Real> ColumnBlocks<'_, T> {
     /// Columns `col0..col0 + b.cols` of every row `= alpha * a * b + beta * themselves`, on
     /// the calling thread; with `beta == 0` they are not read.
     ///

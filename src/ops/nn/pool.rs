@@ -33,6 +33,7 @@ use super::super::vector::{as_slots, assume_written, copy, fill, max_assign};
 use std::mem::MaybeUninit;
 
 use super::super::{Attributes, EvalCtx, InferCtx};
+use super::blas::ColumnBlocks;
 use super::common::{checked_product, input_dims, tensor_type};
 use super::window::{Geometry3, WindowAttrs};
 use crate::ops::num::{dispatch_num, dispatch_real, Arith, Real};
@@ -353,28 +354,34 @@ fn max_values<T: Pod + PartialOrd + Default + Send + Sync>(
         return Ok(Tensor::zeros(dtype, &pool.out_shape)?);
     }
     let x_plane = pool.in_plane();
-    let iw = pool.geo.input[2];
+    let (oh, ow) = (pool.spans[1].len(), pool.spans[2].len());
     let row = Interior::of(pool);
-    let plane = |(plane, y): (usize, &mut [MaybeUninit<T>])| -> Result<()> {
-        let xp = &x[plane * x_plane..][..x_plane];
-        let mut column_max = try_vec(iw, T::default())?;
-        let mut phases = try_vec(row.stride * iw.div_ceil(row.stride), T::default())?;
-        let mut rows = Vec::new();
-        let scratch = Scratch {
-            rows: &mut rows,
-            column_max: &mut column_max,
-            phases: &mut phases,
-        };
-        plane_maxima(pool, &row, xp, y, scratch);
-        Ok(())
-    };
+    let min_len = crate::par::min_len(pool.planes, &[x_plane.max(out_plane)]);
     let mut status = Ok(());
     let out = Tensor::uninit(dtype, &pool.out_shape)?.fill(|out: &mut [MaybeUninit<T>]| {
-        status = out
-            .par_chunks_mut(out_plane)
-            .enumerate()
-            .with_min_len(crate::par::min_len(pool.planes, &[x_plane.max(out_plane)]))
-            .try_for_each(plane);
+        status = if min_len != usize::MAX && pool.spans[0].len() == 1 && oh > 1 {
+            // Bands of output rows over every plane: a thread reads the input rows the
+            // operator before wrote on it (split by rows or positions, as convolutions are)
+            // and writes the rows the one after reads there.
+            let chunk = oh.div_ceil(2 * crate::par::threads());
+            ColumnBlocks::new(out, pool.planes, out_plane).and_then(|blocks| {
+                (0..oh).into_par_iter().step_by(chunk).try_for_each(|oy0| {
+                    let oy1 = (oy0 + chunk).min(oh);
+                    // SAFETY: this task alone writes rows `oy0..oy1` of every plane, and
+                    // each slice of them is dropped before the next is taken.
+                    let planes = (0..pool.planes)
+                        .map(|p| (p, unsafe { blocks.slots(p, oy0 * ow, (oy1 - oy0) * ow) }));
+                    band_maxima(pool, &row, x, planes, oy0..oy1)
+                })
+            })
+        } else {
+            out.par_chunks_mut(out_plane)
+                .enumerate()
+                .with_min_len(min_len)
+                .try_for_each(|(plane, y)| {
+                    band_maxima(pool, &row, x, std::iter::once((plane, Some(y))), 0..oh)
+                })
+        };
         match status {
             // SAFETY: `plane_maxima` writes every element of its plane, and the planes cover
             // the output.
@@ -387,6 +394,34 @@ fn max_values<T: Pod + PartialOrd + Default + Send + Sync>(
     Ok(out?)
 }
 
+/// The maxima of output rows `rows` of each plane of `planes` (its index, and those rows of its
+/// output), in scratch space allocated once for them all.
+fn band_maxima<'y, T: Pod + PartialOrd + Default>(
+    pool: &Pool,
+    row: &Interior,
+    x: &[T],
+    planes: impl Iterator<Item = (usize, Option<&'y mut [MaybeUninit<T>]>)>,
+    rows: std::ops::Range<usize>,
+) -> Result<()> {
+    let (x_plane, iw) = (pool.in_plane(), pool.geo.input[2]);
+    let mut column_max = try_vec(iw, T::default())?;
+    let mut phases = try_vec(row.stride * iw.div_ceil(row.stride), T::default())?;
+    let mut starts = Vec::new();
+    for (plane, y) in planes {
+        let (Some(xp), Some(y)) = (x.get(plane * x_plane..).and_then(|x| x.get(..x_plane)), y)
+        else {
+            return Err(Error::Eval("X or Y does not hold its planes".into()));
+        };
+        let scratch = Scratch {
+            rows: &mut starts,
+            column_max: &mut column_max,
+            phases: &mut phases,
+        };
+        plane_maxima(pool, row, xp, y, scratch, rows.clone());
+    }
+    Ok(())
+}
+
 /// The space one plane of [`plane_maxima`] works in.
 struct Scratch<'s, T> {
     /// The starts of the input rows one output row reads.
@@ -397,8 +432,9 @@ struct Scratch<'s, T> {
     phases: &'s mut [T],
 }
 
-/// The maxima of one plane `xp` into its output `y`, compiled per SIMD level as one piece: the
-/// element-wise maxima of short rows are too short to pay a dispatch each. Measured on Zen 5 at
+/// The maxima of output rows `rows` (of every depth) of one plane `xp` into `y`, compiled per
+/// SIMD level as one piece: the element-wise maxima of short rows are too short to pay a
+/// dispatch each. Measured on Zen 5 at
 /// 1 thread (`multigather run --repeat 300`, medians), a 3x3 stride-2 pool of 16 planes of
 /// 160x160: 0.078 -> 0.066 ms (onnxruntime 1.32: 0.028 ms).
 #[multiversion::multiversion(targets(
@@ -412,28 +448,30 @@ fn plane_maxima<T: Pod + PartialOrd + Default>(
     xp: &[T],
     y: &mut [MaybeUninit<T>],
     scratch: Scratch<'_, T>,
+    rows: std::ops::Range<usize>,
 ) {
     let [_, ih, iw] = pool.geo.input;
     let [dd, dh, dw] = pool.geo.dilations;
     let ow = pool.spans[2].len();
     let Scratch {
-        rows,
+        rows: starts,
         column_max,
         phases,
     } = scratch;
     let mut y = y.chunks_mut(ow.max(1));
+    let spans_y = pool.spans[1].get(rows).unwrap_or_default();
     for sz in &pool.spans[0] {
-        for sy in &pool.spans[1] {
+        for sy in spans_y {
             let Some(y) = y.next() else {
                 return;
             };
             // The start of every input row the windows of this output row read.
-            rows.clear();
+            starts.clear();
             for jz in 0..sz.count {
                 let z = sz.first + jz * dd;
-                rows.extend((0..sy.count).map(|jy| (z * ih + sy.first + jy * dh) * iw));
+                starts.extend((0..sy.count).map(|jy| (z * ih + sy.first + jy * dh) * iw));
             }
-            let Some((&first_row, rest)) = rows.split_first() else {
+            let Some((&first_row, rest)) = starts.split_first() else {
                 // Every window of the row lies in the padding: it sees no element.
                 fill(y, T::default());
                 continue;
@@ -819,6 +857,62 @@ mod tests {
             (1.0 + 2.0 + 4.0 + 5.0) / 9.0
         );
         assert_eq!(y[0].as_slice::<f32>().unwrap()[4], 5.0);
+    }
+
+    #[test]
+    fn maxima_in_bands_of_rows_on_three_threads_agree_with_the_windows() {
+        // Pools large enough to split: 2-D ones in bands of output rows over every plane
+        // (bands at the top and bottom padding, strides, a ceil-mode row past the input), a
+        // 3-D one plane by plane; against the path that walks each window for its index.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (shape, k, s, pads) in [
+            (
+                vec![2, 4, 100, 100],
+                vec![3, 3],
+                vec![2, 2],
+                vec![1, 1, 1, 1],
+            ),
+            (
+                vec![1, 3, 91, 111],
+                vec![2, 4],
+                vec![1, 3],
+                vec![0, 2, 1, 1],
+            ),
+            (
+                vec![1, 2, 200, 64],
+                vec![3, 3],
+                vec![1, 1],
+                vec![1, 1, 1, 1],
+            ),
+            (
+                vec![1, 2, 10, 60, 60],
+                vec![3, 3, 3],
+                vec![2, 2, 2],
+                vec![1; 6],
+            ),
+        ] {
+            let n: usize = shape.iter().product();
+            let x = f32s(
+                &shape,
+                (0..n).map(|i| ((i * 37) % 23) as f32 - 11.0).collect(),
+            );
+            let as_ints = |v: &[usize]| ints(&v.iter().map(|&v| v as i64).collect::<Vec<_>>());
+            let attrs = [
+                ("kernel_shape", as_ints(&k)),
+                ("strides", as_ints(&s)),
+                ("pads", as_ints(&pads)),
+                ("ceil_mode", AttrValue::Int(1)),
+            ];
+            let values =
+                pool.install(|| eval_node(&pool_node("MaxPool", &["y"], &attrs), 22, &[Some(&x)]));
+            let windows = crate::par::serial(|| {
+                eval_node(&pool_node("MaxPool", &["y", "i"], &attrs), 22, &[Some(&x)])
+            });
+            assert_eq!(values.unwrap()[0], windows.unwrap()[0], "{shape:?} {k:?}");
+        }
     }
 
     #[test]
