@@ -29,6 +29,7 @@ use std::mem::MaybeUninit;
 use multiversion::multiversion;
 use rayon::prelude::*;
 
+use crate::error::{Error, Result};
 use crate::par::{self, GRAIN};
 
 /// The initialised view of `dst` once every element has been written.
@@ -742,6 +743,76 @@ pub fn gelu(x: f32) -> f32 {
 pub fn gelu_tanh(x: f32) -> f32 {
     const K: f32 = 0.797_884_6; // √(2/π)
     0.5 * x * (1.0 + tanh(K * (x + 0.044_715 * x * x * x)))
+}
+
+/// One row-major matrix (`rows` rows of `ld` elements, possibly not yet written) whose column
+/// blocks are written by concurrent tasks, each its own columns: a product over a tile of
+/// positions lands straight in its columns of a convolution's output, with no per-tile block to
+/// copy in afterwards, and threads split an output by the same parts of every plane.
+pub(in crate::ops) struct ColumnBlocks<'c, T> {
+    pub(in crate::ops) ptr: *mut T,
+    pub(in crate::ops) rows: usize,
+    pub(in crate::ops) ld: usize,
+    _c: std::marker::PhantomData<&'c mut [T]>,
+}
+
+// SAFETY: the blocks are only written through `product` and `slots`, whose callers give each
+// concurrent task its own columns, so tasks on other threads never touch the same element.
+unsafe impl<T: Send> Sync for ColumnBlocks<'_, T> {}
+
+impl<'c, T> ColumnBlocks<'c, T> {
+    /// The `rows x ld` matrix at the start of `c`.
+    pub fn new(c: &'c mut [std::mem::MaybeUninit<T>], rows: usize, ld: usize) -> Result<Self> {
+        if rows.checked_mul(ld).is_none_or(|n| n > c.len()) {
+            return Err(Error::Eval(format!(
+                "a {rows}x{ld} matrix does not fit in {} elements",
+                c.len()
+            )));
+        }
+        Ok(ColumnBlocks {
+            ptr: c.as_mut_ptr().cast::<T>(),
+            rows,
+            ld,
+            _c: std::marker::PhantomData,
+        })
+    }
+
+    /// Calls `f(i, columns)` on columns `col0..col0 + n` of each row `i` in turn.
+    ///
+    /// # Safety
+    /// No concurrent task may touch these columns, and they must have been written.
+    pub unsafe fn for_each_row(&self, col0: usize, n: usize, f: impl Fn(usize, &mut [T])) {
+        if col0.checked_add(n).is_none_or(|end| end > self.ld) {
+            return;
+        }
+        for i in 0..self.rows {
+            // SAFETY: `new` checked that the `rows x ld` matrix lies in the slice, the columns
+            // are inside a row (checked above), written and owned by the caller.
+            f(i, unsafe {
+                std::slice::from_raw_parts_mut(self.ptr.add(i * self.ld + col0), n)
+            });
+        }
+    }
+
+    /// Columns `col0..col0 + n` of row `i`, possibly not yet written; `None` outside the
+    /// matrix.
+    ///
+    /// # Safety
+    /// No concurrent task may touch these columns, and no other slice of them may be alive.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slots(
+        &self,
+        i: usize,
+        col0: usize,
+        n: usize,
+    ) -> Option<&mut [std::mem::MaybeUninit<T>]> {
+        if i >= self.rows || col0.checked_add(n).is_none_or(|end| end > self.ld) {
+            return None;
+        }
+        // SAFETY: `new` checked that the `rows x ld` matrix lies in the slice, the columns are
+        // inside row `i` (checked above) and the caller owns them alone.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.ld + col0).cast(), n) })
+    }
 }
 
 #[cfg(test)]

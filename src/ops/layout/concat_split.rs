@@ -61,7 +61,18 @@ pub(super) fn eval_concat(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     }
     let mut shape = first.shape().to_vec();
     shape[axis] = total;
-    let mut out = Writer::new(first.dtype(), &shape, &parts)?;
+    let dtype = first.dtype();
+    if let Some(w) = dtype
+        .byte_size()
+        .filter(|_| dtype != crate::DataType::String)
+    {
+        if parts.iter().all(|p| p.dtype() == dtype) {
+            if let Some(out) = concat_rows(&parts, axis, &shape, w)? {
+                return Ok(vec![out]);
+            }
+        }
+    }
+    let mut out = Writer::new(dtype, &shape, &parts)?;
     if shape.contains(&0) {
         // Nothing to copy, however many empty rows the other dims make.
         return Ok(vec![out.finish()?]);
@@ -75,6 +86,73 @@ pub(super) fn eval_concat(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
         }
     }
     Ok(vec![out.finish()?])
+}
+
+/// `Concat` of elements `w` bytes wide: each row of the output (the elements past `axis`, a
+/// plane for the channels of an image) copied from its input into an unfilled buffer. On
+/// several threads, rows long enough are cut into one part per thread, thread `t` copying part
+/// `t` of every row, as convolutions split a plane's rows: a thread reads the rows the
+/// operators before wrote on it and writes what the one after reads there. On a 2-vCPU Intel
+/// Xeon (AVX-512) at 2 threads, the conv-net's concatenation of 2 x 32 planes of 40x40 took
+/// 0.037 ms copied whole by the calling thread into a zeroed buffer (0.026 at 1 thread) and
+/// 0.033 ms in parts (the convolution reading it 0.254 -> 0.245 ms). `None` when the rows are
+/// too short or too few to split: then each input's runs are copied whole, a few long copies
+/// where rows of a few elements would make many short ones.
+fn concat_rows(
+    parts: &[&Tensor],
+    axis: usize,
+    shape: &[usize],
+    w: usize,
+) -> Result<Option<Tensor>> {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let total = shape[axis];
+    let (rows, row_bytes) = (outer * total, inner * w);
+    let sources = parts
+        .iter()
+        .map(|p| p.as_bytes())
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    // Output row `r`: row `o * size + k` of the input holding `k` at its offset on the axis.
+    let source = |r: usize| -> Option<&[u8]> {
+        let (o, mut a) = (r / total, r % total);
+        for (p, src) in parts.iter().zip(&sources) {
+            let size = p.shape()[axis];
+            if a < size {
+                return src.get((o * size + a) * row_bytes..)?.get(..row_bytes);
+            }
+            a -= size;
+        }
+        None
+    };
+    let cuts = crate::par::threads();
+    if crate::par::min_len(rows, &[inner]) == usize::MAX || row_bytes / cuts < 1024 {
+        return Ok(None);
+    }
+    let mut out = Tensor::uninit(parts[0].dtype(), shape)?;
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let blocks = super::super::vector::ColumnBlocks::new(out.bytes_mut(), rows, row_bytes)?;
+    // Task `k` copies cut `k / rows` of row `k % rows`: each thread's stretch of tasks is its
+    // cut of every row.
+    let task = |k: usize| {
+        let (cut, r) = (k / rows, k % rows);
+        let (b0, b1) = (row_bytes * cut / cuts, row_bytes * (cut + 1) / cuts);
+        // SAFETY: task `k` alone writes bytes `b0..b1` of row `r`.
+        match (unsafe { blocks.slots(r, b0, b1 - b0) }, source(r)) {
+            (Some(dst), Some(src)) => {
+                super::super::vector::copy(dst, &src[b0..b1]);
+            }
+            _ => failed.store(true, std::sync::atomic::Ordering::Relaxed),
+        }
+    };
+    use crate::par::Workers;
+    crate::par::Pool.run(cuts * rows, &task);
+    if failed.into_inner() {
+        return Err(Error::Eval("an input does not hold its rows".into()));
+    }
+    // SAFETY: the tasks cover every byte of every row (its cuts), and the rows cover the
+    // buffer: `rows * row_bytes` bytes, all the payload of a tensor of `w`-byte elements; none
+    // failed.
+    Ok(Some(unsafe { out.assume_init() }))
 }
 
 pub(super) fn infer_concat(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
@@ -263,6 +341,40 @@ mod tests {
 
     fn i32s(shape: &[usize], v: &[i32]) -> Tensor {
         Tensor::from_vec(DataType::Int32, shape, v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn rows_cut_over_three_threads_join_as_on_one() {
+        // Planes long enough to cut into a part a thread (odd lengths, so the cuts differ),
+        // along the channels of two images and one, and along the images themselves, in
+        // 4-byte and 2-byte elements: the same tensor as copied run by run on one thread.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (a, b, axis, dtype) in [
+            ([2, 3, 97, 101], [2, 5, 97, 101], 1, DataType::Float),
+            ([1, 4, 301, 71], [1, 2, 301, 71], 1, DataType::Int32),
+            ([2, 6, 75, 75], [1, 6, 75, 75], 0, DataType::Float16),
+        ] {
+            let n = |s: [usize; 4]| s.iter().product::<usize>();
+            let tensor = |s: [usize; 4], from: usize| {
+                let bytes: Vec<u8> = (0..n(s) * dtype.byte_size().unwrap())
+                    .map(|i| ((from + i) * 7 % 251) as u8)
+                    .collect();
+                Tensor::from_bytes(dtype, &s, &bytes).unwrap()
+            };
+            let (ta, tb) = (tensor(a, 0), tensor(b, 1));
+            let node = Node::new("Concat", "c", ["a", "b", "a"], ["y"])
+                .with_attr("axis", AttrValue::Int(axis));
+            let inputs = [Some(&ta), Some(&tb), Some(&ta)];
+            let split = pool.install(|| eval_node(&node, 13, &inputs)).unwrap();
+            let whole = crate::par::serial(|| eval_node(&node, 13, &inputs)).unwrap();
+            let mut want = a;
+            want[axis as usize] = 2 * a[axis as usize] + b[axis as usize];
+            assert_eq!(split[0].shape(), &want[..]);
+            assert_eq!(split, whole, "{a:?} {b:?} {axis}");
+        }
     }
 
     #[test]

@@ -32,9 +32,10 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::super::util::{dot, optional, required, to_i64s, unsupported_type};
+use super::super::vector::ColumnBlocks;
 use super::super::vector::{add_scalar, as_slots, assume_written, copy, deinterleave, fill};
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::blas::{gemm, ColumnBlocks, Mat};
+use super::blas::{gemm, Mat};
 use super::common::{
     checked_product, input_dims, output_written, shifted_f64s, tensor_type, to_f32s, zero_at,
     zero_points,

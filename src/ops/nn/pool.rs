@@ -32,8 +32,8 @@ use super::super::util::{required, unsupported_type};
 use super::super::vector::{as_slots, assume_written, copy, fill, max_assign};
 use std::mem::MaybeUninit;
 
+use super::super::vector::ColumnBlocks;
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::blas::ColumnBlocks;
 use super::common::{checked_product, input_dims, tensor_type};
 use super::window::{Geometry3, WindowAttrs};
 use crate::ops::num::{dispatch_num, dispatch_real, Arith, Real};
