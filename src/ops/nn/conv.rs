@@ -1025,16 +1025,9 @@ impl<'a> PhaseLayout<'a> {
         if x.len() != ih * iw || planes.len() != self.plane {
             return false;
         }
-        let phases = self.plane / self.phase.max(1);
-        // SAFETY: the loads write only values of `x`, so `planes` stays initialised.
-        let Ok(rows) = ColumnBlocks::new(unsafe { as_slots(planes) }, phases, self.phase) else {
-            return false;
-        };
         let mut at = self.phase_row(0);
         for src in x.chunks_exact(iw.max(1)) {
-            // SAFETY: this loop alone holds `planes`, and each call's rows are dropped before
-            // the next.
-            unsafe { self.load_row(&rows, 0, at, src) };
+            self.load_row(planes, at, src);
             at = self.next_row(at);
         }
         true
@@ -1055,19 +1048,9 @@ impl<'a> PhaseLayout<'a> {
         }
     }
 
-    /// Copies an input row `src` of the channel whose phases are rows `first..` of `planes` (a
-    /// row per phase) into the phase rows it lands in, row `r` of the phases `(py, _)` (see
-    /// [`PhaseLayout::phase_row`]).
-    ///
-    /// # Safety
-    /// No other task may touch those phase rows while this runs.
-    unsafe fn load_row<T: Real>(
-        &self,
-        planes: &ColumnBlocks<'_, T>,
-        first: usize,
-        (r, py): (usize, usize),
-        src: &[T],
-    ) {
+    /// Copies an input row `src` of the channel whose phases are `planes` into the phase rows
+    /// it lands in, row `r` of the phases `(py, _)` (see [`PhaseLayout::phase_row`]).
+    fn load_row<T: Real>(&self, planes: &mut [T], (r, py): (usize, usize), src: &[T]) {
         let g = self.g;
         let ([_, _, iw], [_, _, sw], [_, _, pw]) = (g.input, g.strides, g.pad_begin);
         let (pitch, phase) = (self.pitch, self.phase);
@@ -1075,31 +1058,33 @@ impl<'a> PhaseLayout<'a> {
             return;
         };
         let len = pitch.min(room);
-        // SAFETY: the caller owns row `r` of these phases; each is a distinct row of `planes`.
-        let row = |px: usize| unsafe { planes.slots(first + py * sw + px, r * pitch, len) };
+        let row = |px: usize| -> std::ops::Range<usize> {
+            let base = (py * sw + px) * phase + r * pitch;
+            base..base + len
+        };
         // Input column `ix` is column `(ix + pw) / sw` of phase `(ix + pw) % sw`.
         if sw == 1 {
-            if let Some(dst) = row(0) {
-                let dst = &mut dst[pw.min(len)..];
-                let n = dst.len().min(iw);
-                copy(&mut dst[..n], &src[..n]);
-            }
+            let dst = &mut planes[row(0)][pw.min(len)..];
+            let n = dst.len().min(iw);
+            dst[..n].copy_from_slice(&src[..n]);
             return;
         }
         if sw == 2 {
             // Even input columns go to phase `pw % 2`, odd ones to the other.
-            let (Some(p0), Some(p1)) = (row(0), row(1)) else {
-                return;
-            };
+            let (a, b) = (row(0), row(1));
+            let (lo, hi) = planes.split_at_mut(b.start);
+            let (p0, p1) = (&mut lo[a], &mut hi[..len]);
             let (even, odd, ce, co) = match pw % 2 {
                 0 => (p0, p1, pw / 2, pw / 2),
                 _ => (p1, p0, pw / 2, pw / 2 + 1),
             };
             let (even, odd) = (&mut even[ce.min(len)..], &mut odd[co.min(len)..]);
-            deinterleave(src, even, odd);
-            let pairs = (iw / 2).min(even.len()).min(odd.len());
-            if iw % 2 == 1 && pairs == iw / 2 && pairs < even.len() {
-                even[pairs].write(src[iw - 1]);
+            // SAFETY: `deinterleave` writes only initialised values.
+            let (e, o) = unsafe { (as_slots(even), as_slots(odd)) };
+            deinterleave(src, e, o);
+            let pairs = (iw / 2).min(e.len()).min(o.len());
+            if iw % 2 == 1 && pairs == iw / 2 && pairs < e.len() {
+                even[pairs] = src[iw - 1];
             }
             return;
         }
@@ -1108,15 +1093,13 @@ impl<'a> PhaseLayout<'a> {
             if first >= iw {
                 continue;
             }
-            let Some(dst) = row(px) else {
-                continue;
-            };
+            let dst = &mut planes[row(px)];
             for (d, &v) in dst
                 .iter_mut()
                 .skip((first + pw) / sw)
                 .zip(src[first..].iter().step_by(sw))
             {
-                d.write(v);
+                *d = v;
             }
         }
     }
