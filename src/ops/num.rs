@@ -287,6 +287,9 @@ pub(crate) trait Real:
     fn tanh(self) -> Self;
     /// `ln(1 + self)`, accurate near zero.
     fn ln_1p(self) -> Self;
+    /// `self * a + b` rounded once: one instruction in code compiled for FMA, a call to
+    /// libm's slow software fallback elsewhere, so loops ask [`has_fma`] first.
+    fn mul_add(self, a: Self, b: Self) -> Self;
     /// Widens a `float16` value (exact).
     #[inline]
     fn from_f16(v: f16) -> Self {
@@ -333,6 +336,10 @@ macro_rules! impl_real {
                 <$t>::ln_1p(self)
             }
             #[inline]
+            fn mul_add(self, a: Self, b: Self) -> Self {
+                <$t>::mul_add(self, a, b)
+            }
+            #[inline]
             fn to_f16(self) -> f16 {
                 f16::$narrow(self)
             }
@@ -353,6 +360,15 @@ macro_rules! impl_real {
 impl_real! {
     f32, from_f32;
     f64, from_f64;
+}
+
+/// Whether this CPU has fused multiply-adds, so that [`Real::mul_add`] in a loop compiled for
+/// its SIMD level is one instruction (aarch64 always has them).
+pub(crate) fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    return cfg!(target_arch = "aarch64");
 }
 
 /// The values of a `T` tensor, or of a `float16` or `bfloat16` one widened to `T`.
