@@ -282,22 +282,24 @@ impl ConvShape {
             return Ok(false);
         }
         let chunk = oh.div_ceil(2 * crate::par::threads()).max(min_len.min(oh));
-        let bands = || {
-            (0..oh)
-                .step_by(chunk)
-                .map(|oy0| g.rows(oy0, (oy0 + chunk).min(oh)))
-        };
-        for (band, rows) in bands() {
-            if rows.len() * iw + band.out_plane() < MIN_BAND || PhaseLayout::new(&band)?.is_none() {
+        let geometries: Vec<_> = (0..oh)
+            .step_by(chunk)
+            .map(|oy0| (oy0, g.rows(oy0, (oy0 + chunk).min(oh))))
+            .collect();
+        let mut layouts = Vec::with_capacity(geometries.len());
+        for (oy0, (band, rows)) in &geometries {
+            if rows.len() * iw + band.out_plane() < MIN_BAND {
                 return Ok(false);
             }
+            let Some(layout) = PhaseLayout::new(band)? else {
+                return Ok(false);
+            };
+            layouts.push((*oy0, rows.clone(), layout));
         }
         let blocks = ColumnBlocks::new(out, channels, p)?;
-        let band = |oy0: usize| -> Result<()> {
+        let band = |(oy0, rows, layout): (usize, std::ops::Range<usize>, PhaseLayout<'_>)| {
             let oy1 = (oy0 + chunk).min(oh);
-            let (band, rows) = g.rows(oy0, oy1);
-            let mut planes = PhasePlanes::new(&band)?
-                .ok_or_else(|| Error::Eval("a band of rows does not fit its phases".into()))?;
+            let mut planes = PhasePlanes::with_layout(layout)?;
             for t in 0..self.batch * self.group {
                 let xc = &x[t * in_plane..][rows.start * iw..rows.end * iw];
                 if !planes.load(xc) {
@@ -318,7 +320,7 @@ impl ConvShape {
             }
             Ok(())
         };
-        (0..oh).into_par_iter().step_by(chunk).try_for_each(band)?;
+        layouts.into_par_iter().try_for_each(band)?;
         Ok(true)
     }
 
@@ -1025,12 +1027,17 @@ impl<'a> PhaseLayout<'a> {
         if x.len() != ih * iw || planes.len() != self.plane {
             return false;
         }
+        self.load_rows(planes, x);
+        true
+    }
+
+    /// [`PhaseLayout::load`] of a channel `x` and planes of the right lengths.
+    fn load_rows<T: Real>(&self, planes: &mut [T], x: &[T]) {
         let mut at = self.phase_row(0);
-        for src in x.chunks_exact(iw.max(1)) {
+        for src in x.chunks_exact(self.g.input[2].max(1)) {
             self.load_row(planes, at, src);
             at = self.next_row(at);
         }
-        true
     }
 
     /// Where input row `iy` lands: row `r` of the phases `(py, _)`, as `(r, py)`.
@@ -1108,14 +1115,18 @@ impl<'a> PhaseLayout<'a> {
 impl<'a, T: Real> PhasePlanes<'a, T> {
     /// Phase planes for one input channel of `g`, if [`PhaseLayout`] takes `g`.
     fn new(g: &'a Geometry3) -> Result<Option<Self>> {
-        let Some(layout) = PhaseLayout::new(g)? else {
-            return Ok(None);
-        };
-        Ok(Some(PhasePlanes {
+        PhaseLayout::new(g)?
+            .map(PhasePlanes::with_layout)
+            .transpose()
+    }
+
+    /// Zeroed phase planes for one input channel laid out by `layout`.
+    fn with_layout(layout: PhaseLayout<'a>) -> Result<Self> {
+        Ok(PhasePlanes {
             x: Scratch::new(layout.plane, T::ZERO)?,
             y: Scratch::new(layout.grid, T::ZERO)?,
             layout,
-        }))
+        })
     }
 
     /// Copies the input channel `x` into the phases; `false` if `x` is not one input channel.
@@ -1287,10 +1298,8 @@ impl<'a> Direct<'a> {
                 let (body, slack) = slots.split_at_mut(self.cg * plane);
                 fill(slack, T::ZERO);
                 for (c, dst) in body.chunks_exact_mut(plane).enumerate() {
-                    let dst = fill(dst, T::ZERO);
-                    if let Some(src) = channel(c) {
-                        l.load(dst, src);
-                    }
+                    // Every channel is in `x`, checked above.
+                    l.load_rows(fill(dst, T::ZERO), &x[c * stride..][..ih * iw]);
                 }
             })?
         };
