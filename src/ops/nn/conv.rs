@@ -281,11 +281,7 @@ impl ConvShape {
         if min_len == usize::MAX || oh < 2 {
             return Ok(false);
         }
-        let chunk = oh.div_ceil(2 * crate::par::threads()).max(min_len.min(oh));
-        let geometries: Vec<_> = (0..oh)
-            .step_by(chunk)
-            .map(|oy0| (oy0, g.rows(oy0, (oy0 + chunk).min(oh))))
-            .collect();
+        let geometries = row_bands(g, min_len);
         let mut layouts = Vec::with_capacity(geometries.len());
         for (oy0, (band, rows)) in &geometries {
             if rows.len() * iw + band.out_plane() < MIN_BAND {
@@ -298,7 +294,7 @@ impl ConvShape {
         }
         let blocks = ColumnBlocks::new(out, channels, p)?;
         let band = |(oy0, rows, layout): (usize, std::ops::Range<usize>, PhaseLayout<'_>)| {
-            let oy1 = (oy0 + chunk).min(oh);
+            let oy1 = oy0 + layout.g.output[1];
             let mut planes = PhasePlanes::with_layout(layout)?;
             for t in 0..self.batch * self.group {
                 let xc = &x[t * in_plane..][rows.start * iw..rows.end * iw];
@@ -1252,11 +1248,7 @@ impl<'a> Direct<'a> {
         if min_len == usize::MAX || oh < 2 {
             return whole();
         }
-        let chunk = oh.div_ceil(2 * crate::par::threads()).max(min_len.min(oh));
-        let geometries: Vec<_> = (0..oh)
-            .step_by(chunk)
-            .map(|oy0| (oy0, g.rows(oy0, (oy0 + chunk).min(oh))))
-            .collect();
+        let geometries = row_bands(g, min_len);
         let mut plans = Vec::with_capacity(geometries.len());
         for (oy0, (band, rows)) in &geometries {
             // A band the phase planes do not take leaves the plane whole.
@@ -1383,6 +1375,21 @@ fn taps_block<T: Real, const N: usize>(
     for (o, a) in out.iter_mut().zip(acc) {
         *o = a;
     }
+}
+
+/// The output rows of `g` in bands for the session's threads, two a thread (so that one that
+/// finishes early takes over another's second) and of at least `min_rows` rows, each as its
+/// first output row and [`Geometry3::rows`].
+fn row_bands(g: &Geometry3, min_rows: usize) -> Vec<(usize, (Geometry3, std::ops::Range<usize>))> {
+    let oh = g.output[1];
+    let rows = oh
+        .div_ceil(2 * crate::par::threads())
+        .max(min_rows.min(oh))
+        .max(1);
+    (0..oh)
+        .step_by(rows)
+        .map(|oy0| (oy0, g.rows(oy0, (oy0 + rows).min(oh))))
+        .collect()
 }
 
 /// One input channel of a depthwise convolution, split for the width stride, with where its
