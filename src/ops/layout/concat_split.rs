@@ -108,6 +108,10 @@ fn concat_rows(
     let inner: usize = shape[axis + 1..].iter().product();
     let total = shape[axis];
     let (rows, row_bytes) = (outer * total, inner * w);
+    let cuts = crate::par::threads();
+    if crate::par::min_len(rows, &[inner]) == usize::MAX || row_bytes / cuts < 1024 {
+        return Ok(None);
+    }
     let sources = parts
         .iter()
         .map(|p| p.as_bytes())
@@ -124,10 +128,6 @@ fn concat_rows(
         }
         None
     };
-    let cuts = crate::par::threads();
-    if crate::par::min_len(rows, &[inner]) == usize::MAX || row_bytes / cuts < 1024 {
-        return Ok(None);
-    }
     let mut out = Tensor::uninit(parts[0].dtype(), shape)?;
     let failed = std::sync::atomic::AtomicBool::new(false);
     let blocks = super::super::vector::ColumnBlocks::new(out.bytes_mut(), rows, row_bytes)?;
