@@ -6,7 +6,8 @@
 //!
 //! Then two scale cases that were once quadratic: loading a model with N unused model-local
 //! functions (N = 20k and 100k; the checks rebuilt the set of functions for every one), and
-//! lowering a rewritten chain of N gathers (N = 10k to 80k). Both must grow linearly.
+//! lowering a rewritten chain of N gathers, and a star of N gathers reading one value (N = 10k
+//! to 80k). Both must grow linearly.
 //!
 //! Run with `cargo bench --bench rewrite`, or `cargo bench --bench rewrite -- functions lowering`
 //! for some sections only (`chain`, `external`, `functions`, `lowering`). Prints one line per
@@ -14,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use multigather::ir::{Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
+use multigather::ir::{AttrValue, Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
 use multigather::pass::{GatherToMultiaxis, LowerMultiaxis, RewriteConfig};
 use multigather::DataType;
 
@@ -186,11 +187,45 @@ fn functions() {
     }
 }
 
-/// Lowering a rewritten chain of N gathers back to standard ONNX.
+/// N gathers side by side, every one reading the same value, which one node produces: the
+/// shape that made removing nodes quadratic while the graph stored its edges in lists.
+fn star(n: usize) -> Model {
+    let mut g = Graph::new("star");
+    let dims = vec![Dim::Known(4), Dim::Known(3)];
+    g.inputs.push(ValueInfo::new(
+        "x",
+        Type::tensor(DataType::Float, dims.clone()),
+    ));
+    g.initializers
+        .push(StoredTensor::from_i64s(Some("rows"), &[2], &[3, 1]));
+    g.add_node(Node::new("Relu", "shared", ["x"], ["shared"]));
+    let picked: Vec<String> = (0..n).map(|k| format!("y{k}")).collect();
+    for (k, out) in picked.iter().enumerate() {
+        g.add_node(Node::new(
+            "Gather",
+            &format!("g{k}"),
+            ["shared", "rows"],
+            [out.as_str()],
+        ));
+    }
+    g.add_node(Node::new("Concat", "all", picked, ["y"]).with_attr("axis", AttrValue::Int(0)));
+    g.outputs.push(ValueInfo::untyped("y"));
+    Model::new(g, 13)
+}
+
+/// Lowering a rewritten chain of N gathers, then a star of N gathers reading one value (see
+/// [`star`]), back to standard ONNX.
 fn lowering() {
     println!("{:>8} {:>10} {:>12}", "gathers", "lower", "lower/node");
+    for (shape, make) in [("chain", chain as fn(usize) -> Model), ("star", star)] {
+        println!("{shape}:");
+        lower_cases(make);
+    }
+}
+
+fn lower_cases(make: fn(usize) -> Model) {
     for n in [10_000, 20_000, 40_000, 80_000] {
-        let mut rewritten = chain(n);
+        let mut rewritten = make(n);
         GatherToMultiaxis::rewrite(&mut rewritten, RewriteConfig::default()).expect("rewrite");
         let t = median_of_3(|| {
             let mut model = rewritten.clone();

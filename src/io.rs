@@ -13,6 +13,7 @@ mod checks;
 mod cleanup;
 pub mod files;
 mod input;
+mod lock;
 
 pub use cleanup::remove_temporary_files;
 pub use input::{read_input, Origin};
@@ -73,6 +74,8 @@ pub fn load(path: impl AsRef<Path>) -> Result<Model> {
 /// A regular file is mapped; a pipe (as in `multigather inspect <(gunzip -c model.onnx.gz)`) is
 /// read into memory, up to the size limit; devices, sockets and directories are refused.
 pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Model> {
+    // Held until the model and its data files are open (see `lock`).
+    let _pair = lock::DirLock::shared(&parent_dir(path));
     let (file, meta) = input::open_input(path, Origin::Named)?;
     let bytes = if meta.is_file() {
         if meta.len() > options.max_file_bytes {
@@ -397,6 +400,13 @@ pub fn save(model: &Model, path: impl AsRef<Path>) -> Result<()> {
 /// `-o /dev/null` works), or leave a new external data file beside an old model when the model
 /// itself could not be renamed into place (the previous data file is put back).
 pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()> {
+    save_encoded(model, path, options).map(drop)
+}
+
+/// [`save_with`], returning the bytes of the model file it wrote: the model as saved (its
+/// external data references included), whatever the destination (a device, standard output)
+/// gives back when read.
+pub fn save_encoded(model: &Model, path: &Path, options: &SaveOptions) -> Result<Vec<u8>> {
     let dir = parent_dir(path);
     check_sources_intact(model)?;
     let sources = data_sources(model);
@@ -439,17 +449,42 @@ pub fn save_with(model: &Model, path: &Path, options: &SaveOptions) -> Result<()
         }
     };
     match target {
-        Target::Stream => return write_stream(path, &bytes),
-        Target::Stdout => return write_stdout(path, &bytes),
+        Target::Stream => return write_stream(path, &bytes).map(|()| bytes),
+        Target::Stdout => return write_stdout(path, &bytes).map(|()| bytes),
         Target::Replace => {}
     }
     // Both files are complete and synced before either is renamed, so running out of space
-    // changes nothing.
+    // changes nothing; they are renamed under the directory's lock, so a concurrent save or load
+    // of the same pair sees them together (see `lock`).
     let tmp = staged(path, &bytes)?;
+    let _pair = lock::DirLock::exclusive(&dir);
     match data_file {
         None => rename_into(tmp, path),
         Some((data, data_path)) => replace_pair(data, &data_path, tmp, path),
+    }?;
+    Ok(bytes)
+}
+
+/// Whether `a` and `b` name one existing file (through links or other spellings of the path).
+///
+/// # Example
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("m.onnx");
+/// std::fs::write(&path, b"")?;
+/// assert!(multigather::io::same_file(&path, &dir.path().join(".").join("m.onnx")));
+/// assert!(!multigather::io::same_file(&path, &dir.path().join("other.onnx")));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return x.dev() == y.dev() && x.ino() == y.ino();
+        }
     }
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
 /// The directory a file is saved in.

@@ -56,6 +56,82 @@ impl Rng {
     }
 }
 
+/// Named input tensors, in the order a run takes them.
+pub type Feeds = Vec<(String, Tensor)>;
+
+/// Inputs on which a symbolic dim that several inputs declare takes different sizes: it keeps
+/// its size in the first input that declares it and is cut to 1 in the others (where it was
+/// larger), with the names of the dims so split; `None` when no dim is shared or the graph has
+/// no operator whose meaning ties sizes across its operands (`GatherElements`, `GatherND`).
+///
+/// A shared `dim_param` is a declaration that runtimes do not enforce: onnxruntime and the
+/// interpreter run a feed with `H = 3` in one input and `H = 1` in another. A rewrite must keep
+/// the original's meaning (its result or its error) on such feeds too, so a proof runs them
+/// beside the consistent draw.
+///
+/// # Example
+/// ```
+/// use multigather::ir::{Dim, Graph, Node, Type, ValueInfo};
+/// use multigather::{DataType, Tensor};
+/// let h = || Dim::Symbolic("H".into());
+/// let mut g = Graph::new("g");
+/// g.inputs.push(ValueInfo::new("x", Type::tensor(DataType::Float, vec![Dim::Known(5), h()])));
+/// g.inputs.push(ValueInfo::new("i", Type::tensor(DataType::Int64, vec![Dim::Known(2), h()])));
+/// g.add_node(Node::new("GatherElements", "pick", ["x", "i"], ["y"]));
+/// let feeds = vec![
+///     ("x".to_string(), Tensor::zeros(DataType::Float, &[5, 3])?),
+///     ("i".to_string(), Tensor::zeros(DataType::Int64, &[2, 3])?),
+/// ];
+/// let (apart, split) = multigather::verify::dims_fed_apart(&g, &feeds).unwrap();
+/// assert_eq!((apart[0].1.shape(), apart[1].1.shape()), (&[5, 3][..], &[2, 1][..]));
+/// assert_eq!(split, ["H"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn dims_fed_apart(
+    graph: &crate::ir::Graph,
+    inputs: &[(String, Tensor)],
+) -> Option<(Feeds, Vec<String>)> {
+    let ties = graph.nodes_unordered().any(|n| {
+        crate::ir::is_onnx_domain(&n.domain)
+            && matches!(n.op_type.as_str(), "GatherElements" | "GatherND")
+    });
+    if !ties {
+        return None;
+    }
+    let mut first: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut split: Vec<String> = Vec::new();
+    let mut out = Vec::with_capacity(inputs.len());
+    for (name, tensor) in inputs {
+        let declared = graph
+            .inputs
+            .iter()
+            .find(|v| &v.name == name)
+            .and_then(|v| v.tensor_type())
+            .and_then(|t| t.shape.as_ref());
+        let mut shape = tensor.shape().to_vec();
+        if let Some(declared) = declared.filter(|d| d.dims.len() == shape.len()) {
+            for (size, dim) in shape.iter_mut().zip(&declared.dims) {
+                let crate::ir::Dim::Symbolic(sym) = dim else {
+                    continue;
+                };
+                if !first.insert(sym.as_str()) && *size > 1 {
+                    *size = 1;
+                    if !split.contains(sym) {
+                        split.push(sym.clone());
+                    }
+                }
+            }
+        }
+        let value = if shape == tensor.shape() {
+            tensor.clone()
+        } else {
+            tensor.crop(&shape).ok()?
+        };
+        out.push((name.clone(), value));
+    }
+    (!split.is_empty()).then_some((out, split))
+}
+
 /// How one output of two runs compares.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OutputComparison {

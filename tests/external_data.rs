@@ -157,3 +157,53 @@ fn models_over_two_gib_need_external_data() {
     assert_eq!(table.dims, [ROWS as i64, 4]);
     assert!(Path::new(&path).metadata().unwrap().len() < 4096);
 }
+
+#[test]
+fn concurrent_saves_of_one_pair_never_mix_a_model_with_another_models_data() {
+    // Two models of the same layout whose weights differ, told apart by their graph names, saved
+    // again and again to the same model and data paths by two threads while a third loads the
+    // pair: every load, and the pair left at the end, is one save's model with its own data.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.onnx");
+    let model = |name: &str, fill: f32| {
+        let table: Vec<u8> = (0..64 * 4).flat_map(|_| fill.to_le_bytes()).collect();
+        let mut m = embedding_model(table.into(), 64);
+        m.graph.name = name.into();
+        m
+    };
+    let consistent = |m: &Model| {
+        let want = if m.graph.name == "ones" { 1f32 } else { 2f32 };
+        let bytes = payload_bytes(m, "table");
+        bytes
+            .chunks(4)
+            .all(|c| f32::from_le_bytes(c.try_into().unwrap()) == want)
+    };
+    io::save_with(&model("ones", 1.0), &path, &external_options(0)).unwrap();
+    let rounds = 60;
+    std::thread::scope(|s| {
+        for (name, fill) in [("ones", 1f32), ("twos", 2f32)] {
+            let (m, path) = (model(name, fill), &path);
+            s.spawn(move || {
+                for _ in 0..rounds {
+                    io::save_with(&m, path, &external_options(0)).unwrap();
+                }
+            });
+        }
+        s.spawn(|| {
+            for _ in 0..rounds {
+                let m = io::load(&path).unwrap();
+                assert!(
+                    consistent(&m),
+                    "a load paired '{}' with other data",
+                    m.graph.name
+                );
+            }
+        });
+    });
+    let m = io::load(&path).unwrap();
+    assert!(
+        consistent(&m),
+        "the saved pair is '{}' with other data",
+        m.graph.name
+    );
+}

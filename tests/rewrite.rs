@@ -370,10 +370,21 @@ mod cases {
         g.add_node(Node::new("Gather", "calls_local_gather", ["x", "i"], ["y"]));
         let mut model = Model::new(g, 13);
         model.functions.push(fake);
-        let feeds = [("x", f32s(&[3, 4])), ("i", i64s(&[2], &[0, 1]))];
-        let (rewritten, report) = check(&model, &[&feeds]);
+        let mut rewritten = model.clone();
+        let report = GatherToMultiaxis::rewrite(&mut rewritten, RewriteConfig::default()).unwrap();
         assert!(report.nodes.is_empty(), "{}", report.summary());
         assert_eq!(rewritten, model);
+        // Which one runs is a matter of runtime (onnxruntime runs the operator, ONNX's inliner
+        // the function): the interpreter refuses to pick one, naming the function.
+        let feeds = vec![
+            ("x".to_string(), f32s(&[3, 4])),
+            ("i".to_string(), i64s(&[2], &[0, 1])),
+        ];
+        let err = Session::new(&model).run(feeds).unwrap_err().to_string();
+        assert!(
+            err.contains("model-local function 'Gather'") && err.contains("rename the function"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -673,6 +684,116 @@ mod cases {
             let mut m = model.clone();
             let err = GatherToMultiaxis::rewrite(&mut m, RewriteConfig::default()).unwrap_err();
             assert_eq!(err.to_string(), format!("pass GatherToMultiaxis: {want}"));
+        }
+    }
+
+    /// Runs `model` and its rewrite (and the rewrite's lowering) on `feeds`: both must fail, or
+    /// both give the same values.
+    fn same_outcome(model: &Model, feeds: &[(&str, Tensor)]) -> bool {
+        let mut rewritten = model.clone();
+        GatherToMultiaxis::rewrite(&mut rewritten, RewriteConfig::default()).unwrap();
+        let mut lowered = rewritten.clone();
+        LowerMultiaxis::lower(&mut lowered).unwrap();
+        let feeds: Vec<(String, Tensor)> = feeds
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.clone()))
+            .collect();
+        let want = Session::new(model).run(feeds.clone());
+        [rewritten, lowered].iter().all(|m| {
+            let got = Session::new(m).run(feeds.clone());
+            match (&want, &got) {
+                (Err(_), Err(_)) => true,
+                (Ok(w), Ok(g)) => multigather::verify::compare(w, g)
+                    .iter()
+                    .all(|c| c.identical),
+                _ => false,
+            }
+        })
+    }
+
+    #[test]
+    fn a_shared_dim_param_is_not_a_proof_of_a_size() {
+        // GatherElements(data[B,5,H], indices[B,2,H]) fed indices with H = 1 and data with
+        // H = 3: the original gives [2,2,1], and so must the rewrite (it keeps the crop).
+        let model = single_node_model(
+            Node::new("GatherElements", "pick", ["x", "i"], ["y"])
+                .with_attr("axis", AttrValue::Int(1)),
+            "B,5,H",
+            "B,2,H",
+            13,
+        );
+        let x = Tensor::from_vec(
+            DataType::Float,
+            &[2, 5, 3],
+            (0..30).map(|v| v as f32).collect(),
+        )
+        .unwrap();
+        let feeds = [("x", x), ("i", i64s(&[2, 2, 1], &[4, 0, 1, 3]))];
+        let (rewritten, _) = check(&model, &[&feeds]);
+        let out = run(&rewritten, &feeds);
+        assert_eq!(out[0].1.shape(), [2, 2, 1]);
+        // GatherND batch dims declared alike but fed apart: the original fails, so must the
+        // rewrite, instead of broadcasting a batch of 1.
+        let nd = single_node_model(
+            Node::new("GatherND", "nd", ["x", "i"], ["y"])
+                .with_attr("batch_dims", AttrValue::Int(1)),
+            "B,5",
+            "B,1",
+            13,
+        );
+        for (xs, is) in [([1, 5], [3, 1]), ([3, 5], [1, 1]), ([3, 5], [3, 1])] {
+            let x = Tensor::from_vec(DataType::Float, &xs, vec![1f32; xs[0] * 5]).unwrap();
+            let i = i64s(&is, &vec![2; is[0]]);
+            assert!(same_outcome(&nd, &[("x", x), ("i", i)]), "{xs:?} {is:?}");
+        }
+    }
+
+    #[test]
+    fn an_error_does_not_become_data_through_a_dimension_of_one() {
+        // Static sizes: refused at rewrite time, as the operator refuses them.
+        let mut m = single_node_model(
+            Node::new("GatherElements", "wide", ["x", "i"], ["y"])
+                .with_attr("axis", AttrValue::Int(1)),
+            "1,4",
+            "3,2",
+            13,
+        );
+        let err = GatherToMultiaxis::rewrite(&mut m, RewriteConfig::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "pass GatherToMultiaxis: node 'wide' (GatherElements): indices have size 3 on axis 0, \
+             larger than the data's 1"
+        );
+        let mut m = single_node_model(
+            Node::new("GatherND", "nd", ["x", "i"], ["y"])
+                .with_attr("batch_dims", AttrValue::Int(1)),
+            "1,4",
+            "3,1",
+            13,
+        );
+        let err = GatherToMultiaxis::rewrite(&mut m, RewriteConfig::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("batch dimension 0 is 1 in the data but 3 in the indices"),
+            "{err}"
+        );
+        // Sizes known only at run time: the rewrite fails where the original does.
+        for (data, idx) in [("N,4", "M,2"), ("1,4", "M,2"), ("N,4", "?,2")] {
+            let model = single_node_model(
+                Node::new("GatherElements", "wide", ["x", "i"], ["y"])
+                    .with_attr("axis", AttrValue::Int(1)),
+                data,
+                idx,
+                13,
+            );
+            for rows in [1usize, 3] {
+                let x = Tensor::from_vec(DataType::Float, &[1, 4], vec![1f32, 2., 3., 4.]).unwrap();
+                let i = i64s(&[rows, 2], &vec![3; rows * 2]);
+                assert!(
+                    same_outcome(&model, &[("x", x), ("i", i)]),
+                    "{data} {idx} {rows}"
+                );
+            }
         }
     }
 

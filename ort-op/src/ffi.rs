@@ -10,6 +10,26 @@ use ort_sys::{
     OrtStatus, OrtStatusPtr, OrtTensorTypeAndShapeInfo, OrtValue,
 };
 
+/// An attribute as [`Api::attribute`] finds it: the forms `GatherMultiaxis` takes, or the name of
+/// the type it has instead.
+pub enum Found {
+    Ints(Vec<i64>),
+    String(Vec<u8>),
+    Other(&'static str),
+}
+
+impl Found {
+    /// The view the attribute parse shared with the interpreter takes.
+    pub fn raw(&self) -> multigather::gather::RawAttr<'_> {
+        use multigather::gather::RawAttr;
+        match self {
+            Found::Ints(v) => RawAttr::Ints(v),
+            Found::String(s) => RawAttr::String(s),
+            Found::Other(kind) => RawAttr::Other(kind),
+        }
+    }
+}
+
 /// An owned, non-null `OrtStatus*`: an error on its way back to onnxruntime.
 pub struct Status(pub *mut OrtStatus);
 
@@ -56,15 +76,24 @@ impl Api {
         }
     }
 
-    /// A string queried with the API's two-call convention (size, then contents).
+    /// A string queried with the API's two-call convention (size, then contents), up to its
+    /// first NUL.
     fn string(self, get: impl Fn(*mut c_char, *mut usize) -> OrtStatusPtr) -> Result<String> {
+        let mut buf = self.bytes(get)?;
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        buf.truncate(end);
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    /// Every byte of a string queried with the API's two-call convention: the size counts a
+    /// terminating NUL, which is dropped, and NUL bytes inside the string are kept.
+    fn bytes(self, get: impl Fn(*mut c_char, *mut usize) -> OrtStatusPtr) -> Result<Vec<u8>> {
         let mut size = 0usize;
         check(get(ptr::null_mut(), &mut size))?;
         let mut buf = vec![0u8; size.max(1)];
         check(get(buf.as_mut_ptr().cast(), &mut size))?;
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        buf.truncate(end);
-        Ok(String::from_utf8_lossy(&buf).into_owned())
+        buf.truncate(size.saturating_sub(1));
+        Ok(buf)
     }
 
     /// The node's name.
@@ -81,52 +110,88 @@ impl Api {
         })
     }
 
-    /// A string attribute, or `None` when the node does not have it.
-    pub(crate) fn attr_string(self, info: *const OrtKernelInfo, name: &str) -> Option<String> {
+    /// The attribute `name` of the node as far as the C API shows its type, or `None` when the
+    /// node does not have it. The API has a getter per type and no way to ask for the type, so
+    /// the single-value getters (which check it) are tried first; an attribute that none of them
+    /// nor the list getters read is an empty list (of ints as far as anyone can tell).
+    pub(crate) fn attribute(self, info: *const OrtKernelInfo, name: &str) -> Option<Found> {
         let key = CString::new(name).ok()?;
-        // SAFETY: as for `node_name`; `key` outlives the calls.
-        self.string(|out, size| unsafe {
-            (self.0.KernelInfoGetAttribute_string)(info, key.as_ptr(), out, size)
-        })
-        .map_err(|s| self.message(s))
-        .ok()
-    }
-
-    /// An ints attribute, or `None` when the node does not have it.
-    pub(crate) fn attr_ints(self, info: *const OrtKernelInfo, name: &str) -> Option<Vec<i64>> {
-        let key = CString::new(name).ok()?;
-        let mut size = 0usize;
-        // SAFETY: as for `node_name`; a null output pointer asks for the size.
-        let s = unsafe {
-            (self.0.KernelInfoGetAttributeArray_int64)(
-                info,
-                key.as_ptr(),
-                ptr::null_mut(),
-                &mut size,
-            )
+        let key = key.as_ptr();
+        // SAFETY (every call below): `info` is the kernel info onnxruntime passed to
+        // `CreateKernelV2`, `key` a C string that outlives the calls, null output pointers ask
+        // for sizes, and the buffers passed hold the sizes asked for.
+        let mut ints = 0usize;
+        let exists = unsafe {
+            (self.0.KernelInfoGetAttributeArray_int64)(info, key, ptr::null_mut(), &mut ints)
         };
-        if let Err(s) = check(s) {
+        if let Err(s) = check(exists) {
             self.message(s);
             return None;
         }
-        let mut values = vec![0i64; size];
-        if size > 0 {
-            // SAFETY: `values` holds `size` elements.
-            let s = unsafe {
+        let mut int = 0i64;
+        if self.ok(unsafe { (self.0.KernelInfoGetAttribute_int64)(info, key, &mut int) }) {
+            return Some(Found::Other("int"));
+        }
+        let mut float = 0f32;
+        if self.ok(unsafe { (self.0.KernelInfoGetAttribute_float)(info, key, &mut float) }) {
+            return Some(Found::Other("float"));
+        }
+        if let Ok(bytes) = self.bytes(|out, size| unsafe {
+            (self.0.KernelInfoGetAttribute_string)(info, key, out, size)
+        }) {
+            return Some(Found::String(bytes));
+        }
+        let mut allocator = ptr::null_mut();
+        if self.ok(unsafe { (self.0.GetAllocatorWithDefaultOptions)(&mut allocator) }) {
+            let mut value = ptr::null_mut();
+            let tensor =
+                unsafe { (self.0.KernelInfoGetAttribute_tensor)(info, key, allocator, &mut value) };
+            if self.ok(tensor) {
+                if !value.is_null() {
+                    unsafe { (self.0.ReleaseValue)(value) };
+                }
+                return Some(Found::Other("tensor"));
+            }
+        }
+        let mut floats = 0usize;
+        let read = unsafe {
+            (self.0.KernelInfoGetAttributeArray_float)(info, key, ptr::null_mut(), &mut floats)
+        };
+        if self.ok(read) && floats > 0 {
+            return Some(Found::Other("floats"));
+        }
+        let mut values = vec![0i64; ints];
+        if ints > 0 {
+            let read = unsafe {
                 (self.0.KernelInfoGetAttributeArray_int64)(
                     info,
-                    key.as_ptr(),
+                    key,
                     values.as_mut_ptr(),
-                    &mut size,
+                    &mut ints,
                 )
             };
-            if let Err(s) = check(s) {
-                self.message(s);
-                return None;
+            if !self.ok(read) {
+                return Some(Found::Other("an unreadable attribute"));
             }
-            values.truncate(size);
+            values.truncate(ints);
         }
-        Some(values)
+        Some(Found::Ints(values))
+    }
+
+    /// A returned status as a `Result`.
+    pub(crate) fn check(self, s: OrtStatusPtr) -> Result<()> {
+        check(s)
+    }
+
+    /// True for a successful call; a failure's status is released.
+    pub(crate) fn ok(self, s: OrtStatusPtr) -> bool {
+        match check(s) {
+            Ok(()) => true,
+            Err(s) => {
+                self.message(s);
+                false
+            }
+        }
     }
 
     /// Input `index` of the running node.

@@ -10,22 +10,22 @@ use std::sync::OnceLock;
 
 use multigather::gather::fast::{gather_multiaxis_into_on, Indices, RawTensor};
 use multigather::gather::{
-    gather_multiaxis_with, output_shape, FastOptions, GatherError, GatherSpec, OutOfRange, DOMAIN,
-    OP_TYPE,
+    gather_multiaxis_with, output_shape, FastOptions, GatherError, GatherSpec, MultiaxisAttributes,
+    DOMAIN, OP_TYPE,
 };
 use multigather::{DataType, Tensor};
 use ort_sys::{OrtKernelContext, OrtKernelInfo, OrtValue};
 
-use crate::ffi::{data_type, Api, Result, Status};
+use crate::ffi::{data_type, Api, Found, Result, Status};
 
 /// One node's kernel.
 pub struct Kernel {
     api: Api,
     /// How messages name the node: `'name'` or `producing 'output'`.
     label: String,
-    /// The `axes` attribute as written (normalised per call, against the input's rank).
-    axes: Vec<i64>,
-    mode: OutOfRange,
+    /// The attributes, checked when the session creates the kernel; `axes` are normalised per
+    /// call, against the input's rank.
+    attrs: MultiaxisAttributes,
 }
 
 impl Kernel {
@@ -41,18 +41,13 @@ impl Kernel {
         };
         let fail =
             |reason: String| api.error(&format!("node {label} ({DOMAIN}.{OP_TYPE}): {reason}"));
-        let axes = api
-            .attr_ints(info, "axes")
-            .ok_or_else(|| fail("the required attribute 'axes' is missing".into()))?;
-        let mode = api.attr_string(info, "mode");
-        let mode = OutOfRange::from_name(mode.as_deref().unwrap_or("error"))
-            .map_err(|e| fail(e.to_string()))?;
-        Ok(Kernel {
-            api,
-            label,
-            axes,
-            mode,
-        })
+        let (axes, mode) = (api.attribute(info, "axes"), api.attribute(info, "mode"));
+        let attrs = MultiaxisAttributes::parse(
+            axes.as_ref().map(Found::raw),
+            mode.as_ref().map(Found::raw),
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        Ok(Kernel { api, label, attrs })
     }
 
     /// The status for a panic caught at the C boundary (a bug: nothing a model does panics).
@@ -83,7 +78,9 @@ impl Kernel {
                     dtype: data_type(index_code).unwrap_or(DataType::Float),
                 })
             })?;
-        let spec = GatherSpec::from_attributes(&self.axes, self.mode.name(), data_shape.len())
+        let spec = self
+            .attrs
+            .spec(data_shape.len())
             .map_err(|e| self.error(e))?;
         let out_shape =
             output_shape(&data_shape, &index_shape, &spec).map_err(|e| self.error(e))?;

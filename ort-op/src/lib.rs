@@ -31,6 +31,7 @@
 //!   (API version 17, so onnxruntime 1.17 and later).
 
 mod ffi;
+mod infer;
 mod kernel;
 
 use std::ffi::{c_char, c_int, c_void};
@@ -40,7 +41,7 @@ use multigather::gather::{DOMAIN, OP_TYPE};
 use ort_sys::{
     ONNXTensorElementDataType as E, OrtApi, OrtApiBase, OrtCustomOp,
     OrtCustomOpInputOutputCharacteristic as Io, OrtKernelContext, OrtKernelInfo, OrtMemType,
-    OrtSessionOptions, OrtStatus, OrtStatusPtr, ORT_API_VERSION,
+    OrtSessionOptions, OrtShapeInferContext, OrtStatus, OrtStatusPtr, ORT_API_VERSION,
 };
 
 use crate::ffi::{Api, Status};
@@ -75,7 +76,7 @@ const fn op(index_type: unsafe extern "system" fn(*const OrtCustomOp, usize) -> 
         GetVariadicOutputHomogeneity: Some(one_int),
         CreateKernelV2: Some(create),
         KernelComputeV2: Some(compute),
-        InferOutputShapeFn: None,
+        InferOutputShapeFn: Some(infer_shape),
         GetStartVersion: Some(start_version),
         GetEndVersion: Some(end_version),
     }
@@ -175,6 +176,27 @@ unsafe extern "system" fn compute(kernel: *mut c_void, ctx: *mut OrtKernelContex
     }
 }
 
+/// The API table of the onnxruntime that registered the operator: shape inference is not
+/// handed one.
+static API: std::sync::OnceLock<Api> = std::sync::OnceLock::new();
+
+unsafe extern "system" fn infer_shape(
+    _: *const OrtCustomOp,
+    ctx: *mut OrtShapeInferContext,
+) -> OrtStatusPtr {
+    let Some(&api) = API.get() else {
+        return OrtStatusPtr(ptr::null_mut());
+    };
+    match std::panic::catch_unwind(|| infer::infer(api, ctx)) {
+        Ok(Ok(())) => OrtStatusPtr(ptr::null_mut()),
+        Ok(Err(Status(s))) => OrtStatusPtr(s),
+        Err(_) => OrtStatusPtr(
+            api.error("internal error inferring GatherMultiaxis's shape")
+                .0,
+        ),
+    }
+}
+
 unsafe extern "system" fn destroy(kernel: *mut c_void) {
     if !kernel.is_null() {
         // SAFETY: `kernel` is the box `create` made; onnxruntime destroys it once.
@@ -218,6 +240,7 @@ pub unsafe fn register(
         return ptr::null_mut();
     };
     let api = Api(api);
+    API.get_or_init(|| api);
     let run = || -> Result<(), Status> {
         let mut domain = ptr::null_mut();
         // The domain and its ops must outlive every session using them; the ops are statics and

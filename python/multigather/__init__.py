@@ -56,11 +56,9 @@ def _source(model: ModelLike) -> Union[bytes, str]:
     raise TypeError(f"expected an onnx.ModelProto, bytes or a path, not {type(model).__name__}")
 
 
-def _result(data: Optional[bytes], output: Optional[Union[str, "os.PathLike[str]"]]) -> onnx.ModelProto:
-    if data is not None:
-        return onnx.load_from_string(data)
-    # Written to `output`: read back without its external data (which may exceed 2 GiB).
-    return onnx.load(os.fspath(output), load_external_data=False)
+def _result(data: bytes) -> onnx.ModelProto:
+    # The model as it was saved (when saved): external data stays referenced, not loaded.
+    return onnx.load_from_string(data)
 
 
 def rewrite(
@@ -71,6 +69,7 @@ def rewrite(
     with_function_body: bool = False,
     output: Optional[Union[str, "os.PathLike[str]"]] = None,
     external_data: Optional[str] = None,
+    in_place: bool = False,
 ) -> onnx.ModelProto:
     """Rewrites every ``Gather``, ``GatherElements`` and ``GatherND`` into ``GatherMultiaxis``.
 
@@ -78,7 +77,8 @@ def rewrite(
     ``"GatherND"``); ``skip`` leaves nodes whose name contains one of the strings untouched;
     ``with_function_body`` attaches the lowering as a model-local function so runtimes without
     the operator still run the model. With ``output`` the model is also saved there (external
-    data kept in place, or moved to ``external_data`` beside it).
+    data kept in place, or moved to ``external_data`` beside it), and the model returned is the
+    one saved; an ``output`` that is the input file is refused unless ``in_place`` is true.
 
     >>> from onnx import helper, TensorProto
     >>> node = helper.make_node("Gather", ["x", "i"], ["y"], axis=1)
@@ -98,8 +98,9 @@ def rewrite(
         with_function_body,
         None if output is None else os.fspath(output),
         external_data,
+        in_place,
     )
-    return _result(data, output)
+    return _result(data)
 
 
 def lower(
@@ -107,8 +108,11 @@ def lower(
     *,
     output: Optional[Union[str, "os.PathLike[str]"]] = None,
     external_data: Optional[str] = None,
+    in_place: bool = False,
 ) -> onnx.ModelProto:
     """Replaces every ``GatherMultiaxis`` by standard ONNX operators.
+
+    ``output``, ``external_data`` and ``in_place`` are as for :func:`rewrite`.
 
     >>> from onnx import helper, TensorProto
     >>> node = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=0)
@@ -121,9 +125,9 @@ def lower(
     False
     """
     data, _summary = _native.lower(
-        _source(model), None if output is None else os.fspath(output), external_data
+        _source(model), None if output is None else os.fspath(output), external_data, in_place
     )
-    return _result(data, output)
+    return _result(data)
 
 
 def _encode(inputs: Mapping[str, np.ndarray]) -> List[tuple]:

@@ -13,10 +13,14 @@ def rewrite(
     with_function_body: bool,
     output: Optional[str] = None,
     external_data: Optional[str] = None,
-) -> Tuple[Optional[bytes], str]: ...
+    in_place: bool = False,
+) -> Tuple[bytes, str]: ...
 def lower(
-    source: Source, output: Optional[str] = None, external_data: Optional[str] = None
-) -> Tuple[Optional[bytes], str]: ...
+    source: Source,
+    output: Optional[str] = None,
+    external_data: Optional[str] = None,
+    in_place: bool = False,
+) -> Tuple[bytes, str]: ...
 def run(source: Source, inputs: List[Tuple[str, bytes]]) -> List[Tuple[str, bytes, bool]]: ...
 def verify(
     original: Source,

@@ -55,16 +55,27 @@ fn load(source: &Source) -> Result<Model, multigather::Error> {
     }
 }
 
-/// The model as bytes, or saved to `output` (then `None`), with large tensors moved to
-/// `external_data` beside it when given.
+/// The model's bytes, saved to `output` first when given (as saved: external data references
+/// included), with large tensors moved to `external_data` beside it when given. An output that is
+/// the file the model came from is refused unless `in_place` allows it.
 fn finish(
     py: Python<'_>,
     model: &Model,
+    source: &Source,
     output: Option<PathBuf>,
     external_data: Option<String>,
-) -> PyResult<Option<Py<PyBytes>>> {
-    match output {
+    in_place: bool,
+) -> PyResult<Py<PyBytes>> {
+    let bytes = match output {
         Some(path) => {
+            if let Source::Path(input) = source {
+                if !in_place && multigather::io::same_file(input, &path) {
+                    return Err(err(format!(
+                        "output {} is the input file; pass in_place=True to overwrite it",
+                        path.display()
+                    )));
+                }
+            }
             let options = SaveOptions {
                 external: match external_data {
                     Some(file) => ExternalPolicy::File {
@@ -74,22 +85,18 @@ fn finish(
                     None => ExternalPolicy::Keep,
                 },
             };
-            py.detach(|| multigather::io::save_with(model, &path, &options))
-                .map_err(err)?;
-            Ok(None)
+            py.detach(|| multigather::io::save_encoded(model, &path, &options))
         }
-        None => {
-            let bytes = py
-                .detach(|| multigather::io::to_bytes(model))
-                .map_err(err)?;
-            Ok(Some(PyBytes::new(py, &bytes).unbind()))
-        }
+        None => py.detach(|| multigather::io::to_bytes(model)),
     }
+    .map_err(err)?;
+    Ok(PyBytes::new(py, &bytes).unbind())
 }
 
-/// Rewrites every gather; returns `(model bytes or None, report JSON)`.
+/// Rewrites every gather; returns `(model bytes, report JSON)`.
 #[pyfunction]
-#[pyo3(signature = (source, ops, skip, with_function_body, output=None, external_data=None))]
+#[pyo3(signature = (source, ops, skip, with_function_body, output=None, external_data=None, in_place=false))]
+#[allow(clippy::too_many_arguments)]
 fn rewrite(
     py: Python<'_>,
     source: Source,
@@ -98,7 +105,8 @@ fn rewrite(
     with_function_body: bool,
     output: Option<PathBuf>,
     external_data: Option<String>,
-) -> PyResult<(Option<Py<PyBytes>>, String)> {
+    in_place: bool,
+) -> PyResult<(Py<PyBytes>, String)> {
     let kinds = match ops {
         None => GatherKind::ALL.to_vec(),
         Some(ops) => ops
@@ -123,18 +131,22 @@ fn rewrite(
         })
         .map_err(err)?;
     let json = serde_json::to_string(&report).map_err(err)?;
-    Ok((finish(py, &model, output, external_data)?, json))
+    Ok((
+        finish(py, &model, &source, output, external_data, in_place)?,
+        json,
+    ))
 }
 
-/// Lowers every `GatherMultiaxis` to standard ONNX; returns `(model bytes or None, summary)`.
+/// Lowers every `GatherMultiaxis` to standard ONNX; returns `(model bytes, summary)`.
 #[pyfunction]
-#[pyo3(signature = (source, output=None, external_data=None))]
+#[pyo3(signature = (source, output=None, external_data=None, in_place=false))]
 fn lower(
     py: Python<'_>,
     source: Source,
     output: Option<PathBuf>,
     external_data: Option<String>,
-) -> PyResult<(Option<Py<PyBytes>>, String)> {
+    in_place: bool,
+) -> PyResult<(Py<PyBytes>, String)> {
     let (model, summary) = py
         .detach(|| -> Result<_, multigather::Error> {
             let mut model = load(&source)?;
@@ -142,7 +154,10 @@ fn lower(
             Ok((model, report.summary()))
         })
         .map_err(err)?;
-    Ok((finish(py, &model, output, external_data)?, summary))
+    Ok((
+        finish(py, &model, &source, output, external_data, in_place)?,
+        summary,
+    ))
 }
 
 /// Tensors from `(name, TensorProto bytes)` pairs.

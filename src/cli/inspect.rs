@@ -63,7 +63,7 @@ pub fn run(options: Inspect) -> Result<Outcome> {
                 .map(|f| format!("{}.{}", f.domain, f.name))
                 .collect(),
         };
-        output::println(&serde_json::to_string_pretty(&summary)?)?;
+        output::println_json(&summary, true)?;
     } else {
         let options = TextOptions {
             max_elements: options.max_elements,

@@ -168,10 +168,28 @@ fn rewrite(flags: RewriteFlags) -> Result<Rewrite> {
     })
 }
 
+/// The most runs `run --repeat` makes: its timings are kept to take their median.
+pub const MAX_REPEAT: usize = 1_000_000;
+
 fn run(flags: RunFlags) -> Result<Run> {
     let Some(repeat) = NonZeroUsize::new(flags.repeat) else {
         bail!("--repeat must be at least 1");
     };
+    if repeat.get() > MAX_REPEAT {
+        bail!("--repeat {repeat} is more than the limit of {MAX_REPEAT} runs");
+    }
+    if let Some(n) = flags.threads {
+        let options = RunOptions {
+            threads: Some(n),
+            ..RunOptions::default()
+        };
+        if let Err(e) = options.check() {
+            bail!(
+                "--threads {n}: {}",
+                e.to_string().trim_start_matches("limit exceeded: ")
+            );
+        }
+    }
     Ok(Run {
         inputs: inputs(flags.inputs, &flags.input)?,
         model: flags.model,
@@ -217,11 +235,7 @@ fn kinds(ops: &[String]) -> Result<Vec<GatherKind>> {
 
 /// Refuses an output that is the input file unless `--in-place` allows it.
 fn check_output(input: &Path, output: &Path, in_place: bool) -> Result<()> {
-    let same = match (input.canonicalize(), output.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    };
-    if same && !in_place {
+    if multigather::io::same_file(input, output) && !in_place {
         bail!(
             "output {} is the input file; pass --in-place to overwrite it",
             output.display()
@@ -319,6 +333,19 @@ mod tests {
             (
                 &["run", "m.onnx", "--repeat", "0"],
                 "--repeat must be at least 1",
+            ),
+            (
+                &["run", "m.onnx", "--repeat", "18446744073709551615"],
+                "--repeat 18446744073709551615 is more than the limit of 1000000 runs",
+            ),
+            (
+                &["run", "m.onnx", "--threads", "18446744073709551615"],
+                "--threads 18446744073709551615: 18446744073709551615 threads is more than this \
+                 machine takes",
+            ),
+            (
+                &["run", "m.onnx", "--threads", "0"],
+                "--threads 0: the thread count must be at least 1",
             ),
             (
                 &["run", "m.onnx", "--input", "x.npy"],

@@ -45,6 +45,48 @@ pub fn println(text: &str) -> Result<()> {
     print(&format!("{text}\n"))
 }
 
+/// Prints `value` as JSON and a newline on standard output (indented with `pretty`). Characters
+/// a terminal would act on are written as JSON escapes (`\u202e`), so the text stays valid JSON
+/// and reads back as the same value.
+pub fn println_json(value: &impl serde::Serialize, pretty: bool) -> Result<()> {
+    let json = if pretty {
+        serde_json::to_string_pretty(value)?
+    } else {
+        serde_json::to_string(value)?
+    };
+    let mut text = terminal_safe_json(&json);
+    text.push('\n');
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| StdoutError(e).into())
+}
+
+/// JSON text with every character [`is_escaped`] names written as a JSON escape. Outside
+/// strings JSON has only ASCII punctuation and whitespace, so such a character is inside one,
+/// where any character may be written as escapes of its UTF-16 units.
+fn terminal_safe_json(json: &str) -> String {
+    let mut text = String::with_capacity(json.len() + 1);
+    for c in json.chars() {
+        if is_escaped(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                text.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            text.push(c);
+        }
+    }
+    text
+}
+
+/// Whether a terminal could act on `c`: every control character but newline and tab, and the
+/// bidirectional-text overrides that reorder what it shows.
+fn is_escaped(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// Prints `text` and a newline on standard error, control characters escaped. A failure to write
 /// there has nowhere to be reported and is ignored.
 pub fn eprintln(text: &str) {
@@ -55,10 +97,7 @@ pub fn eprintln(text: &str) {
 /// `text` with every control character but newline and tab, and the bidirectional-text overrides
 /// that reorder what a terminal shows, written as a visible escape (`\x1b`, `\u{202e}`).
 pub fn printable(text: &str) -> Cow<'_, str> {
-    let escaped = |c: char| {
-        (c.is_control() && c != '\n' && c != '\t')
-            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
+    let escaped = is_escaped;
     if !text.chars().any(escaped) {
         return Cow::Borrowed(text);
     }
@@ -93,5 +132,13 @@ mod tests {
         ] {
             assert_eq!(printable(raw), shown, "{raw:?}");
         }
+    }
+
+    #[test]
+    fn json_escapes_are_json() {
+        let name = "abc\u{202e}fed\u{9b}\x1b\x7f\u{1F600}";
+        let text = super::terminal_safe_json(&serde_json::to_string(&name).unwrap());
+        assert!(!text.chars().any(super::is_escaped), "{text}");
+        assert_eq!(serde_json::from_str::<String>(&text).unwrap(), name);
     }
 }

@@ -81,7 +81,7 @@ pub fn run(options: Rewrite) -> Result<Outcome> {
         output::eprintln(&functions.summary());
     }
     if options.stdout == RewriteStdout::Report {
-        output::println(&serde_json::to_string_pretty(&report)?)?;
+        output::println_json(&report, true)?;
     }
     if let Some(diff) = &diff {
         output::print(diff)?;

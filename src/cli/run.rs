@@ -30,6 +30,9 @@ struct ProfileSummary {
     ops: Vec<OpTime>,
     /// Per node, slowest first.
     nodes: Vec<NodeTime>,
+    /// Values computed once at planning (not per run): how many, and their bytes.
+    folded_values: usize,
+    folded_bytes: usize,
 }
 
 #[derive(Serialize)]
@@ -90,7 +93,12 @@ impl ProfileSummary {
             })
             .collect();
         nodes.sort_by(|a, b| b.ms_per_run.total_cmp(&a.ms_per_run));
-        ProfileSummary { ops, nodes }
+        ProfileSummary {
+            ops,
+            nodes,
+            folded_values: profile.folded.0,
+            folded_bytes: profile.folded.1,
+        }
     }
 
     /// The table printed on stderr: every operator, then the ten slowest nodes.
@@ -104,6 +112,11 @@ impl ProfileSummary {
                 1 => "1 run".to_owned(),
                 _ => format!("runs 2 to {runs} (the first plans and warms up)"),
             }
+        );
+        text += &format!(
+            "  folded at planning: {} value(s), {}\n",
+            self.folded_values,
+            multigather::tensor::human_bytes(self.folded_bytes)
         );
         text += &format!(
             "  {:<32} {:>12} {:>7} {:>6}\n",
@@ -211,7 +224,7 @@ pub fn run(options: Run) -> Result<Outcome> {
             outputs: summaries,
             profile,
         };
-        output::println(&serde_json::to_string(&timing)?)?;
+        output::println_json(&timing, false)?;
     } else {
         for ((_, t), s) in outputs.iter().zip(&summaries) {
             output::println(&format!(

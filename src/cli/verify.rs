@@ -11,8 +11,8 @@ use multigather::ir::{Model, Value};
 use multigather::pass::{GatherToMultiaxis, RewriteConfig};
 use multigather::tensor::{default_budget, Arena};
 use multigather::verify::{
-    compare_values, draw_runnable, Attempt, DimChoice, DrawOptions, Drawn, InputChoice,
-    OutputComparison,
+    compare_values, dims_fed_apart, draw_runnable, Attempt, DimChoice, DrawOptions, Drawn,
+    InputChoice, OutputComparison,
 };
 use serde::Serialize;
 
@@ -50,7 +50,35 @@ pub fn prove(
     let actual = rewritten
         .run_values(drawn.inputs.clone())
         .context("running the rewritten model")?;
-    let comparisons = compare_values(&expected, &actual);
+    let mut comparisons = compare_values(&expected, &actual);
+    // Feeds that give a shared symbolic dim different sizes: the rewrite must mean what the
+    // original means there too, result or error (`verify::dims_fed_apart`).
+    if let Some((apart, split)) = dims_fed_apart(&model.graph, &drawn.inputs) {
+        if let Ok(want) = original.run_values(apart.clone()) {
+            let what = format!("with {} fed apart", split.join(", "));
+            let differ = match rewritten.run_values(apart) {
+                Ok(got) => compare_values(&want, &got),
+                Err(e) => want
+                    .iter()
+                    .map(|(name, _)| OutputComparison {
+                        name: name.clone(),
+                        dtype: String::new(),
+                        shape: Vec::new(),
+                        identical: false,
+                        mismatches: 0,
+                        max_abs_diff: None,
+                        problem: Some(format!(
+                            "the rewritten model fails where the original runs: {e}"
+                        )),
+                    })
+                    .collect(),
+            };
+            comparisons.extend(differ.into_iter().filter(|c| !c.identical).map(|mut c| {
+                c.name = format!("{} ({what})", c.name);
+                c
+            }));
+        }
+    }
     Ok((drawn, comparisons))
 }
 
@@ -171,7 +199,7 @@ pub fn run(options: Verify) -> Result<Outcome> {
             dims: &drawn.dims,
             outputs: &comparisons,
         };
-        output::println(&serde_json::to_string_pretty(&report)?)?;
+        output::println_json(&report, true)?;
     } else {
         output::println(&format!(
             "{:<32} {:<10} {:<18} {:>10} {:>12}",

@@ -181,6 +181,87 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, GatherError> {
     }
 }
 
+/// One attribute of a `GatherMultiaxis` node as a runtime holds it, for
+/// [`MultiaxisAttributes::parse`]: the interpreter reads it from the model, the onnxruntime
+/// library from onnxruntime's kernel info.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RawAttr<'a> {
+    /// An `ints` attribute.
+    Ints(&'a [i64]),
+    /// A `string` attribute, as its bytes (which may hold anything, NUL included).
+    String(&'a [u8]),
+    /// An attribute of another type, by its ONNX text-syntax name (`int`, `floats`, `tensor`, ...).
+    Other(&'static str),
+}
+
+/// The attributes of a `GatherMultiaxis` node, checked against the operator's schema: `axes`
+/// (required, `ints`) as written, and `mode` (`string`, default `"error"`). Every engine that
+/// runs the operator parses them here, so that one model means one thing in all of them.
+///
+/// # Example
+/// ```
+/// use multigather::gather::{MultiaxisAttributes, OutOfRange, RawAttr};
+/// let attrs = MultiaxisAttributes::parse(Some(RawAttr::Ints(&[0, 1])), Some(RawAttr::String(b"zero")))?;
+/// assert_eq!((attrs.axes.as_slice(), attrs.mode), (&[0, 1][..], OutOfRange::Zero));
+/// let err = MultiaxisAttributes::parse(Some(RawAttr::Other("int")), None).unwrap_err();
+/// assert_eq!(err.to_string(), "attribute 'axes': expected ints, found int");
+/// assert!(MultiaxisAttributes::parse(Some(RawAttr::Ints(&[0])), Some(RawAttr::String(b"zero\0junk"))).is_err());
+/// # Ok::<(), multigather::gather::GatherError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MultiaxisAttributes {
+    /// The axes as written (negative ones count from the end; see [`GatherSpec::normalized`]).
+    pub axes: Vec<i64>,
+    pub mode: OutOfRange,
+}
+
+impl MultiaxisAttributes {
+    /// Checks the attributes as found (`None`: absent).
+    pub fn parse(
+        axes: Option<RawAttr<'_>>,
+        mode: Option<RawAttr<'_>>,
+    ) -> Result<MultiaxisAttributes, GatherError> {
+        let wrong = |name: &'static str, expected: &str, found: &RawAttr| GatherError::Attribute {
+            name,
+            reason: format!(
+                "expected {expected}, found {}",
+                match found {
+                    RawAttr::Ints(_) => "ints",
+                    RawAttr::String(_) => "string",
+                    RawAttr::Other(kind) => kind,
+                }
+            ),
+        };
+        let axes = match axes {
+            Some(RawAttr::Ints(axes)) => axes.to_vec(),
+            Some(other) => return Err(wrong("axes", "ints", &other)),
+            None => {
+                return Err(GatherError::Attribute {
+                    name: "axes",
+                    reason: "required but missing".into(),
+                })
+            }
+        };
+        let mode = match mode {
+            None => OutOfRange::Error,
+            Some(RawAttr::String(bytes)) => {
+                let text = std::str::from_utf8(bytes).map_err(|_| GatherError::Attribute {
+                    name: "mode",
+                    reason: "not valid UTF-8".into(),
+                })?;
+                OutOfRange::from_name(text)?
+            }
+            Some(other) => return Err(wrong("mode", "string", &other)),
+        };
+        Ok(MultiaxisAttributes { axes, mode })
+    }
+
+    /// The normalised spec for operands of rank `rank`.
+    pub fn spec(&self, rank: usize) -> Result<GatherSpec, GatherError> {
+        GatherSpec::normalized(&self.axes, self.mode, rank)
+    }
+}
+
 /// Everything that can go wrong in the gather code: shapes and attributes, index values, and the
 /// plans that map other gathers onto `GatherMultiaxis`.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -224,6 +305,9 @@ pub enum GatherError {
     /// A `mode` attribute that is not `error`, `zero` or `clamp`.
     #[error("unknown mode {mode:?}; expected \"error\", \"zero\" or \"clamp\"")]
     UnknownMode { mode: String },
+    /// An attribute of a `GatherMultiaxis` node that is missing, of the wrong type or not text.
+    #[error("attribute '{name}': {reason}")]
+    Attribute { name: &'static str, reason: String },
     /// An output whose element count overflows.
     #[error("output shape {shape:?} is too large")]
     TooLarge { shape: Vec<usize> },

@@ -50,7 +50,7 @@ use crate::ir::{
 };
 use crate::ops::constraints::{self, Schema};
 use crate::ops::{
-    foldable, output_bytes, registry, EvalCtx, Folder, OpDef, Prepared, SubgraphRunner,
+    foldable, output_bytes, registry, value_bytes, EvalCtx, Folder, OpDef, Prepared, SubgraphRunner,
 };
 use crate::tensor::{default_budget, Arena, Tensor};
 
@@ -71,6 +71,40 @@ pub struct RunOptions {
     /// default; fusion changes results only in the last bits, and alike for every model a
     /// session plans.
     pub unfused: bool,
+}
+
+impl RunOptions {
+    /// The most worker threads a session takes per core of the machine: more only queue on
+    /// the cores, and a count from a typo would otherwise spawn threads until the address space
+    /// runs out.
+    pub const THREADS_PER_CORE: usize = 8;
+
+    /// The most worker threads a session takes on this machine.
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::interp::RunOptions;
+    /// assert!(RunOptions::max_threads() >= RunOptions::THREADS_PER_CORE);
+    /// let too_many = RunOptions { threads: Some(RunOptions::max_threads() + 1), ..Default::default() };
+    /// assert!(too_many.check().is_err());
+    /// ```
+    pub fn max_threads() -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        cores.saturating_mul(Self::THREADS_PER_CORE)
+    }
+
+    /// Checks the options: a thread count of at least 1 and at most [`RunOptions::max_threads`].
+    pub fn check(&self) -> Result<()> {
+        match self.threads {
+            Some(0) => Err(Error::Limit("the thread count must be at least 1".into())),
+            Some(n) if n > Self::max_threads() => Err(Error::Limit(format!(
+                "{n} threads is more than this machine takes: at most {} ({} per core)",
+                Self::max_threads(),
+                Self::THREADS_PER_CORE
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Where the time of a session's runs went: one entry per step of the main graph that ran (steps
@@ -101,6 +135,9 @@ pub struct Profile {
     pub runs: usize,
     /// The main graph's steps, in order.
     pub steps: Vec<StepTime>,
+    /// Values computed once at planning, in every graph planned so far (see
+    /// [`Session::folding_budget`]): how many, and their bytes.
+    pub folded: (usize, usize),
 }
 
 /// The accumulated time of one step, see [`Profile`].
@@ -129,6 +166,9 @@ pub struct Session<'m> {
     profile: Mutex<Profile>,
     /// The maps' keys of the main graph's outputs ([`Session::output_keys`]), found once.
     output_keys: std::sync::OnceLock<Vec<Option<MapKeys>>>,
+    /// Values folded at planning so far: how many, and their bytes (at most
+    /// [`Session::folding_budget`]).
+    folded: Mutex<(usize, usize)>,
 }
 
 /// A graph (by address), for a function body the call node whose attributes it binds, and for
@@ -272,18 +312,31 @@ impl<'m> Session<'m> {
             arena,
             profile: Mutex::new(Profile::default()),
             output_keys: std::sync::OnceLock::new(),
+            folded: Mutex::new((0, 0)),
         }
     }
 
     /// Where the time of the runs so far went, when the session was built with
     /// [`RunOptions::profile`] (empty otherwise).
     pub fn profile(&self) -> Profile {
-        lock(&self.profile).clone()
+        let mut profile = lock(&self.profile).clone();
+        profile.folded = *lock(&self.folded);
+        profile
     }
 
     /// Returns the profile so far and starts a new one (to leave out a warm-up run).
     pub fn take_profile(&self) -> Profile {
-        std::mem::take(&mut *lock(&self.profile))
+        let mut profile = std::mem::take(&mut *lock(&self.profile));
+        profile.folded = *lock(&self.folded);
+        profile
+    }
+
+    /// The most bytes of values the session computes once at planning instead of on every run
+    /// (input-independent values: weights stored as `Constant` nodes or computed in the graph,
+    /// and what is sliced and reshaped from them): a quarter of its memory budget, so folding
+    /// never takes the room a run needs.
+    pub fn folding_budget(&self) -> usize {
+        self.arena.limit() / 4
     }
 
     /// The arena the session's tensors come from (its budget, and the buffers it keeps).
@@ -412,6 +465,7 @@ impl<'m> Session<'m> {
         let work = || self.arena.enter(work);
         // Workers that sleep between operators pay a wake-up at every split one, and at the
         // start of every run: they are kept awake (see `par::with_workers_awake`).
+        self.options.check()?;
         let threads = match self.options.threads {
             Some(1) => return crate::par::serial(work),
             threads => threads.unwrap_or(0),
@@ -534,7 +588,11 @@ impl<'m> Session<'m> {
                 reason: "the nodes form a cycle".into(),
             });
         }
-        let (steps, mut fixed) = fold_constants(graph, steps, &mut constants, parent);
+        let (steps, mut fixed) = {
+            let mut folded = lock(&self.folded);
+            let budget = self.folding_budget();
+            fold_constants(graph, steps, &mut constants, parent, &mut folded, budget)
+        };
         let mut steps = match self.options.unfused {
             true => steps,
             false => fuse::fuse(graph, steps, &mut constants, &mut fixed),
@@ -673,6 +731,25 @@ impl<'m> Session<'m> {
             if let Some(f) = self.model.functions.iter().find(|f| {
                 f.domain == node.domain && f.name == node.op_type && f.overload == node.overload
             }) {
+                // A local function named like a standard operator of the node's opset: ONNX's
+                // inliner calls the function, onnxruntime runs the operator. The model has two
+                // meanings, and a run could only prove one of them.
+                let standard = is_onnx_domain(&node.domain) || node.domain == "ai.onnx.ml";
+                if let Some(v) = opset.filter(|_| standard) {
+                    if registry().lookup(&node.domain, &node.op_type, v).is_some() {
+                        return Err(Error::node(
+                            &node.name,
+                            &node.op_type,
+                            format!(
+                                "calls the model-local function '{}' of domain {}, which has the \
+                                 name of a standard operator of opset {v}: onnxruntime runs the \
+                                 operator and ONNX's inliner the function; rename the function",
+                                f.name,
+                                display_domain(&f.domain)
+                            ),
+                        ));
+                    }
+                }
                 return Ok((StepKind::Call(f), opset.unwrap_or(0)));
             }
         }
@@ -910,17 +987,21 @@ fn check_outputs(node: &Node, outputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
 
 /// Runs, once, the steps whose inputs are all constants (initializers of the graph that no input
 /// can override, constants of the same kind in the enclosing scopes that nothing hides, and the
-/// outputs of steps folded before), as a runtime folds constants ([`Folder::PLANNING`]): their
-/// outputs join `constants` and the steps leave the plan. Weights stored as `Constant` nodes,
-/// and the shape arithmetic and weight slicing on them, then cost nothing per run. The same
-/// kernels compute the same values, only earlier, so results do not change. A step that fails
-/// stays in the plan, to report its error when the graph runs. Returns the remaining steps and
-/// the names of the constants that are fixed.
+/// outputs of steps folded before), as a runtime folds constants: their outputs join
+/// `constants` and the steps leave the plan. Weights stored as `Constant` nodes or computed in
+/// the graph (`ConstantOfShape` and arithmetic on it), and the shape arithmetic and weight
+/// slicing on them, then cost nothing per run. What is folded is bounded by the session's
+/// folding budget, not per value: `folded` counts the values and bytes folded so far against
+/// `budget`. The same kernels compute the same values, only earlier, so results do not change.
+/// A step that fails stays in the plan, to report its error when the graph runs. Returns the
+/// remaining steps and the names of the constants that are fixed.
 fn fold_constants<'m>(
     graph: &Graph,
     steps: Vec<Step<'m>>,
     constants: &mut HashMap<String, Tensor>,
     parent: Option<&Frame<'_, 'm>>,
+    folded: &mut (usize, usize),
+    budget: usize,
 ) -> (Vec<Step<'m>>, HashSet<String>) {
     // Names bound at run time, or bound twice, are not constants.
     let mut produced: HashMap<String, usize> = HashMap::new();
@@ -985,11 +1066,18 @@ fn fold_constants<'m>(
             kept.push(step);
             continue;
         }
-        let Some(folded) = Folder::PLANNING.fold(def, node, step.opset, &inputs) else {
+        let room = Folder {
+            max_bytes: budget.saturating_sub(folded.1),
+        };
+        let Some(values) = room.fold(def, node, step.opset, &inputs) else {
             kept.push(step);
             continue;
         };
-        for (name, t) in node.outputs.iter().zip(folded) {
+        folded.0 += values.len();
+        folded.1 = values
+            .iter()
+            .fold(folded.1, |sum, t| sum.saturating_add(value_bytes(t)));
+        for (name, t) in node.outputs.iter().zip(values) {
             fixed.insert(name.clone());
             constants.insert(name.clone(), t);
         }

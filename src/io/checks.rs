@@ -137,23 +137,12 @@ fn calls(graph: &Graph, index: &HashMap<FunctionKey, usize>, out: &mut Vec<usize
 }
 
 /// Attributes whose type is checked at load: the ones the passes and the interpreter's control
-/// flow read. `(domain, op_type, attribute, type name)`.
+/// flow read. `(domain, op_type, attribute, type name)`. `GatherMultiaxis`'s attributes go
+/// through the parse every engine of the operator shares (`ops::multiaxis_attributes`).
 const TYPED_ATTRIBUTES: &[(&str, &str, &str, &str)] = &[
     ("", "Gather", "axis", "int"),
     ("", "GatherElements", "axis", "int"),
     ("", "GatherND", "batch_dims", "int"),
-    (
-        crate::gather::DOMAIN,
-        crate::gather::OP_TYPE,
-        "axes",
-        "ints",
-    ),
-    (
-        crate::gather::DOMAIN,
-        crate::gather::OP_TYPE,
-        "mode",
-        "string",
-    ),
     ("", "If", "then_branch", "graph"),
     ("", "If", "else_branch", "graph"),
     ("", "Loop", "body", "graph"),
@@ -200,6 +189,15 @@ fn check_node(node: &Node, imports: &[OpsetImport], local: &HashSet<FunctionKey>
                     v.type_name()
                 ))
             }
+        }
+    }
+    let refers = node
+        .attributes
+        .iter()
+        .any(|a| matches!(a.value, crate::ir::AttrValue::Ref { .. }));
+    if domain == crate::gather::DOMAIN && node.op_type == crate::gather::OP_TYPE && !refers {
+        if let Err(e) = crate::ops::multiaxis_attributes(node) {
+            return fail(e.to_string());
         }
     }
     let Some(opset) = opset_version(imports, &node.domain) else {

@@ -1,8 +1,10 @@
-//! The computation graph: nodes on a petgraph `StableGraph`, with the editing primitives passes use.
+//! The computation graph: nodes in a petgraph `StableGraph` (a slab whose indices stay valid),
+//! with the editing primitives passes use.
 //!
 //! Values are identified by name, as in ONNX. The graph keeps two indexes up to date on every edit
 //! — which node produces a value, and which nodes use it (including uses from inside their
-//! subgraphs) — and mirrors them as petgraph edges, producer to user. The node order is not stored:
+//! subgraphs) — and they are its edges: no edge is stored, so adding or removing a node costs the
+//! names it reads and writes, whatever else reads them. The node order is not stored:
 //! it is recomputed by a topological sort that prefers each node's *position key*, so a graph read
 //! from a file in topological order is written back in exactly that order, and nodes that replace
 //! another one take its place.
@@ -11,8 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 
 use bytes::Bytes;
 use petgraph::stable_graph::{NodeIndex, StableGraph};
-use petgraph::visit::{EdgeRef, NodeIndexable};
-use petgraph::Direction;
+use petgraph::visit::NodeIndexable;
 
 use super::{canonical_domain, AttrValue, Attribute, StoredTensor, ValueInfo};
 use crate::error::{Error, Result};
@@ -167,7 +168,7 @@ pub struct Graph {
     pub sparse_initializers: Vec<SparseInitializer>,
     pub quantization_annotations: Vec<QuantAnnotation>,
     pub metadata_props: Vec<(String, String)>,
-    dag: StableGraph<Slot, String>,
+    dag: StableGraph<Slot, ()>,
     producer: HashMap<String, NodeId>,
     users: HashMap<String, BTreeSet<NodeId>>,
     next_anchor: u64,
@@ -237,17 +238,21 @@ impl Graph {
 
     /// Kahn's algorithm, choosing the ready node with the smallest position first. Returns the
     /// order and whether every node was placed (false on a cycle).
+    ///
+    /// A node depends on the producer of every name it uses (`uses`, registered in `users`),
+    /// counted once per name: placing a producer releases each user once per name it defines
+    /// that the user reads. The dependencies come from the `producer` / `users` maps rather than
+    /// stored edges, so removing a node never walks another node's edge list (a value read by
+    /// N nodes made removing them quadratic).
     fn order(&self) -> (Vec<NodeId>, bool) {
-        // Pending counts are per incoming edge (parallel edges included): each is released once
-        // when its source is placed, so no per-node sets are needed.
         let bound = self.dag.node_bound();
         let mut pending = vec![0usize; bound];
         let mut ready = BinaryHeap::new();
         for id in self.dag.node_indices() {
-            let count = self
-                .dag
-                .edges_directed(id, Direction::Incoming)
-                .filter(|e| e.source() != id)
+            let count = self.dag[id]
+                .uses
+                .iter()
+                .filter(|name| self.producer.get(*name).is_some_and(|&p| p != id))
                 .count();
             pending[id.index()] = count;
             if count == 0 {
@@ -257,15 +262,16 @@ impl Graph {
         let mut out = Vec::with_capacity(self.dag.node_count());
         while let Some(std::cmp::Reverse((_, id))) = ready.pop() {
             out.push(id);
-            for e in self.dag.edges_directed(id, Direction::Outgoing) {
-                let s = e.target();
-                if s == id {
-                    continue;
-                }
-                let count = &mut pending[s.index()];
-                *count -= 1;
-                if *count == 0 {
-                    ready.push(std::cmp::Reverse((self.dag[s].position, s)));
+            for name in &self.dag[id].defines {
+                for &s in self.users.get(name).into_iter().flatten() {
+                    if s == id {
+                        continue;
+                    }
+                    let count = &mut pending[s.index()];
+                    *count -= 1;
+                    if *count == 0 {
+                        ready.push(std::cmp::Reverse((self.dag[s].position, s)));
+                    }
                 }
             }
         }
@@ -437,10 +443,11 @@ impl Graph {
             if !has_output || node.outputs.iter().any(|o| self.is_used(o)) {
                 continue;
             }
-            let preds: Vec<NodeId> = self
-                .dag
-                .edges_directed(id, Direction::Incoming)
-                .map(|e| e.source())
+            let preds: Vec<NodeId> = self.dag[id]
+                .uses
+                .iter()
+                .filter_map(|name| self.producer.get(name).copied())
+                .filter(|&p| p != id)
                 .collect();
             removed.push(self.remove_node(id));
             work.extend(preds);
@@ -574,9 +581,6 @@ impl Graph {
         let uses = self.dag[id].node.uses();
         for name in &uses {
             self.users.entry(name.clone()).or_default().insert(id);
-            if let Some(&p) = self.producer.get(name) {
-                self.dag.add_edge(p, id, name.clone());
-            }
         }
         let outputs: Vec<String> = self.dag[id]
             .node
@@ -593,9 +597,6 @@ impl Graph {
                 continue;
             }
             self.producer.insert(name.clone(), id);
-            for &user in self.users.get(&name).into_iter().flatten() {
-                self.dag.add_edge(id, user, name.clone());
-            }
             defines.push(name);
         }
         self.dag[id].uses = uses;
@@ -620,15 +621,6 @@ impl Graph {
             if self.producer.get(&name) == Some(&id) {
                 self.producer.remove(&name);
             }
-        }
-        let edges: Vec<_> = self
-            .dag
-            .edges_directed(id, Direction::Incoming)
-            .chain(self.dag.edges_directed(id, Direction::Outgoing))
-            .map(|e| e.id())
-            .collect();
-        for e in edges {
-            self.dag.remove_edge(e);
         }
     }
 

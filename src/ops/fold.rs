@@ -55,8 +55,9 @@ impl Folder {
         max_bytes: 32 << 10,
     };
 
-    /// Planning keeps values of up to 64 MiB: weights stored as `Constant` nodes, and the
-    /// reshaping and slicing of them, are computed once instead of on every run.
+    /// A fixed limit of 64 MiB for folding where no memory budget is at hand. A session folds
+    /// by its budget instead (`interp::Session::folding_budget`), so weights computed in the
+    /// graph cost nothing per run whatever their size.
     pub const PLANNING: Folder = Folder {
         max_bytes: 64 << 20,
     };
@@ -117,7 +118,8 @@ pub(crate) fn value_bytes(elem: DataType, count: usize) -> usize {
     }
 }
 
-fn tensor_bytes(t: &Tensor) -> usize {
+/// The bytes a tensor's values take (strings count their handles).
+pub(crate) fn tensor_bytes(t: &Tensor) -> usize {
     value_bytes(t.dtype(), t.len())
 }
 

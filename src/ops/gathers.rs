@@ -398,30 +398,38 @@ fn infer_gather_nd(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     }])
 }
 
-/// The attributes of a `GatherMultiaxis` node: `axes` (required) as written, and `mode`.
-#[derive(Clone, Debug)]
-struct MultiaxisAttrs {
-    axes: Vec<i64>,
-    mode: gather::OutOfRange,
+/// The attributes of a `GatherMultiaxis` node, parsed by the one rule every engine shares
+/// ([`gather::MultiaxisAttributes::parse`]).
+pub fn multiaxis_attributes(
+    node: &crate::ir::Node,
+) -> std::result::Result<gather::MultiaxisAttributes, gather::GatherError> {
+    use crate::ir::AttrValue;
+    let raw = |name: &str| {
+        node.attr(name).map(|value| match value {
+            AttrValue::Ints(v) => gather::RawAttr::Ints(v),
+            AttrValue::String(s) => gather::RawAttr::String(s),
+            other => gather::RawAttr::Other(other.type_name()),
+        })
+    };
+    gather::MultiaxisAttributes::parse(raw("axes"), raw("mode"))
 }
+
+/// The attributes of a `GatherMultiaxis` node, parsed once when a graph is planned.
+#[derive(Clone, Debug)]
+struct MultiaxisAttrs(gather::MultiaxisAttributes);
 
 impl Attributes for MultiaxisAttrs {
     fn parse(node: &crate::ir::Node, _opset: i64) -> Result<MultiaxisAttrs> {
-        let axes = node
-            .attr_ints("axes")?
-            .ok_or_else(|| Error::Eval("the required attribute 'axes' is missing".into()))?;
-        let mode = node.attr_string("mode")?.unwrap_or("error");
-        Ok(MultiaxisAttrs {
-            axes: axes.to_vec(),
-            mode: gather::OutOfRange::from_name(mode)?,
-        })
+        multiaxis_attributes(node)
+            .map(MultiaxisAttrs)
+            .map_err(|e| Error::node(&node.name, &node.op_type, e.to_string()))
     }
 }
 
 impl MultiaxisAttrs {
     /// The spec for inputs of rank `rank`.
     fn spec(&self, rank: usize) -> Result<GatherSpec> {
-        Ok(GatherSpec::normalized(&self.axes, self.mode, rank)?)
+        Ok(self.0.spec(rank)?)
     }
 }
 

@@ -47,8 +47,9 @@ mod signal;
 mod strings;
 pub(crate) mod vector;
 
+pub(crate) use fold::tensor_bytes as value_bytes;
 pub use fold::{foldable, Folder};
-pub use gathers::{gather_multiaxis_dims, logical_indices_dims};
+pub use gathers::{gather_multiaxis_dims, logical_indices_dims, multiaxis_attributes};
 pub(crate) use math::Activation;
 pub(crate) use ml::zipmap_keys;
 pub use random::is_random;

@@ -200,7 +200,7 @@ fn infer_stft(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let elem = ctx.input(0).and_then(|t| t.elem);
     let dims = ctx.input(0).and_then(|t| t.shape.as_ref()).map(|s| &s.dims);
     let (batch, len) = match dims.map(Vec::as_slice) {
-        Some([b, l, _]) => (b.clone(), l.known()),
+        Some([b, l, _]) | Some([b, l]) => (b.clone(), l.known()),
         _ => (Dim::Unknown, None),
     };
     let frame = match (
@@ -280,8 +280,16 @@ fn eval_stft(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor
         .filter(|&s| s > 0)
         .ok_or_else(|| ctx.error("frame_step must be positive"))?;
     let shape = x.shape();
-    let &[batch, len, comps] = shape else {
-        return Err(ctx.error(format!("signal {shape:?} is not (batch, length, 1 or 2)")));
+    // onnxruntime also takes a real signal without its trailing 1, `(batch, length)`: only one
+    // reading exists (docs/conformance.md).
+    let (batch, len, comps) = match *shape {
+        [batch, len, comps] => (batch, len, comps),
+        [batch, len] => (batch, len, 1),
+        _ => {
+            return Err(ctx.error(format!(
+                "signal {shape:?} is not (batch, length, 1 or 2) or (batch, length)"
+            )))
+        }
     };
     if comps != 1 && comps != 2 {
         return Err(ctx.error(format!("signal {shape:?} does not end in 1 or 2")));

@@ -70,6 +70,16 @@ pub(crate) struct Replacement {
     pub initializers: Vec<StoredTensor>,
 }
 
+impl Replacement {
+    /// This replacement's nodes followed by `next`'s, with both declarations and initializers.
+    pub(crate) fn then(mut self, next: Replacement) -> Replacement {
+        self.nodes.extend(next.nodes);
+        self.value_info.extend(next.value_info);
+        self.initializers.extend(next.initializers);
+        self
+    }
+}
+
 /// Builds the nodes of one replacement, naming everything after the original node.
 pub(crate) struct Emitter<'a> {
     pub base: String,

@@ -43,7 +43,7 @@ use super::{Pass, ReportingPass};
 use crate::error::{Error, Result};
 use crate::gather::map::onnx as rules;
 use crate::gather::{GatherPlan, OutOfRange};
-use crate::ir::{is_onnx_domain, same_dim};
+use crate::ir::is_onnx_domain;
 use crate::ir::{
     opset_version, AttrValue, Dim, Graph, Model, Node, OpsetImport, StoredTensor, Type,
     UniqueNames, ValueInfo,
@@ -506,16 +506,59 @@ fn rewrite_node(
         e => Invalid(e.to_string()),
     })?;
     plan.ranks(r, q).map_err(|e| Invalid(e.to_string()))?;
+    let batch = match kind {
+        GatherKind::GatherNd => attr("batch_dims", 0) as usize,
+        _ => 0,
+    };
+    check_sizes(plan.crop_input_to_indices, batch, &data_dims, &index_dims)?;
 
     let mut e = Emitter::new(label, names, opset, site.constants);
+    e.know(data, elem, &data_dims);
+    e.know(indices, index_elem, &index_dims);
+    let (indices, index_dims) = e.check_batch_dims(data, &data_dims, indices, &index_dims, batch);
     emit(
         &mut e,
         &plan,
         (data, elem, data_dims),
-        (indices, index_elem, index_dims),
+        (indices.as_str(), index_elem, index_dims),
         output,
     );
     Ok(e.finish())
+}
+
+/// Refuses, as the operator does, a node whose known sizes the schema forbids: `GatherElements`
+/// indices larger than the data off the axis, `GatherND` batch dims that differ. The rewrite's
+/// broadcasting would otherwise turn the original's error into data where the data's size is 1.
+fn check_sizes(
+    crop_axis: Option<usize>,
+    batch: usize,
+    data: &[Dim],
+    indices: &[Dim],
+) -> std::result::Result<(), Refusal> {
+    let known = |j: usize| Some((data.get(j)?.known()?, indices.get(j)?.known()?));
+    if let Some(axis) = crop_axis {
+        for j in (0..data.len()).filter(|&j| j != axis) {
+            if let Some((d, i)) = known(j).filter(|(d, i)| i > d) {
+                return Err(Invalid(format!(
+                    "indices have size {i} on axis {j}, larger than the data's {d}"
+                )));
+            }
+        }
+    }
+    for j in 0..batch {
+        if let Some((d, i)) = known(j).filter(|(d, i)| i != d) {
+            return Err(Invalid(format!(
+                "batch dimension {j} is {d} in the data but {i} in the indices"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// True when both dims are known and equal: a shared `dim_param` is a declaration that the
+/// inputs fed at run time need not keep, not a proof.
+fn proven_equal(a: &Dim, b: &Dim) -> bool {
+    matches!((a.known(), b.known()), (Some(x), Some(y)) if x == y)
 }
 
 /// `GatherND` whose index depth `k` (the last indices dimension) is not known statically. The
@@ -550,7 +593,15 @@ fn nd_symbolic_depth(
         )));
     }
     let b = b as usize;
+    check_sizes(None, b, &data.2, &indices.2)?;
     let (opset, constants) = (site.opset, site.constants);
+    let mut prefix = Emitter::new(label, names, opset, constants);
+    prefix.know(data.0, data.1, &data.2);
+    prefix.know(indices.0, indices.1, &indices.2);
+    let (checked, checked_dims) =
+        prefix.check_batch_dims(data.0, &data.2, indices.0, &indices.2, b);
+    let prefix = prefix.finish();
+    let indices = (checked.as_str(), indices.1, checked_dims);
     let branch = |k: usize, out: &str, names: &mut UniqueNames| {
         let mut e = Emitter::new(label, names, opset, constants);
         e.know(indices.0, indices.1, &indices.2);
@@ -573,7 +624,7 @@ fn nd_symbolic_depth(
     };
     let depths = r - b;
     if depths == 1 {
-        return branch(1, output, names).map(|(rep, _)| rep);
+        return branch(1, output, names).map(|(rep, _)| prefix.then(rep));
     }
     let mut e = Emitter::new(label, names, opset, constants);
     e.know(indices.0, indices.1, &indices.2);
@@ -629,7 +680,7 @@ fn nd_symbolic_depth(
         wrapper.add_node(choose);
         otherwise = wrapper;
     }
-    Ok(e.finish())
+    Ok(prefix.then(e.finish()))
 }
 
 /// A tensor type of known element type and unknown rank.
@@ -650,7 +701,8 @@ fn emit(e: &mut Emitter, plan: &GatherPlan, data: Operand, indices: Operand, out
     e.know(indices, index_elem, &index_dims);
     if let Some(axis) = plan.crop_input_to_indices {
         if needs_crop(&data_dims, &index_dims, axis) {
-            x = e.crop(&x, &data_dims, indices, &index_dims, axis);
+            let check = needs_size_check(&data_dims, &index_dims, axis);
+            x = e.crop(&x, &data_dims, indices, &index_dims, axis, check);
         }
     }
     let x = e.shape_ops(&plan.input, x, "input", None);
@@ -681,12 +733,25 @@ fn emit(e: &mut Emitter, plan: &GatherPlan, data: Operand, indices: Operand, out
     e.shape_ops(&plan.output, gathered, "output", Some(output));
 }
 
-/// True unless every non-axis dimension of the data provably equals the indices' one.
+/// True unless every non-axis dimension of the data is known to equal the indices' one.
 fn needs_crop(data: &[Dim], indices: &[Dim], axis: usize) -> bool {
     data.iter()
         .zip(indices)
         .enumerate()
-        .any(|(j, (d, i))| j != axis && !same_dim(d, i))
+        .any(|(j, (d, i))| j != axis && !proven_equal(d, i))
+}
+
+/// True when the broadcasting of `GatherMultiaxis` could hide indices larger than the data off
+/// `axis`: after the crop the data's size there is `min(d, i)`, which broadcasts against `i`
+/// without error when it is 1 (or 0 against 1). A known data size of 2 or more, known sizes on
+/// both sides (checked statically) or an empty indices dim leave nothing to check at run time.
+fn needs_size_check(data: &[Dim], indices: &[Dim], axis: usize) -> bool {
+    data.iter().zip(indices).enumerate().any(|(j, (d, i))| {
+        j != axis
+            && !(d.known().is_some_and(|d| d >= 2)
+                || i.known() == Some(0)
+                || (d.known().is_some() && i.known().is_some()))
+    })
 }
 
 /// The rewrite's own emitter step.
@@ -694,6 +759,12 @@ impl Emitter<'_> {
     /// `GatherElements` data cropped to the indices' sizes on every axis but `axis`:
     /// `Slice(data, 0, ends)` with constant ends when the sizes are known, else
     /// `ends = Where(mask, Shape(indices), INT64_MAX)`.
+    ///
+    /// With `check`, the cropped data is then reshaped to the indices' sizes off the axis,
+    /// `Reshape(cropped, Where(mask, Shape(indices), Shape(cropped)))`: every cropped size is at
+    /// most the indices' one, so the element counts agree only when every size does, and indices
+    /// larger than the data fail there as they fail the original operator, instead of
+    /// broadcasting against a data size of 1.
     fn crop(
         &mut self,
         data: &str,
@@ -701,9 +772,15 @@ impl Emitter<'_> {
         indices: &str,
         index_dims: &[Dim],
         axis: usize,
+        check: bool,
     ) -> String {
         let rank = data_dims.len();
         let starts = self.constant("crop_starts", &vec![0; rank]);
+        let mask = || {
+            let mask: Vec<u8> = (0..rank).map(|j| u8::from(j != axis)).collect();
+            StoredTensor::raw(None, DataType::Bool, &[rank as i64], mask.into())
+        };
+        let mut shape_and_mask = None;
         let ends = match all_known(index_dims) {
             Some(sizes) => {
                 let ends: Vec<i64> = (0..rank)
@@ -712,21 +789,11 @@ impl Emitter<'_> {
                 self.constant("crop_ends", &ends)
             }
             None => {
-                let shape = self.fresh("indices_shape");
-                let shape_node = self.node_name("Shape_indices");
-                self.push(Node::new("Shape", &shape_node, [indices], [shape.clone()]));
-                let mask: Vec<u8> = (0..rank).map(|j| u8::from(j != axis)).collect();
-                let tensor = StoredTensor::raw(None, DataType::Bool, &[rank as i64], mask.into());
-                let mask_name = self.constant_tensor("crop_mask", tensor);
+                let shape = self.op("Shape", &[indices], vec![], "indices_shape");
+                let mask_name = self.constant_tensor("crop_mask", mask());
                 let max = self.constant("crop_unbounded", &[i64::MAX]);
-                let ends = self.fresh("crop_ends");
-                let where_node = self.node_name("Where_crop_ends");
-                self.push(Node::new(
-                    "Where",
-                    &where_node,
-                    [mask_name, shape, max],
-                    [ends.clone()],
-                ));
+                let ends = self.op("Where", &[&mask_name, &shape, &max], vec![], "crop_ends");
+                shape_and_mask = Some((shape, mask_name));
                 ends
             }
         };
@@ -745,7 +812,73 @@ impl Emitter<'_> {
             ),
             Some(&dims),
         );
-        out
+        if !check {
+            return out;
+        }
+        let (shape, mask_name) = match shape_and_mask {
+            Some(pair) => pair,
+            None => (
+                self.op("Shape", &[indices], vec![], "indices_shape"),
+                self.constant_tensor("crop_mask", mask()),
+            ),
+        };
+        let cropped = self.op("Shape", &[&out], vec![], "cropped_shape");
+        let sizes = self.op(
+            "Where",
+            &[&mask_name, &shape, &cropped],
+            vec![],
+            "checked_sizes",
+        );
+        self.op_knowing("Reshape", &[&out, &sizes], vec![], "checked", Some(&dims))
+    }
+
+    /// `GatherND` indices whose batch dims are checked against the data's at run time where
+    /// they are not known to be equal: one `Reshape` per such dim `j` to
+    /// `Shape(data)[..=j] ++ Shape(indices)[j+1..]`, which keeps the element count only when the
+    /// sizes at `j` agree (the dims before `j` being equal already). Without it, indices with a
+    /// batch size of 1 would broadcast against the data's, where the original fails.
+    fn check_batch_dims(
+        &mut self,
+        data: &str,
+        data_dims: &[Dim],
+        indices: &str,
+        index_dims: &[Dim],
+        batch: usize,
+    ) -> (String, Vec<Dim>) {
+        let mut dims = index_dims.to_vec();
+        let unproven: Vec<usize> = (0..batch.min(data_dims.len()).min(dims.len()))
+            .filter(|&j| !proven_equal(&data_dims[j], &index_dims[j]))
+            .collect();
+        if unproven.is_empty() {
+            return (indices.to_owned(), dims);
+        }
+        let data_shape = self.op("Shape", &[data], vec![], "data_shape");
+        let index_shape = self.op("Shape", &[indices], vec![], "indices_shape");
+        let zero = self.constant("batch_start", &[0]);
+        let end = self.constant("batch_unbounded", &[i64::MAX]);
+        let mut checked = indices.to_owned();
+        for j in unproven {
+            let cut = self.constant(&format!("batch{j}_end"), &[j as i64 + 1]);
+            let head = self.op("Slice", &[&data_shape, &zero, &cut], vec![], "data_batch");
+            let tail = self.op("Slice", &[&index_shape, &cut, &end], vec![], "indices_rest");
+            let sizes = self.op(
+                "Concat",
+                &[&head, &tail],
+                vec![("axis", AttrValue::Int(0))],
+                "checked_sizes",
+            );
+            if !matches!(data_dims[j], Dim::Unknown) {
+                dims[j] = data_dims[j].clone();
+            }
+            checked = self.op_knowing(
+                "Reshape",
+                &[&checked, &sizes],
+                vec![],
+                "indices_checked",
+                Some(&dims),
+            );
+        }
+        (checked, dims)
     }
 }
 
@@ -754,16 +887,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn crop_is_needed_only_when_sizes_may_differ() {
+    fn crop_is_needed_unless_sizes_are_known_equal() {
         let s = |x: &str| Dim::Symbolic(x.into());
-        assert!(!needs_crop(
+        // A shared name is a declaration, not a proof of a size.
+        assert!(needs_crop(
             &[s("B"), Dim::Known(5)],
             &[s("B"), Dim::Known(2)],
             1
         ));
-        assert!(needs_crop(
-            &[s("B"), Dim::Known(5)],
-            &[s("K"), Dim::Known(2)],
+        assert!(!needs_crop(
+            &[Dim::Known(3), Dim::Known(5)],
+            &[Dim::Known(3), Dim::Known(2)],
             1
         ));
         assert!(needs_crop(
@@ -771,5 +905,19 @@ mod tests {
             &[Dim::Unknown, Dim::Known(2)],
             1
         ));
+    }
+
+    #[test]
+    fn sizes_are_checked_where_a_data_size_of_one_could_broadcast() {
+        let s = |x: &str| Dim::Symbolic(x.into());
+        let k = Dim::Known;
+        // The data's size could be 1 while the indices' is larger.
+        assert!(needs_size_check(&[s("N"), k(5)], &[s("M"), k(2)], 1));
+        assert!(needs_size_check(&[k(1), k(5)], &[s("M"), k(2)], 1));
+        // A data size of 2 or more cannot broadcast; known sizes are checked statically; empty
+        // indices hold nothing to check.
+        assert!(!needs_size_check(&[k(3), k(5)], &[s("M"), k(2)], 1));
+        assert!(!needs_size_check(&[k(1), k(5)], &[k(1), k(2)], 1));
+        assert!(!needs_size_check(&[s("N"), k(5)], &[k(0), k(2)], 1));
     }
 }

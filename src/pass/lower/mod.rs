@@ -325,16 +325,9 @@ pub(super) fn lower_node(
         [o] if !o.is_empty() => o.as_str(),
         other => return Err(format!("expected 1 output, found {}", other.len())),
     };
-    let axes = node
-        .attr_ints("axes")
-        .map_err(|e| e.to_string())?
-        .ok_or("the required attribute 'axes' is missing")?;
-    let mode = node
-        .attr_string("mode")
-        .map_err(|e| e.to_string())?
-        .unwrap_or("error");
+    let attrs = crate::ops::multiaxis_attributes(node).map_err(|e| e.to_string())?;
     let (x, i) = operands(site.env, x, i)?;
-    let spec = GatherSpec::from_attributes(axes, mode, x.dims.len()).map_err(|e| e.to_string())?;
+    let spec = attrs.spec(x.dims.len()).map_err(|e| e.to_string())?;
     if !i.elem.is_index() {
         return Err(format!(
             "indices '{}' are {}, not int32 or int64",
