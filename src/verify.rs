@@ -12,6 +12,8 @@
 
 mod inputs;
 
+use std::collections::{HashMap, HashSet};
+
 use serde::Serialize;
 
 pub use inputs::{
@@ -59,10 +61,11 @@ impl Rng {
 /// Named input tensors, in the order a run takes them.
 pub type Feeds = Vec<(String, Tensor)>;
 
-/// Inputs on which a symbolic dim that several inputs declare takes different sizes: it keeps
-/// its size in the first input that declares it and is cut to 1 in the others (where it was
-/// larger), with the names of the dims so split; `None` when no dim is shared or the graph has
+/// Inputs on which a symbolic dim that several inputs declare takes different sizes: the first
+/// input that declares it has it at least 2 (a size of 1 is repeated to 2), the others have it
+/// cut to 1, with the names of the dims so split; `None` when no dim is shared or the graph has
 /// no operator whose meaning ties sizes across its operands (`GatherElements`, `GatherND`).
+/// Repeating and cutting keep every value one the draw made, so indices stay in range.
 ///
 /// A shared `dim_param` is a declaration that runtimes do not enforce: onnxruntime and the
 /// interpreter run a feed with `H = 3` in one input and `H = 1` in another. A rewrite must keep
@@ -98,38 +101,80 @@ pub fn dims_fed_apart(
     if !ties {
         return None;
     }
-    let mut first: std::collections::HashSet<&str> = std::collections::HashSet::new();
-    let mut split: Vec<String> = Vec::new();
-    let mut out = Vec::with_capacity(inputs.len());
-    for (name, tensor) in inputs {
-        let declared = graph
+    let declared = |name: &str| {
+        graph
             .inputs
             .iter()
-            .find(|v| &v.name == name)
+            .find(|v| v.name == name)
             .and_then(|v| v.tensor_type())
-            .and_then(|t| t.shape.as_ref());
-        let mut shape = tensor.shape().to_vec();
-        if let Some(declared) = declared.filter(|d| d.dims.len() == shape.len()) {
-            for (size, dim) in shape.iter_mut().zip(&declared.dims) {
-                let crate::ir::Dim::Symbolic(sym) = dim else {
-                    continue;
-                };
-                if !first.insert(sym.as_str()) && *size > 1 {
-                    *size = 1;
-                    if !split.contains(sym) {
-                        split.push(sym.clone());
+            .and_then(|t| t.shape.as_ref())
+            .map(|s| s.dims.as_slice())
+    };
+    // Each shared dim: the input (and axis) that declares it first.
+    let mut first: HashMap<&str, (usize, usize)> = HashMap::new();
+    let mut shared: HashSet<&str> = HashSet::new();
+    for (k, (name, tensor)) in inputs.iter().enumerate() {
+        let Some(dims) = declared(name).filter(|d| d.len() == tensor.rank()) else {
+            continue;
+        };
+        for (axis, dim) in dims.iter().enumerate() {
+            if let crate::ir::Dim::Symbolic(sym) = dim {
+                match first.entry(sym) {
+                    std::collections::hash_map::Entry::Occupied(_) => {
+                        shared.insert(sym);
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert((k, axis));
                     }
                 }
             }
         }
-        let value = if shape == tensor.shape() {
-            tensor.clone()
-        } else {
-            tensor.crop(&shape).ok()?
-        };
+    }
+    let mut split: Vec<String> = Vec::new();
+    let mut out = Vec::with_capacity(inputs.len());
+    for (k, (name, tensor)) in inputs.iter().enumerate() {
+        let mut value = tensor.clone();
+        for (axis, dim) in declared(name).unwrap_or_default().iter().enumerate() {
+            let crate::ir::Dim::Symbolic(sym) = dim else {
+                continue;
+            };
+            if !shared.contains(sym.as_str()) || axis >= value.rank() {
+                continue;
+            }
+            let mut shape = value.shape().to_vec();
+            if first.get(sym.as_str()) == Some(&(k, axis)) {
+                if shape[axis] == 1 {
+                    value = repeat_axis(&value, axis, 2).ok()?;
+                }
+                continue;
+            }
+            if shape[axis] > 1
+                || inputs[first[sym.as_str()].0].1.shape()[first[sym.as_str()].1] == 1
+            {
+                shape[axis] = 1;
+                value = value.crop(&shape).ok()?;
+                if !split.contains(sym) {
+                    split.push(sym.clone());
+                }
+            }
+        }
         out.push((name.clone(), value));
     }
     (!split.is_empty()).then_some((out, split))
+}
+
+/// `t` with its dim `axis` (of size 1) repeated to `size`.
+fn repeat_axis(t: &Tensor, axis: usize, size: usize) -> crate::Result<Tensor> {
+    let mut shape = t.shape().to_vec();
+    shape[axis] = size;
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut out = Tensor::zeros(t.dtype(), &shape)?;
+    for dst in 0..out.len() {
+        let outer = dst / (inner * size);
+        let src = outer * inner + dst % inner;
+        out.copy_element_from(dst, t, src)?;
+    }
+    Ok(out)
 }
 
 /// How one output of two runs compares.

@@ -263,6 +263,66 @@ fn verify_fails_with_exit_1_when_the_rewritten_model_differs() {
 }
 
 #[test]
+fn verify_catches_a_rewrite_that_trusts_a_shared_dim_name() {
+    // GatherElements(x[B,5,H], i[B,2,H]) and a rewrite without the crop, which agrees with it
+    // while both H are equal: the proof also feeds H apart and finds the difference.
+    use multigather::ir::{AttrValue, Dim, Graph, Model, Node, Type, ValueInfo};
+    use multigather::DataType;
+    let s = |n: &str| Dim::Symbolic(n.into());
+    let model = |node: Node| {
+        let mut g = Graph::new("g");
+        g.inputs.push(ValueInfo::new(
+            "x",
+            Type::tensor(DataType::Float, vec![s("B"), Dim::Known(5), s("H")]),
+        ));
+        g.inputs.push(ValueInfo::new(
+            "i",
+            Type::tensor(DataType::Int64, vec![s("B"), Dim::Known(2), s("H")]),
+        ));
+        g.outputs.push(ValueInfo::untyped("y"));
+        g.add_node(node);
+        let mut m = Model::new(g, 13);
+        m.ensure_opset("multigather", 1);
+        m
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (original, wrong) = (dir.path().join("o.onnx"), dir.path().join("w.onnx"));
+    let elements =
+        Node::new("GatherElements", "pick", ["x", "i"], ["y"]).with_attr("axis", AttrValue::Int(1));
+    let uncropped = Node::new("GatherMultiaxis", "pick", ["x", "i"], ["y"])
+        .with_domain("multigather")
+        .with_attr("axes", AttrValue::Ints(vec![1]));
+    multigather::io::save(&model(elements), &original).unwrap();
+    multigather::io::save(&model(uncropped), &wrong).unwrap();
+    let (original, wrong) = (original.to_str().unwrap(), wrong.to_str().unwrap());
+    let out = multigather(&["verify", original, "--rewritten", wrong]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(text.contains("(with B, H fed apart)"), "{text}");
+    let out = multigather(&["verify", original]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn json_reports_are_json_whatever_the_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.onnx");
+    let mut model = model_with_control_characters();
+    model.graph.name = "abc\u{202e}fed\u{9b}".into();
+    multigather::io::save(&model, &path).unwrap();
+    let out = multigather(&["inspect", path.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_no_controls(&out.stdout);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !text.contains("\\u{") && !text.contains('\u{202e}') && !text.contains('\u{9b}'),
+        "{text}"
+    );
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(value.is_object(), "{text}");
+}
+
+#[test]
 fn test_runs_a_test_data_directory() {
     let dir = fixture("gather_axis1");
     let out = multigather(&["test", dir.parent().unwrap().to_str().unwrap()]);

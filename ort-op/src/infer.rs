@@ -134,9 +134,13 @@ fn input_type(
     index: usize,
 ) -> Result<(i32, Option<Vec<Dim>>)> {
     let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
-    // SAFETY: `ctx` is live; `info` is released below.
+    // SAFETY: `ctx` is live. The info it hands out is the context's own (onnxruntime keeps it
+    // for the context's lifetime): it is read here and never released.
     api.check(unsafe { (api.0.ShapeInferContext_GetInputTypeShape)(ctx, index, &mut info) })?;
-    let read = (|| {
+    if info.is_null() {
+        return Ok((0, None));
+    }
+    (|| {
         let mut code = 0i32;
         let mut rank = 0usize;
         // SAFETY: `info` is live; `code` has the enum's size (repr i32).
@@ -172,10 +176,7 @@ fn input_type(
             })
             .collect();
         Ok((code, Some(dims)))
-    })();
-    // SAFETY: created above, released once.
-    unsafe { (api.0.ReleaseTensorTypeAndShapeInfo)(info) };
-    read
+    })()
 }
 
 /// Declares output 0 with element type `elem` and `dims`.
