@@ -9,6 +9,7 @@
 
 use crate::error::Result;
 use crate::ops::attrs::{Alpha, Alpha1};
+use crate::ops::halves::{self, Widen};
 use crate::ops::num::{dispatch_num, Arith, Float, Num};
 use crate::ops::util::{required, tensor, tensor_from_iter};
 use crate::ops::vector;
@@ -64,10 +65,26 @@ fn unary_fast(
     fast: impl Fn(f32) -> f32 + Sync + Send + Copy,
 ) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    if x.dtype() == DataType::Float {
-        return Ok(vec![map_f32(x, fast)?]);
+    match x.dtype() {
+        DataType::Float => Ok(vec![map_f32(x, fast)?]),
+        DataType::Float16 => Ok(vec![map_half::<half::f16>(x, f, fast)?]),
+        DataType::Bfloat16 => Ok(vec![map_half::<half::bf16>(x, f, fast)?]),
+        _ => Ok(vec![float_map(ctx, x, f)?]),
     }
-    Ok(vec![float_map(ctx, x, f)?])
+}
+
+/// `f` (in `f64`, rounded once) on every element of a `float16` or `bfloat16` tensor, computed
+/// by the vectorised `fast` in blocks where its rounding is certain to be `f`'s
+/// ([`halves::map_checked`]).
+fn map_half<T: Widen + Float>(
+    x: &Tensor,
+    f: impl Fn(f64) -> f64,
+    fast: impl Fn(f32) -> f32 + Copy,
+) -> Result<Tensor> {
+    let src = x.as_slice::<T>()?;
+    let exact = |v: f32| T::from_f64(f(f64::from(v)));
+    Ok(Tensor::uninit(T::DTYPE, x.shape())?
+        .fill(|dst| halves::map_checked(src, dst, fast, exact))?)
 }
 
 /// Declares kernels that apply a real function without attributes, with a vectorised `f32`
@@ -484,6 +501,18 @@ impl Attributes for GeluTanh {
 }
 
 pub(super) fn eval_gelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    if matches!(x.dtype(), DataType::Float16 | DataType::Bfloat16) {
+        // The `f32` forms lose relative accuracy where `1 + erf` cancels (large negative
+        // inputs), beyond what `halves::map_checked` can trust: halves stay in `f64`.
+        let tanh = ctx.attrs::<GeluTanh>()?.0;
+        let k = (2.0 / std::f64::consts::PI).sqrt();
+        let f = move |x: f64| match tanh {
+            false => 0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2)),
+            true => 0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh()),
+        };
+        return Ok(vec![float_map(ctx, x, f)?]);
+    }
     match ctx.attrs::<GeluTanh>()?.0 {
         false => unary_fast(
             ctx,
@@ -760,5 +789,46 @@ mod tests {
         );
         let err = run("Exp", &[], &i).unwrap_err();
         assert!(err.to_string().contains("does not take uint8"), "{err}");
+    }
+
+    /// Every `float16` and `bfloat16` input of each function with a vectorised form gives the
+    /// bits of the `f64` evaluation rounded once.
+    #[test]
+    fn half_inputs_give_the_f64_bits_for_every_value() {
+        use super::{erf, map_half, sigmoid, vector};
+        use half::{bf16, f16};
+        let cases: Vec<(&str, Box<dyn Fn(f64) -> f64>, fn(f32) -> f32)> = vec![
+            ("exp", Box::new(f64::exp), vector::exp),
+            ("tanh", Box::new(f64::tanh), vector::tanh),
+            ("sigmoid", Box::new(sigmoid), vector::sigmoid),
+            ("erf", Box::new(erf), vector::erf),
+            ("sqrt", Box::new(f64::sqrt), f32::sqrt),
+            ("reciprocal", Box::new(f64::recip), |x: f32| 1.0 / x),
+        ];
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        for (name, f, fast) in &cases {
+            let h: Vec<f16> = all.iter().map(|&b| f16::from_bits(b)).collect();
+            let x = Tensor::from_vec(DataType::Float16, &[h.len()], h.clone()).unwrap();
+            let y = map_half::<f16>(&x, f, fast).unwrap();
+            for (v, got) in h.iter().zip(y.as_slice::<f16>().unwrap()) {
+                let want = f16::from_f64(f(v.to_f64()));
+                assert!(
+                    got.to_bits() == want.to_bits(),
+                    "{name} float16 {:#x}: {got} != {want}",
+                    v.to_bits()
+                );
+            }
+            let b: Vec<bf16> = all.iter().map(|&b| bf16::from_bits(b)).collect();
+            let x = Tensor::from_vec(DataType::Bfloat16, &[b.len()], b.clone()).unwrap();
+            let y = map_half::<bf16>(&x, f, fast).unwrap();
+            for (v, got) in b.iter().zip(y.as_slice::<bf16>().unwrap()) {
+                let want = bf16::from_f64(f(v.to_f64()));
+                assert!(
+                    got.to_bits() == want.to_bits(),
+                    "{name} bfloat16 {:#x}: {got} != {want}",
+                    v.to_bits()
+                );
+            }
+        }
     }
 }
