@@ -797,13 +797,15 @@ mod tests {
     fn half_inputs_give_the_f64_bits_for_every_value() {
         use super::{erf, map_half, sigmoid, vector};
         use half::{bf16, f16};
-        let cases: Vec<(&str, Box<dyn Fn(f64) -> f64>, fn(f32) -> f32)> = vec![
-            ("exp", Box::new(f64::exp), vector::exp),
-            ("tanh", Box::new(f64::tanh), vector::tanh),
-            ("sigmoid", Box::new(sigmoid), vector::sigmoid),
-            ("erf", Box::new(erf), vector::erf),
-            ("sqrt", Box::new(f64::sqrt), f32::sqrt),
-            ("reciprocal", Box::new(f64::recip), |x: f32| 1.0 / x),
+        /// A function's name, its `f64` definition and its vectorised `f32` form.
+        type Case = (&'static str, fn(f64) -> f64, fn(f32) -> f32);
+        let cases: Vec<Case> = vec![
+            ("exp", f64::exp, vector::exp),
+            ("tanh", f64::tanh, vector::tanh),
+            ("sigmoid", sigmoid, vector::sigmoid),
+            ("erf", erf, vector::erf),
+            ("sqrt", f64::sqrt, f32::sqrt),
+            ("reciprocal", f64::recip, |x: f32| 1.0 / x),
         ];
         let all: Vec<u16> = (0..=u16::MAX).collect();
         for (name, f, fast) in &cases {
