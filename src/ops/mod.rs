@@ -35,6 +35,7 @@ mod contrib;
 mod control;
 mod fold;
 mod gathers;
+pub(crate) mod halves;
 mod identity;
 mod layout;
 mod math;

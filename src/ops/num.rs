@@ -377,6 +377,15 @@ fn load_widened<T: Real>(t: &Tensor) -> Result<Cow<'_, [T]>> {
         return Ok(Cow::Borrowed(t.as_slice::<T>()?));
     }
     match t.dtype() {
+        // Widened by slices (the same bits as `f16::to_f32` and `bf16::to_f32` one by one).
+        DataType::Float16 if T::DTYPE == DataType::Float => {
+            let v = super::halves::widened(t.as_slice::<f16>()?)?;
+            Ok(Cow::Owned(v.into_iter().map(T::from_f32).collect()))
+        }
+        DataType::Bfloat16 if T::DTYPE == DataType::Float => {
+            let v = super::halves::widened(t.as_slice::<bf16>()?)?;
+            Ok(Cow::Owned(v.into_iter().map(T::from_f32).collect()))
+        }
         DataType::Float16 => Ok(Cow::Owned(
             t.as_slice::<f16>()?
                 .iter()
@@ -396,8 +405,18 @@ fn load_widened<T: Real>(t: &Tensor) -> Result<Cow<'_, [T]>> {
 /// A `dtype` tensor of `values`: as they are for `T`'s own type, rounded once to `float16` or
 /// `bfloat16`.
 fn store_rounded<T: Real>(dtype: DataType, shape: &[usize], values: Vec<T>) -> Result<Tensor> {
+    use super::halves::Widen;
     let t = match dtype {
         d if d == T::DTYPE => Tensor::from_vec(d, shape, values)?,
+        // Rounded by slices (the same bits as `f16::from_f32` and `bf16::from_f32` one by one).
+        DataType::Float16 if T::DTYPE == DataType::Float => {
+            let v: Vec<f32> = values.into_iter().map(T::to_f32).collect();
+            Tensor::uninit(dtype, shape)?.fill(|d| f16::narrow_slice(&v, d))?
+        }
+        DataType::Bfloat16 if T::DTYPE == DataType::Float => {
+            let v: Vec<f32> = values.into_iter().map(T::to_f32).collect();
+            Tensor::uninit(dtype, shape)?.fill(|d| bf16::narrow_slice(&v, d))?
+        }
         DataType::Float16 => {
             let v: Vec<f16> = values.into_iter().map(T::to_f16).collect();
             Tensor::from_vec(dtype, shape, v)?

@@ -11,11 +11,14 @@
 //! tensors. Opset 1 to 6 forms (the `broadcast`/`axis` attributes) are not registered.
 
 use crate::error::Result;
+use crate::ops::halves::{self, Widen};
 use crate::ops::util::{broadcast_binary, broadcast_shapes, required, tensor};
 use crate::ops::vector;
 use crate::ops::EvalCtx;
+use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 use crate::DataType;
+use half::{bf16, f16};
 
 use super::common::{bad_type, same_types, zip_num};
 use crate::ops::num::{dispatch_num, real_values, Arith, Num};
@@ -82,8 +85,11 @@ pub(super) fn eval_arith<Op: BinArith>(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let (a, b, dtype) = operands(ctx, inputs)?;
-    if dtype == DataType::Float {
-        return Ok(vec![zip_f32(a, b, |x, y| Op::apply(x, y))?]);
+    match dtype {
+        DataType::Float => return Ok(vec![zip_f32(a, b, |x, y| Op::apply(x, y))?]),
+        DataType::Float16 => return Ok(vec![zip_half::<f16>(a, b, |x, y| Op::apply(x, y))?]),
+        DataType::Bfloat16 => return Ok(vec![zip_half::<bf16>(a, b, |x, y| Op::apply(x, y))?]),
+        _ => {}
     }
     dispatch_num!(dtype, T => {
         if Op::DIVIDES {
@@ -133,6 +139,30 @@ pub(crate) fn zip_f32(
     let (x, y) = (a.as_slice::<f32>()?, b.as_slice::<f32>()?);
     let out = Tensor::uninit(DataType::Float, &shape)?;
     Ok(out.fill(|dst| vector::broadcast_zip((x, a.shape()), (y, b.shape()), &shape, dst, f))?)
+}
+
+/// `f` applied to two broadcast `float16` or `bfloat16` tensors: both widened to `f32` by
+/// slices, zipped by the vectorised loops, each result rounded once (what the element loop of
+/// [`zip_num`] computes).
+fn zip_half<T: Widen + Num>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(f32, f32) -> f32 + Sync + Send + Copy,
+) -> Result<Tensor> {
+    let shape = broadcast_shapes(&[a.shape(), b.shape()])?;
+    let x = halves::widened(a.as_slice::<T>()?)?;
+    let y = halves::widened(b.as_slice::<T>()?)?;
+    let n = shape.iter().product();
+    let mut wide = try_vec(n, 0.0f32)?;
+    // SAFETY: only initialised values are written through the view.
+    let z = vector::broadcast_zip(
+        (&x, a.shape()),
+        (&y, b.shape()),
+        &shape,
+        unsafe { vector::as_slots(&mut wide) },
+        f,
+    );
+    Ok(Tensor::uninit(T::DTYPE, &shape)?.fill(|d| T::narrow_slice(z, d))?)
 }
 
 /// The remainder with the divisor's sign (Python's `%`, numpy's `mod`): a zero remainder takes

@@ -28,6 +28,8 @@ use crate::DataType;
 
 use crate::ops::minifloat::{decode_e8m0, encode_e8m0, E8M0Rounding, MiniFloat};
 
+mod fast;
+
 /// The elements of a source tensor, read exactly.
 enum Values {
     /// Integer and `bool` elements.
@@ -260,8 +262,21 @@ fn parse_strings(strings: &[Vec<u8>], to: DataType) -> Result<Values> {
     }
 }
 
-/// `x` converted to `to`.
+/// `x` converted to `to`: by the loops of [`fast`] for the pairs they take, else by
+/// [`cast_reference`].
 fn cast(x: &Tensor, to: DataType, opts: Options) -> Result<Tensor> {
+    if x.dtype() == to {
+        return Ok(x.clone());
+    }
+    match fast::cast(x, to)? {
+        Some(y) => Ok(y),
+        None => cast_reference(x, to, opts),
+    }
+}
+
+/// `x` converted to `to` through exact values (`i128` or `f64`) element by element: every pair
+/// (the oracle of [`fast`]).
+fn cast_reference(x: &Tensor, to: DataType, opts: Options) -> Result<Tensor> {
     if x.dtype() == to {
         return Ok(x.clone());
     }
@@ -532,5 +547,129 @@ mod tests {
         let node = Node::new("Cast", "c", ["x"], ["y"]).with_attr("to", AttrValue::Int(10));
         let t = crate::ops::infer_node(&node, 21, &[None], &[None]);
         assert_eq!(t[0].elem, Some(DataType::Float16));
+    }
+
+    /// The numeric types of the fast pairs, and a few the reference alone takes.
+    const TYPES: [DataType; 13] = [
+        DataType::Float,
+        DataType::Double,
+        DataType::Float16,
+        DataType::Bfloat16,
+        DataType::Int8,
+        DataType::Uint8,
+        DataType::Int16,
+        DataType::Uint16,
+        DataType::Int32,
+        DataType::Uint32,
+        DataType::Int64,
+        DataType::Uint64,
+        DataType::Bool,
+    ];
+
+    /// A tensor of `dtype` from random bits: every bit pattern of the type is possible, plus
+    /// integral reals and ties for the float types.
+    fn from_bits(dtype: DataType, words: &[u64], picks: &[u8]) -> Tensor {
+        let n = words.len();
+        let special = |i: usize| -> Option<f64> {
+            let w = words[i];
+            match picks[i] % 8 {
+                0 => Some(
+                    [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.5, -2.5][w as usize % 6],
+                ),
+                1 => Some((w as i64 >> (w % 64)) as f64 + 0.5),
+                2 => Some((w as i32) as f64 * 2f64.powi((w >> 40) as i32 % 80)),
+                _ => None,
+            }
+        };
+        macro_rules! make {
+            ($t:ty, $bits:expr, $from:expr) => {{
+                let v: Vec<$t> = (0..n)
+                    .map(|i| match special(i) {
+                        Some(r) => $from(r),
+                        None => $bits(words[i]),
+                    })
+                    .collect();
+                Tensor::from_vec(dtype, &[n], v).unwrap()
+            }};
+        }
+        match dtype {
+            DataType::Float => make!(f32, |w: u64| f32::from_bits(w as u32), |r: f64| r as f32),
+            DataType::Double => make!(f64, f64::from_bits, |r: f64| r),
+            DataType::Float16 => make!(
+                half::f16,
+                |w: u64| half::f16::from_bits(w as u16),
+                half::f16::from_f64
+            ),
+            DataType::Bfloat16 => make!(
+                half::bf16,
+                |w: u64| half::bf16::from_bits(w as u16),
+                half::bf16::from_f64
+            ),
+            DataType::Bool => make!(u8, |w: u64| (w & 1) as u8, |r: f64| (r != 0.0) as u8),
+            _ => crate::ops::num::dispatch_int!(dtype, T => {
+                let v: Vec<T> = words.iter().map(|&w| w as T).collect();
+                Tensor::from_vec(dtype, &[n], v).unwrap()
+            }, _ => unreachable!()),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fast_pairs_give_the_reference_bits(
+            words in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..1500),
+            picks in proptest::collection::vec(proptest::prelude::any::<u8>(), 1500),
+            from in 0usize..13,
+            to in 0usize..13,
+        ) {
+            let x = from_bits(TYPES[from], &words, &picks[..words.len()]);
+            let opts = Options { saturate: true, rounding: E8M0Rounding::Up };
+            let want = cast_reference(&x, TYPES[to], opts).unwrap();
+            let got = cast(&x, TYPES[to], opts).unwrap();
+            proptest::prop_assert_eq!(got.dtype(), want.dtype());
+            proptest::prop_assert_eq!(got.as_bytes().unwrap(), want.as_bytes().unwrap());
+        }
+    }
+
+    #[test]
+    fn every_half_widens_and_every_f32_boundary_narrows_as_the_reference() {
+        let opts = Options {
+            saturate: true,
+            rounding: E8M0Rounding::Up,
+        };
+        for dtype in [DataType::Float16, DataType::Bfloat16] {
+            let words: Vec<u64> = (0..=u64::from(u16::MAX)).collect();
+            let picks = vec![7u8; words.len()];
+            let x = from_bits(dtype, &words, &picks);
+            for to in [DataType::Float, DataType::Double] {
+                let want = cast_reference(&x, to, opts).unwrap();
+                assert_eq!(
+                    cast(&x, to, opts).unwrap().as_bytes().unwrap(),
+                    want.as_bytes().unwrap()
+                );
+            }
+        }
+        let mut v = Vec::new();
+        for hi in (0..=u32::from(u16::MAX)).step_by(3) {
+            for lo in [
+                0u32, 1, 7, 8, 0x0FFF, 0x1000, 0x1001, 0x7FFF, 0x8000, 0x8001, 0x8008, 0xFFFF,
+            ] {
+                v.push(f32::from_bits((hi << 16) | lo));
+            }
+        }
+        let x = Tensor::from_vec(DataType::Float, &[v.len()], v).unwrap();
+        for to in [
+            DataType::Float16,
+            DataType::Bfloat16,
+            DataType::Int32,
+            DataType::Int64,
+            DataType::Uint8,
+        ] {
+            let want = cast_reference(&x, to, opts).unwrap();
+            assert_eq!(
+                cast(&x, to, opts).unwrap().as_bytes().unwrap(),
+                want.as_bytes().unwrap(),
+                "{to}"
+            );
+        }
     }
 }

@@ -9,6 +9,7 @@
 
 use crate::error::Result;
 use crate::ops::attrs::{Alpha, Alpha1};
+use crate::ops::halves::{self, Widen};
 use crate::ops::num::{dispatch_num, Arith, Float, Num};
 use crate::ops::util::{required, tensor, tensor_from_iter};
 use crate::ops::vector;
@@ -17,6 +18,9 @@ use crate::tensor::Tensor;
 use crate::DataType;
 
 use super::common::{bad_type, map_num};
+
+#[cfg(test)]
+mod half_tests;
 
 /// Applies a real function to every element of a floating-point tensor.
 pub(super) fn float_map(ctx: &EvalCtx<'_>, x: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor> {
@@ -64,10 +68,26 @@ fn unary_fast(
     fast: impl Fn(f32) -> f32 + Sync + Send + Copy,
 ) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    if x.dtype() == DataType::Float {
-        return Ok(vec![map_f32(x, fast)?]);
+    match x.dtype() {
+        DataType::Float => Ok(vec![map_f32(x, fast)?]),
+        DataType::Float16 => Ok(vec![map_half::<half::f16>(x, f, fast)?]),
+        DataType::Bfloat16 => Ok(vec![map_half::<half::bf16>(x, f, fast)?]),
+        _ => Ok(vec![float_map(ctx, x, f)?]),
     }
-    Ok(vec![float_map(ctx, x, f)?])
+}
+
+/// `f` (in `f64`, rounded once) on every element of a `float16` or `bfloat16` tensor, computed
+/// by the vectorised `fast` in blocks where its rounding is certain to be `f`'s
+/// ([`halves::map_checked`]).
+fn map_half<T: Widen + Float>(
+    x: &Tensor,
+    f: impl Fn(f64) -> f64,
+    fast: impl Fn(f32) -> f32 + Copy,
+) -> Result<Tensor> {
+    let src = x.as_slice::<T>()?;
+    let exact = |v: f32| T::from_f64(f(f64::from(v)));
+    Ok(Tensor::uninit(T::DTYPE, x.shape())?
+        .fill(|dst| halves::map_checked(src, dst, fast, exact))?)
 }
 
 /// Declares kernels that apply a real function without attributes, with a vectorised `f32`
@@ -484,6 +504,18 @@ impl Attributes for GeluTanh {
 }
 
 pub(super) fn eval_gelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    if matches!(x.dtype(), DataType::Float16 | DataType::Bfloat16) {
+        // The `f32` forms lose relative accuracy where `1 + erf` cancels (large negative
+        // inputs), beyond what `halves::map_checked` can trust: halves stay in `f64`.
+        let tanh = ctx.attrs::<GeluTanh>()?.0;
+        let k = (2.0 / std::f64::consts::PI).sqrt();
+        let f = move |x: f64| match tanh {
+            false => 0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2)),
+            true => 0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh()),
+        };
+        return Ok(vec![float_map(ctx, x, f)?]);
+    }
     match ctx.attrs::<GeluTanh>()?.0 {
         false => unary_fast(
             ctx,

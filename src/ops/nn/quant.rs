@@ -27,6 +27,10 @@ use super::super::{EvalCtx, InferCtx};
 use super::common::{round_to, store_f64s, store_ints, tensor_type, to_f32s};
 use crate::ops::minifloat::{decode_e8m0, MiniFloat};
 
+mod fast;
+#[cfg(test)]
+mod oracle_tests;
+
 /// A quantized element type.
 #[derive(Clone, Copy, Debug)]
 enum QType {
@@ -225,6 +229,15 @@ fn pack(dtype: DataType, shape: &[usize], codes: &[i64]) -> Result<Tensor> {
 }
 
 pub(super) fn eval_quantize(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    if let Some(y) = fast::quantize(ctx, inputs)? {
+        return Ok(vec![y]);
+    }
+    quantize_reference(ctx, inputs)
+}
+
+/// `QuantizeLinear` element by element through `i64` codes: every type, granularity and
+/// precision (the oracle of the loops in [`fast`]).
+fn quantize_reference(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (x, scale, zero) = (
         required(inputs, 0)?,
         required(inputs, 1)?,
@@ -298,6 +311,15 @@ pub(super) fn eval_dequantize(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
+    if let Some(y) = fast::dequantize(ctx, inputs)? {
+        return Ok(vec![y]);
+    }
+    dequantize_reference(ctx, inputs)
+}
+
+/// `DequantizeLinear` element by element in `f64`: every type and granularity (the oracle of the
+/// loops in [`fast`]).
+fn dequantize_reference(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (x, scale, zero) = (
         required(inputs, 0)?,
         required(inputs, 1)?,
@@ -363,7 +385,7 @@ pub(super) fn eval_dynamic_quantize(
 /// `DynamicQuantizeLinear` of `xv`: uint8 codes over the range of the values and 0, with their
 /// scale and zero point (`round_half_even(-min / scale)`).
 pub(in crate::ops) fn dynamic_quantize(xv: &[f32]) -> Result<(Vec<u8>, f32, u8)> {
-    let (scale, zero) = dynamic_scale(xv.iter().copied());
+    let (scale, zero) = dynamic_scale_of(xv);
     let mut y = try_vec(xv.len(), 0u8)?;
     quantize_u8(xv, scale, zero, &mut y);
     Ok((y, scale, zero))
@@ -373,17 +395,29 @@ pub(in crate::ops) fn dynamic_quantize(xv: &[f32]) -> Result<(Vec<u8>, f32, u8)>
 /// mapped onto `0..=255`.
 pub(in crate::ops) fn dynamic_scale(values: impl Iterator<Item = f32>) -> (f32, u8) {
     let (min, max) = values.fold((0.0f32, 0.0f32), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    scale_of_range(min, max)
+}
+
+/// [`dynamic_scale`] of a slice, its range found by vectorised loops.
+pub(in crate::ops) fn dynamic_scale_of(values: &[f32]) -> (f32, u8) {
+    let (min, max) = fast::range(values);
+    scale_of_range(min, max)
+}
+
+/// The scale and zero point of the range `min..=max` (which holds 0).
+fn scale_of_range(min: f32, max: f32) -> (f32, u8) {
     let scale = if max == min { 1.0 } else { max - min } / 255.0;
     let zero = (0.0 - min / scale).clamp(0.0, 255.0).round_ties_even();
     (scale, zero as u8)
 }
 
 /// `round_half_even(x / scale) + zero`, saturated to uint8, for each `x` of `xv` into `out`.
+/// NaN becomes 0.
 pub(in crate::ops) fn quantize_u8(xv: &[f32], scale: f32, zero: u8, out: &mut [u8]) {
-    let zero = f32::from(zero);
-    for (o, &v) in out.iter_mut().zip(xv) {
-        *o = ((v / scale).round_ties_even() + zero).clamp(0.0, 255.0) as u8;
-    }
+    // SAFETY: only initialised codes are written through the view.
+    fast::quantize_u8(xv, scale, zero, unsafe {
+        crate::ops::vector::as_slots(out)
+    });
 }
 
 pub(super) fn infer_quantize(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
