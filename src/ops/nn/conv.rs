@@ -41,7 +41,7 @@ use super::common::{
     zero_points,
 };
 use super::direct;
-use super::matmul::{requantize, scales, single};
+use super::matmul::{requantize, scales, single, Sums};
 use super::window::{inside, Geometry3, WindowAttrs};
 use crate::ops::math::Activation;
 use crate::ops::num::{dispatch_real, has_fma, Real};
@@ -1741,7 +1741,7 @@ pub(super) fn eval_qlinear_conv(
         }]
     };
     Ok(vec![requantize(
-        &acc,
+        &Sums::F64(acc),
         scale,
         zy,
         y_zero.dtype(),
