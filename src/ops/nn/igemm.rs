@@ -191,6 +191,9 @@ fn pack_panels<T: Copy>(
     f: impl Fn(u8) -> T,
 ) {
     let kg = k.div_ceil(g) * g;
+    if kg == 0 {
+        return;
+    }
     for (p, panel) in d.chunks_exact_mut(kg * nr).enumerate() {
         let (col0, cols) = (p * nr, nr.min(n - p * nr));
         for (q, group) in panel.chunks_exact_mut(nr * g).enumerate() {
