@@ -707,8 +707,26 @@ mod tests {
         );
     }
 
+    /// Packing a B with no rows (K = 0) cut its panels into empty chunks, which panics.
+    #[test]
+    fn b_with_no_rows_packs_and_sums_to_zero() {
+        check(bytes(&[], false), (1, 0), &[3], bytes(&[], true), 1, &[-5]);
+        check(
+            bytes(&[], true),
+            (7, 0),
+            &[0],
+            bytes(&[], false),
+            40,
+            &[255],
+        );
+    }
+
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        #![proptest_config(ProptestConfig {
+            cases: 64,
+            failure_persistence: None,
+            ..Default::default()
+        })]
         #[test]
         fn every_level_matches_the_reference(
             m in 1usize..20, k in 0usize..70, n in 1usize..70,
