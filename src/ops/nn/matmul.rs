@@ -366,6 +366,19 @@ pub(super) fn requantize(
     dtype: DataType,
     shape: &[usize],
 ) -> Result<Tensor> {
+    requantize_offset(acc, |_| 0.0, scale, zero, dtype, shape)
+}
+
+/// [`requantize`] of `acc(i) + offset(i)`: `offset` is an exact integer (a bias), so the sum is
+/// exact in `f64`.
+pub(super) fn requantize_offset(
+    acc: &Sums,
+    offset: impl Fn(usize) -> f64,
+    scale: impl Fn(usize) -> f64,
+    zero: i64,
+    dtype: DataType,
+    shape: &[usize],
+) -> Result<Tensor> {
     let (lo, hi) = match dtype {
         DataType::Uint8 => (0.0, 255.0),
         DataType::Int8 => (-128.0, 127.0),
@@ -374,7 +387,7 @@ pub(super) fn requantize(
         other => return Err(unsupported_type("a quantized output", other)),
     };
     let q = acc.map(0i64, |i, v| {
-        ((v * scale(i)).round_ties_even() + zero as f64).clamp(lo, hi) as i64
+        (((v + offset(i)) * scale(i)).round_ties_even() + zero as f64).clamp(lo, hi) as i64
     })?;
     store_ints(dtype, shape, &q)
 }
@@ -602,7 +615,11 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 48,
+            failure_persistence: None,
+            ..Default::default()
+        })]
         /// Every level of the integer kernel gives the `f64` reference's values, on every sign
         /// combination, zero points per tensor, per row and per column, and batches that fold
         /// into rows or broadcast.
