@@ -22,6 +22,7 @@ use crate::DataType;
 use super::super::util::{
     broadcast_offsets, broadcast_shapes, optional, required, to_i64s, unsupported_type,
 };
+use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
@@ -392,6 +393,29 @@ pub(super) fn requantize_offset(
     store_ints(dtype, shape, &q)
 }
 
+/// The range of an 8-bit code type as `f64` (`int8`, else `uint8`).
+pub(super) fn code_range(dtype: DataType) -> (f64, f64) {
+    if dtype == DataType::Int8 {
+        (-128.0, 127.0)
+    } else {
+        (0.0, 255.0)
+    }
+}
+
+/// `x.round_ties_even()` without a call into libm where the target lacks a rounding
+/// instruction: adding and subtracting 2^52 rounds to an integer, ties to even, for every
+/// `|x| < 2^52`; larger values (and infinities, NaN) are returned as they are, as they are
+/// integers already.
+#[inline(always)]
+pub(super) fn round_half_even(x: f64) -> f64 {
+    const TWO_52: f64 = 4_503_599_627_370_496.0;
+    if x.abs() < TWO_52 {
+        ((x.abs() + TWO_52) - TWO_52).copysign(x)
+    } else {
+        x
+    }
+}
+
 /// A scale input's values, per tensor (one) or per index along one axis (`len`).
 pub(super) fn scales(t: &Tensor, len: usize, what: &str) -> Result<Vec<f32>> {
     let v = to_f32s(t)?;
@@ -435,6 +459,25 @@ pub(super) fn eval_qlinear_matmul(
         .iter()
         .map(|&b| round_to(st, round_to(st, sa * b) / sy) as f64)
         .collect();
+    if let (Sums::I32(sums), DataType::Uint8 | DataType::Int8) = (&acc, y_zero.dtype()) {
+        // The arithmetic of `requantize`, a row of `n` columns at a time.
+        let dtype = y_zero.dtype();
+        let (lo, hi) = code_range(dtype);
+        let zy = zy as f64;
+        let y = Tensor::uninit(dtype, &plan.out_shape)?.fill::<u8>(|dst| {
+            for (out, row) in dst.chunks_mut(n.max(1)).zip(sums.chunks(n.max(1))) {
+                for (j, (o, &v)) in out.iter_mut().zip(row).enumerate() {
+                    let m = mult[if mult.len() == 1 { 0 } else { j }];
+                    let q = (round_half_even(f64::from(v) * m) + zy).clamp(lo, hi);
+                    // Two's complement: an int8 code is stored as its byte.
+                    o.write(q as i64 as u8);
+                }
+            }
+            // SAFETY: `sums` holds one sum per output element, so every byte was written.
+            unsafe { assume_written(dst) }
+        })?;
+        return Ok(vec![y]);
+    }
     let scale = |i: usize| mult[if mult.len() == 1 { 0 } else { i % n }];
     Ok(vec![requantize(
         &acc,
@@ -685,6 +728,31 @@ mod tests {
     }
 
     #[test]
+    fn round_half_even_is_round_ties_even() {
+        let mut values = vec![0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1e300, -1e-300];
+        values.extend([f64::INFINITY, f64::NEG_INFINITY, 4_503_599_627_370_495.5]);
+        values.extend([
+            2251799813685248.5,
+            -2251799813685247.5,
+            8.5e15,
+            0.49999999999999994,
+        ]);
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..100_000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let x = (s as i64 as f64) / (1u64 << (s % 60)) as f64;
+            values.extend([x, (x * 2.0).round() / 2.0]);
+        }
+        for x in values {
+            let (got, want) = (round_half_even(x), x.round_ties_even());
+            assert_eq!(got.to_bits(), want.to_bits(), "{x:e}");
+        }
+        assert!(round_half_even(f64::NAN).is_nan());
+    }
+
+    #[test]
     fn quantized_products_requantize() {
         // The ONNX QLinearMatMul example (uint8, float scales).
         let u8s = |s: &[usize], v: &[u8]| Tensor::from_vec(DataType::Uint8, s, v.to_vec()).unwrap();
@@ -712,5 +780,42 @@ mod tests {
         )
         .unwrap();
         assert_eq!(y[0], u8s(&[2, 3], &[168, 115, 255, 1, 66, 151]));
+    }
+
+    /// QLinearMatMul's row-wise requantisation of the kernel's sums gives the bytes of
+    /// `requantize` on the `f64` reference product, with per-column scales and both output
+    /// types.
+    #[test]
+    fn qlinear_matmul_rows_requantize_as_the_reference() {
+        let (m, k, n) = (7, 29, 11);
+        for (dt, zy) in [(DataType::Uint8, 0x70u8), (DataType::Int8, 0xf6)] {
+            let a = bytes(dt, &[2, m, k], 3);
+            let b = bytes(DataType::Int8, &[k, n], 4);
+            let za = Tensor::from_bytes(dt, &[], &[0x85]).unwrap();
+            let zb = Tensor::from_bytes(DataType::Int8, &[], &[2]).unwrap();
+            let zyt = Tensor::from_bytes(dt, &[], &[zy]).unwrap();
+            let sa = f32s(&[], &[0.02]);
+            let sbv: Vec<f32> = (0..n).map(|j| 0.001 * (j + 1) as f32).collect();
+            let sb = f32s(&[n], &sbv);
+            let sy = f32s(&[], &[0.05]);
+            let inputs = [&a, &sa, &za, &b, &sb, &zb, &sy, &zyt].map(Some);
+            let got = run("QLinearMatMul", 21, &inputs).unwrap().remove(0);
+            let za = zeros_i32(Some(&za), m, "za").unwrap();
+            let zb = zeros_i32(Some(&zb), n, "zb").unwrap();
+            let sums = reference_product(&a, &za, &b, &zb).unwrap();
+            let mult: Vec<f64> = sbv
+                .iter()
+                .map(|&s| {
+                    round_to(DataType::Float, round_to(DataType::Float, 0.02 * s) / 0.05) as f64
+                })
+                .collect();
+            let zy = if dt == DataType::Int8 {
+                i64::from(zy as i8)
+            } else {
+                i64::from(zy)
+            };
+            let want = requantize(&Sums::F64(sums), |i| mult[i % n], zy, dt, &[2, m, n]).unwrap();
+            assert_eq!(got.as_bytes().unwrap(), want.as_bytes().unwrap(), "{dt:?}");
+        }
     }
 }

@@ -26,7 +26,7 @@ use super::super::EvalCtx;
 use super::common::{checked_product, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::conv::{coord, ConvShape};
 use super::igemm::{self, Bytes, Level, PackedB, EXACT_K};
-use super::matmul::{requantize_offset, scales, single, Sums};
+use super::matmul::{code_range, requantize_offset, round_half_even, scales, single, Sums};
 use super::window::{inside, Geometry3};
 
 /// The exact integer convolution of `x - x_zero` and `w - w_zero` (per tensor, or per output
@@ -287,16 +287,12 @@ fn requantize_planes<'o>(
     dtype: DataType,
     dst: &'o mut [MaybeUninit<u8>],
 ) -> &'o mut [u8] {
-    let (lo, hi) = if dtype == DataType::Int8 {
-        (-128.0, 127.0)
-    } else {
-        (0.0, 255.0)
-    };
+    let (lo, hi) = code_range(dtype);
     let zy = zy as f64;
     for (p, (out, sum)) in dst.chunks_mut(plane).zip(sums.chunks(plane)).enumerate() {
         let (m, b) = (mult(p % c_out), bias(p % c_out));
         for (o, &v) in out.iter_mut().zip(sum) {
-            let q = (((f64::from(v) + b) * m).round_ties_even() + zy).clamp(lo, hi);
+            let q = (round_half_even((f64::from(v) + b) * m) + zy).clamp(lo, hi);
             // Two's complement: an int8 code is stored as its byte.
             o.write(q as i64 as u8);
         }
