@@ -26,8 +26,8 @@ use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
 use super::common::{
-    input_dims, is_int, output, round_to, shifted_f64s, store_ints, tensor_type, to_f32s, zero_at,
-    zero_points,
+    code_range, input_dims, is_int, output, round_half_even, round_to, shifted_f64s, store_ints,
+    tensor_type, to_f32s, zero_at, zero_points,
 };
 use super::igemm::{self, Bytes, Level, PackedB, EXACT_K};
 use crate::ops::num::{dispatch_real, Arith, Real};
@@ -393,29 +393,6 @@ pub(super) fn requantize_offset(
     store_ints(dtype, shape, &q)
 }
 
-/// The range of an 8-bit code type as `f64` (`int8`, else `uint8`).
-pub(super) fn code_range(dtype: DataType) -> (f64, f64) {
-    if dtype == DataType::Int8 {
-        (-128.0, 127.0)
-    } else {
-        (0.0, 255.0)
-    }
-}
-
-/// `x.round_ties_even()` without a call into libm where the target lacks a rounding
-/// instruction: adding and subtracting 2^52 rounds to an integer, ties to even, for every
-/// `|x| < 2^52`; larger values (and infinities, NaN) are returned as they are, as they are
-/// integers already.
-#[inline(always)]
-pub(super) fn round_half_even(x: f64) -> f64 {
-    const TWO_52: f64 = 4_503_599_627_370_496.0;
-    if x.abs() < TWO_52 {
-        ((x.abs() + TWO_52) - TWO_52).copysign(x)
-    } else {
-        x
-    }
-}
-
 /// A scale input's values, per tensor (one) or per index along one axis (`len`).
 pub(super) fn scales(t: &Tensor, len: usize, what: &str) -> Result<Vec<f32>> {
     let v = to_f32s(t)?;
@@ -725,31 +702,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn round_half_even_is_round_ties_even() {
-        let mut values = vec![0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1e300, -1e-300];
-        values.extend([f64::INFINITY, f64::NEG_INFINITY, 4_503_599_627_370_495.5]);
-        values.extend([
-            2251799813685248.5,
-            -2251799813685247.5,
-            8.5e15,
-            0.49999999999999994,
-        ]);
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..100_000 {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            let x = (s as i64 as f64) / (1u64 << (s % 60)) as f64;
-            values.extend([x, (x * 2.0).round() / 2.0]);
-        }
-        for x in values {
-            let (got, want) = (round_half_even(x), x.round_ties_even());
-            assert_eq!(got.to_bits(), want.to_bits(), "{x:e}");
-        }
-        assert!(round_half_even(f64::NAN).is_nan());
     }
 
     #[test]

@@ -23,10 +23,12 @@ use std::mem::MaybeUninit;
 
 use super::super::vector::{as_slots, assume_written};
 use super::super::EvalCtx;
-use super::common::{checked_product, shifted_f64s, to_f32s, zero_at, zero_points};
+use super::common::{
+    checked_product, code_range, round_half_even, shifted_f64s, to_f32s, zero_at, zero_points,
+};
 use super::conv::{coord, ConvShape};
 use super::igemm::{self, Bytes, Level, PackedB, EXACT_K};
-use super::matmul::{code_range, requantize_offset, round_half_even, scales, single, Sums};
+use super::matmul::{requantize_offset, scales, single, Sums};
 use super::window::{inside, Geometry3};
 
 /// The exact integer convolution of `x - x_zero` and `w - w_zero` (per tensor, or per output
