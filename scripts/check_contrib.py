@@ -21,7 +21,9 @@ uint8 zero points the reference is onnxruntime on the same model with the zero p
 floats, as its CPU kernel dequantises with 8 in place of packed zero points when g_idx is
 given), GatherBlockQuantized (4- and 8-bit), and
 QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, which may differ from
-onnxruntime by one code (its kernels requantise with their own float arithmetic).
+onnxruntime by one code (its kernels requantise with their own float arithmetic), and
+QLinearSoftmax (uint8 and int8, opset 12 rows over the trailing dims and opset 13 rows along
+one axis), which must match exactly: its integer recipe is reproduced step for step.
 QAttention (int8 weights per column with a mask index; uint8 weights, unidirectional, past).
 DynamicQuantizeLSTM: float LSTM models (forward, reverse, bidirectional; with and without initial
 states and sequence_lens; clip and input_forget) quantised by onnxruntime's `quantize_dynamic`
@@ -402,6 +404,18 @@ def quantization_cases():
             "QLinearConcat",
             [("sy", sc(0.1)), ("zy", np.array(128, np.uint8)), ("x1", [2, 3, 4], U8), ("s1", sc(0.05)),
              ("z1", np.array(120, np.uint8)), ("x2", [2, 5, 4], U8), ("s2", sc(0.2)), ("z2", np.array(130, np.uint8))],
+            axis=1),
+        "qlinear_softmax_u8_last_axis": node_case(
+            "QLinearSoftmax",
+            [qa, ("sx", sc(0.08)), ("zx", np.array(128, np.uint8)), ("sy", sc(1 / 256)),
+             ("zy", np.array(0, np.uint8))], opset=13, axis=-1),
+        "qlinear_softmax_i8_middle_axis": node_case(
+            "QLinearSoftmax",
+            [("a", [B, S, H], I8), ("sx", sc(0.05)), None, ("sy", sc(1 / 256)),
+             ("zy", np.array(-128, np.int8))], opset=13, axis=1),
+        "qlinear_softmax_u8_opset12_flattened": node_case(
+            "QLinearSoftmax", [qa, ("sx", sc(0.02)), None, ("sy", sc(1 / 255)), ("zy", np.array(5, np.uint8))],
+            opset=12,
             axis=1),
         "qlinear_global_average_pool_nchw": node_case(
             "QLinearGlobalAveragePool",

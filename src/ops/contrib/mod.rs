@@ -6,7 +6,7 @@
 //! (<https://github.com/microsoft/onnxruntime/blob/main/docs/ContribOperators.md>).
 //!
 //! `QLinearSigmoid` and `QLinearLeakyRelu` take uint8/int8 with per-tensor scales (a lookup
-//! table per call, `qlinear`); the quantisers' operators (the 8-bit and 4-bit matmuls,
+//! table per call, `qlinear`), as does `QLinearSoftmax` (`qsoftmax`, onnxruntime's integer recipe); the quantisers' operators (the 8-bit and 4-bit matmuls,
 //! `QAttention`, `DynamicQuantizeLSTM`, `GatherBlockQuantized`) take their integer operands with
 //! `float` scales. Every other kernel here is `float` only (what the optimizer emits for float
 //! models); another type is an error naming it. The kernels reuse the engine's vectorised loops (`ops::vector`): the
@@ -19,6 +19,7 @@ mod activations;
 mod attention;
 mod embed_norm;
 mod qlinear;
+mod qsoftmax;
 mod quant_lstm;
 mod quant_matmul;
 mod rotary;
@@ -153,6 +154,15 @@ pub(super) const DEFS: &[OpDef] = &[
         5..=usize::MAX,
         1..=1,
         qlinear::eval_qlinear_concat,
+    )
+    .with_infer(attention::infer_first_input_type)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "QLinearSoftmax",
+        1,
+        4..=5,
+        1..=1,
+        qsoftmax::eval_qlinear_softmax,
     )
     .with_infer(attention::infer_first_input_type)
     .in_domain(DOMAIN),

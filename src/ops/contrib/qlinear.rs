@@ -24,7 +24,7 @@ use super::super::util::{broadcast_binary, normalize_axis, optional, required, u
 use super::super::{vector, EvalCtx};
 
 /// A scalar scale input as `f32`, or an error naming the operator and input.
-fn scale(t: &Tensor, op: &str, what: &str) -> Result<f32> {
+pub(super) fn scale(t: &Tensor, op: &str, what: &str) -> Result<f32> {
     if t.dtype() != DataType::Float || t.len() != 1 {
         return Err(Error::Eval(format!(
             "{op}: {what} must be one float (per-tensor), got {} of shape {:?}",
@@ -36,7 +36,7 @@ fn scale(t: &Tensor, op: &str, what: &str) -> Result<f32> {
 }
 
 /// An optional scalar zero point of type `dtype` as `i32` (0 when absent).
-fn zero_point(t: Option<&Tensor>, dtype: DataType, op: &str, what: &str) -> Result<i32> {
+pub(super) fn zero_point(t: Option<&Tensor>, dtype: DataType, op: &str, what: &str) -> Result<i32> {
     let Some(t) = t else { return Ok(0) };
     if t.dtype() != dtype || t.len() != 1 {
         return Err(Error::Eval(format!(

@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
-use super::super::nn::{dynamic_quantize, gemm, integer_product, Mat};
+use super::super::nn::{dynamic_quantize, gemm, integer_product, Mat, Sums};
 use super::super::util::{normalize_axis, optional, required, to_i64s};
 use super::super::EvalCtx;
 use super::activations::floats;
@@ -32,7 +32,7 @@ use super::activations::floats;
 /// `acc * a_scale * b_scale[col] + bias[col]` for exact accumulators of `n` columns.
 pub(super) fn scale_columns(
     ctx: &EvalCtx<'_>,
-    acc: Vec<f64>,
+    acc: Sums,
     n: usize,
     a_scale: f32,
     b_scale: &Tensor,
@@ -49,13 +49,11 @@ pub(super) fn scale_columns(
     if bias.is_some_and(|b| b.len() != n) {
         return Err(ctx.error(format!("bias does not hold {n} values")));
     }
-    let mut out = try_vec(acc.len(), 0.0f32)?;
-    for (k, (o, v)) in out.iter_mut().zip(acc).enumerate() {
+    acc.map(0.0f32, |k, v| {
         let j = k % n.max(1);
         let s = a_scale * bs[if bs.len() == 1 { 0 } else { j }];
-        *o = v as f32 * s + bias.map_or(0.0, |b| b[j]);
-    }
-    Ok(out)
+        v as f32 * s + bias.map_or(0.0, |b| b[j])
+    })
 }
 
 /// One float scale.

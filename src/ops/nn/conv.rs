@@ -17,9 +17,10 @@
 //! the positions of a plane the same way from one operator to the next (first rows first), so
 //! a thread mostly reads what it wrote itself. A 1x1 convolution with unit strides and no padding multiplies the input directly, and
 //! a plane of a few output positions (streaming audio) takes dot products instead of a product
-//! that would pack the whole weight matrix. The integer convolutions subtract their
-//! zero points and run the same code in `f64`, which is exact for 8-bit operands; padding then
-//! contributes zero, which is the zero point before the shift, as the spec asks.
+//! that would pack the whole weight matrix. `ConvInteger` and `QLinearConv` run in `qconv.rs`
+//! on the integer kernel; for contracted dims beyond its exact range they subtract their zero
+//! points and run this file's code in `f64`, which is exact for 8-bit operands (padding then
+//! contributes zero, which is the zero point before the shift, as the spec asks).
 
 use std::mem::MaybeUninit;
 
@@ -31,17 +32,13 @@ use crate::ir::{Dim, TensorType};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::super::util::{dot, optional, required, to_i64s, unsupported_type};
+use super::super::util::{dot, optional, required, unsupported_type};
 use super::super::vector::ColumnBlocks;
 use super::super::vector::{add_scalar, as_slots, assume_written, copy, deinterleave, fill};
 use super::super::{Attributes, EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{
-    checked_product, input_dims, output_written, shifted_f64s, tensor_type, to_f32s, zero_at,
-    zero_points,
-};
+use super::common::{checked_product, input_dims, output_written, tensor_type};
 use super::direct;
-use super::matmul::{requantize, scales, single};
 use super::window::{inside, Geometry3, WindowAttrs};
 use crate::ops::math::Activation;
 use crate::ops::num::{dispatch_real, has_fma, Real};
@@ -1434,7 +1431,7 @@ impl ColumnTap {
 
 /// The input coordinate of output `o` at tap `k` along a dim of `n` (stride `s`, dilation `d`,
 /// `pad` in front), if inside.
-fn coord(o: usize, k: usize, s: usize, d: usize, pad: usize, n: usize) -> Option<usize> {
+pub(super) fn coord(o: usize, k: usize, s: usize, d: usize, pad: usize, n: usize) -> Option<usize> {
     (o * s + k * d).checked_sub(pad).filter(|&i| i < n)
 }
 
@@ -1657,96 +1654,6 @@ pub(super) fn conv_operands<'t>(
         return Err(ctx.error("X, W and B must have one element type"));
     }
     Ok((x, w, b, dtype))
-}
-
-/// The exact integer convolution of `x - x_zero` and `w - w_zero` (per tensor, or per output
-/// channel for the weights) plus an optional int32 bias, as `f64`.
-fn integer_conv(
-    ctx: &EvalCtx<'_>,
-    x: &Tensor,
-    x_zero: Option<&Tensor>,
-    w: &Tensor,
-    w_zero: Option<&Tensor>,
-    bias: Option<&Tensor>,
-) -> Result<(ConvShape, Vec<f64>)> {
-    for t in [Some(x), Some(w), x_zero, w_zero].into_iter().flatten() {
-        if !matches!(t.dtype(), DataType::Int8 | DataType::Uint8) {
-            return Err(unsupported_type("an integer convolution", t.dtype()));
-        }
-    }
-    let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
-    let zx = zero_points(x_zero)?;
-    let zx = zero_at(&zx, 1, "the zero point of x")?;
-    let zw = zero_points(w_zero)?;
-    let zw = zero_at(&zw, shape.c_out, "the zero point of w")?;
-    let per_filter = w.len() / shape.c_out.max(1);
-    let xv = shifted_f64s(x, |_| zx(0))?;
-    let wv = shifted_f64s(w, |i| zw(i / per_filter.max(1)))?;
-    let bv = bias.map(|b| shifted_f64s(b, |_| 0)).transpose()?;
-    let mut acc = try_vec(checked_product(&shape.out_shape)?, 0.0)?;
-    // SAFETY: the convolution writes only initialised values.
-    shape.run::<f64>(&xv, &wv, bv.as_deref(), None, unsafe { as_slots(&mut acc) })?;
-    Ok((shape, acc))
-}
-
-pub(super) fn eval_conv_integer(
-    ctx: &EvalCtx<'_>,
-    inputs: &[Option<&Tensor>],
-) -> Result<Vec<Tensor>> {
-    let (x, w) = (required(inputs, 0)?, required(inputs, 1)?);
-    let (shape, acc) = integer_conv(ctx, x, optional(inputs, 2), w, optional(inputs, 3), None)?;
-    let ints: Vec<i32> = acc.into_iter().map(|v| v as i32).collect();
-    Ok(vec![Tensor::from_vec(
-        DataType::Int32,
-        &shape.out_shape,
-        ints,
-    )?])
-}
-
-pub(super) fn eval_qlinear_conv(
-    ctx: &EvalCtx<'_>,
-    inputs: &[Option<&Tensor>],
-) -> Result<Vec<Tensor>> {
-    let (x, x_scale, x_zero) = (
-        required(inputs, 0)?,
-        required(inputs, 1)?,
-        required(inputs, 2)?,
-    );
-    let (w, w_scale, w_zero) = (
-        required(inputs, 3)?,
-        required(inputs, 4)?,
-        required(inputs, 5)?,
-    );
-    let (y_scale, y_zero, bias) = (
-        required(inputs, 6)?,
-        required(inputs, 7)?,
-        optional(inputs, 8),
-    );
-    if bias.is_some_and(|b| b.dtype() != DataType::Int32) {
-        return Err(ctx.error("B must be int32"));
-    }
-    let (shape, acc) = integer_conv(ctx, x, Some(x_zero), w, Some(w_zero), bias)?;
-    let sx = single(&to_f32s(x_scale)?, "x_scale")?;
-    let sw = scales(w_scale, shape.c_out, "w_scale")?;
-    let sy = single(&to_f32s(y_scale)?, "y_scale")?;
-    let zy = single(&to_i64s(y_zero)?, "y_zero_point")?;
-    let mult: Vec<f64> = sw.iter().map(|&s| (sx * s / sy) as f64).collect();
-    let plane = shape.geo.out_plane().max(1);
-    let c_out = shape.c_out.max(1);
-    let scale = |i: usize| {
-        mult[if mult.len() == 1 {
-            0
-        } else {
-            (i / plane) % c_out
-        }]
-    };
-    Ok(vec![requantize(
-        &acc,
-        scale,
-        zy,
-        y_zero.dtype(),
-        &shape.out_shape,
-    )?])
 }
 
 /// The output type of a convolution of `x` (input `xi`) by `w` (input `wi`) with element `elem`.

@@ -18,6 +18,7 @@ mod direct;
 mod einsum;
 mod gemm;
 mod grid;
+mod igemm;
 mod linear_attention;
 mod loss;
 mod lrn;
@@ -25,6 +26,7 @@ mod matmul;
 mod nms;
 mod norm;
 mod pool;
+mod qconv;
 mod quant;
 mod roi_align;
 mod rotary;
@@ -38,10 +40,7 @@ use attention::{eval_attention, eval_flex_attention, infer_attention, infer_flex
 use causal_conv::{eval_causal_conv, infer_causal_conv};
 use col2im::{eval_col2im, infer_col2im};
 use common::infer_same_as_input;
-use conv::{
-    eval_conv, eval_conv_integer, eval_fused_conv, eval_qlinear_conv, infer_conv,
-    infer_conv_integer, infer_qlinear_conv,
-};
+use conv::{eval_conv, eval_fused_conv, infer_conv, infer_conv_integer, infer_qlinear_conv};
 use conv_transpose::{eval_conv_transpose, infer_conv_transpose};
 use deform_conv::{eval_deform_conv, infer_deform_conv};
 use det::{eval_det, infer_det};
@@ -64,6 +63,7 @@ use pool::{
     eval_average_pool, eval_global_average_pool, eval_global_lp_pool, eval_global_max_pool,
     eval_lp_pool, eval_max_pool, infer_global_pool, infer_pool,
 };
+use qconv::{eval_conv_integer, eval_qlinear_conv};
 use quant::{
     eval_dequantize, eval_dynamic_quantize, eval_quantize, infer_dequantize,
     infer_dynamic_quantize, infer_quantize,
@@ -75,7 +75,7 @@ use unpool::{eval_max_unpool, infer_max_unpool};
 // The building blocks the `com.microsoft` attention family shares with `Attention`.
 pub(in crate::ops) use attention::{attend, Bias, Mask, Sizes, Spec};
 pub(in crate::ops) use blas::{gemm, Mat};
-pub(in crate::ops) use matmul::integer_product;
+pub(in crate::ops) use matmul::{integer_product, Sums};
 pub(in crate::ops) use quant::{dynamic_quantize, dynamic_scale, quantize_u8};
 pub(in crate::ops) use rotary::{rotate, Rotation};
 

@@ -1,0 +1,250 @@
+//! `com.microsoft.QLinearSoftmax` (opset 1), which `onnxruntime.quantization` emits for a
+//! `Softmax` in the QOperator format: the softmax of uint8 or int8 codes, quantised.
+//!
+//! Spec: onnxruntime `docs/ContribOperators.md`, section `com.microsoft.QLinearSoftmax`. Inputs:
+//! `X` (uint8 or int8), `X_scale` (float scalar), `x_zero_point` (optional; a softmax does not
+//! depend on it), `y_scale`, `y_zero_point` (required, as in onnxruntime's schema, which takes
+//! exactly five inputs); the output has `X`'s type and shape.
+//! Attributes: `opset` (required: the opset of the `Softmax` it replaces) and `axis` (1 below
+//! opset 13, else -1). Below opset 13 a row is everything from `axis` on, as in `Softmax`-11;
+//! from 13 it is the one dim `axis`.
+//!
+//! The operator has no specification beyond onnxruntime's CPU kernel, so its integer arithmetic
+//! is the meaning, reproduced here step for step. With `D` the row length, `d = max(row) - x`
+//! the distance of a code below its row's maximum (0 to 255) and
+//! `q = min(u32::MAX / D, 0x7fffff)`:
+//!
+//! ```text
+//! t[d]  = round_half_even(q * exp(-d * x_scale))          (in f64, then u32)
+//! s     = sum of t[d] over the row                          (u32, cannot overflow)
+//! code  = (t[d] * trunc(1 / y_scale) + s / 2) / s + y_zero  (u32, wrapping)
+//! ```
+//!
+//! A uint8 code above 255 saturates to 255; an int8 code is the low byte of `code`, or -1 when
+//! `code` read as `i32` exceeds 255 (onnxruntime's saturation writes 255 into an `int8`).
+
+use crate::error::{Error, Result};
+use crate::tensor::{try_vec, Tensor};
+use crate::DataType;
+
+use super::super::util::{normalize_axis, optional, required, unsupported_type};
+use super::super::{vector, EvalCtx};
+use super::qlinear::{scale, zero_point};
+
+const OP: &str = "QLinearSoftmax";
+
+/// The rows of a softmax: `outer` blocks of `len` codes `inner` apart.
+#[derive(Clone, Copy, Debug)]
+struct Rows {
+    outer: usize,
+    len: usize,
+    inner: usize,
+}
+
+impl Rows {
+    /// The rows of `shape` for `axis` (normalised) under the semantics of `opset`.
+    fn of(shape: &[usize], axis: usize, opset: i64) -> Rows {
+        let outer = shape[..axis].iter().product();
+        if opset < 13 {
+            Rows {
+                outer,
+                len: shape[axis..].iter().product(),
+                inner: 1,
+            }
+        } else {
+            Rows {
+                outer,
+                len: shape[axis],
+                inner: shape[axis + 1..].iter().product(),
+            }
+        }
+    }
+}
+
+/// `t[d]` for the 256 distances below a row's maximum, for rows of `len` codes.
+fn table(x_scale: f32, len: usize) -> [u32; 256] {
+    let q = (f64::from(u32::MAX) / len as f64).min(f64::from(0x7f_ffffu32));
+    let mut t = [0u32; 256];
+    for (d, slot) in t.iter_mut().enumerate() {
+        // onnxruntime's table is indexed by `i = 255 - d`, with exponent `(i - 255) * x_scale`.
+        let i = 255 - d as i32;
+        let v = q * (f64::from(i - 255) * f64::from(x_scale)).exp();
+        *slot = v.round_ties_even() as u32;
+    }
+    t
+}
+
+pub(in crate::ops) fn eval_qlinear_softmax(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let x = required(inputs, 0)?;
+    let dtype = x.dtype();
+    if !matches!(dtype, DataType::Uint8 | DataType::Int8) {
+        return Err(unsupported_type(OP, dtype));
+    }
+    let opset = match ctx.node.attr("opset") {
+        Some(_) => ctx.node.attr_int("opset", 0)?,
+        None => return Err(ctx.error("the attribute 'opset' is required")),
+    };
+    let axis = ctx.node.attr_int("axis", if opset < 13 { 1 } else { -1 })?;
+    let x_scale = scale(required(inputs, 1)?, OP, "X_scale")?;
+    zero_point(optional(inputs, 2), dtype, OP, "x_zero_point")?;
+    let y_scale = scale(required(inputs, 3)?, OP, "y_scale")?;
+    let y_zero = zero_point(Some(required(inputs, 4)?), dtype, OP, "y_zero_point")?;
+    let shape = x.shape();
+    let bytes = x.as_bytes()?;
+    let out = Tensor::uninit(dtype, shape)?;
+    if bytes.is_empty() {
+        return Ok(vec![out.fill::<u8>(dst_zero)?]);
+    }
+    let axis = normalize_axis(axis, shape.len())?;
+    let rows = Rows::of(shape, axis, opset);
+    let t = table(x_scale, rows.len);
+    // onnxruntime's `narrow_cast<uint32_t>(1.0f / y_scale)`.
+    let y_mult = (1.0f32 / y_scale) as u32;
+    // The zero point is added as a `u32`: a negative int8 one wraps.
+    let y_add = y_zero as u32;
+    let signed = dtype == DataType::Int8;
+    // A code as its distance from the top of its type's range (255 - x for uint8).
+    let level = |b: u8| if signed { b ^ 0x80 } else { b };
+    let mut row = try_vec(rows.len, 0u8)?;
+    let mut failed = false;
+    let y = out.fill::<u8>(|dst| {
+        for o in 0..rows.outer {
+            for j in 0..rows.inner {
+                let at = |k: usize| (o * rows.len + k) * rows.inner + j;
+                for (k, r) in row.iter_mut().enumerate() {
+                    *r = level(bytes[at(k)]);
+                }
+                let top = row.iter().copied().max().unwrap_or(0);
+                let t = |v: u8| t[usize::from(top - v)];
+                let sum = row.iter().fold(0u32, |s, &v| s.wrapping_add(t(v)));
+                if sum == 0 {
+                    failed = true;
+                    return dst_zero(dst);
+                }
+                let half = sum >> 1;
+                for (k, &v) in row.iter().enumerate() {
+                    let code =
+                        (t(v).wrapping_mul(y_mult).wrapping_add(half) / sum).wrapping_add(y_add);
+                    let b = if signed {
+                        if code as i32 > 255 {
+                            0xff
+                        } else {
+                            code as u8
+                        }
+                    } else {
+                        code.min(255) as u8
+                    };
+                    dst[at(k)].write(b);
+                }
+            }
+        }
+        // SAFETY: the rows cover every element once: `outer * len * inner` is the tensor's size.
+        unsafe { vector::assume_written(dst) }
+    })?;
+    if failed {
+        return Err(Error::Unsupported(format!(
+            "{OP}: rows of {} codes, too long for its 32-bit sums",
+            rows.len
+        )));
+    }
+    Ok(vec![y])
+}
+
+/// `dst` filled with zeros.
+fn dst_zero(dst: &mut [std::mem::MaybeUninit<u8>]) -> &mut [u8] {
+    for d in dst.iter_mut() {
+        d.write(0);
+    }
+    // SAFETY: every element was written above.
+    unsafe { vector::assume_written(dst) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::eval_node;
+
+    fn run(x: Tensor, opset: i64, axis: Option<i64>, zy: Option<Tensor>) -> Result<Tensor> {
+        let mut node = Node::new("QLinearSoftmax", "s", ["x", "sx", "zx", "sy", "zy"], ["y"])
+            .with_attr("opset", AttrValue::Int(opset));
+        node.domain = "com.microsoft".into();
+        if let Some(a) = axis {
+            node = node.with_attr("axis", AttrValue::Int(a));
+        }
+        let sx = Tensor::from_vec(DataType::Float, &[], vec![0.1f32])?;
+        let sy = Tensor::from_vec(DataType::Float, &[], vec![1.0f32 / 256.0])?;
+        let zy = match zy {
+            Some(z) => z,
+            None => Tensor::from_bytes(x.dtype(), &[], &[0])?,
+        };
+        eval_node(&node, 1, &[Some(&x), Some(&sx), None, Some(&sy), Some(&zy)])
+            .map(|mut v| v.remove(0))
+    }
+
+    #[test]
+    fn uint8_rows_follow_the_integer_recipe() {
+        let x = Tensor::from_bytes(DataType::Uint8, &[1, 3], &[10, 20, 30]).unwrap();
+        let y = run(x, 13, None, None).unwrap();
+        // By hand: t = q * exp(-d * 0.1) for d = 20, 10, 0 with q = 0x7fffff.
+        let q = f64::from(0x7f_ffffu32);
+        let t: Vec<u32> = [20.0f64, 10.0, 0.0]
+            .iter()
+            .map(|d| (q * (-d * f64::from(0.1f32)).exp()).round_ties_even() as u32)
+            .collect();
+        let s: u32 = t.iter().sum();
+        let want: Vec<u8> = t
+            .iter()
+            .map(|&v| ((v.wrapping_mul(256) + s / 2) / s).min(255) as u8)
+            .collect();
+        assert_eq!(y.as_bytes().unwrap(), &want[..]);
+    }
+
+    #[test]
+    fn int8_certainty_wraps_as_onnxruntime_does() {
+        // One code far above the rest: probability 1, code 256 - 128 = 128, stored as -128.
+        let x = Tensor::from_bytes(DataType::Int8, &[2], &[0x80, 0x7f]).unwrap();
+        let zy = Tensor::from_bytes(DataType::Int8, &[], &[0x80]).unwrap();
+        let y = run(x, 13, None, Some(zy)).unwrap();
+        assert_eq!(y.as_bytes().unwrap(), &[0x80, 0x80]);
+    }
+
+    #[test]
+    fn opset_12_rows_span_the_trailing_dims_and_13_one_axis() {
+        let v: Vec<u8> = (0..12).map(|i| (i * 7) as u8).collect();
+        let x = Tensor::from_bytes(DataType::Uint8, &[2, 2, 3], &v).unwrap();
+        let old = run(x.clone(), 12, Some(1), None).unwrap();
+        let flat = Tensor::from_bytes(DataType::Uint8, &[2, 6], &v).unwrap();
+        let want = run(flat, 13, Some(1), None).unwrap();
+        assert_eq!(old.as_bytes().unwrap(), want.as_bytes().unwrap());
+        // Axis 1 of opset 13: pairs (k, k + 3) within each image.
+        let new = run(x, 13, Some(1), None).unwrap();
+        let mut pairs = Vec::new();
+        for img in v.chunks(6) {
+            for j in 0..3 {
+                let p = Tensor::from_bytes(DataType::Uint8, &[2], &[img[j], img[j + 3]]).unwrap();
+                pairs.push(run(p, 13, None, None).unwrap().as_bytes().unwrap().to_vec());
+            }
+        }
+        let got = new.as_bytes().unwrap();
+        for (n, pair) in pairs.iter().enumerate() {
+            let (img, j) = (n / 3, n % 3);
+            assert_eq!([got[img * 6 + j], got[img * 6 + j + 3]], [pair[0], pair[1]]);
+        }
+    }
+
+    #[test]
+    fn a_missing_opset_is_an_error() {
+        let mut node = Node::new("QLinearSoftmax", "s", ["x", "sx", "zx", "sy", "zy"], ["y"]);
+        node.domain = "com.microsoft".into();
+        let x = Tensor::from_bytes(DataType::Uint8, &[2], &[1, 2]).unwrap();
+        let s = Tensor::from_vec(DataType::Float, &[], vec![0.1f32]).unwrap();
+        let zy = Tensor::from_bytes(DataType::Uint8, &[], &[0]).unwrap();
+        let err =
+            eval_node(&node, 1, &[Some(&x), Some(&s), None, Some(&s), Some(&zy)]).unwrap_err();
+        assert!(err.to_string().contains("opset"), "{err}");
+    }
+}

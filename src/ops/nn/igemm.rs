@@ -1,0 +1,745 @@
+//! The 8-bit integer matrix product: `C = (A - za) @ (B - zb)` for `uint8` or `int8` A and B,
+//! exactly, in `i32`, with zero points per tensor, per row of A or per column of B.
+//!
+//! Every level multiplies unsigned bytes by signed ones: a signed A is shifted by 128 into
+//! `u8` (its zero point with it), an unsigned B by -128 into `i8`. The zero points never touch
+//! the matrices: with `rs[i]` the sums of A's rows and `cs[j]` those of B's columns,
+//!
+//! ```text
+//! C[i,j] = sum_k A[i,k] B[k,j] - zb[j] (rs[i] - K za[i]) - za[i] cs[j]
+//! ```
+//!
+//! in wrapping `i32` arithmetic, which is exact whenever the true result fits in `i32`
+//! ([`EXACT_K`] bounds the contracted dim for that).
+//!
+//! B is packed once ([`PackedB`]) into panels of `NR` columns whose elements come in groups of
+//! consecutive k (four bytes, or two `i16` for AVX2); a microkernel sums an `MR x NR` tile in
+//! registers. The level is chosen at run time ([`Level::detect`]):
+//!
+//! - `Avx512Vnni`: `vpdpbusd` on 512-bit registers, 8 x 32 tiles;
+//! - `AvxVnni`: the VEX `vpdpbusd` on 256-bit registers, 6 x 16 tiles;
+//! - `Avx2`: operands widened to `i16` pairs and `vpmaddwd` (exact: `vpmaddubsw` would saturate
+//!   255 x -128 + 255 x -128 in `i16`), 6 x 16 tiles;
+//! - `Portable`: the `i16` pairs of AVX2 in plain loops, 4 x 16 tiles.
+//!
+//! Every level computes the same exact integers; tests compare each with the `f64` product.
+
+use crate::error::{Error, Result};
+use crate::tensor::try_vec;
+
+/// The largest contracted dim whose products are exact in `i32`: `K x 255 x 255 <= i32::MAX`.
+pub(in crate::ops) const EXACT_K: usize = (i32::MAX / (255 * 255)) as usize;
+
+/// An instruction-set level of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::ops) enum Level {
+    /// Plain loops.
+    Portable,
+    /// AVX2 `vpmaddwd` on operands widened to `i16`.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-VNNI `vpdpbusd` on 256-bit registers.
+    #[cfg(target_arch = "x86_64")]
+    AvxVnni,
+    /// AVX-512 VNNI `vpdpbusd` on 512-bit registers.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
+}
+
+impl Level {
+    /// The best level this CPU runs, detected once.
+    pub fn detect() -> Level {
+        static LEVEL: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
+        *LEVEL.get_or_init(|| {
+            Level::supported()
+                .last()
+                .copied()
+                .unwrap_or(Level::Portable)
+        })
+    }
+
+    /// Every level this CPU runs, worst first.
+    pub fn supported() -> Vec<Level> {
+        #[allow(unused_mut)]
+        let mut levels = vec![Level::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                levels.push(Level::Avx2);
+                if std::arch::is_x86_feature_detected!("avxvnni") {
+                    levels.push(Level::AvxVnni);
+                }
+            }
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vnni")
+            {
+                levels.push(Level::Avx512Vnni);
+            }
+        }
+        levels
+    }
+
+    /// Rows and columns of a tile, and the k of one group.
+    fn shape(self) -> (usize, usize, usize) {
+        match self {
+            Level::Portable => (4, 16, 2),
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => (6, 16, 2),
+            #[cfg(target_arch = "x86_64")]
+            Level::AvxVnni => (6, 16, 4),
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512Vnni => (8, 32, 4),
+        }
+    }
+
+    /// Whether the operands are widened to `i16` pairs.
+    fn wide(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self == Level::Avx2 {
+            return true;
+        }
+        self == Level::Portable
+    }
+}
+
+/// An 8-bit matrix operand: its bytes, row-major, and whether they are `int8`.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::ops) struct Bytes<'a> {
+    /// The elements, as stored.
+    pub data: &'a [u8],
+    /// `int8` (else `uint8`).
+    pub signed: bool,
+}
+
+/// Packed elements: bytes, or `i16` for the widened level.
+#[derive(Debug)]
+enum Packed {
+    Narrow(Vec<u8>),
+    Wide(Vec<i16>),
+}
+
+/// B (`K x N`) packed for one level: panels of `NR` columns, each `K` (rounded up to a group)
+/// by `NR`, a group of consecutive k (2 or 4) per column together; shifted into `i8`; with its column
+/// sums and the shift its zero points take.
+#[derive(Debug)]
+pub(in crate::ops) struct PackedB {
+    level: Level,
+    k: usize,
+    n: usize,
+    /// `k` rounded up to a whole group.
+    kg: usize,
+    data: Packed,
+    /// The sums of the shifted columns (wrapping).
+    col_sums: Vec<i32>,
+    /// What the shift adds to B's elements, and so to its zero points: 0 or -128.
+    shift: i32,
+}
+
+impl PackedB {
+    /// Packs the `k x n` matrix `b` for `level`.
+    pub fn new(b: Bytes<'_>, k: usize, n: usize, level: Level) -> Result<PackedB> {
+        if k.checked_mul(n).is_none_or(|len| b.data.len() < len) {
+            return Err(Error::Eval("B is smaller than its shape".into()));
+        }
+        let (_, nr, g) = level.shape();
+        let kg = k.div_ceil(g) * g;
+        let panels = n.div_ceil(nr);
+        let len = panels
+            .checked_mul(kg)
+            .and_then(|l| l.checked_mul(nr))
+            .ok_or_else(|| Error::Eval(format!("B of {k} x {n} is too large")))?;
+        let shift = if b.signed { 0 } else { -128 };
+        let flip = if b.signed { 0 } else { 0x80 };
+        let mut col_sums = try_vec(n, 0i32)?;
+        for row in b.data[..k * n].chunks_exact(n.max(1)) {
+            for (s, &v) in col_sums.iter_mut().zip(row) {
+                *s = s.wrapping_add(i32::from((v ^ flip) as i8));
+            }
+        }
+        let data = if level.wide() {
+            let mut d = try_vec(len, 0i16)?;
+            pack_panels(&mut d, b.data, k, n, nr, g, |v| i16::from((v ^ flip) as i8));
+            Packed::Wide(d)
+        } else {
+            let mut d = try_vec(len, 0u8)?;
+            pack_panels(&mut d, b.data, k, n, nr, g, |v| v ^ flip);
+            Packed::Narrow(d)
+        };
+        Ok(PackedB {
+            level,
+            k,
+            n,
+            kg,
+            data,
+            col_sums,
+            shift,
+        })
+    }
+}
+
+/// Writes the `k x n` matrix `b` into `d` as panels of `nr` columns by groups of `g` rows:
+/// element `(kk, j)` goes to panel `j / nr`, group `kk / g`, column `j % nr`, slot `kk % g`;
+/// `d` holds whole panels and groups, zero where B has no element.
+fn pack_panels<T: Copy>(
+    d: &mut [T],
+    b: &[u8],
+    k: usize,
+    n: usize,
+    nr: usize,
+    g: usize,
+    f: impl Fn(u8) -> T,
+) {
+    let kg = k.div_ceil(g) * g;
+    if kg == 0 {
+        return;
+    }
+    for (p, panel) in d.chunks_exact_mut(kg * nr).enumerate() {
+        let (col0, cols) = (p * nr, nr.min(n - p * nr));
+        for (q, group) in panel.chunks_exact_mut(nr * g).enumerate() {
+            for t in 0..g.min(k.saturating_sub(q * g)) {
+                let row = &b[(q * g + t) * n + col0..][..cols];
+                for (c, &v) in row.iter().enumerate() {
+                    group[c * g + t] = f(v);
+                }
+            }
+        }
+    }
+}
+
+/// A's rows, shifted into `u8`, padded to whole tiles and groups, with the per-row terms of the
+/// zero-point correction.
+struct PackedA {
+    data: Packed,
+    /// Elements per packed row.
+    lda: usize,
+    /// `rs[i] - K za[i]`, with the shifted row sums and zero points.
+    row_terms: Vec<i32>,
+    /// The shifted zero point of each row.
+    row_zeros: Vec<i32>,
+}
+
+fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<PackedA> {
+    let (mr, _, g) = level.shape();
+    let lda = k.div_ceil(g) * g;
+    let rows = m.div_ceil(mr) * mr;
+    let len = rows
+        .checked_mul(lda)
+        .ok_or_else(|| Error::Eval(format!("A of {m} x {k} is too large")))?;
+    if a.data.len() < m * k {
+        return Err(Error::Eval("A is smaller than its shape".into()));
+    }
+    let flip = if a.signed { 0x80u8 } else { 0 };
+    let shift = if a.signed { 128 } else { 0 };
+    let mut row_terms = try_vec(rows, 0i32)?;
+    let mut row_zeros = try_vec(rows, 0i32)?;
+    let kk = k as i32;
+    let src = |i: usize| &a.data[i * k..(i + 1) * k];
+    let mut finish = |i: usize, sum: i32| {
+        let z = za[if za.len() == 1 { 0 } else { i }].wrapping_add(shift);
+        row_zeros[i] = z;
+        row_terms[i] = sum.wrapping_sub(kk.wrapping_mul(z));
+    };
+    let data = if level.wide() {
+        let mut d = try_vec(len, 0i16)?;
+        for i in 0..m {
+            let mut sum = 0i32;
+            for (o, &v) in d[i * lda..].iter_mut().zip(src(i)) {
+                *o = i16::from(v ^ flip);
+                sum = sum.wrapping_add(i32::from(v ^ flip));
+            }
+            finish(i, sum);
+        }
+        Packed::Wide(d)
+    } else {
+        let mut d = try_vec(len, 0u8)?;
+        for i in 0..m {
+            let mut sum = 0i32;
+            for (o, &v) in d[i * lda..].iter_mut().zip(src(i)) {
+                *o = v ^ flip;
+                sum = sum.wrapping_add(i32::from(v ^ flip));
+            }
+            finish(i, sum);
+        }
+        Packed::Narrow(d)
+    };
+    Ok(PackedA {
+        data,
+        lda,
+        row_terms,
+        row_zeros,
+    })
+}
+
+/// Where an output lives: rows of `n` `i32`, which concurrent tasks write in disjoint blocks.
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: *mut i32,
+    n: usize,
+}
+
+// SAFETY: tasks write disjoint (row, column) blocks of the output (see `run`).
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+/// One task: rows `rows` (a multiple of the tile height from the start) and panels `panels`.
+struct Task<'a> {
+    a: &'a PackedA,
+    b: &'a PackedB,
+    /// The shifted zero point of each column (`n` values, one per column).
+    col_zeros: &'a [i32],
+    m: usize,
+}
+
+/// Writes `(A - za) @ (B - zb)` for the `m x k` matrix `a` into `out` (`m x n`, row-major).
+/// `za` holds one zero point or one per row, `zb` one or one per column.
+///
+/// The caller keeps `k <= EXACT_K` for exact results; beyond, the sums wrap.
+pub(in crate::ops) fn gemm(
+    a: Bytes<'_>,
+    m: usize,
+    za: &[i32],
+    b: &PackedB,
+    zb: &[i32],
+    out: &mut [i32],
+) -> Result<()> {
+    let (k, n) = (b.k, b.n);
+    if out.len() != m * n {
+        return Err(Error::Eval("the output does not hold its shape".into()));
+    }
+    if !(za.len() == 1 || za.len() == m) || !(zb.len() == 1 || zb.len() == n) {
+        return Err(Error::Eval("zero points do not match the operands".into()));
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    let level = b.level;
+    let packed = pack_a(a, m, k, za, level)?;
+    let mut col_zeros = try_vec(n, 0i32)?;
+    for (j, z) in col_zeros.iter_mut().enumerate() {
+        *z = zb[if zb.len() == 1 { 0 } else { j }].wrapping_add(b.shift);
+    }
+    let (mr, nr, _) = level.shape();
+    let task = Task {
+        a: &packed,
+        b,
+        col_zeros: &col_zeros,
+        m,
+    };
+    let target = Out {
+        ptr: out.as_mut_ptr(),
+        n,
+    };
+    let blocks = m.div_ceil(mr);
+    let panels = n.div_ceil(nr);
+    let threads = crate::par::threads();
+    let whole = crate::par::min_len(1, &[m, n, k]) == usize::MAX;
+    if threads <= 1 || whole {
+        // SAFETY: one task writes the whole output.
+        unsafe { run(&task, 0..blocks, 0..panels, target) };
+        return Ok(());
+    }
+    // Rows when there are enough row tiles for every thread, else panels.
+    use rayon::prelude::*;
+    if blocks >= 2 * threads || blocks >= panels {
+        let parts = threads.min(blocks);
+        (0..parts).into_par_iter().for_each(|p| {
+            let r = blocks * p / parts..blocks * (p + 1) / parts;
+            // SAFETY: each task writes the rows of its own row tiles.
+            unsafe { run(&task, r, 0..panels, target) };
+        });
+    } else {
+        let parts = threads.min(panels);
+        (0..parts).into_par_iter().for_each(|p| {
+            let c = panels * p / parts..panels * (p + 1) / parts;
+            // SAFETY: each task writes the columns of its own panels.
+            unsafe { run(&task, 0..blocks, c, target) };
+        });
+    }
+    Ok(())
+}
+
+/// Runs the tiles of `blocks` (row tiles) by `panels` on the kernel of the task's level.
+///
+/// # Safety
+/// No concurrent task writes these rows and columns of `out`, which holds `m x n` elements.
+unsafe fn run(
+    t: &Task<'_>,
+    blocks: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    out: Out,
+) {
+    match (t.b.level, &t.a.data, &t.b.data) {
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx512Vnni, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
+            x86::run_avx512vnni(t, a, b, blocks, panels, out)
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Level::AvxVnni, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
+            x86::run_avxvnni(t, a, b, blocks, panels, out)
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx2, Packed::Wide(a), Packed::Wide(b)) => unsafe {
+            x86::run_avx2(t, a, b, blocks, panels, out)
+        },
+        (_, Packed::Wide(a), Packed::Wide(b)) => unsafe {
+            drive::<4, 16, i16, i16>(t, a, b, blocks, panels, out, |a, lda, b, groups, acc| {
+                portable_tile(a, lda, b, groups, acc)
+            })
+        },
+        // The packings of one level always agree.
+        _ => {}
+    }
+}
+
+/// The tile loop every level shares: panels outer (a panel of B stays in cache across row
+/// tiles), row tiles inner; each tile summed by `tile`, corrected for the zero points and
+/// stored.
+///
+/// # Safety
+/// As [`run`]; `MR`, `NR` are the level's tile shape and `a`, `b` its packings.
+#[inline(always)]
+unsafe fn drive<const MR: usize, const NR: usize, TA, TB>(
+    t: &Task<'_>,
+    a: &[TA],
+    b: &[TB],
+    blocks: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    out: Out,
+    tile: impl Fn(&[TA], usize, &[TB], usize, &mut [[i32; NR]; MR]),
+) {
+    let (lda, kg, n) = (t.a.lda, t.b.kg, t.b.n);
+    let g = t.b.level.shape().2;
+    let groups = kg / g;
+    let mut acc = [[0i32; NR]; MR];
+    for p in panels {
+        let panel = &b[p * kg * NR..(p + 1) * kg * NR];
+        let col0 = p * NR;
+        let cols = NR.min(n - col0);
+        let zb = &t.col_zeros[col0..col0 + cols];
+        let cs = &t.b.col_sums[col0..col0 + cols];
+        for blk in blocks.clone() {
+            let row0 = blk * MR;
+            tile(
+                &a[row0 * lda..(row0 + MR) * lda],
+                lda,
+                panel,
+                groups,
+                &mut acc,
+            );
+            for (r, acc_row) in acc.iter().enumerate().take(MR.min(t.m - row0)) {
+                let i = row0 + r;
+                let (ri, zi) = (t.a.row_terms[i], t.a.row_zeros[i]);
+                // SAFETY: row i < m and columns col0..col0 + cols < n lie in the output, and no
+                // other task writes them (the caller's promise).
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut(out.ptr.add(i * out.n + col0), cols) };
+                for (((d, &v), &z), &s) in dst.iter_mut().zip(acc_row).zip(zb).zip(cs) {
+                    *d = v
+                        .wrapping_sub(z.wrapping_mul(ri))
+                        .wrapping_sub(zi.wrapping_mul(s));
+                }
+            }
+        }
+    }
+}
+
+/// One `4 x 16` tile in plain loops: `a` holds 4 rows of `lda` values, `b` a panel of pairs
+/// of rows (each 16 columns of two values); sums of two products that compile to `pmaddwd`
+/// on x86-64 and to widening multiply-adds elsewhere.
+#[inline(always)]
+fn portable_tile(a: &[i16], lda: usize, b: &[i16], groups: usize, acc: &mut [[i32; 16]; 4]) {
+    *acc = [[0; 16]; 4];
+    for (q, bq) in b.chunks_exact(32).take(groups).enumerate() {
+        let bq: &[i16; 32] = bq.try_into().unwrap_or(&[0; 32]);
+        for (r, acc_row) in acc.iter_mut().enumerate() {
+            let x0 = i32::from(a[r * lda + 2 * q]);
+            let x1 = i32::from(a[r * lda + 2 * q + 1]);
+            for (c, s) in acc_row.iter_mut().enumerate() {
+                *s = s.wrapping_add(x0 * i32::from(bq[2 * c]) + x1 * i32::from(bq[2 * c + 1]));
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The x86-64 levels: each a tile kernel of intrinsics and the shared tile loop compiled
+    //! with its target features.
+
+    use super::{drive, Out, Task};
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    /// # Safety
+    /// As `super::run`, on a CPU with AVX-512F, AVX-512BW and AVX-512 VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn run_avx512vnni(
+        t: &Task<'_>,
+        a: &[u8],
+        b: &[u8],
+        blocks: Range<usize>,
+        panels: Range<usize>,
+        out: Out,
+    ) {
+        unsafe {
+            drive::<8, 32, u8, u8>(t, a, b, blocks, panels, out, |a, lda, b, groups, acc| {
+                tile_avx512vnni(a, lda, b, groups, acc)
+            })
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    fn tile_avx512vnni(a: &[u8], lda: usize, b: &[u8], groups: usize, acc: &mut [[i32; 32]; 8]) {
+        assert!(a.len() >= 7 * lda + 4 * groups && b.len() >= groups * 128);
+        let mut c = [[_mm512_setzero_si512(); 2]; 8];
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        for q in 0..groups {
+            // SAFETY: the assertion above bounds every read.
+            unsafe {
+                let b0 = _mm512_loadu_si512(bp.add(q * 128).cast());
+                let b1 = _mm512_loadu_si512(bp.add(q * 128 + 64).cast());
+                for (r, cr) in c.iter_mut().enumerate() {
+                    let x = ap.add(r * lda + 4 * q).cast::<i32>().read_unaligned();
+                    let av = _mm512_set1_epi32(x);
+                    cr[0] = _mm512_dpbusd_epi32(cr[0], av, b0);
+                    cr[1] = _mm512_dpbusd_epi32(cr[1], av, b1);
+                }
+            }
+        }
+        for (row, cr) in acc.iter_mut().zip(&c) {
+            // SAFETY: a row holds 32 i32, two registers.
+            unsafe {
+                _mm512_storeu_si512(row.as_mut_ptr().cast(), cr[0]);
+                _mm512_storeu_si512(row.as_mut_ptr().add(16).cast(), cr[1]);
+            }
+        }
+    }
+
+    /// # Safety
+    /// As `super::run`, on a CPU with AVX2 and AVX-VNNI.
+    #[target_feature(enable = "avx2,avxvnni")]
+    pub(super) unsafe fn run_avxvnni(
+        t: &Task<'_>,
+        a: &[u8],
+        b: &[u8],
+        blocks: Range<usize>,
+        panels: Range<usize>,
+        out: Out,
+    ) {
+        unsafe {
+            drive::<6, 16, u8, u8>(t, a, b, blocks, panels, out, |a, lda, b, groups, acc| {
+                tile_avxvnni(a, lda, b, groups, acc)
+            })
+        }
+    }
+
+    #[target_feature(enable = "avx2,avxvnni")]
+    #[inline]
+    fn tile_avxvnni(a: &[u8], lda: usize, b: &[u8], groups: usize, acc: &mut [[i32; 16]; 6]) {
+        assert!(a.len() >= 5 * lda + 4 * groups && b.len() >= groups * 64);
+        let mut c = [[_mm256_setzero_si256(); 2]; 6];
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        for q in 0..groups {
+            // SAFETY: the assertion above bounds every read.
+            unsafe {
+                let b0 = _mm256_loadu_si256(bp.add(q * 64).cast());
+                let b1 = _mm256_loadu_si256(bp.add(q * 64 + 32).cast());
+                for (r, cr) in c.iter_mut().enumerate() {
+                    let x = ap.add(r * lda + 4 * q).cast::<i32>().read_unaligned();
+                    let av = _mm256_set1_epi32(x);
+                    cr[0] = _mm256_dpbusd_avx_epi32(cr[0], av, b0);
+                    cr[1] = _mm256_dpbusd_avx_epi32(cr[1], av, b1);
+                }
+            }
+        }
+        store256(acc, &c);
+    }
+
+    /// # Safety
+    /// As `super::run`, on a CPU with AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn run_avx2(
+        t: &Task<'_>,
+        a: &[i16],
+        b: &[i16],
+        blocks: Range<usize>,
+        panels: Range<usize>,
+        out: Out,
+    ) {
+        unsafe {
+            drive::<6, 16, i16, i16>(t, a, b, blocks, panels, out, |a, lda, b, groups, acc| {
+                tile_avx2(a, lda, b, groups, acc)
+            })
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn tile_avx2(a: &[i16], lda: usize, b: &[i16], groups: usize, acc: &mut [[i32; 16]; 6]) {
+        assert!(a.len() >= 5 * lda + 2 * groups && b.len() >= groups * 32);
+        let mut c = [[_mm256_setzero_si256(); 2]; 6];
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        for q in 0..groups {
+            // SAFETY: the assertion above bounds every read.
+            unsafe {
+                let b0 = _mm256_loadu_si256(bp.add(q * 32).cast());
+                let b1 = _mm256_loadu_si256(bp.add(q * 32 + 16).cast());
+                for (r, cr) in c.iter_mut().enumerate() {
+                    let x = ap.add(r * lda + 2 * q).cast::<i32>().read_unaligned();
+                    let av = _mm256_set1_epi32(x);
+                    cr[0] = _mm256_add_epi32(cr[0], _mm256_madd_epi16(av, b0));
+                    cr[1] = _mm256_add_epi32(cr[1], _mm256_madd_epi16(av, b1));
+                }
+            }
+        }
+        store256(acc, &c);
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn store256(acc: &mut [[i32; 16]; 6], c: &[[__m256i; 2]; 6]) {
+        for (row, cr) in acc.iter_mut().zip(c) {
+            // SAFETY: a row holds 16 i32, two registers.
+            unsafe {
+                _mm256_storeu_si256(row.as_mut_ptr().cast(), cr[0]);
+                _mm256_storeu_si256(row.as_mut_ptr().add(8).cast(), cr[1]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn bytes(data: &[u8], signed: bool) -> Bytes<'_> {
+        Bytes { data, signed }
+    }
+
+    /// The reference: widened, zero points subtracted, summed in `i64`.
+    fn reference(
+        a: Bytes<'_>,
+        m: usize,
+        k: usize,
+        za: &[i32],
+        b: Bytes<'_>,
+        n: usize,
+        zb: &[i32],
+    ) -> Vec<i64> {
+        let val = |x: Bytes<'_>, i: usize| {
+            if x.signed {
+                i64::from(x.data[i] as i8)
+            } else {
+                i64::from(x.data[i])
+            }
+        };
+        let mut out = vec![0i64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let zai = i64::from(za[if za.len() == 1 { 0 } else { i }]);
+                let zbj = i64::from(zb[if zb.len() == 1 { 0 } else { j }]);
+                out[i * n + j] = (0..k)
+                    .map(|p| (val(a, i * k + p) - zai) * (val(b, p * n + j) - zbj))
+                    .sum();
+            }
+        }
+        out
+    }
+
+    /// Checks `(a - za) @ (b - zb)`, `a` of `m x k` and `b` of `k x n`, at every level.
+    fn check(a: Bytes<'_>, (m, k): (usize, usize), za: &[i32], b: Bytes<'_>, n: usize, zb: &[i32]) {
+        let (sa, sb) = (a.signed, b.signed);
+        let want = reference(a, m, k, za, b, n, zb);
+        for level in Level::supported() {
+            let packed = PackedB::new(b, k, n, level).unwrap();
+            let mut out = vec![0i32; m * n];
+            gemm(a, m, za, &packed, zb, &mut out).unwrap();
+            let got: Vec<i64> = out.iter().map(|&v| i64::from(v)).collect();
+            assert_eq!(got, want, "{level:?} m={m} k={k} n={n} sa={sa} sb={sb}");
+        }
+    }
+
+    #[test]
+    fn worst_case_sums_are_exact_at_every_level() {
+        // 255 x -128 everywhere, and 255 x 127, 0 - 255 zero points; k long enough that i16
+        // pairs would saturate many times over.
+        let (m, k, n) = (9, 1031, 33);
+        for (sa, sb) in [(false, true), (false, false), (true, true), (true, false)] {
+            for (va, vb, za, zb) in [
+                (255u8, 0x80u8, 0, 0),
+                (255, 127, 0, 0),
+                (0, 255, 255, 0),
+                (0x80, 0x80, 127, -128),
+                (0, 0, 255, 255),
+            ] {
+                let clamp = |z: i32, s: bool| if s { (z as u8 as i8) as i32 } else { z & 255 };
+                let za = [clamp(za, sa)];
+                let zb = [clamp(zb, sb)];
+                let (a, b) = (vec![va; m * k], vec![vb; k * n]);
+                check(bytes(&a, sa), (m, k), &za, bytes(&b, sb), n, &zb);
+            }
+        }
+    }
+
+    #[test]
+    fn the_largest_exact_k_does_not_overflow() {
+        let (m, k, n) = (1, EXACT_K, 3);
+        let (a0, a1) = (vec![0; m * k], vec![255; m * k]);
+        let (b0, b1) = (vec![0x7f; k * n], vec![0; k * n]);
+        check(
+            bytes(&a0, false),
+            (m, k),
+            &[255],
+            bytes(&b0, true),
+            n,
+            &[-128],
+        );
+        check(
+            bytes(&a1, false),
+            (m, k),
+            &[0],
+            bytes(&b1, false),
+            n,
+            &[255],
+        );
+    }
+
+    /// Packing a B with no rows (K = 0) cut its panels into empty chunks, which panics.
+    #[test]
+    fn b_with_no_rows_packs_and_sums_to_zero() {
+        check(bytes(&[], false), (1, 0), &[3], bytes(&[], true), 1, &[-5]);
+        check(
+            bytes(&[], true),
+            (7, 0),
+            &[0],
+            bytes(&[], false),
+            40,
+            &[255],
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 64,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+        #[test]
+        fn every_level_matches_the_reference(
+            m in 1usize..20, k in 0usize..70, n in 1usize..70,
+            sa: bool, sb: bool, per_row: bool, per_col: bool, seed: u64,
+        ) {
+            let mut s = seed | 1;
+            let mut next = || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
+            let a: Vec<u8> = (0..m * k).map(|_| next() as u8).collect();
+            let b: Vec<u8> = (0..k * n).map(|_| next() as u8).collect();
+            let zero = |s: bool, x: u64| if s { i32::from(x as u8 as i8) } else { i32::from(x as u8) };
+            let za: Vec<i32> = (0..if per_row { m } else { 1 }).map(|_| zero(sa, next())).collect();
+            let zb: Vec<i32> = (0..if per_col { n } else { 1 }).map(|_| zero(sb, next())).collect();
+            check(bytes(&a, sa), (m, k), &za, bytes(&b, sb), n, &zb);
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! `ConvInteger` (10) and `QLinearConv` (10): the 8-bit convolutions, on the integer kernel of
+//! `igemm.rs`.
+//!
+//! Specs: <https://onnx.ai/onnx/operators/onnx__ConvInteger.html>,
+//! <https://onnx.ai/onnx/operators/onnx__QLinearConv.html>.
+//!
+//! Design note: every group of every image is one integer product, the group's filters
+//! (`M/g x C/g*taps`, the kernel's A, zero points per row: per output channel) times the
+//! im2col matrix of the group's input planes (`C/g*taps x positions`, the kernel's B, packed
+//! once per group). Written in `NCHW` order, the product's rows are the output planes, so the
+//! kernel writes the output in place. im2col pads with the input's zero point itself, so a
+//! padded tap contributes zero after the kernel subtracts it, as the spec asks. The sums are
+//! exact integers, the same as the `f64` convolution of `conv.rs` on shifted operands
+//! ([`reference_conv`]), which stays for contracted dims beyond [`EXACT_K`] and as the tests'
+//! reference.
+
+use crate::error::{Error, Result};
+use crate::tensor::{try_vec, Tensor};
+use crate::DataType;
+
+use super::super::util::{optional, required, to_i64s, unsupported_type};
+use std::mem::MaybeUninit;
+
+use super::super::vector::{as_slots, assume_written};
+use super::super::EvalCtx;
+use super::common::{
+    checked_product, code_range, round_half_even, shifted_f64s, to_f32s, zero_at, zero_points,
+};
+use super::conv::{coord, ConvShape};
+use super::igemm::{self, Bytes, Level, PackedB, EXACT_K};
+use super::matmul::{requantize_offset, scales, single, Sums};
+use super::window::{inside, Geometry3};
+
+/// The exact integer convolution of `x - x_zero` and `w - w_zero` (per tensor, or per output
+/// channel for the weights): `i32` from the integer kernel, or `f64` when the contracted dim
+/// (input channels per group times taps) exceeds [`EXACT_K`].
+fn integer_conv(
+    ctx: &EvalCtx<'_>,
+    x: &Tensor,
+    x_zero: Option<&Tensor>,
+    w: &Tensor,
+    w_zero: Option<&Tensor>,
+) -> Result<(ConvShape, Sums)> {
+    for t in [Some(x), Some(w), x_zero, w_zero].into_iter().flatten() {
+        if !matches!(t.dtype(), DataType::Int8 | DataType::Uint8) {
+            return Err(unsupported_type("an integer convolution", t.dtype()));
+        }
+    }
+    let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
+    let zx = zero_points(x_zero)?;
+    zero_at(&zx, 1, "the zero point of x").map(|_| ())?;
+    let zw = zero_points(w_zero)?;
+    zero_at(&zw, shape.c_out, "the zero point of w").map(|_| ())?;
+    // 8-bit values (their types were checked above), so these conversions are exact.
+    let zx = zx.first().map_or(0, |&z| z as i32);
+    let zw: Vec<i32> = if zw.is_empty() {
+        vec![0]
+    } else {
+        zw.iter().map(|&z| z as i32).collect()
+    };
+    let kc = (shape.c_in / shape.group).saturating_mul(shape.geo.taps());
+    let sums = if kc > EXACT_K {
+        Sums::F64(reference_conv(&shape, x, zx, w, &zw)?)
+    } else {
+        Sums::I32(kernel_conv(&shape, x, zx, w, &zw, Level::detect())?)
+    };
+    Ok((shape, sums))
+}
+
+/// The convolution of [`integer_conv`] on the integer kernel of `level`: `zx` is the input's
+/// zero point, `zw` one zero point or one per output channel.
+fn kernel_conv(
+    shape: &ConvShape,
+    x: &Tensor,
+    zx: i32,
+    w: &Tensor,
+    zw: &[i32],
+    level: Level,
+) -> Result<Vec<i32>> {
+    let mut out = try_vec(checked_product(&shape.out_shape)?, 0i32)?;
+    if out.is_empty() {
+        // Nothing to write; the planes of an empty output may multiply past `usize`.
+        return Ok(out);
+    }
+    let g = &shape.geo;
+    let (cg, mg) = (shape.c_in / shape.group, shape.c_out / shape.group);
+    let (in_plane, out_plane) = (g.in_plane(), g.out_plane());
+    let kc = cg * g.taps();
+    let (xv, wv) = (x.as_bytes()?, w.as_bytes()?);
+    if xv.len() != shape.batch * shape.c_in * in_plane || wv.len() != shape.c_out * kc {
+        return Err(Error::Eval("X or W does not hold its shape".into()));
+    }
+    let len = kc
+        .checked_mul(out_plane)
+        .ok_or_else(|| Error::Eval(format!("an im2col matrix of {kc} x {out_plane}")))?;
+    let mut col = try_vec(len, 0u8)?;
+    // The zero point as the byte it is stored as (two's complement for `int8`).
+    let pad = zx as u8;
+    let zb = [zx];
+    let image = shape.c_out * out_plane;
+    for (b, y_image) in out.chunks_exact_mut(image).enumerate() {
+        for (gi, y) in y_image.chunks_exact_mut(mg * out_plane).enumerate() {
+            let x0 = (b * shape.c_in + gi * cg) * in_plane;
+            im2col_bytes(&xv[x0..x0 + cg * in_plane], g, cg, pad, &mut col);
+            let cols = Bytes {
+                data: &col,
+                signed: x.dtype() == DataType::Int8,
+            };
+            let packed = PackedB::new(cols, kc, out_plane, level)?;
+            let filters = Bytes {
+                data: &wv[gi * mg * kc..(gi + 1) * mg * kc],
+                signed: w.dtype() == DataType::Int8,
+            };
+            let za = if zw.len() == 1 {
+                zw
+            } else {
+                &zw[gi * mg..(gi + 1) * mg]
+            };
+            igemm::gemm(filters, mg, za, &packed, &zb, y)?;
+        }
+    }
+    Ok(out)
+}
+
+/// Fills `col` (row-major, `cg * taps` rows of one column per output position) with the byte
+/// each kernel tap of each channel sees at each output position, `pad` in the padding; `x`
+/// holds the `cg` input planes. Rows come in im2col's order (channel, then depth, height and
+/// width taps), the order of a filter's weights.
+fn im2col_bytes(x: &[u8], g: &Geometry3, cg: usize, pad: u8, col: &mut [u8]) {
+    let [od, oh, ow] = g.output;
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [sd, sh, sw] = g.strides;
+    let [dd, dh, dw] = g.dilations;
+    let [pd, ph, pw] = g.pad_begin;
+    let mut rows = col.chunks_exact_mut(g.out_plane().max(1));
+    for c in 0..cg {
+        for kz in 0..kd {
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let Some(row) = rows.next() else { return };
+                    // Output columns `lo..hi` read inside the input row at this tap.
+                    let (lo, hi) = inside(ow, iw, sw, kx * dw, pw);
+                    for (r, seg) in row.chunks_exact_mut(ow.max(1)).take(od * oh).enumerate() {
+                        let (oz, oy) = (r / oh, r % oh);
+                        let (Some(iz), Some(iy)) =
+                            (coord(oz, kz, sd, dd, pd, id), coord(oy, ky, sh, dh, ph, ih))
+                        else {
+                            seg.fill(pad);
+                            continue;
+                        };
+                        seg[..lo].fill(pad);
+                        seg[hi..].fill(pad);
+                        if lo == hi {
+                            continue;
+                        }
+                        let src = &x[((c * id + iz) * ih + iy) * iw..][..iw];
+                        // `inside` keeps `ox * sw + kx * dw - pw` inside the row for `ox` in
+                        // `lo..hi`.
+                        let first = lo * sw + kx * dw - pw;
+                        if sw == 1 {
+                            seg[lo..hi].copy_from_slice(&src[first..first + hi - lo]);
+                        } else {
+                            for (d, &v) in
+                                seg[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw))
+                            {
+                                *d = v;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The convolution of [`integer_conv`] with both operands widened to `f64` (the convolution
+/// of `conv.rs`): exact for any contracted dim.
+fn reference_conv(
+    shape: &ConvShape,
+    x: &Tensor,
+    zx: i32,
+    w: &Tensor,
+    zw: &[i32],
+) -> Result<Vec<f64>> {
+    let per_filter = w.len() / shape.c_out.max(1);
+    let zw_at = |i: usize| i64::from(zw[if zw.len() == 1 { 0 } else { i }]);
+    let xv = shifted_f64s(x, |_| i64::from(zx))?;
+    let wv = shifted_f64s(w, |i| zw_at(i / per_filter.max(1)))?;
+    let mut acc = try_vec(checked_product(&shape.out_shape)?, 0.0)?;
+    // SAFETY: the convolution writes only initialised values.
+    shape.run::<f64>(&xv, &wv, None, None, unsafe { as_slots(&mut acc) })?;
+    Ok(acc)
+}
+
+pub(super) fn eval_conv_integer(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, w) = (required(inputs, 0)?, required(inputs, 1)?);
+    let (shape, sums) = integer_conv(ctx, x, optional(inputs, 2), w, optional(inputs, 3))?;
+    let ints = match sums {
+        Sums::I32(v) => v,
+        Sums::F64(v) => v.into_iter().map(|v| v as i32).collect(),
+    };
+    Ok(vec![Tensor::from_vec(
+        DataType::Int32,
+        &shape.out_shape,
+        ints,
+    )?])
+}
+
+pub(super) fn eval_qlinear_conv(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, x_scale, x_zero) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
+    let (w, w_scale, w_zero) = (
+        required(inputs, 3)?,
+        required(inputs, 4)?,
+        required(inputs, 5)?,
+    );
+    let (y_scale, y_zero, bias) = (
+        required(inputs, 6)?,
+        required(inputs, 7)?,
+        optional(inputs, 8),
+    );
+    if bias.is_some_and(|b| b.dtype() != DataType::Int32) {
+        return Err(ctx.error("B must be int32"));
+    }
+    let (shape, acc) = integer_conv(ctx, x, Some(x_zero), w, Some(w_zero))?;
+    let plane = shape.geo.out_plane().max(1);
+    let c_out = shape.c_out.max(1);
+    let bias = match bias {
+        Some(b) => {
+            let v = to_i64s(b)?;
+            if v.len() != shape.c_out {
+                return Err(ctx.error(format!(
+                    "B has {} values for {} output channels",
+                    v.len(),
+                    shape.c_out
+                )));
+            }
+            v
+        }
+        None => Vec::new(),
+    };
+    let sx = single(&to_f32s(x_scale)?, "x_scale")?;
+    let sw = scales(w_scale, shape.c_out, "w_scale")?;
+    let sy = single(&to_f32s(y_scale)?, "y_scale")?;
+    let zy = single(&to_i64s(y_zero)?, "y_zero_point")?;
+    let mult: Vec<f64> = sw.iter().map(|&s| (sx * s / sy) as f64).collect();
+    if let (Sums::I32(sums), DataType::Uint8 | DataType::Int8) = (&acc, y_zero.dtype()) {
+        let mult = |c: usize| mult[if mult.len() == 1 { 0 } else { c }];
+        let bias = |c: usize| bias.get(c).map_or(0.0, |&b| b as f64);
+        let dtype = y_zero.dtype();
+        let y = Tensor::uninit(dtype, &shape.out_shape)?
+            .fill::<u8>(|dst| requantize_planes(sums, plane, c_out, mult, bias, zy, dtype, dst))?;
+        return Ok(vec![y]);
+    }
+    let channel = |i: usize| (i / plane) % c_out;
+    let scale = |i: usize| mult[if mult.len() == 1 { 0 } else { channel(i) }];
+    // The bias is an exact integer in `f64`, as the sums are.
+    let offset = |i: usize| bias.get(channel(i)).map_or(0.0, |&b| b as f64);
+    Ok(vec![requantize_offset(
+        &acc,
+        offset,
+        scale,
+        zy,
+        y_zero.dtype(),
+        &shape.out_shape,
+    )?])
+}
+
+/// [`requantize_offset`]'s arithmetic, a plane at a time, into the bytes of an 8-bit `dtype`:
+/// `clamp(round_half_even((sum + bias(c)) * mult(c)) + zy)` for the sums of output channel `c`.
+#[allow(clippy::too_many_arguments)]
+fn requantize_planes<'o>(
+    sums: &[i32],
+    plane: usize,
+    c_out: usize,
+    mult: impl Fn(usize) -> f64,
+    bias: impl Fn(usize) -> f64,
+    zy: i64,
+    dtype: DataType,
+    dst: &'o mut [MaybeUninit<u8>],
+) -> &'o mut [u8] {
+    let (lo, hi) = code_range(dtype);
+    let zy = zy as f64;
+    for (p, (out, sum)) in dst.chunks_mut(plane).zip(sums.chunks(plane)).enumerate() {
+        let (m, b) = (mult(p % c_out), bias(p % c_out));
+        for (o, &v) in out.iter_mut().zip(sum) {
+            let q = (round_half_even((f64::from(v) + b) * m) + zy).clamp(lo, hi);
+            // Two's complement: an int8 code is stored as its byte.
+            o.write(q as i64 as u8);
+        }
+    }
+    // SAFETY: `sums` holds one sum per element of the output, so every byte was written.
+    unsafe { assume_written(dst) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{AttrValue, Node};
+    use crate::ops::{EvalCtx, NoSubgraphs};
+
+    /// An 8-bit tensor of `shape` from a seed (xorshift).
+    fn bytes(dtype: DataType, shape: &[usize], seed: u64) -> Tensor {
+        let mut s = seed | 1;
+        let len = shape.iter().product();
+        let v: Vec<u8> = (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect();
+        Tensor::from_bytes(dtype, shape, &v).unwrap()
+    }
+
+    /// The kernel's sums at every level and the `f64` reference's, for one convolution.
+    fn check(node: &Node, x: &Tensor, zx: i32, w: &Tensor, zw: &[i32]) {
+        let ctx = EvalCtx {
+            node,
+            opset: 10,
+            runner: &NoSubgraphs,
+            prepared: None,
+        };
+        let shape = ConvShape::new(&ctx, x.shape(), w.shape()).unwrap();
+        let want = reference_conv(&shape, x, zx, w, zw).unwrap();
+        for level in Level::supported() {
+            let got = kernel_conv(&shape, x, zx, w, zw, level).unwrap();
+            let got: Vec<f64> = got.into_iter().map(f64::from).collect();
+            assert_eq!(got, want, "{level:?} {node:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 64,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+        /// Every level of the integer convolution gives the `f64` convolution's sums: grouped,
+        /// strided, dilated and padded, over one to three spatial dims, on every sign
+        /// combination, with zero points per tensor or per output channel.
+        #[test]
+        fn integer_convolution_matches_the_f64_convolution(
+            rank in 1usize..4, batch in 1usize..3, group in 1usize..4, cg in 1usize..4,
+            mg in 1usize..4, size in 1usize..7, kernel in 1usize..4, stride in 1usize..3,
+            dilation in 1usize..3, pad in 0usize..3, sx: bool, sw: bool, per_channel: bool,
+            seed: u64,
+        ) {
+            let dt = |s: bool| if s { DataType::Int8 } else { DataType::Uint8 };
+            let ints = |v: usize, n: usize| AttrValue::Ints(vec![v as i64; n]);
+            let node = Node::new("ConvInteger", "c", ["x", "w"], ["y"])
+                .with_attr("group", AttrValue::Int(group as i64))
+                .with_attr("kernel_shape", ints(kernel, rank))
+                .with_attr("strides", ints(stride, rank))
+                .with_attr("dilations", ints(dilation, rank))
+                .with_attr("pads", ints(pad, 2 * rank));
+            // The dilated kernel must fit the padded input.
+            let reach = (kernel - 1) * dilation + 1;
+            proptest::prop_assume!(size + 2 * pad >= reach);
+            let size = if rank == 3 { size.min(4) } else { size };
+            proptest::prop_assume!(size + 2 * pad >= reach);
+            let mut xs = vec![batch, group * cg];
+            xs.extend(vec![size; rank]);
+            let mut ws = vec![group * mg, cg];
+            ws.extend(vec![kernel; rank]);
+            let x = bytes(dt(sx), &xs, seed);
+            let w = bytes(dt(sw), &ws, seed.wrapping_mul(31));
+            let z = |s: bool, v: u64| if s { i32::from(v as u8 as i8) } else { i32::from(v as u8) };
+            let zx = z(sx, seed >> 8);
+            let zw: Vec<i32> = if per_channel {
+                (0..group * mg).map(|i| z(sw, seed >> (i % 48))).collect()
+            } else {
+                vec![z(sw, seed >> 16)]
+            };
+            check(&node, &x, zx, &w, &zw);
+        }
+    }
+
+    /// `QLinearConv` through the kernel requantises as the `f64` reference's sums do, per
+    /// channel scales and bias included, for uint8 and int8 outputs.
+    #[test]
+    fn qlinear_conv_requantizes_the_kernel_sums_as_the_reference() {
+        let node = Node::new(
+            "QLinearConv",
+            "c",
+            ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"],
+            ["y"],
+        )
+        .with_attr("pads", AttrValue::Ints(vec![1, 0, 1, 2]))
+        .with_attr("strides", AttrValue::Ints(vec![1, 2]));
+        let f = |v: Vec<f32>| Tensor::from_vec(DataType::Float, &[v.len()], v).unwrap();
+        for (dt, zy) in [(DataType::Uint8, 0x70u8), (DataType::Int8, 0xf0)] {
+            let x = bytes(dt, &[2, 3, 6, 7], 11);
+            let w = bytes(DataType::Int8, &[4, 3, 3, 2], 12);
+            let zx = Tensor::from_bytes(dt, &[], &[0x81]).unwrap();
+            let zw = Tensor::from_bytes(DataType::Int8, &[4], &[0, 1, 0xff, 3]).unwrap();
+            let zy = Tensor::from_bytes(dt, &[], &[zy]).unwrap();
+            let (sx, sy) = (f(vec![0.02]), f(vec![0.3]));
+            let sw = f(vec![0.01, 0.015, 0.02, 0.005]);
+            let b = Tensor::from_vec(DataType::Int32, &[4], vec![-900i32, 5, 40000, 7]).unwrap();
+            let inputs = [&x, &sx, &zx, &w, &sw, &zw, &sy, &zy, &b].map(Some);
+            let got = crate::ops::eval_node(&node, 10, &inputs).unwrap().remove(0);
+            let ctx = EvalCtx {
+                node: &node,
+                opset: 10,
+                runner: &NoSubgraphs,
+                prepared: None,
+            };
+            let shape = ConvShape::new(&ctx, x.shape(), w.shape()).unwrap();
+            // The byte 0x81 as a zero point: -127 as int8, 129 as uint8.
+            let zx = if dt == DataType::Int8 { -127 } else { 0x81 };
+            let sums = reference_conv(&shape, &x, zx, &w, &[0, 1, -1, 3]).unwrap();
+            let plane = shape.geo.out_plane();
+            let mult: Vec<f64> = [0.01f32, 0.015, 0.02, 0.005]
+                .iter()
+                .map(|&s| (0.02f32 * s / 0.3f32) as f64)
+                .collect();
+            let bias = [-900.0, 5.0, 40000.0, 7.0];
+            let zy = if dt == DataType::Int8 { -16 } else { 0x70 };
+            let want = requantize_offset(
+                &Sums::F64(sums),
+                |i| bias[(i / plane) % 4],
+                |i| mult[(i / plane) % 4],
+                zy,
+                dt,
+                &shape.out_shape,
+            )
+            .unwrap();
+            assert_eq!(got.as_bytes().unwrap(), want.as_bytes().unwrap(), "{dt:?}");
+        }
+    }
+
+    #[test]
+    fn extreme_bytes_and_zero_points_sum_exactly() {
+        // 255 x -128 at every tap, with padding read as the zero point.
+        let node = Node::new("ConvInteger", "c", ["x", "w"], ["y"])
+            .with_attr("pads", AttrValue::Ints(vec![1, 2, 1, 2]));
+        for (vx, vw, sx, sw) in [
+            (0xffu8, 0x80u8, false, true),
+            (0x80, 0x80, true, true),
+            (0, 0xff, false, false),
+        ] {
+            let dt = |s: bool| if s { DataType::Int8 } else { DataType::Uint8 };
+            let x = Tensor::from_bytes(dt(sx), &[1, 40, 5, 7], &[vx; 40 * 35]).unwrap();
+            let w = Tensor::from_bytes(dt(sw), &[3, 40, 3, 3], &[vw; 3 * 40 * 9]).unwrap();
+            for (zx, zw) in [
+                (0, 0),
+                (if sx { -128 } else { 255 }, if sw { 127 } else { 0 }),
+            ] {
+                check(&node, &x, zx, &w, &[zw]);
+            }
+        }
+    }
+}
