@@ -2,8 +2,8 @@
 //! constants so shape arithmetic gives exact types, and the interpreter's planning
 //! (`crate::interp`) folds the steps whose inputs are all constants so they cost nothing per run.
 //! Both ask [`Folder::fold`]; they differ only in how large a folded value may be
-//! ([`Folder::INFERENCE`], [`Folder::PLANNING`]), never in how a size is counted or in which
-//! operators are folded.
+//! ([`Folder::INFERENCE`] per value; for planning, what is left of the session's folding budget),
+//! never in how a size is counted or in which operators are folded.
 //!
 //! The size rule: a fold is kept when its outputs together take at most the folder's bytes
 //! (strings count their handles, as [`super::planned_output_bytes`] counts them). The operator's
