@@ -18,12 +18,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
+
+from check_models import median_seconds
 
 BIN = os.environ.get("MULTIGATHER", "target/release/multigather")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -74,15 +75,6 @@ def make_models(out):
     paths["float16"] = os.path.join(out, "float16.onnx")
     onnx.save(convert_float_to_float16(onnx.load(base), keep_io_types=True), paths["float16"])
     return paths
-
-
-def median_seconds(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def check(name, path, work, threads, repeat):
