@@ -160,7 +160,10 @@ impl Api {
         if self.ok(read) && floats > 0 {
             return Some(Found::Other("floats"));
         }
-        let mut values = vec![0i64; ints];
+        // Sized by the model: allocated through the budgeted path.
+        let Ok(mut values) = multigather::tensor::try_vec(ints, 0i64) else {
+            return Some(Found::Other("an ints list too long to read"));
+        };
         if ints > 0 {
             let read = unsafe {
                 (self.0.KernelInfoGetAttributeArray_int64)(

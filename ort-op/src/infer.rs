@@ -107,13 +107,16 @@ fn axes(api: Api, ctx: *mut OrtShapeInferContext) -> Option<Vec<i64>> {
             &mut bytes,
         )
     };
+    // A zero-length read of a non-empty list fails after telling the size; only the size is
+    // wanted here.
+    api.ok(sized);
     let count = bytes / std::mem::size_of::<i64>();
-    let mut values = vec![0i64; count];
+    // Sized by the model: allocated through the budgeted path (a list too long leaves the
+    // output untyped, and the kernel's creation reports the attribute).
+    let mut values = multigather::tensor::try_vec(count, 0i64).ok()?;
     if count == 0 {
-        api.ok(sized);
         return Some(values);
     }
-    api.ok(sized);
     // SAFETY: `values` holds `count` ints, `bytes` bytes.
     let read = unsafe {
         (api.0.ReadOpAttr)(
