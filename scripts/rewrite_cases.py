@@ -10,6 +10,7 @@ Each case is a valid model (onnx.checker.check_model(full_check=True) accepts it
   node output named like an outer value, so formal parameters are the only shadowing);
 - a model-local function called with different ranks (in both file orders, through another
   function), one called consistently through two levels, and a local function named `Gather`;
+- several gathers inside one local function, importing the model's opset or an older one;
 - declarations that are not proof (an input overriding an initializer, a wrong value_info);
 - Gather at every opset 1-13, in IR 3 (initializers must be inputs) and current IR, with float and
   integer data and scalar, vector and matrix indices; GatherElements and GatherND at 11-13;
@@ -109,6 +110,31 @@ def functions():
                   {"x": arange([3, 4]), "i": np.array([0, 1], np.int64)}, left=1, checked=False,
                   same_reading=False,
                   notes=["the checker refuses a function without a domain"])
+    yield from gathers_in_a_function()
+
+
+def gathers_in_a_function():
+    # Three lowerings inside one local function (onnxruntime resolves the calls of a function
+    # body by name alone), and the same function importing opset 11 in an opset-18 model with
+    # a symbolic index count (onnxruntime checks an inlined body at the model's opset).
+    for fn_opset, dims in ((18, [3, 4]), (11, ["n", 4])):
+        blocks = h.make_function(
+            "local", "blocks", ["X", "I", "J"], ["Y", "Z", "W"],
+            [h.make_node("Gather", ["X", "I"], ["Y"], axis=1),
+             h.make_node("GatherElements", ["X", "J"], ["Z"], axis=0),
+             h.make_node("Gather", ["X", "I"], ["W"], axis=0)],
+            [h.make_opsetid("", fn_opset)])
+        g = h.make_graph(
+            [h.make_node("blocks", ["x", "i", "j"], ["y", "z", "w"], domain="local", name="call")],
+            "main", [vi("x", T.FLOAT, dims), vi("i", T.INT64, [2]), vi("j", T.INT64, [2, 4])],
+            [vi("y", T.FLOAT, [dims[0], 2]), vi("z", T.FLOAT, [2, 4]), vi("w", T.FLOAT, [2, 4])])
+        feeds = {"x": arange([3, 4]), "i": np.array([2, -1], np.int64),
+                 "j": np.array([[0, 2, 1, 0], [2, 2, -3, 1]], np.int64)}
+        notes = [] if fn_opset == 18 else [
+            "the checker refuses a function importing another opset than the model's"]
+        yield Crafted(f"gathers_in_a_function_at_opset_{fn_opset}_of_18",
+                      model(g, 18, functions=[blocks], domains=["local"]), feeds,
+                      checked=fn_opset == 18, notes=notes)
 
 
 def declarations():

@@ -6,8 +6,6 @@
 //! ([`crate::ops`]). Declared and inferred types are merged, keeping whichever knows more. Nothing
 //! is ever guessed: an unknown rank stays unknown, and the rewrite pass skips what it cannot prove.
 
-use std::collections::HashMap;
-
 use crate::ir::stored_to_tensor;
 use crate::ir::{
     is_onnx_domain, opset_version, same_dim, Dim, Graph, Node, OpsetImport, Shape, StoredTensor,
@@ -20,7 +18,7 @@ use crate::tensor::Tensor;
 /// inferred.
 #[derive(Clone, Debug, Default)]
 pub struct TypeEnv {
-    types: HashMap<String, TensorType>,
+    types: crate::ir::NameMap<TensorType>,
     contradictions: Vec<String>,
 }
 
@@ -555,7 +553,7 @@ fn merge(a: &TensorType, b: &TensorType) -> TensorType {
 /// ranks and dims.
 #[derive(Default)]
 struct Constants {
-    values: HashMap<String, Tensor>,
+    values: crate::ir::NameMap<Tensor>,
 }
 
 impl Constants {

@@ -44,6 +44,29 @@ pub struct LoadOptions {
     /// and the arity and attribute types of known operators (see the `checks` module). Only a
     /// caller that wants to look at an invalid model turns this off.
     pub check: bool,
+    /// How regular files (the model and its external data) are brought into memory.
+    pub access: FileAccess,
+}
+
+/// How [`load_with`] brings a regular file into memory.
+///
+/// # Example
+/// ```no_run
+/// use multigather::io::{load_with, FileAccess, LoadOptions};
+/// // A process that cannot handle SIGBUS (an interpreter embedding the library) reads.
+/// let options = LoadOptions { access: FileAccess::Read, ..Default::default() };
+/// let model = load_with("model.onnx".as_ref(), &options).unwrap();
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileAccess {
+    /// Map the file: nothing is copied and pages are read on first use. A mapped file that
+    /// another process truncates faults (`SIGBUS`) at the next read of a lost page, so a process
+    /// mapping its inputs needs a handler for that signal, as the binary has.
+    #[default]
+    Map,
+    /// Read the file into memory (a fallible allocation of its size): slower for large weights,
+    /// but a file truncated under the reader is a short read, an error naming the file.
+    Read,
 }
 
 impl Default for LoadOptions {
@@ -54,6 +77,7 @@ impl Default for LoadOptions {
             max_nodes: 10_000_000,
             max_depth: 64,
             check: true,
+            access: FileAccess::Map,
         }
     }
 }
@@ -77,7 +101,7 @@ pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Model> {
     // Held until the model and its data files are open (see `lock`).
     let _pair = lock::DirLock::shared(&parent_dir(path));
     let (file, meta) = input::open_input(path, Origin::Named)?;
-    let bytes = if meta.is_file() {
+    let bytes = if meta.is_file() && options.access == FileAccess::Map {
         if meta.len() > options.max_file_bytes {
             return Err(input::too_big(path, meta.len(), options.max_file_bytes));
         }
@@ -128,6 +152,8 @@ fn decode_with(bytes: Bytes, base: Option<PathBuf>, options: &LoadOptions) -> Re
     let mut resolver = ExternalResolver {
         base: base.clone(),
         files: HashMap::new(),
+        access: options.access,
+        max_file_bytes: options.max_file_bytes,
     };
     let max = options.max_tensor_bytes;
     for_each_tensor(&mut model, &mut |t| {
@@ -161,7 +187,7 @@ pub fn for_each_tensor(
         for t in &mut g.initializers {
             f(t)?;
         }
-        for id in g.node_ids() {
+        for id in g.node_ids_unordered() {
             let needs = g.node(id).attributes.iter().any(|a| {
                 matches!(
                     a.value,
@@ -218,6 +244,8 @@ fn map_file(file: &File, path: &Path) -> Result<Bytes> {
 struct ExternalResolver {
     base: Option<PathBuf>,
     files: HashMap<String, Bytes>,
+    access: FileAccess,
+    max_file_bytes: u64,
 }
 
 impl ExternalResolver {
@@ -252,7 +280,8 @@ impl ExternalResolver {
             ));
         };
         if !self.files.contains_key(&location) {
-            let bytes = open_inside(base, &location).map_err(bad)?;
+            let bytes =
+                open_inside(base, &location, self.access, self.max_file_bytes).map_err(bad)?;
             self.files.insert(location.clone(), bytes);
         }
         let file = &self.files[&location];
@@ -309,9 +338,14 @@ pub fn check_location(location: &str) -> std::result::Result<(), String> {
 }
 
 /// Opens `base/location`, refusing symlinks anywhere below `base`, anything but a regular file,
-/// and hard-linked files, and maps it. What is checked is the file that was opened: its identity
-/// is compared with the checked path.
-fn open_inside(base: &Path, location: &str) -> std::result::Result<Bytes, String> {
+/// and hard-linked files, and maps or reads it. What is checked is the file that was opened: its
+/// identity is compared with the checked path.
+fn open_inside(
+    base: &Path,
+    location: &str,
+    access: FileAccess,
+    max_bytes: u64,
+) -> std::result::Result<Bytes, String> {
     let mut path = base.to_path_buf();
     for c in Path::new(location).components() {
         if let Component::Normal(part) = c {
@@ -351,7 +385,11 @@ fn open_inside(base: &Path, location: &str) -> std::result::Result<Bytes, String
             ));
         }
     }
-    map_file(&file, &path).map_err(|e| e.to_string())
+    match access {
+        FileAccess::Map => map_file(&file, &path),
+        FileAccess::Read => input::read_limited(file, &meta, &path, max_bytes).map(Bytes::from),
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// How to store tensor payloads when saving.

@@ -14,6 +14,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     on_sigbus_exit();
+    cli::map_files();
     let args = cli::Args::parse();
     match cli::run(args) {
         Ok(cli::Outcome::Success) => ExitCode::SUCCESS,

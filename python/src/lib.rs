@@ -48,10 +48,19 @@ fn err(e: impl std::fmt::Display) -> PyErr {
     Error::new_err(e.to_string())
 }
 
+/// Files are read, not mapped: a mapped file truncated by another process would kill the Python
+/// interpreter with `SIGBUS` (the binary has a handler; a library inside another process cannot
+/// install one), where a read comes up short and fails with an error naming the file.
 fn load(source: &Source) -> Result<Model, multigather::Error> {
     match source {
         Source::Bytes(b) => multigather::io::load_bytes(b),
-        Source::Path(p) => multigather::io::load(p),
+        Source::Path(p) => {
+            let options = multigather::io::LoadOptions {
+                access: multigather::io::FileAccess::Read,
+                ..Default::default()
+            };
+            multigather::io::load_with(p, &options)
+        }
     }
 }
 

@@ -88,3 +88,58 @@ def test_the_input_is_not_overwritten_without_in_place(tmp_path):
         assert path.read_bytes() == before
     multigather.rewrite(str(path), output=path, in_place=True)
     assert "GatherMultiaxis" in {n.op_type for n in onnx.load(path).graph.node}
+
+
+TRUNCATING_SCRIPT = r"""
+import sys, threading, time
+import multigather
+
+model, data, out = sys.argv[1:4]
+weights = open(data, "rb").read()
+stop = time.monotonic() + 3.0
+calls = {"ok": 0, "error": 0}
+
+
+def truncate_and_restore():
+    while time.monotonic() < stop:
+        with open(data, "r+b") as f:
+            f.truncate(0)
+        with open(data, "r+b") as f:
+            f.write(weights)
+
+
+thread = threading.Thread(target=truncate_and_restore)
+thread.start()
+while time.monotonic() < stop:
+    try:
+        multigather.rewrite(model, output=out)
+        calls["ok"] += 1
+    except multigather.Error as e:
+        assert "weights.bin" in str(e), e
+        calls["error"] += 1
+thread.join()
+print(calls)
+"""
+
+
+def test_a_file_truncated_under_the_package_is_an_error_not_a_crash(tmp_path):
+    # A mapped file truncated by another process kills its reader with SIGBUS; the package
+    # reads files, so the interpreter survives and each call succeeds or raises.
+    import subprocess
+    import sys
+
+    table = np.zeros((1 << 20, 8), dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "i"], ["y"], name="lookup")], "g",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(table, "table")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="weights.bin")
+    out = tmp_path / "out" / "r.onnx"
+    out.parent.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", TRUNCATING_SCRIPT, str(path), str(tmp_path / "weights.bin"), str(out)],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])

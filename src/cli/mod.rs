@@ -39,11 +39,37 @@ pub fn run(args: Args) -> Result<Outcome> {
     }
 }
 
+/// Whether model and external data files are mapped rather than read: only once a `SIGBUS`
+/// handler is installed ([`map_files`]), because a mapped file truncated by another process
+/// faults at the next read of a lost page. The command line run inside another process (the
+/// Python package's console script) reads them.
+static MAP_FILES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lets loads map files: the caller has installed a `SIGBUS` handler.
+pub fn map_files() {
+    MAP_FILES.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The options every load of the command line uses (see [`map_files`]).
+fn load_options() -> multigather::io::LoadOptions {
+    use multigather::io::FileAccess;
+    multigather::io::LoadOptions {
+        access: if MAP_FILES.load(std::sync::atomic::Ordering::Relaxed) {
+            FileAccess::Map
+        } else {
+            FileAccess::Read
+        },
+        ..Default::default()
+    }
+}
+
 /// Loads a model, with a spinner on a terminal for large files; errors name the file.
 pub fn load(path: &std::path::Path) -> Result<multigather::ir::Model> {
     use anyhow::Context;
-    progress::spin("loading", path, 0, || multigather::io::load(path))
-        .with_context(|| format!("loading {}", path.display()))
+    progress::spin("loading", path, 0, || {
+        multigather::io::load_with(path, &load_options())
+    })
+    .with_context(|| format!("loading {}", path.display()))
 }
 
 /// Saves a model atomically, with a spinner on a terminal for large models; errors name the file.

@@ -99,7 +99,7 @@ fn collect(dir: &Path, tests: &mut Vec<PathBuf>) -> Result<()> {
 }
 
 fn run_one(dir: &Path) -> Verdict {
-    let model = match multigather::io::load(dir.join("model.onnx")) {
+    let model = match multigather::io::load_with(&dir.join("model.onnx"), &super::load_options()) {
         Ok(m) => m,
         Err(e) => return Verdict::Fail(format!("loading: {e}")),
     };

@@ -9,13 +9,13 @@
 //! from a file in topological order is written back in exactly that order, and nodes that replace
 //! another one take its place.
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashSet};
 
 use bytes::Bytes;
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::NodeIndexable;
 
-use super::{canonical_domain, AttrValue, Attribute, StoredTensor, ValueInfo};
+use super::{canonical_domain, AttrValue, Attribute, NameMap, StoredTensor, ValueInfo};
 use crate::error::{Error, Result};
 
 /// A node's index in its graph. Stays valid while other nodes are added or removed.
@@ -169,10 +169,13 @@ pub struct Graph {
     pub quantization_annotations: Vec<QuantAnnotation>,
     pub metadata_props: Vec<(String, String)>,
     dag: StableGraph<Slot, ()>,
-    producer: HashMap<String, NodeId>,
-    users: HashMap<String, BTreeSet<NodeId>>,
+    producer: NameMap<NodeId>,
+    users: NameMap<BTreeSet<NodeId>>,
     next_anchor: u64,
     next_seq: u64,
+    /// The node order and whether it is complete, computed on first use after an edit: passes
+    /// and the checks ask for it many times between edits.
+    order: std::sync::OnceLock<(Vec<NodeId>, bool)>,
 }
 
 impl PartialEq for Graph {
@@ -228,12 +231,17 @@ impl Graph {
     /// The nodes in execution order: a topological order that keeps the file's order where the
     /// graph was read from a file. Nodes on a cycle are left out; [`Graph::validate`] reports them.
     pub fn nodes(&self) -> impl Iterator<Item = (NodeId, &Node)> + '_ {
-        self.order().0.into_iter().map(|id| (id, self.node(id)))
+        self.order().0.iter().map(|&id| (id, self.node(id)))
     }
 
     /// Node ids in execution order (see [`Graph::nodes`]).
     pub fn node_ids(&self) -> Vec<NodeId> {
-        self.order().0
+        self.order().0.clone()
+    }
+
+    /// The node order (see [`Graph::sort`]), cached until the next edit.
+    fn order(&self) -> &(Vec<NodeId>, bool) {
+        self.order.get_or_init(|| self.sort())
     }
 
     /// Kahn's algorithm, choosing the ready node with the smallest position first. Returns the
@@ -244,7 +252,7 @@ impl Graph {
     /// that the user reads. The dependencies come from the `producer` / `users` maps rather than
     /// stored edges, so removing a node never walks another node's edge list (a value read by
     /// N nodes made removing them quadratic).
-    fn order(&self) -> (Vec<NodeId>, bool) {
+    fn sort(&self) -> (Vec<NodeId>, bool) {
         let bound = self.dag.node_bound();
         let mut pending = vec![0usize; bound];
         let mut ready = BinaryHeap::new();
@@ -282,6 +290,12 @@ impl Graph {
     /// The nodes in index order, for walks where order does not matter.
     pub fn nodes_unordered(&self) -> impl Iterator<Item = &Node> + '_ {
         self.dag.node_weights().map(|s| &s.node)
+    }
+
+    /// Node ids in index order, for edits where order does not matter (an edit through
+    /// [`Graph::node_mut`] makes the next ordered walk sort the graph again).
+    pub fn node_ids_unordered(&self) -> Vec<NodeId> {
+        self.dag.node_indices().collect()
     }
 
     /// Appends a node at the end of the graph.
@@ -499,6 +513,7 @@ impl Graph {
             })
         };
         let (order, complete) = self.order();
+        let complete = *complete;
         if !complete {
             let placed: HashSet<NodeId> = order.iter().copied().collect();
             let stuck = self
@@ -536,7 +551,7 @@ impl Graph {
             defined_here.insert(name);
         }
         for id in order {
-            let node = self.node(id);
+            let node = self.node(*id);
             for input in node.inputs.iter().filter(|i| !i.is_empty()) {
                 if node.outputs.contains(input) {
                     return fail(format!(
@@ -578,6 +593,7 @@ impl Graph {
     }
 
     fn register(&mut self, id: NodeId) {
+        self.order.take();
         let uses = self.dag[id].node.uses();
         for name in &uses {
             self.users.entry(name.clone()).or_default().insert(id);
@@ -604,6 +620,7 @@ impl Graph {
     }
 
     fn unregister(&mut self, id: NodeId) {
+        self.order.take();
         let Some(slot) = self.dag.node_weight_mut(id) else {
             return;
         };

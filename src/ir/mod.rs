@@ -17,6 +17,10 @@ use std::path::PathBuf;
 use bytes::Bytes;
 
 pub use attr::{AttrValue, Attribute};
+/// A map keyed by value names, for the indexes hashed on every edit and lookup (see the
+/// `foldhash` entry of Cargo.toml).
+pub(crate) type NameMap<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
+
 pub use graph::{Graph, Node, NodeId, NodeMut, QuantAnnotation, SparseInitializer};
 pub use stored::{
     element_count, stored_to_tensor, tensor_to_stored, ExternalData, Payload, StoredTensor,

@@ -93,6 +93,10 @@ pub(crate) struct Emitter<'a> {
     types: HashMap<String, TensorType>,
     /// The values of the constants built here, for the shape functions that read them.
     values: HashMap<String, Tensor>,
+    /// Another default-domain opset the nodes must also be valid at: the model's, for a
+    /// function body importing another one (onnxruntime checks the nodes of an inlined
+    /// function against the model's opset, whatever the function imports).
+    pub also_at: Option<i64>,
 }
 
 impl<'a> Emitter<'a> {
@@ -113,6 +117,7 @@ impl<'a> Emitter<'a> {
             initializers: Vec::new(),
             types: HashMap::new(),
             values: HashMap::new(),
+            also_at: None,
         }
     }
 
@@ -440,7 +445,17 @@ impl<'a> Emitter<'a> {
     }
 
     /// `Unsqueeze` / `Squeeze`, with axes as an input from opset 13 and as an attribute before.
+    /// Where the nodes must also be valid at an opset on the other side of 13 (`also_at`),
+    /// which neither form is, a squeeze is a `Gather` of index 0 per axis and an unsqueeze an
+    /// `Expand` adding leading 1s, then a `Transpose` putting them in place (both the same at
+    /// every opset from 8; the unsqueeze needs the input's rank).
     pub(crate) fn axes_op(&mut self, op: &str, input: &str, axes: &[usize], out: &str, what: &str) {
+        let portable = self
+            .also_at
+            .is_some_and(|other| (other >= 13) != (self.opset >= 13) && self.opset.min(other) >= 8);
+        if portable && self.axes_op_portable(op, input, axes, out, what) {
+            return;
+        }
         let axes = indices(axes);
         let name = self.node_name(&format!("{op}_{what}"));
         let node = if self.opset >= 13 {
@@ -450,6 +465,79 @@ impl<'a> Emitter<'a> {
             Node::new(op, &name, [input], [out]).with_attr("axes", AttrValue::Ints(axes))
         };
         self.push(node);
+    }
+
+    /// The portable forms of [`Emitter::axes_op`]; false (nothing added) for an unsqueeze of a
+    /// value of unknown rank.
+    fn axes_op_portable(
+        &mut self,
+        op: &str,
+        input: &str,
+        axes: &[usize],
+        out: &str,
+        what: &str,
+    ) -> bool {
+        let mut axes = axes.to_vec();
+        axes.sort_unstable();
+        if op == "Squeeze" {
+            let zero = StoredTensor::from_i64s(None, &[], &[0]);
+            let zero = self.constant_tensor(&format!("{what}_first"), zero);
+            let mut value = input.to_owned();
+            for (n, &axis) in axes.iter().rev().enumerate() {
+                let next = if n + 1 == axes.len() {
+                    out.to_owned()
+                } else {
+                    self.fresh(what)
+                };
+                let name = self.node_name(&format!("Squeeze_{what}"));
+                let node = Node::new("Gather", &name, [value.as_str(), &zero], [next.as_str()])
+                    .with_attr("axis", AttrValue::Int(axis as i64));
+                self.push(node);
+                value = next;
+            }
+            return true;
+        }
+        let Some(rank) = self.type_of(input).and_then(|t| t.rank()) else {
+            return false;
+        };
+        let (k, total) = (axes.len(), rank + axes.len());
+        let ones = self.constant(&format!("{what}_ones"), &vec![1; total]);
+        let leading = axes.iter().copied().eq(0..k);
+        let expanded = if leading {
+            out.to_owned()
+        } else {
+            self.fresh(what)
+        };
+        let name = self.node_name(&format!("Unsqueeze_{what}"));
+        self.push(Node::new(
+            "Expand",
+            &name,
+            [input, ones.as_str()],
+            [expanded.as_str()],
+        ));
+        if !leading {
+            // Output axis `axes[j]` takes the j-th leading 1; the others take the input's dims
+            // in order.
+            let (mut next_one, mut next_dim) = (0, k);
+            let perm: Vec<i64> = (0..total)
+                .map(|a| {
+                    let from = if axes.contains(&a) {
+                        next_one += 1;
+                        next_one - 1
+                    } else {
+                        next_dim += 1;
+                        next_dim - 1
+                    };
+                    from as i64
+                })
+                .collect();
+            let name = self.node_name(&format!("Unsqueeze_{what}"));
+            self.push(
+                Node::new("Transpose", &name, [expanded.as_str()], [out])
+                    .with_attr("perm", AttrValue::Ints(perm)),
+            );
+        }
+        true
     }
 
     /// Whether [`Emitter::reshape_to_sizes`] can take a value of `dims` to the known `sizes`. A 0

@@ -19,17 +19,24 @@
 //! opset) share one. The function declares `axes` and `mode` (default `"error"`) so the node's
 //! attributes are legal, but its body does not read them: it was built for the node's values.
 //!
-//! When every node of the model comes out with the same lowering, that one function is defined
-//! without an overload and the nodes name none: onnxruntime (1.31) does not resolve overloads of
-//! calls made inside function bodies, so a `GatherMultiaxis` inside a model-local function runs
-//! there only this way. (An unnamed definition is safe only then: every node without an overload
-//! would call it.)
+//! The bodies are built at the model's default-domain opset and declare it, whatever the opset
+//! of the graph holding the node: onnxruntime (1.32) checks the nodes of every inlined function
+//! against the model's opset, ignoring the function's own imports, and the ONNX checker wants a
+//! function's imports to agree with the model's.
+//!
+//! Inside a function body onnxruntime also ignores a call's `overload` and resolves
+//! `(domain, name)` alone. So when every node of the model comes out with the same lowering, that
+//! one function is defined without an overload and the nodes name none (safe only then: every
+//! node without an overload calls it); otherwise a node inside a model-local function calls its
+//! lowering under a name of its own, `GatherMultiaxis_<overload>`, a plain local function, and
+//! the nodes of the main graph and its subgraphs keep naming overloads. A renamed call runs its
+//! body even where the library registers the operator.
 //!
 //! A node that cannot be lowered keeps no function and is reported, as by
 //! [`super::LowerMultiaxis`]; a node that already names an overload is left alone, so the pass is
 //! idempotent.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::lower::{lower_node, record, Pattern};
 use super::walk::{label, walk, Change, Rule, Site};
@@ -38,7 +45,8 @@ use crate::error::Result;
 use crate::gather::{DOMAIN, OP_TYPE};
 use crate::infer::TypeEnv;
 use crate::ir::{
-    AttrValue, Attribute, Function, Graph, Model, Node, OpsetImport, UniqueNames, ValueInfo,
+    opset_version, AttrValue, Attribute, Function, Graph, Model, Node, OpsetImport, UniqueNames,
+    ValueInfo,
 };
 use crate::text::graph_to_text;
 
@@ -110,8 +118,15 @@ impl Pass for DefineMultiaxisFunctions {
             by_body: HashMap::new(),
             overloads: UniqueNames::new(taken),
             existing_default,
+            opset: model.opset("").unwrap_or(1),
+            called_from_functions: BTreeSet::new(),
+            called_from_graphs: BTreeSet::new(),
         };
         walk(model, &mut definer);
+        let (called_from_functions, called_from_graphs) = (
+            std::mem::take(&mut definer.called_from_functions),
+            std::mem::take(&mut definer.called_from_graphs),
+        );
         let mut functions = definer.functions;
         self.report.functions = functions.len();
         if functions.is_empty() {
@@ -130,6 +145,13 @@ impl Pass for DefineMultiaxisFunctions {
                     clear_overload(&mut f.body, &name);
                 }
             }
+        } else if !called_from_functions.is_empty() {
+            rename_calls_in_functions(
+                model,
+                &mut functions,
+                &called_from_functions,
+                &called_from_graphs,
+            );
         }
         // Overloads arrived with IR version 10.
         let overloads = functions.iter().any(|f| f.overload.is_some());
@@ -149,11 +171,73 @@ struct Definer<'a> {
     overloads: UniqueNames,
     /// (opset, body text) of a definition without overload the model has already.
     existing_default: Option<(i64, String)>,
+    /// The model's default-domain opset: the one every body is built at.
+    opset: i64,
+    /// The overloads called from inside model-local functions, and from the model's graphs.
+    called_from_functions: BTreeSet<String>,
+    called_from_graphs: BTreeSet<String>,
+}
+
+/// Makes the calls inside model-local functions that name an overload call a function of their
+/// own name instead (see the module documentation): `GatherMultiaxis_<overload>`, with the body
+/// of that overload. The overloaded definition stays when a node of the model's graphs calls it.
+fn rename_calls_in_functions(
+    model: &mut Model,
+    functions: &mut Vec<Function>,
+    called_from_functions: &BTreeSet<String>,
+    called_from_graphs: &BTreeSet<String>,
+) {
+    let mut names = UniqueNames::new(
+        model
+            .functions
+            .iter()
+            .chain(functions.iter())
+            .filter(|f| f.domain == DOMAIN)
+            .map(|f| f.name.clone()),
+    );
+    let mut renamed: HashMap<String, String> = HashMap::new();
+    for overload in called_from_functions {
+        let Some(at) = functions
+            .iter()
+            .position(|f| f.overload.as_deref() == Some(overload.as_str()))
+        else {
+            continue;
+        };
+        let name = names.fresh(&format!("{OP_TYPE}_{overload}"));
+        let mut own = if called_from_graphs.contains(overload) {
+            functions[at].clone()
+        } else {
+            functions.remove(at)
+        };
+        own.name = name.clone();
+        own.overload = None;
+        functions.push(own);
+        renamed.insert(overload.clone(), name);
+    }
+    for f in &mut model.functions {
+        rename_calls(&mut f.body, &renamed);
+    }
+}
+
+/// Renames the `GatherMultiaxis` calls of a graph and its subgraphs by their overload.
+fn rename_calls(graph: &mut Graph, renamed: &HashMap<String, String>) {
+    for id in graph.node_ids_unordered() {
+        let mut node = graph.node_mut(id);
+        if node.domain == DOMAIN && node.op_type == OP_TYPE {
+            if let Some(name) = node.overload.as_ref().and_then(|o| renamed.get(o)) {
+                node.op_type = name.clone();
+                node.overload = None;
+            }
+        }
+        for g in node.subgraphs_mut() {
+            rename_calls(g, renamed);
+        }
+    }
 }
 
 /// The default-domain opset a function imports.
 fn function_opset(f: &Function) -> i64 {
-    crate::ir::opset_version(&f.opset_imports, "").unwrap_or(1)
+    opset_version(&f.opset_imports, "").unwrap_or(1)
 }
 
 /// Removes the overload `name` from the `GatherMultiaxis` nodes of a graph and its subgraphs.
@@ -195,8 +279,10 @@ impl Definer<'_> {
             graph: &empty,
             env: &env,
             scope: site.scope,
-            opset: site.opset,
-            constants: Constants::for_graph(site.opset, true, None),
+            opset: self.opset,
+            model_opset: self.opset,
+            in_function: true,
+            constants: Constants::for_graph(self.opset, true, None),
             functions: site.functions,
         };
         let mut names = UniqueNames::new(FORMALS.map(String::from));
@@ -255,7 +341,7 @@ impl Rule for Definer<'_> {
         }
         let label = label(node);
         let lowered = self.body(node, site).and_then(|(pattern, body)| {
-            let key = (site.opset, graph_to_text(&body));
+            let key = (self.opset, graph_to_text(&body));
             match &self.existing_default {
                 None => Ok(Some((pattern, body))),
                 // Already served by the model's definition without overload.
@@ -267,7 +353,12 @@ impl Rule for Definer<'_> {
         let (outcome, change) = match lowered {
             Ok(None) => return None,
             Ok(Some((pattern, body))) => {
-                let overload = self.overload(pattern, site.opset, body);
+                let overload = self.overload(pattern, self.opset, body);
+                if site.in_function {
+                    self.called_from_functions.insert(overload.clone());
+                } else {
+                    self.called_from_graphs.insert(overload.clone());
+                }
                 self.report.defined += 1;
                 *self.report.by_pattern.entry(pattern).or_default() += 1;
                 let mut call = node.clone();

@@ -512,7 +512,7 @@ fn rewrite_node(
     };
     check_sizes(plan.crop_input_to_indices, batch, &data_dims, &index_dims)?;
 
-    let mut e = Emitter::new(label, names, opset, site.constants);
+    let mut e = site.emitter(label, names);
     e.know(data, elem, &data_dims);
     e.know(indices, index_elem, &index_dims);
     let (indices, index_dims) = e.check_batch_dims(data, &data_dims, indices, &index_dims, batch);
@@ -594,8 +594,7 @@ fn nd_symbolic_depth(
     }
     let b = b as usize;
     check_sizes(None, b, &data.2, &indices.2)?;
-    let (opset, constants) = (site.opset, site.constants);
-    let mut prefix = Emitter::new(label, names, opset, constants);
+    let mut prefix = site.emitter(label, names);
     prefix.know(data.0, data.1, &data.2);
     prefix.know(indices.0, indices.1, &indices.2);
     let (checked, checked_dims) =
@@ -603,7 +602,7 @@ fn nd_symbolic_depth(
     let prefix = prefix.finish();
     let indices = (checked.as_str(), indices.1, checked_dims);
     let branch = |k: usize, out: &str, names: &mut UniqueNames| {
-        let mut e = Emitter::new(label, names, opset, constants);
+        let mut e = site.emitter(label, names);
         e.know(indices.0, indices.1, &indices.2);
         let what = format!("indices_depth{k}");
         let idx = e.fresh(&what);
@@ -626,7 +625,7 @@ fn nd_symbolic_depth(
     if depths == 1 {
         return branch(1, output, names).map(|(rep, _)| prefix.then(rep));
     }
-    let mut e = Emitter::new(label, names, opset, constants);
+    let mut e = site.emitter(label, names);
     e.know(indices.0, indices.1, &indices.2);
     let shape = e.op("Shape", &[indices.0], vec![], "indices_shape");
     let start = e.constant("depth_start", &[q as i64 - 1]);

@@ -15,10 +15,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::emit::{Constants, Replacement};
+use super::emit::{Constants, Emitter, Replacement};
 use crate::infer::{join, Formals, TypeEnv};
 use crate::ir::{
-    opset_version, AttrValue, Graph, Model, Node, NodeId, OpsetImport, TensorType, UniqueNames,
+    opset_version, AttrValue, Function, Graph, Model, Node, NodeId, OpsetImport, TensorType,
+    UniqueNames,
 };
 
 /// A model-local function: domain, name, overload.
@@ -48,11 +49,35 @@ pub(crate) struct Site<'a> {
     pub scope: &'a str,
     /// The default-domain opset of the graph.
     pub opset: i64,
+    /// The model's default-domain opset (the graph's own may differ in a function body).
+    pub model_opset: i64,
+    /// Whether the graph is a function body or one of its subgraphs.
+    pub in_function: bool,
     /// How constants can be added to the graph.
     pub constants: Constants,
     /// The model-local functions: a node naming one calls it, whatever its op type says, and a
     /// replacement must not name one by accident.
     pub functions: &'a HashSet<FunctionKey>,
+}
+
+impl Site<'_> {
+    /// An emitter for the replacement of the node labelled `base` here: at the graph's opset,
+    /// and valid at the model's too where a function body imports another one.
+    pub(crate) fn emitter<'n>(&self, base: &str, names: &'n mut UniqueNames) -> Emitter<'n> {
+        let mut e = Emitter::new(base, names, self.opset, self.constants);
+        e.also_at = (self.model_opset != self.opset).then_some(self.model_opset);
+        e
+    }
+}
+
+/// Whether `f` is a lowering [`super::DefineMultiaxisFunctions`] defines: the operator itself
+/// (`GatherMultiaxis`, with or without an overload) or a renamed call's function
+/// (`GatherMultiaxis_<overload>`). Its body is no computation of the model's to rewrite.
+pub(crate) fn is_lowering_function(f: &Function) -> bool {
+    f.domain == crate::gather::DOMAIN
+        && f.name
+            .strip_prefix(crate::gather::OP_TYPE)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
 }
 
 /// What a rule does to one node.
@@ -104,6 +129,7 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
         names: UniqueNames::new(model.names()),
         functions,
         ir_version: model.ir_version,
+        model_opset: model.opset("").unwrap_or(1),
     };
     let scope = model.graph.name.clone();
     let imports = model.opset_imports.clone();
@@ -116,7 +142,7 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
         false,
     );
     for f in &mut model.functions {
-        if f.domain == crate::gather::DOMAIN && f.name == crate::gather::OP_TYPE {
+        if is_lowering_function(f) {
             // A model-local definition of the operator itself (its lowering) is not the model's
             // computation: rewriting its gathers would make it call itself.
             continue;
@@ -321,6 +347,7 @@ struct Walker<'r> {
     names: UniqueNames,
     functions: HashSet<FunctionKey>,
     ir_version: Option<i64>,
+    model_opset: i64,
 }
 
 impl Walker<'_> {
@@ -361,6 +388,8 @@ impl Walker<'_> {
                 env: &env,
                 scope,
                 opset,
+                model_opset: self.model_opset,
+                in_function,
                 constants,
                 functions: &self.functions,
             };

@@ -373,7 +373,7 @@ pub(super) fn lower_node(
     // `<gather>` again.
     let base = label.strip_suffix("/GatherMultiaxis").unwrap_or(label);
     let mut l = Lowerer {
-        e: Emitter::new(base, names, site.opset, site.constants),
+        e: site.emitter(base, names),
         graph: site.graph,
         env: site.env,
         shapes: HashMap::new(),
