@@ -2,7 +2,9 @@
 //! convolution's weights and bias, and nothing else does. Each case is a small `Conv` ->
 //! `BatchNormalization` model run twice, fused and with `RunOptions::unfused`: a folding case
 //! must drop the normalisation's step and agree with the unfused run to float rounding; every
-//! other case must keep the step and agree bit for bit.
+//! other case must keep the step and agree bit for bit. A `MatMul` or `Gemm` of QDQ-dequantized
+//! 8-bit operands must run as `MatMulIntegerToFloat` on the codes, agree with the float product
+//! to rounding, and give the same bits on a second run (which reads the packing the first kept).
 
 use multigather::interp::{RunOptions, Session};
 use multigather::ir::{tensor_to_stored, AttrValue, Dim, Graph, Model, Node, Type, ValueInfo};
@@ -274,6 +276,147 @@ fn activations_run_inside_every_convolution_loop_and_change_no_bit() {
                 let (got, want) = (got.to_vec::<u32>().unwrap(), want.to_vec::<u32>().unwrap());
                 assert!(got == want, "{case}: the fused output differs");
             }
+        }
+    }
+}
+
+/// `x -> QuantizeLinear -> DequantizeLinear -> MatMul/Gemm(., DequantizeLinear(w))`, the QDQ
+/// form: per-tensor activation, weights per tensor or per column, with or without a bias.
+fn qdq_matmul(
+    gemm: bool,
+    per_column: bool,
+    signed_weights: bool,
+) -> (Model, Vec<(String, Tensor)>) {
+    let (m, k, n) = (6, 40, 5);
+    let mut g = Graph::new("g");
+    let float = |dims: &[usize]| {
+        Type::tensor(
+            DataType::Float,
+            dims.iter().map(|&d| Dim::Known(d as i64)).collect(),
+        )
+    };
+    g.inputs.push(ValueInfo::new("x", float(&[m, k])));
+    g.outputs.push(ValueInfo::new("y", float(&[m, n])));
+    let scalar = |name: &str, elem: DataType, v: f64| {
+        let t = match elem {
+            DataType::Float => Tensor::from_vec(elem, &[], vec![v as f32]),
+            DataType::Uint8 => Tensor::from_vec(elem, &[], vec![v as u8]),
+            _ => Tensor::from_vec(elem, &[], vec![v as i8]),
+        };
+        tensor_to_stored(name, &t.unwrap()).unwrap()
+    };
+    g.initializers.push(scalar("sa", DataType::Float, 0.05));
+    g.initializers.push(scalar("za", DataType::Uint8, 131.0));
+    let w_elem = if signed_weights {
+        DataType::Int8
+    } else {
+        DataType::Uint8
+    };
+    let codes: Vec<f64> = values(k * n, 3, 250.0, if signed_weights { 0.0 } else { 128.0 });
+    let w = match w_elem {
+        DataType::Int8 => {
+            Tensor::from_vec(w_elem, &[k, n], codes.iter().map(|&v| v as i8).collect())
+        }
+        _ => Tensor::from_vec(w_elem, &[k, n], codes.iter().map(|&v| v as u8).collect()),
+    };
+    g.initializers
+        .push(tensor_to_stored("w", &w.unwrap()).unwrap());
+    if per_column {
+        let s = Tensor::from_vec(
+            DataType::Float,
+            &[n],
+            vec![0.01f32, 0.02, 0.03, 0.015, 0.025],
+        );
+        g.initializers
+            .push(tensor_to_stored("sw", &s.unwrap()).unwrap());
+        let zeros: Vec<f64> = values(n, 5, 20.0, if signed_weights { 0.0 } else { 128.0 });
+        let z = match w_elem {
+            DataType::Int8 => {
+                Tensor::from_vec(w_elem, &[n], zeros.iter().map(|&v| v as i8).collect())
+            }
+            _ => Tensor::from_vec(w_elem, &[n], zeros.iter().map(|&v| v as u8).collect()),
+        };
+        g.initializers
+            .push(tensor_to_stored("zw", &z.unwrap()).unwrap());
+    } else {
+        g.initializers.push(scalar("sw", DataType::Float, 0.02));
+        g.initializers.push(scalar(
+            "zw",
+            w_elem,
+            if signed_weights { 3.0 } else { 120.0 },
+        ));
+    }
+    g.add_node(Node::new("QuantizeLinear", "q", ["x", "sa", "za"], ["xq"]));
+    g.add_node(Node::new(
+        "DequantizeLinear",
+        "dq",
+        ["xq", "sa", "za"],
+        ["xd"],
+    ));
+    g.add_node(
+        Node::new("DequantizeLinear", "dqw", ["w", "sw", "zw"], ["wd"])
+            .with_attr("axis", AttrValue::Int(1)),
+    );
+    if gemm {
+        let b = tensor(DataType::Float, &[n], values(n, 9, 2.0, 0.0));
+        g.initializers.push(tensor_to_stored("b", &b).unwrap());
+        g.add_node(Node::new("Gemm", "mm", ["xd", "wd", "b"], ["y"]));
+    } else {
+        g.add_node(Node::new("MatMul", "mm", ["xd", "wd"], ["y"]));
+    }
+    let x = tensor(DataType::Float, &[m, k], values(m * k, 7, 12.0, 0.0));
+    (Model::new(g, 13), vec![("x".into(), x)])
+}
+
+#[test]
+fn a_matmul_of_dequantized_codes_runs_on_the_codes() {
+    for (gemm, per_column, signed) in [
+        (false, false, true),
+        (false, true, true),
+        (true, false, false),
+        (true, true, false),
+    ] {
+        let case = format!("gemm {gemm}, per column {per_column}, signed {signed}");
+        let (model, feeds) = qdq_matmul(gemm, per_column, signed);
+        let (plain, plain_ops) = run(&model, &feeds, true);
+        assert!(
+            plain_ops.iter().any(|op| op == "MatMul" || op == "Gemm"),
+            "{case}"
+        );
+        let options = RunOptions {
+            threads: Some(1),
+            profile: true,
+            ..RunOptions::default()
+        };
+        let session = Session::with_options(&model, options);
+        // Twice: the second run reads the weights the first one packed.
+        let first = session.run(feeds.clone()).unwrap();
+        let second = session.run(feeds.clone()).unwrap();
+        assert_eq!(first, second, "{case}: a kept packing changed the result");
+        let ops: Vec<String> = session
+            .profile()
+            .steps
+            .into_iter()
+            .map(|s| s.op_type)
+            .collect();
+        assert!(
+            ops.iter()
+                .any(|op| op == "com.microsoft.MatMulIntegerToFloat"),
+            "{case}: {ops:?}"
+        );
+        assert!(
+            !ops.iter().any(|op| op == "MatMul" || op == "Gemm"),
+            "{case}: {ops:?}"
+        );
+        let (f, p) = (
+            first[0].1.to_vec::<f32>().unwrap(),
+            plain[0].to_vec::<f32>().unwrap(),
+        );
+        for (a, b) in f.iter().zip(&p) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "{case}: fused {a} vs unfused {b}"
+            );
         }
     }
 }

@@ -16,6 +16,15 @@
 //!   `Conv` node's name and operator, so errors and profiles name what the model holds. The
 //!   activation computes the bits of its standalone kernel, so this fusion changes nothing.
 //!
+//! - A `MatMul` (or a `Gemm` that is one plus a bias row) of a dequantized activation
+//!   `DequantizeLinear(a, sa, za)` and constant weights `DequantizeLinear(w, sw, zw)` — the
+//!   QDQ form `onnxruntime.quantization` writes — runs as `com.microsoft.MatMulIntegerToFloat`
+//!   on the 8-bit codes: the integer product is exact and is scaled once,
+//!   `sa * sw[n] * sum((a - za) * (w - zw[n])) + bias[n]`, where the float product of the
+//!   dequantized operands rounds every term (onnxruntime's `QDQ` selectors make the same
+//!   fusion). Results differ from the unfused product in the last bits, like the folded
+//!   batch norms; `RunOptions::unfused` plans without fusions.
+//!
 //! Only what is certain fuses: `float` weights, a convolution output nothing else reads (no
 //! other step, no subgraph, not a graph output), and parameters no graph input can override.
 
@@ -90,14 +99,22 @@ impl Uses {
     }
 }
 
-/// Replaces each step `c` of `fused` by its fused node and drops the steps `gone`.
+/// Replaces each step `c` of `fused` by its fused node and drops the steps `i` it took in.
 fn splice<'m>(steps: Vec<Step<'m>>, fused: Vec<(usize, usize, Step<'m>)>) -> Vec<Step<'m>> {
-    if fused.is_empty() {
+    let gone: HashSet<usize> = fused.iter().map(|&(_, i, _)| i).collect();
+    let replaced = fused.into_iter().map(|(c, _, step)| (c, step)).collect();
+    replace_steps(steps, replaced, &gone)
+}
+
+/// Replaces the steps of `replaced` and drops those of `gone`.
+fn replace_steps<'m>(
+    steps: Vec<Step<'m>>,
+    mut replaced: HashMap<usize, Step<'m>>,
+    gone: &HashSet<usize>,
+) -> Vec<Step<'m>> {
+    if replaced.is_empty() && gone.is_empty() {
         return steps;
     }
-    let gone: HashSet<usize> = fused.iter().map(|&(_, i, _)| i).collect();
-    let mut replaced: HashMap<usize, Step<'m>> =
-        fused.into_iter().map(|(c, _, step)| (c, step)).collect();
     steps
         .into_iter()
         .enumerate()
@@ -118,6 +135,7 @@ fn with_node<'m>(step: &Step<'m>, node: Node, kind: StepKind<'m>) -> Step<'m> {
         frees: Vec::new(),
         donates: None,
         prepared: None,
+        memo: None,
     }
 }
 
@@ -130,7 +148,162 @@ pub(super) fn fuse<'m>(
     fixed: &mut HashSet<String>,
 ) -> Vec<Step<'m>> {
     let steps = fold_batch_norms(graph, steps, constants, fixed);
-    fuse_activations(graph, steps, constants, fixed)
+    let steps = fuse_activations(graph, steps, constants, fixed);
+    fuse_quantized_matmuls(graph, steps, constants, fixed)
+}
+
+/// Runs every `MatMul` / `Gemm` of dequantized 8-bit operands on the codes (see the module
+/// documentation); the activation's `DequantizeLinear` leaves the plan when nothing else reads
+/// its output.
+fn fuse_quantized_matmuls<'m>(
+    graph: &Graph,
+    steps: Vec<Step<'m>>,
+    constants: &HashMap<String, Tensor>,
+    fixed: &HashSet<String>,
+) -> Vec<Step<'m>> {
+    let Some(def) = registry().lookup(CONTRIB, "MatMulIntegerToFloat", 1) else {
+        return steps;
+    };
+    let uses = Uses::of(graph, &steps, constants);
+    let constant = Fixed { constants, fixed };
+    let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
+    let mut gone: HashSet<usize> = HashSet::new();
+    for (i, mm) in steps.iter().enumerate() {
+        let Some((a, b, bias)) = matmul_operands(mm, &constant) else {
+            continue;
+        };
+        let Some(&dqa) = uses.producer.get(a) else {
+            continue;
+        };
+        let Some(activation) = dequantized(&steps[dqa].node, &constant)
+            .filter(|_| is_op(&steps[dqa], "DequantizeLinear"))
+            .filter(|q| q.scale.len() == 1 && q.zero_len == 1)
+        else {
+            continue;
+        };
+        let weights = graph
+            .producer(b)
+            .map(|id| graph.node(id))
+            .filter(|n| n.op_type == "DequantizeLinear" && n.domain.is_empty())
+            .and_then(|n| dequantized(n, &constant));
+        let Some(weights) = weights.filter(|w| {
+            let shape = constant.get(&w.codes).map(|t| t.shape().to_vec());
+            let n = match shape.as_deref() {
+                Some(&[_, n]) => n,
+                _ => return false,
+            };
+            let per_column = |len: usize| len == 1 || (len == n && w.axis_is_last);
+            per_column(w.scale.len()) && per_column(w.zero_len)
+        }) else {
+            continue;
+        };
+        let mut node = Node::new(
+            "MatMulIntegerToFloat",
+            &mm.node.name,
+            [
+                activation.codes,
+                weights.codes,
+                activation.scale_name,
+                weights.scale_name,
+                activation.zero_name,
+                weights.zero_name,
+            ],
+            mm.node.outputs.clone(),
+        )
+        .with_domain(CONTRIB);
+        if let Some(bias) = bias {
+            node.inputs.push(bias.to_owned());
+        }
+        let mut step = with_node(mm, node, StepKind::Op(def));
+        step.schema = None;
+        replaced.insert(i, step);
+        if uses.readers.get(a) == Some(&1) {
+            gone.insert(dqa);
+        }
+    }
+    replace_steps(steps, replaced, &gone)
+}
+
+/// The constants no graph input overrides.
+struct Fixed<'c> {
+    constants: &'c HashMap<String, Tensor>,
+    fixed: &'c HashSet<String>,
+}
+
+impl<'c> Fixed<'c> {
+    fn get(&self, name: &str) -> Option<&'c Tensor> {
+        self.fixed
+            .contains(name)
+            .then(|| self.constants.get(name))
+            .flatten()
+    }
+}
+
+/// The activation, weights and bias of a `MatMul`, or of a `Gemm` that is one plus a constant
+/// float bias of one value per column.
+fn matmul_operands<'s>(
+    step: &'s Step<'_>,
+    constant: &Fixed<'_>,
+) -> Option<(&'s str, &'s str, Option<&'s str>)> {
+    let node: &Node = &step.node;
+    if node.outputs.len() != 1 || node.inputs.len() < 2 {
+        return None;
+    }
+    let (a, b) = (node.inputs[0].as_str(), node.inputs[1].as_str());
+    if is_op(step, "MatMul") && node.inputs.len() == 2 {
+        return Some((a, b, None));
+    }
+    let plain = node.attr_float("alpha", 1.0).ok() == Some(1.0)
+        && node.attr_float("beta", 1.0).ok() == Some(1.0)
+        && node.attr_int("transA", 0).ok() == Some(0)
+        && node.attr_int("transB", 0).ok() == Some(0);
+    if !is_op(step, "Gemm") || !plain {
+        return None;
+    }
+    let n = *constant.get(b)?.shape().get(1)?;
+    match node.inputs.get(2).filter(|c| !c.is_empty()) {
+        None => Some((a, b, None)),
+        Some(c) => {
+            let bias = constant.get(c)?;
+            (bias.dtype() == DataType::Float && bias.shape() == [n]).then_some((a, b, Some(c)))
+        }
+    }
+}
+
+/// What a `DequantizeLinear` node reads, when its scale and zero point are fixed constants of
+/// one value or one per channel, its codes 8-bit (as its zero point says) and it has no blocks.
+struct Dequantized {
+    codes: String,
+    scale_name: String,
+    scale: Vec<f32>,
+    zero_name: String,
+    zero_len: usize,
+    /// Whether `axis` names the last of two dimensions (the columns of weights).
+    axis_is_last: bool,
+}
+
+fn dequantized(node: &Node, constant: &Fixed<'_>) -> Option<Dequantized> {
+    if node.inputs.len() != 3
+        || node.outputs.len() != 1
+        || node.attr_int("block_size", 0).ok()? != 0
+    {
+        return None;
+    }
+    let scale = constant.get(&node.inputs[1])?;
+    let zero = constant.get(&node.inputs[2])?;
+    let eight_bit = matches!(zero.dtype(), DataType::Uint8 | DataType::Int8);
+    if scale.dtype() != DataType::Float || !eight_bit || scale.shape().len() > 1 {
+        return None;
+    }
+    let axis = node.attr_int("axis", 1).ok()?;
+    Some(Dequantized {
+        codes: node.inputs[0].clone(),
+        scale_name: node.inputs[1].clone(),
+        scale: scale.as_slice::<f32>().ok()?.to_vec(),
+        zero_name: node.inputs[2].clone(),
+        zero_len: zero.len(),
+        axis_is_last: axis == 1 || axis == -1,
+    })
 }
 
 /// Folds every `Conv` -> `BatchNormalization` pair of `steps` that qualifies.

@@ -214,6 +214,8 @@ struct Step<'m> {
     donates: Option<usize>,
     /// The node's attributes, parsed once ([`OpDef::prepare`]).
     prepared: Option<Prepared>,
+    /// What the kernel keeps across runs, for a step with constant inputs.
+    memo: Option<crate::ops::Memo>,
 }
 
 impl Step<'_> {
@@ -580,6 +582,7 @@ impl<'m> Session<'m> {
                 frees: Vec::new(),
                 donates: None,
                 prepared: None,
+                memo: None,
             });
         }
         if steps.len() != graph.node_count() {
@@ -599,6 +602,8 @@ impl<'m> Session<'m> {
         };
         // Attributes are parsed once the steps are final (fusion rewrites some nodes).
         for step in &mut steps {
+            let memo = crate::ops::Memo::new(step.node.inputs.iter().map(|i| fixed.contains(i)));
+            step.memo = memo.any().then_some(memo);
             if let StepKind::Op(OpDef {
                 prepare: Some(prepare),
                 ..
@@ -920,6 +925,7 @@ impl<'m> Session<'m> {
                     opset: step.opset,
                     runner: &runner,
                     prepared: step.prepared.as_deref(),
+                    memo: step.memo.as_ref(),
                 };
                 match (donated, def.in_place) {
                     (Some(x), Some(in_place)) => {

@@ -94,6 +94,7 @@ impl Folder {
             opset,
             runner: &NoSubgraphs,
             prepared: None,
+            memo: None,
         };
         let outputs = (def.eval)(&ctx, inputs).ok()?;
         let bytes = outputs

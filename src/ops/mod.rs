@@ -240,6 +240,38 @@ pub struct EvalCtx<'a> {
     pub(crate) runner: &'a dyn SubgraphRunner,
     /// The node's attributes as the plan prepared them ([`OpDef::prepare`]), if it did.
     pub(crate) prepared: Option<&'a (dyn std::any::Any + Send + Sync)>,
+    /// What the kernel keeps between runs of this step ([`EvalCtx::remember`]), when the plan
+    /// runs it more than once.
+    pub(crate) memo: Option<&'a Memo>,
+}
+
+/// A kernel's memory across the runs of one plan step: a value derived from inputs the plan
+/// proved constant (packed weights), made on the first run that asks for it.
+#[derive(Debug, Default)]
+pub struct Memo {
+    /// Bit `i`: input `i` is a constant no feed overrides (inputs past 63 never are).
+    constant: u64,
+    slot: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl Memo {
+    /// A memo for a step whose inputs `constant` tells apart.
+    pub(crate) fn new(constant: impl IntoIterator<Item = bool>) -> Memo {
+        let constant = constant
+            .into_iter()
+            .take(64)
+            .enumerate()
+            .fold(0u64, |bits, (i, c)| bits | (u64::from(c) << i));
+        Memo {
+            constant,
+            slot: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether any input is constant (a step without one needs no memo).
+    pub(crate) fn any(&self) -> bool {
+        self.constant != 0
+    }
 }
 
 /// Runs a subgraph of the node being evaluated, with the node's scope visible.
@@ -252,6 +284,31 @@ impl<'a> EvalCtx<'a> {
     /// order; values of the enclosing scopes are visible. Returns the graph's outputs in order.
     pub fn run_subgraph(&self, graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
         self.runner.run_subgraph(graph, inputs)
+    }
+
+    /// The value `make` derives from the inputs at `inputs`, made once per plan step and kept
+    /// when every one of them is a constant of the plan; `None` when one is not (or the step is
+    /// run outside a plan): the caller then computes it for this run alone. A value of another
+    /// type than the step's first is not kept either.
+    pub(crate) fn remember<T: std::any::Any + Send + Sync>(
+        &self,
+        inputs: &[usize],
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<Option<&'a T>> {
+        let Some(memo) = self.memo else {
+            return Ok(None);
+        };
+        if !inputs
+            .iter()
+            .all(|&i| i < 64 && memo.constant & (1 << i) != 0)
+        {
+            return Ok(None);
+        }
+        if memo.slot.get().is_none() {
+            // Two threads may both make it; one is kept, and both are the same value.
+            let _ = memo.slot.set(Box::new(make()?));
+        }
+        Ok(memo.slot.get().and_then(|v| v.downcast_ref::<T>()))
     }
 
     /// An error about this node's inputs or attributes (the interpreter adds the node's name).
@@ -331,6 +388,7 @@ pub fn eval_node(node: &Node, opset: i64, inputs: &[Option<&Tensor>]) -> Result<
         opset,
         runner: &NoSubgraphs,
         prepared: None,
+        memo: None,
     };
     (def.eval)(&ctx, inputs)
 }

@@ -46,7 +46,7 @@ use crate::tensor::{try_to_vec, try_vec, Tensor};
 use crate::DataType;
 
 use super::super::nn::{
-    attend, gemm, integer_product, rotate, Bias, Mask, Mat, Rotation, Sizes, Spec,
+    attend, gemm, integer_product_kept, rotate, Bias, Mask, Mat, Rotation, Sizes, Spec,
 };
 use super::super::util::{optional, required, to_i64s};
 use super::super::{EvalCtx, InferCtx};
@@ -296,7 +296,8 @@ pub(in crate::ops) fn eval_qattention(
         required(inputs, 2)?,
     );
     let a_scale = scalar_scale(ctx, required(inputs, 3)?, "input_scale")?;
-    let (plan, acc) = integer_product(x, optional(inputs, 6), w, optional(inputs, 7))?;
+    let (plan, acc) =
+        integer_product_kept(ctx, (x, optional(inputs, 6)), (w, optional(inputs, 7), 1))?;
     let n = plan.n;
     let qkv = scale_columns(ctx, acc, n, a_scale, required(inputs, 4)?, Some(bias))?;
     let parts = Parts {

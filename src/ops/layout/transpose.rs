@@ -87,6 +87,7 @@ mod tests {
                 opset: 13,
                 runner: &NoSubgraphs,
                 prepared: state,
+                memo: None,
             };
             let y = super::eval_transpose(&ctx, &[Some(&x)]).unwrap().remove(0);
             assert_eq!(y.shape(), &want);

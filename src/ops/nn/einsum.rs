@@ -682,6 +682,7 @@ mod tests {
             opset: 12,
             runner: &NoSubgraphs,
             prepared: Some(&*prepared),
+            memo: None,
         };
         let a = f32s(&[1, 2], vec![1.0, 2.0]);
         let b = f32s(&[2, 1], vec![10.0, 100.0]);

@@ -267,7 +267,38 @@ pub(in crate::ops) fn integer_product(
     if k > EXACT_K {
         return Ok((plan, Sums::F64(reference_product(a, &za, b, &zb)?)));
     }
-    let sums = integer_product_with(a, &za, b, &zb, &plan, Level::detect())?;
+    let sums = integer_product_with(a, &za, b, &zb, &plan, Level::detect(), None)?;
+    Ok((plan, Sums::I32(sums)))
+}
+
+/// [`integer_product`] for a kernel whose B (its input `b_input`) may be a constant of the
+/// plan: B's packing is then made on the first run and kept ([`EvalCtx::remember`]).
+pub(in crate::ops) fn integer_product_kept(
+    ctx: &EvalCtx<'_>,
+    (a, a_zero): (&Tensor, Option<&Tensor>),
+    (b, b_zero, b_input): (&Tensor, Option<&Tensor>, usize),
+) -> Result<(Plan, Sums)> {
+    let plan = Plan::new(a.shape(), b.shape())?;
+    let eight_bit = |t: &Tensor| matches!(t.dtype(), DataType::Int8 | DataType::Uint8);
+    let zeros_ok = [a_zero, b_zero].into_iter().flatten().all(eight_bit);
+    let packable = b.shape().len() == 2 && plan.k <= EXACT_K && plan.folds_into_rows();
+    if !packable || !eight_bit(a) || !eight_bit(b) || !zeros_ok {
+        return integer_product(a, a_zero, b, b_zero);
+    }
+    let level = Level::detect();
+    let packed = ctx.remember(&[b_input], || {
+        let data = Bytes {
+            data: b.as_bytes()?,
+            signed: b.dtype() == DataType::Int8,
+        };
+        PackedB::new(data, plan.k, plan.n, level)
+    })?;
+    let Some(packed) = packed else {
+        return integer_product(a, a_zero, b, b_zero);
+    };
+    let za = zeros_i32(a_zero, plan.m, "the zero point of A")?;
+    let zb = zeros_i32(b_zero, plan.n, "the zero point of B")?;
+    let sums = integer_product_with(a, &za, b, &zb, &plan, level, Some(packed))?;
     Ok((plan, Sums::I32(sums)))
 }
 
@@ -280,6 +311,7 @@ fn integer_product_with(
     zb: &[i32],
     plan: &Plan,
     level: Level,
+    packed_b: Option<&PackedB>,
 ) -> Result<Vec<i32>> {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let (av, bv) = (a.as_bytes()?, b.as_bytes()?);
@@ -296,7 +328,14 @@ fn integer_product_with(
     if plan.folds_into_rows() {
         // One product of all the batch's rows, their zero points repeated per matrix.
         let rows = plan.pairs.len() * m;
-        let packed = PackedB::new(b_mat(plan.pairs[0].1), k, n, level)?;
+        let made;
+        let packed = match packed_b {
+            Some(p) => p,
+            None => {
+                made = PackedB::new(b_mat(plan.pairs[0].1), k, n, level)?;
+                &made
+            }
+        };
         let za_rows: Vec<i32> = if za.len() == 1 {
             za.to_vec()
         } else {
@@ -310,7 +349,7 @@ fn integer_product_with(
             data: &av[..rows * k],
             signed: sa,
         };
-        igemm::gemm(a_all, rows, &za_rows, &packed, zb, &mut out)?;
+        igemm::gemm(a_all, rows, &za_rows, packed, zb, &mut out)?;
         return Ok(out);
     }
     let mut packed: Option<(usize, PackedB)> = None;
@@ -342,11 +381,12 @@ fn reference_product(a: &Tensor, za: &[i32], b: &Tensor, zb: &[i32]) -> Result<V
 }
 
 pub(super) fn eval_matmul_integer(
-    _: &EvalCtx<'_>,
+    ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
-    let (plan, sums) = integer_product(a, optional(inputs, 2), b, optional(inputs, 3))?;
+    let (plan, sums) =
+        integer_product_kept(ctx, (a, optional(inputs, 2)), (b, optional(inputs, 3), 1))?;
     let ints = match sums {
         Sums::I32(v) => v,
         Sums::F64(v) => v.into_iter().map(|v| v as i32).collect(),
@@ -418,13 +458,14 @@ pub(super) fn single<T: Copy>(values: &[T], what: &str) -> Result<T> {
 }
 
 pub(super) fn eval_qlinear_matmul(
-    _: &EvalCtx<'_>,
+    ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let (a, a_scale) = (required(inputs, 0)?, required(inputs, 1)?);
     let (b, b_scale) = (required(inputs, 3)?, required(inputs, 4)?);
     let (y_scale, y_zero) = (required(inputs, 6)?, required(inputs, 7)?);
-    let (plan, acc) = integer_product(a, optional(inputs, 2), b, optional(inputs, 5))?;
+    let (plan, acc) =
+        integer_product_kept(ctx, (a, optional(inputs, 2)), (b, optional(inputs, 5), 3))?;
     let n = plan.n;
     let sa = single(&scales(a_scale, 1, "a_scale")?, "a_scale")?;
     let sb = scales(b_scale, n, "b_scale")?;
@@ -664,7 +705,7 @@ mod tests {
             let zb = zeros_i32(Some(&zb), n, "zb").unwrap();
             let want = reference_product(&a, &za, &b, &zb).unwrap();
             for level in Level::supported() {
-                let got = integer_product_with(&a, &za, &b, &zb, &plan, level).unwrap();
+                let got = integer_product_with(&a, &za, &b, &zb, &plan, level, None).unwrap();
                 let got: Vec<f64> = got.into_iter().map(f64::from).collect();
                 proptest::prop_assert_eq!(&got, &want, "{:?}", level);
             }
@@ -695,7 +736,8 @@ mod tests {
                     let plan = Plan::new(a.shape(), b.shape()).unwrap();
                     let want = reference_product(&a, &za, &b, &zb).unwrap();
                     for level in Level::supported() {
-                        let got = integer_product_with(&a, &za, &b, &zb, &plan, level).unwrap();
+                        let got =
+                            integer_product_with(&a, &za, &b, &zb, &plan, level, None).unwrap();
                         let got: Vec<f64> = got.into_iter().map(f64::from).collect();
                         assert_eq!(got, want, "{level:?} {ta} {tb} {sa} {sb}");
                     }

@@ -75,7 +75,7 @@ use unpool::{eval_max_unpool, infer_max_unpool};
 // The building blocks the `com.microsoft` attention family shares with `Attention`.
 pub(in crate::ops) use attention::{attend, Bias, Mask, Sizes, Spec};
 pub(in crate::ops) use blas::{gemm, Mat};
-pub(in crate::ops) use matmul::{integer_product, Sums};
+pub(in crate::ops) use matmul::{integer_product_kept, Sums};
 pub(in crate::ops) use quant::{dynamic_quantize, dynamic_scale, quantize_u8};
 pub(in crate::ops) use rotary::{rotate, Rotation};
 

@@ -331,6 +331,7 @@ mod tests {
             opset: 10,
             runner: &NoSubgraphs,
             prepared: None,
+            memo: None,
         };
         let shape = ConvShape::new(&ctx, x.shape(), w.shape()).unwrap();
         let want = reference_conv(&shape, x, zx, w, zw).unwrap();
@@ -416,6 +417,7 @@ mod tests {
                 opset: 10,
                 runner: &NoSubgraphs,
                 prepared: None,
+                memo: None,
             };
             let shape = ConvShape::new(&ctx, x.shape(), w.shape()).unwrap();
             // The byte 0x81 as a zero point: -127 as int8, 129 as uint8.

@@ -54,6 +54,7 @@ fn ctx(node: &Node) -> EvalCtx<'_> {
         opset: 21,
         runner: &crate::ops::NoSubgraphs,
         prepared: None,
+        memo: None,
     }
 }
 
