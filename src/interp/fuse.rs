@@ -177,7 +177,7 @@ fn fuse_quantized_matmuls<'m>(
         };
         let Some(activation) = dequantized(&steps[dqa].node, &constant)
             .filter(|_| is_op(&steps[dqa], "DequantizeLinear"))
-            .filter(|q| q.scale.len() == 1 && q.zero_len == 1)
+            .filter(|q| q.scale_len == 1 && q.zero_len == 1)
         else {
             continue;
         };
@@ -193,7 +193,7 @@ fn fuse_quantized_matmuls<'m>(
                 _ => return false,
             };
             let per_column = |len: usize| len == 1 || (len == n && w.axis_is_last);
-            per_column(w.scale.len()) && per_column(w.zero_len)
+            per_column(w.scale_len) && per_column(w.zero_len)
         }) else {
             continue;
         };
@@ -275,7 +275,7 @@ fn matmul_operands<'s>(
 struct Dequantized {
     codes: String,
     scale_name: String,
-    scale: Vec<f32>,
+    scale_len: usize,
     zero_name: String,
     zero_len: usize,
     /// Whether `axis` names the last of two dimensions (the columns of weights).
@@ -299,7 +299,7 @@ fn dequantized(node: &Node, constant: &Fixed<'_>) -> Option<Dequantized> {
     Some(Dequantized {
         codes: node.inputs[0].clone(),
         scale_name: node.inputs[1].clone(),
-        scale: scale.as_slice::<f32>().ok()?.to_vec(),
+        scale_len: scale.len(),
         zero_name: node.inputs[2].clone(),
         zero_len: zero.len(),
         axis_is_last: axis == 1 || axis == -1,
