@@ -27,6 +27,7 @@ mod nms;
 mod norm;
 mod pool;
 mod qconv;
+mod qmatmul;
 mod quant;
 mod roi_align;
 mod rotary;
@@ -50,10 +51,7 @@ use grid::{eval_affine_grid, eval_grid_sample, infer_affine_grid, infer_grid_sam
 use linear_attention::{eval_linear_attention, infer_linear_attention};
 use loss::{eval_nll_loss, eval_softmax_ce_loss, infer_loss};
 use lrn::eval_lrn;
-use matmul::{
-    eval_matmul, eval_matmul_integer, eval_qlinear_matmul, infer_matmul, infer_matmul_integer,
-    infer_qlinear_matmul,
-};
+use matmul::{eval_matmul, infer_matmul};
 use nms::{eval_nms, infer_nms};
 use norm::{
     eval_batch_norm, eval_group_norm, eval_instance_norm, eval_layer_norm, eval_lp_norm, eval_mvn,
@@ -64,6 +62,9 @@ use pool::{
     eval_lp_pool, eval_max_pool, infer_global_pool, infer_pool,
 };
 use qconv::{eval_conv_integer, eval_qlinear_conv};
+use qmatmul::{
+    eval_matmul_integer, eval_qlinear_matmul, infer_matmul_integer, infer_qlinear_matmul,
+};
 use quant::{
     eval_dequantize, eval_dynamic_quantize, eval_quantize, infer_dequantize,
     infer_dynamic_quantize, infer_quantize,
@@ -75,7 +76,7 @@ use unpool::{eval_max_unpool, infer_max_unpool};
 // The building blocks the `com.microsoft` attention family shares with `Attention`.
 pub(in crate::ops) use attention::{attend, Bias, Mask, Sizes, Spec};
 pub(in crate::ops) use blas::{gemm, Mat};
-pub(in crate::ops) use matmul::{integer_product_kept, Sums};
+pub(in crate::ops) use qmatmul::{integer_product_kept, Sums};
 pub(in crate::ops) use quant::{dynamic_quantize, dynamic_scale, quantize_u8};
 pub(in crate::ops) use rotary::{rotate, Rotation};
 

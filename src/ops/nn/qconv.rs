@@ -28,7 +28,7 @@ use super::common::{
 };
 use super::conv::{coord, ConvShape};
 use super::igemm::{self, Bytes, Level, PackedB, EXACT_K};
-use super::matmul::{requantize_offset, scales, single, Sums};
+use super::qmatmul::{requantize_offset, scales, single, Sums};
 use super::window::{inside, Geometry3};
 
 /// The exact integer convolution of `x - x_zero` and `w - w_zero` (per tensor, or per output

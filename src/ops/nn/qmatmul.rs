@@ -1,0 +1,536 @@
+//! `MatMulInteger` (opset 10) and `QLinearMatMul` (10, 21): 8-bit matrix products, and the exact
+//! integer sums the quantized convolutions and the `com.microsoft` products share.
+//!
+//! Specs: <https://onnx.ai/onnx/operators/onnx__MatMulInteger.html>,
+//! <https://onnx.ai/onnx/operators/onnx__QLinearMatMul.html>.
+//!
+//! The operands minus their zero points multiply on the integer kernel ([`super::igemm`]) while the
+//! contracted dim keeps `i32` sums exact, else in `f64`, which is exact for 8-bit operands; the
+//! sums are requantized with round-half-to-even and saturation. The shapes line up as `MatMul`'s
+//! ([`Plan`]).
+
+use crate::error::{Error, Result};
+use crate::ir::TensorType;
+use crate::tensor::try_vec;
+use crate::tensor::Tensor;
+use crate::DataType;
+
+use super::super::util::{optional, required, to_i64s, unsupported_type};
+use super::super::vector::assume_written;
+use super::super::{EvalCtx, InferCtx};
+use super::common::{
+    code_range, input_dims, round_half_even, round_to, shifted_f64s, store_ints, tensor_type,
+    to_f32s, zero_at, zero_points,
+};
+use super::igemm::{self, Bytes, Level, PackedB, EXACT_K};
+use super::matmul::{infer_product, matmul_dims, Plan};
+
+/// The exact sums of an 8-bit matrix product: `i32` from the integer kernel when the contracted
+/// dim keeps them exact there ([`EXACT_K`]), else `f64` from the reference product.
+#[derive(Debug)]
+pub(in crate::ops) enum Sums {
+    /// From the integer kernel.
+    I32(Vec<i32>),
+    /// From the `f64` product (a contracted dim beyond [`EXACT_K`]).
+    F64(Vec<f64>),
+}
+
+impl Sums {
+    /// `f(i, sum)` for every sum, in order, collected (allocated through the arena).
+    pub fn map<T: Clone>(&self, fill: T, f: impl Fn(usize, f64) -> T) -> Result<Vec<T>> {
+        let len = match self {
+            Sums::I32(v) => v.len(),
+            Sums::F64(v) => v.len(),
+        };
+        let mut out = try_vec(len, fill)?;
+        match self {
+            Sums::I32(v) => {
+                for (i, (o, &s)) in out.iter_mut().zip(v).enumerate() {
+                    *o = f(i, f64::from(s));
+                }
+            }
+            Sums::F64(v) => {
+                for (i, (o, &s)) in out.iter_mut().zip(v).enumerate() {
+                    *o = f(i, s);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The values of an 8-bit operand's zero point as `i32`: one (0 when omitted) or `len`.
+fn zeros_i32(t: Option<&Tensor>, len: usize, what: &str) -> Result<Vec<i32>> {
+    let z = zero_points(t)?;
+    zero_at(&z, len, what).map(|_| ())?;
+    if z.is_empty() {
+        return Ok(vec![0]);
+    }
+    // 8-bit values (the dtype was checked), so the conversion is exact.
+    Ok(z.into_iter().map(|v| v as i32).collect())
+}
+
+/// The product of two 8-bit operands minus their zero points, exactly: `a_zero` is per tensor or
+/// per row of A, `b_zero` per tensor or per column of B.
+pub(in crate::ops) fn integer_product(
+    a: &Tensor,
+    a_zero: Option<&Tensor>,
+    b: &Tensor,
+    b_zero: Option<&Tensor>,
+) -> Result<(Plan, Sums)> {
+    for t in [Some(a), Some(b), a_zero, b_zero].into_iter().flatten() {
+        if !matches!(t.dtype(), DataType::Int8 | DataType::Uint8) {
+            return Err(unsupported_type("a quantized matrix product", t.dtype()));
+        }
+    }
+    let plan = Plan::new(a.shape(), b.shape())?;
+    let (m, k, n) = (plan.m, plan.k, plan.n);
+    let za = zeros_i32(a_zero, m, "the zero point of A")?;
+    let zb = zeros_i32(b_zero, n, "the zero point of B")?;
+    if k > EXACT_K {
+        return Ok((plan, Sums::F64(reference_product(a, &za, b, &zb)?)));
+    }
+    let sums = integer_product_with(a, &za, b, &zb, &plan, Level::detect(), None)?;
+    Ok((plan, Sums::I32(sums)))
+}
+
+/// [`integer_product`] for a kernel whose B (its input `b_input`) may be a constant of the
+/// plan: B's packing is then made on the first run and kept ([`EvalCtx::remember`]).
+pub(in crate::ops) fn integer_product_kept(
+    ctx: &EvalCtx<'_>,
+    (a, a_zero): (&Tensor, Option<&Tensor>),
+    (b, b_zero, b_input): (&Tensor, Option<&Tensor>, usize),
+) -> Result<(Plan, Sums)> {
+    let plan = Plan::new(a.shape(), b.shape())?;
+    let eight_bit = |t: &Tensor| matches!(t.dtype(), DataType::Int8 | DataType::Uint8);
+    let zeros_ok = [a_zero, b_zero].into_iter().flatten().all(eight_bit);
+    let packable = b.shape().len() == 2 && plan.k <= EXACT_K && plan.folds_into_rows();
+    if !packable || !eight_bit(a) || !eight_bit(b) || !zeros_ok {
+        return integer_product(a, a_zero, b, b_zero);
+    }
+    let level = Level::detect();
+    let packed = ctx.remember(&[b_input], || {
+        let data = Bytes {
+            data: b.as_bytes()?,
+            signed: b.dtype() == DataType::Int8,
+        };
+        PackedB::new(data, plan.k, plan.n, level)
+    })?;
+    let Some(packed) = packed else {
+        return integer_product(a, a_zero, b, b_zero);
+    };
+    let za = zeros_i32(a_zero, plan.m, "the zero point of A")?;
+    let zb = zeros_i32(b_zero, plan.n, "the zero point of B")?;
+    let sums = integer_product_with(a, &za, b, &zb, &plan, level, Some(packed))?;
+    Ok((plan, Sums::I32(sums)))
+}
+
+/// The product of [`integer_product`] in `i32` on the kernel of `level`; `za`, `zb` hold one
+/// value or one per row / column.
+fn integer_product_with(
+    a: &Tensor,
+    za: &[i32],
+    b: &Tensor,
+    zb: &[i32],
+    plan: &Plan,
+    level: Level,
+    packed_b: Option<&PackedB>,
+) -> Result<Vec<i32>> {
+    let (m, k, n) = (plan.m, plan.k, plan.n);
+    let (av, bv) = (a.as_bytes()?, b.as_bytes()?);
+    plan.check_lens(av, bv)?;
+    let mut out = try_vec(plan.out_len(), 0i32)?;
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let (sa, sb) = (a.dtype() == DataType::Int8, b.dtype() == DataType::Int8);
+    let b_mat = |bi: usize| Bytes {
+        data: &bv[bi * k * n..(bi + 1) * k * n],
+        signed: sb,
+    };
+    if plan.folds_into_rows() {
+        // One product of all the batch's rows, their zero points repeated per matrix.
+        let rows = plan.pairs.len() * m;
+        let made;
+        let packed = match packed_b {
+            Some(p) => p,
+            None => {
+                made = PackedB::new(b_mat(plan.pairs[0].1), k, n, level)?;
+                &made
+            }
+        };
+        let za_rows: Vec<i32> = if za.len() == 1 {
+            za.to_vec()
+        } else {
+            let mut v = try_vec(rows, 0i32)?;
+            for (r, z) in v.iter_mut().enumerate() {
+                *z = za[r % m];
+            }
+            v
+        };
+        let a_all = Bytes {
+            data: &av[..rows * k],
+            signed: sa,
+        };
+        igemm::gemm(a_all, rows, &za_rows, packed, zb, &mut out)?;
+        return Ok(out);
+    }
+    let mut packed: Option<(usize, PackedB)> = None;
+    for (c, &(ai, bi)) in out.chunks_mut(m * n).zip(&plan.pairs) {
+        if packed.as_ref().is_none_or(|(p, _)| *p != bi) {
+            packed = Some((bi, PackedB::new(b_mat(bi), k, n, level)?));
+        }
+        let Some((_, pb)) = packed.as_ref() else {
+            continue;
+        };
+        let a_mat = Bytes {
+            data: &av[ai * m * k..(ai + 1) * m * k],
+            signed: sa,
+        };
+        igemm::gemm(a_mat, m, za, pb, zb, c)?;
+    }
+    Ok(out)
+}
+
+/// The product of [`integer_product`] with both operands widened to `f64`: exact for any
+/// contracted dim, the reference the integer kernel is tested against.
+fn reference_product(a: &Tensor, za: &[i32], b: &Tensor, zb: &[i32]) -> Result<Vec<f64>> {
+    let plan = Plan::new(a.shape(), b.shape())?;
+    let (m, k, n) = (plan.m, plan.k, plan.n);
+    let at = |z: &[i32], i: usize| i64::from(z[if z.len() == 1 { 0 } else { i }]);
+    let av = shifted_f64s(a, |i| at(za, (i / k.max(1)) % m.max(1)))?;
+    let bv = shifted_f64s(b, |i| at(zb, i % n.max(1)))?;
+    plan.run_real::<f64>(&av, &bv)
+}
+
+pub(super) fn eval_matmul_integer(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
+    let (plan, sums) =
+        integer_product_kept(ctx, (a, optional(inputs, 2)), (b, optional(inputs, 3), 1))?;
+    let ints = match sums {
+        Sums::I32(v) => v,
+        Sums::F64(v) => v.into_iter().map(|v| v as i32).collect(),
+    };
+    Ok(vec![Tensor::from_vec(
+        DataType::Int32,
+        &plan.out_shape,
+        ints,
+    )?])
+}
+
+/// Quantizes exact integer accumulators: `round_half_even(acc * scale(i)) + zero`, saturated to
+/// the 8-bit (or 16-bit) `dtype`.
+pub(super) fn requantize(
+    acc: &Sums,
+    scale: impl Fn(usize) -> f64,
+    zero: i64,
+    dtype: DataType,
+    shape: &[usize],
+) -> Result<Tensor> {
+    requantize_offset(acc, |_| 0.0, scale, zero, dtype, shape)
+}
+
+/// [`requantize`] of `acc(i) + offset(i)`: `offset` is an exact integer (a bias), so the sum is
+/// exact in `f64`.
+pub(super) fn requantize_offset(
+    acc: &Sums,
+    offset: impl Fn(usize) -> f64,
+    scale: impl Fn(usize) -> f64,
+    zero: i64,
+    dtype: DataType,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let (lo, hi) = match dtype {
+        DataType::Uint8 => (0.0, 255.0),
+        DataType::Int8 => (-128.0, 127.0),
+        DataType::Uint16 => (0.0, 65535.0),
+        DataType::Int16 => (-32768.0, 32767.0),
+        other => return Err(unsupported_type("a quantized output", other)),
+    };
+    let q = acc.map(0i64, |i, v| {
+        (((v + offset(i)) * scale(i)).round_ties_even() + zero as f64).clamp(lo, hi) as i64
+    })?;
+    store_ints(dtype, shape, &q)
+}
+
+/// A scale input's values, per tensor (one) or per index along one axis (`len`).
+pub(super) fn scales(t: &Tensor, len: usize, what: &str) -> Result<Vec<f32>> {
+    let v = to_f32s(t)?;
+    if v.len() == 1 || v.len() == len {
+        Ok(v)
+    } else {
+        Err(Error::Eval(format!(
+            "{what} has {} values; expected 1 or {len}",
+            v.len()
+        )))
+    }
+}
+
+/// The single value of a scale or zero-point input that must be per tensor.
+pub(super) fn single<T: Copy>(values: &[T], what: &str) -> Result<T> {
+    match values {
+        [v] => Ok(*v),
+        _ => Err(Error::Eval(format!(
+            "{what} must hold one value, found {}",
+            values.len()
+        ))),
+    }
+}
+
+pub(super) fn eval_qlinear_matmul(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, a_scale) = (required(inputs, 0)?, required(inputs, 1)?);
+    let (b, b_scale) = (required(inputs, 3)?, required(inputs, 4)?);
+    let (y_scale, y_zero) = (required(inputs, 6)?, required(inputs, 7)?);
+    let (plan, acc) =
+        integer_product_kept(ctx, (a, optional(inputs, 2)), (b, optional(inputs, 5), 3))?;
+    let n = plan.n;
+    let sa = single(&scales(a_scale, 1, "a_scale")?, "a_scale")?;
+    let sb = scales(b_scale, n, "b_scale")?;
+    let sy = single(&to_f32s(y_scale)?, "y_scale")?;
+    let zy = single(&to_i64s(y_zero)?, "y_zero_point")?;
+    // The multiplier follows the precision of the scales, one rounding per operation.
+    let st = a_scale.dtype();
+    let mult: Vec<f64> = sb
+        .iter()
+        .map(|&b| round_to(st, round_to(st, sa * b) / sy) as f64)
+        .collect();
+    if let (Sums::I32(sums), DataType::Uint8 | DataType::Int8) = (&acc, y_zero.dtype()) {
+        // The arithmetic of `requantize`, a row of `n` columns at a time.
+        let dtype = y_zero.dtype();
+        let (lo, hi) = code_range(dtype);
+        let zy = zy as f64;
+        let y = Tensor::uninit(dtype, &plan.out_shape)?.fill::<u8>(|dst| {
+            for (out, row) in dst.chunks_mut(n.max(1)).zip(sums.chunks(n.max(1))) {
+                for (j, (o, &v)) in out.iter_mut().zip(row).enumerate() {
+                    let m = mult[if mult.len() == 1 { 0 } else { j }];
+                    let q = (round_half_even(f64::from(v) * m) + zy).clamp(lo, hi);
+                    // Two's complement: an int8 code is stored as its byte.
+                    o.write(q as i64 as u8);
+                }
+            }
+            // SAFETY: `sums` holds one sum per output element, so every byte was written.
+            unsafe { assume_written(dst) }
+        })?;
+        return Ok(vec![y]);
+    }
+    let scale = |i: usize| mult[if mult.len() == 1 { 0 } else { i % n }];
+    Ok(vec![requantize(
+        &acc,
+        scale,
+        zy,
+        y_zero.dtype(),
+        &plan.out_shape,
+    )?])
+}
+
+pub(super) fn infer_matmul_integer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    infer_product(ctx, Some(DataType::Int32))
+}
+
+pub(super) fn infer_qlinear_matmul(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let dims = match (input_dims(ctx, 0), input_dims(ctx, 3)) {
+        (Some(a), Some(b)) => matmul_dims(a, b),
+        _ => None,
+    };
+    Ok(vec![tensor_type(ctx.input(7).and_then(|t| t.elem), dims)])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::Node;
+    use crate::ops::eval_node;
+
+    use super::*;
+
+    fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
+        Tensor::from_vec(DataType::Float, shape, v.to_vec()).unwrap()
+    }
+
+    fn run(op: &str, opset: i64, inputs: &[Option<&Tensor>]) -> crate::Result<Vec<Tensor>> {
+        let names: Vec<String> = (0..inputs.len()).map(|i| format!("i{i}")).collect();
+        eval_node(&Node::new(op, "n", names, ["y"]), opset, inputs)
+    }
+
+    #[test]
+    fn integer_products_subtract_zero_points() {
+        // The ONNX MatMulInteger example.
+        let a = Tensor::from_vec(
+            DataType::Uint8,
+            &[4, 3],
+            vec![11u8, 7, 3, 10, 6, 2, 9, 5, 1, 8, 4, 0],
+        )
+        .unwrap();
+        let b = Tensor::from_vec(DataType::Uint8, &[3, 2], vec![1u8, 4, 2, 5, 3, 6]).unwrap();
+        let za = Tensor::from_vec(DataType::Uint8, &[], vec![12u8]).unwrap();
+        let zb = Tensor::from_vec(DataType::Uint8, &[], vec![0u8]).unwrap();
+        let y = run(
+            "MatMulInteger",
+            10,
+            &[Some(&a), Some(&b), Some(&za), Some(&zb)],
+        )
+        .unwrap();
+        assert_eq!(
+            y[0].as_slice::<i32>().unwrap(),
+            &[-38, -83, -44, -98, -50, -113, -56, -128]
+        );
+    }
+
+    /// An 8-bit tensor of `shape` from a seed.
+    fn bytes(dtype: DataType, shape: &[usize], seed: u64) -> Tensor {
+        let mut s = seed | 1;
+        let len = shape.iter().product();
+        let v: Vec<u8> = (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect();
+        Tensor::from_bytes(dtype, shape, &v).unwrap()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 48,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+        /// Every level of the integer kernel gives the `f64` reference's values, on every sign
+        /// combination, zero points per tensor, per row and per column, and batches that fold
+        /// into rows or broadcast.
+        #[test]
+        fn integer_kernel_matches_the_f64_product(
+            m in 1usize..12, k in 0usize..40, n in 1usize..40,
+            sa: bool, sb: bool, per_row: bool, per_col: bool, batch in 0usize..4, seed: u64,
+        ) {
+            let dt = |s: bool| if s { DataType::Int8 } else { DataType::Uint8 };
+            let (a_shape, b_shape) = match batch {
+                0 => (vec![m, k], vec![k, n]),
+                1 => (vec![2, m, k], vec![k, n]),
+                2 => (vec![2, m, k], vec![2, k, n]),
+                _ => (vec![m, k], vec![3, k, n]),
+            };
+            let a = bytes(dt(sa), &a_shape, seed);
+            let b = bytes(dt(sb), &b_shape, seed.wrapping_mul(7));
+            let za = bytes(dt(sa), &[if per_row { m } else { 1 }], seed ^ 5);
+            let zb = bytes(dt(sb), &[if per_col { n } else { 1 }], seed ^ 9);
+            let plan = Plan::new(a.shape(), b.shape()).unwrap();
+            let za = zeros_i32(Some(&za), m, "za").unwrap();
+            let zb = zeros_i32(Some(&zb), n, "zb").unwrap();
+            let want = reference_product(&a, &za, &b, &zb).unwrap();
+            for level in Level::supported() {
+                let got = integer_product_with(&a, &za, &b, &zb, &plan, level, None).unwrap();
+                let got: Vec<f64> = got.into_iter().map(f64::from).collect();
+                proptest::prop_assert_eq!(&got, &want, "{:?}", level);
+            }
+        }
+    }
+
+    #[test]
+    fn worst_case_products_match_the_f64_product_at_every_level() {
+        // 255 x -128 (and the other extremes) in every position, zero points at their ends.
+        let (m, k, n) = (5, 700, 19);
+        for (ta, tb) in [
+            (0x00u8, 0x80u8),
+            (0xff, 0x80),
+            (0xff, 0x7f),
+            (0x80, 0x80),
+            (0x7f, 0xff),
+        ] {
+            for (sa, sb) in [(false, true), (false, false), (true, true), (true, false)] {
+                let dt = |s: bool| if s { DataType::Int8 } else { DataType::Uint8 };
+                let t = |s: bool, shape: &[usize], v: u8| {
+                    let len: usize = shape.iter().product();
+                    Tensor::from_bytes(dt(s), shape, &vec![v; len]).unwrap()
+                };
+                let (a, b) = (t(sa, &[m, k], ta), t(sb, &[k, n], tb));
+                for (za, zb) in [(0u8, 0u8), (0xff, 0x80), (0x80, 0xff), (0x7f, 0x00)] {
+                    let za = zeros_i32(Some(&t(sa, &[], za)), m, "za").unwrap();
+                    let zb = zeros_i32(Some(&t(sb, &[], zb)), n, "zb").unwrap();
+                    let plan = Plan::new(a.shape(), b.shape()).unwrap();
+                    let want = reference_product(&a, &za, &b, &zb).unwrap();
+                    for level in Level::supported() {
+                        let got =
+                            integer_product_with(&a, &za, &b, &zb, &plan, level, None).unwrap();
+                        let got: Vec<f64> = got.into_iter().map(f64::from).collect();
+                        assert_eq!(got, want, "{level:?} {ta} {tb} {sa} {sb}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn quantized_products_requantize() {
+        // The ONNX QLinearMatMul example (uint8, float scales).
+        let u8s = |s: &[usize], v: &[u8]| Tensor::from_vec(DataType::Uint8, s, v.to_vec()).unwrap();
+        let a = u8s(&[2, 4], &[208, 236, 0, 238, 3, 214, 255, 29]);
+        let b = u8s(
+            &[4, 3],
+            &[152, 51, 244, 60, 26, 255, 0, 127, 246, 127, 254, 247],
+        );
+        let (sa, za) = (f32s(&[], &[0.0066]), u8s(&[], &[113]));
+        let (sb, zb) = (f32s(&[], &[0.00705]), u8s(&[], &[114]));
+        let (sy, zy) = (f32s(&[], &[0.0107]), u8s(&[], &[118]));
+        let y = run(
+            "QLinearMatMul",
+            21,
+            &[
+                Some(&a),
+                Some(&sa),
+                Some(&za),
+                Some(&b),
+                Some(&sb),
+                Some(&zb),
+                Some(&sy),
+                Some(&zy),
+            ],
+        )
+        .unwrap();
+        assert_eq!(y[0], u8s(&[2, 3], &[168, 115, 255, 1, 66, 151]));
+    }
+
+    /// QLinearMatMul's row-wise requantisation of the kernel's sums gives the bytes of
+    /// `requantize` on the `f64` reference product, with per-column scales and both output
+    /// types.
+    #[test]
+    fn qlinear_matmul_rows_requantize_as_the_reference() {
+        let (m, k, n) = (7, 29, 11);
+        for (dt, zy) in [(DataType::Uint8, 0x70u8), (DataType::Int8, 0xf6)] {
+            let a = bytes(dt, &[2, m, k], 3);
+            let b = bytes(DataType::Int8, &[k, n], 4);
+            let za = Tensor::from_bytes(dt, &[], &[0x85]).unwrap();
+            let zb = Tensor::from_bytes(DataType::Int8, &[], &[2]).unwrap();
+            let zyt = Tensor::from_bytes(dt, &[], &[zy]).unwrap();
+            let sa = f32s(&[], &[0.02]);
+            let sbv: Vec<f32> = (0..n).map(|j| 0.001 * (j + 1) as f32).collect();
+            let sb = f32s(&[n], &sbv);
+            let sy = f32s(&[], &[0.05]);
+            let inputs = [&a, &sa, &za, &b, &sb, &zb, &sy, &zyt].map(Some);
+            let got = run("QLinearMatMul", 21, &inputs).unwrap().remove(0);
+            let za = zeros_i32(Some(&za), m, "za").unwrap();
+            let zb = zeros_i32(Some(&zb), n, "zb").unwrap();
+            let sums = reference_product(&a, &za, &b, &zb).unwrap();
+            let mult: Vec<f64> = sbv
+                .iter()
+                .map(|&s| {
+                    round_to(DataType::Float, round_to(DataType::Float, 0.02 * s) / 0.05) as f64
+                })
+                .collect();
+            let zy = if dt == DataType::Int8 {
+                i64::from(zy as i8)
+            } else {
+                i64::from(zy)
+            };
+            let want = requantize(&Sums::F64(sums), |i| mult[i % n], zy, dt, &[2, m, n]).unwrap();
+            assert_eq!(got.as_bytes().unwrap(), want.as_bytes().unwrap(), "{dt:?}");
+        }
+    }
+}
