@@ -16,7 +16,8 @@ cross attention, bias, key padding mask, past/present, attention_bias), GroupQue
 past buffer longer than the total, a right-padded prompt, smooth_softmax, head_sink,
 attention_bias), RotaryEmbedding (3-D, 4-D, offset,
 interleaved, partial) and EmbedLayerNormalization. The quantised operators: MatMulIntegerToFloat,
-DynamicQuantizeMatMul, MatMulNBits (4-bit; uint8 and float zero points, g_idx: with packed
+DynamicQuantizeMatMul, QGemm (float and uint8/int8 outputs, transposes, per-column scales, int32
+bias broadcast by row and by column; exact), MatMulNBits (4-bit; uint8 and float zero points, g_idx: with packed
 uint8 zero points the reference is onnxruntime on the same model with the zero points as
 floats, as its CPU kernel dequantises with 8 in place of packed zero points when g_idx is
 given), GatherBlockQuantized (4- and 8-bit), and
@@ -385,6 +386,22 @@ def quantization_cases():
              ("bias", f(8))]),
         "dynamic_quantize_matmul_u8_zero_point": node_case(
             "DynamicQuantizeMatMul", [X, ("b", u8(H, 8)), ("sb", sc(0.04)), ("zb", np.array(128, np.uint8))]),
+        "qgemm_u8_i8_per_column_bias_float": node_case(
+            "QGemm",
+            [("a", [6, H], U8), ("sa", sc(0.02)), ("za", np.array(120, np.uint8)), ("b", i8(H, 8)),
+             ("sb", (rng.random(8) * 0.05).astype(np.float32)), ("zb", np.zeros(8, np.int8)),
+             ("c", rng.integers(-5000, 5000, 8).astype(np.int32))], alpha=0.75),
+        "qgemm_u8_u8_trans_b_quantised": node_case(
+            "QGemm",
+            [("a", [6, H], U8), ("sa", sc(0.02)), ("za", np.array(128, np.uint8)), ("b", u8(8, H)),
+             ("sb", sc(0.03)), ("zb", np.array(100, np.uint8)),
+             ("c", rng.integers(-3000, 3000, (6, 1)).astype(np.int32)), ("sy", sc(0.4)),
+             ("zy", np.array(110, np.uint8))], out_types=[U8], transB=1),
+        "qgemm_i8_i8_trans_a_quantised": node_case(
+            "QGemm",
+            [("a", [H, 6], I8), ("sa", sc(0.05)), ("za", np.array(3, np.int8)), ("b", i8(H, 8)),
+             ("sb", (rng.random(8) * 0.05).astype(np.float32)), ("zb", np.zeros(8, np.int8)), None,
+             ("sy", sc(0.7)), ("zy", np.array(-4, np.int8))], out_types=[I8], transA=1),
         "matmul_nbits_4bit_zero_points_bias": node_case(
             "MatMulNBits",
             [("a", [B, S, 32]), ("b", u8(8, 2, 8)), ("s", (rng.random(16) * 0.1).astype(np.float32)),
@@ -413,6 +430,12 @@ def quantization_cases():
             "QLinearSoftmax",
             [("a", [B, S, H], I8), ("sx", sc(0.05)), None, ("sy", sc(1 / 256)),
              ("zy", np.array(-128, np.int8))], opset=13, axis=1),
+        # Peaked rows (a large x_scale) with a zero point of 0: probabilities near 1 give codes
+        # above 127, which onnxruntime saturates.
+        "qlinear_softmax_i8_saturating": node_case(
+            "QLinearSoftmax",
+            [("a", [B, S, H], I8), ("sx", sc(0.2)), None, ("sy", sc(1 / 256)),
+             ("zy", np.array(0, np.int8))], opset=13, axis=-1),
         "qlinear_softmax_u8_opset12_flattened": node_case(
             "QLinearSoftmax", [qa, ("sx", sc(0.02)), None, ("sy", sc(1 / 255)), ("zy", np.array(5, np.uint8))],
             opset=12,
@@ -576,7 +599,7 @@ def random_input(rng, dtype, dims):
 
 
 # Operators whose onnxruntime kernels multiply uint8 activations by int8 weights.
-U8S8_OPS = {"MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QAttention", "DynamicQuantizeLSTM"}
+U8S8_OPS = {"MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QGemm", "QAttention", "DynamicQuantizeLSTM"}
 
 
 def ort_saturates_u8s8():

@@ -6,7 +6,8 @@
 //! (<https://github.com/microsoft/onnxruntime/blob/main/docs/ContribOperators.md>).
 //!
 //! `QLinearSigmoid` and `QLinearLeakyRelu` take uint8/int8 with per-tensor scales (a lookup
-//! table per call, `qlinear`), as does `QLinearSoftmax` (`qsoftmax`, onnxruntime's integer recipe); the quantisers' operators (the 8-bit and 4-bit matmuls,
+//! table per call, `qlinear`), as does `QLinearSoftmax` (`qsoftmax`, onnxruntime's integer
+//! recipe); the quantisers' operators (the 8-bit and 4-bit matmuls, `QGemm` (`qgemm`),
 //! `QAttention`, `DynamicQuantizeLSTM`, `GatherBlockQuantized`) take their integer operands with
 //! `float` scales. Every other kernel here is `float` only (what the optimizer emits for float
 //! models); another type is an error naming it. The kernels reuse the engine's vectorised loops (`ops::vector`): the
@@ -18,6 +19,7 @@
 mod activations;
 mod attention;
 mod embed_norm;
+mod qgemm;
 mod qlinear;
 mod qsoftmax;
 mod quant_lstm;
@@ -184,6 +186,9 @@ pub(super) const DEFS: &[OpDef] = &[
     )
     .with_infer(attention::infer_float_outputs)
     .in_domain(DOMAIN),
+    OpDef::new("QGemm", 1, 6..=9, 1..=1, qgemm::eval_qgemm)
+        .with_infer(qgemm::infer_qgemm)
+        .in_domain(DOMAIN),
     OpDef::new(
         "DynamicQuantizeMatMul",
         1,

@@ -20,7 +20,17 @@ use crate::error::{Error, Result};
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
-use super::super::util::{broadcast_binary, normalize_axis, optional, required, unsupported_type};
+use std::mem::MaybeUninit;
+
+use multiversion::multiversion;
+use rayon::prelude::*;
+
+use crate::par::{self, GRAIN};
+
+use super::super::nn::{quantize_code, Code};
+use super::super::util::{
+    broadcast_shapes, normalize_axis, optional, required, unsupported_type, BroadcastRuns,
+};
 use super::super::{vector, EvalCtx};
 
 /// A scalar scale input as `f32`, or an error naming the operator and input.
@@ -137,9 +147,44 @@ fn quantize(
     })?)
 }
 
+/// The scale and zero point of one per-tensor quantised operand, as the `f32`s the loops use
+/// (a zero point is a small integer, exact in `f32`).
+#[derive(Clone, Copy, Debug)]
+struct Affine {
+    scale: f32,
+    zero: f32,
+}
+
+impl Affine {
+    fn of(
+        t: &Tensor,
+        (scale_in, zero_in): (&Tensor, Option<&Tensor>),
+        op: &str,
+        what: &str,
+    ) -> Result<Affine> {
+        Ok(Affine {
+            scale: scale(scale_in, op, &format!("{what}_scale"))?,
+            zero: zero_point(zero_in, t.dtype(), op, &format!("{what}_zero_point"))? as f32,
+        })
+    }
+
+    /// `(code - zero) * scale`: the difference is exact, the product rounds once, as in
+    /// [`dequantize`].
+    #[inline(always)]
+    fn real<T: Code>(self, code: T) -> f32 {
+        (code.to_i32() as f32 - self.zero) * self.scale
+    }
+}
+
 /// `QLinearAdd` and `QLinearMul`: `A`, `A_scale`, `A_zero_point`, `B`, `B_scale`,
-/// `B_zero_point`, `C_scale`, `C_zero_point`, broadcast.
-fn binary(inputs: &[Option<&Tensor>], op: &str, f: impl Fn(f32, f32) -> f32) -> Result<Tensor> {
+/// `B_zero_point`, `C_scale`, `C_zero_point`, broadcast. Each output code is
+/// `quantize(f(dequantize(a), dequantize(b)))` in `f32`, computed in one pass: the runs of
+/// the broadcast ([`BroadcastRuns`]) are vector loops, split over threads when large.
+fn binary(
+    inputs: &[Option<&Tensor>],
+    op: &str,
+    f: impl Fn(f32, f32) -> f32 + Copy + Send + Sync,
+) -> Result<Tensor> {
     let (a, b) = (required(inputs, 0)?, required(inputs, 3)?);
     if a.dtype() != b.dtype() {
         return Err(Error::Eval(format!(
@@ -148,16 +193,116 @@ fn binary(inputs: &[Option<&Tensor>], op: &str, f: impl Fn(f32, f32) -> f32) -> 
             b.dtype()
         )));
     }
-    let av = dequantize(a, required(inputs, 1)?, optional(inputs, 2), op, "A")?;
-    let bv = dequantize(b, required(inputs, 4)?, optional(inputs, 5), op, "B")?;
-    let (y, shape) = broadcast_binary(&av, a.shape(), &bv, b.shape(), f)?;
-    quantize(
-        &y,
-        a.dtype(),
-        &shape,
-        (required(inputs, 6)?, optional(inputs, 7)),
-        op,
-    )
+    code_range(a.dtype(), op)?;
+    let pa = Affine::of(a, (required(inputs, 1)?, optional(inputs, 2)), op, "A")?;
+    let pb = Affine::of(b, (required(inputs, 4)?, optional(inputs, 5)), op, "B")?;
+    let py = Affine::of(a, (required(inputs, 6)?, optional(inputs, 7)), op, "C")?;
+    let out = broadcast_shapes(&[a.shape(), b.shape()])?;
+    let operands = Operands { a, b, pa, pb, py };
+    let y = Tensor::uninit(a.dtype(), &out)?;
+    Ok(match a.dtype() {
+        DataType::Uint8 => y.fill::<u8>(|dst| operands.run(&out, dst, f))?,
+        _ => y.fill::<i8>(|dst| operands.run(&out, dst, f))?,
+    })
+}
+
+/// The two operands of a quantised binary operator and the output's quantisation.
+struct Operands<'t> {
+    a: &'t Tensor,
+    b: &'t Tensor,
+    pa: Affine,
+    pb: Affine,
+    py: Affine,
+}
+
+impl Operands<'_> {
+    /// Writes every code of the output (of shape `out`, the operands' broadcast) into `dst`.
+    fn run<'d, T: Code>(
+        &self,
+        out: &[usize],
+        dst: &'d mut [MaybeUninit<T>],
+        f: impl Fn(f32, f32) -> f32 + Copy + Send + Sync,
+    ) -> &'d mut [T] {
+        let (a, b) = (self.a.as_slice::<T>(), self.b.as_slice::<T>());
+        let (Ok(a), Ok(b)) = (a, b) else {
+            return &mut [];
+        };
+        let (pa, pb, py) = (self.pa, self.pb, self.py);
+        let total = dst.len();
+        if self.a.shape() == self.b.shape() {
+            dst.par_chunks_mut(GRAIN)
+                .zip(a.par_chunks(GRAIN).zip(b.par_chunks(GRAIN)))
+                .with_min_len(par::min_len(total.div_ceil(GRAIN), &[GRAIN]))
+                .for_each(|(d, (x, y))| qzip(x, y, d, (pa, pb, py), f));
+            // SAFETY: `qzip` writes every element of each chunk, and the chunks cover `dst`.
+            return unsafe { vector::assume_written(dst) };
+        }
+        let runs = BroadcastRuns::new(self.a.shape(), self.b.shape(), out);
+        let n = runs.run_len();
+        if n == 0 || total == 0 || !total.is_multiple_of(n) {
+            return &mut [];
+        }
+        dst.par_chunks_mut(n)
+            .enumerate()
+            .with_min_len(par::min_len(total / n, &[n]))
+            .for_each(|(k, d)| {
+                let (ia, ra, ib, rb) = runs.run(k);
+                match (ra, rb) {
+                    (1, 1) => qzip(&a[ia..ia + n], &b[ib..ib + n], d, (pa, pb, py), f),
+                    (1, 0) => {
+                        let y = pb.real(b[ib]);
+                        qmap(&a[ia..ia + n], d, (pa, py), move |x| f(x, y));
+                    }
+                    (0, 1) => {
+                        let x = pa.real(a[ia]);
+                        qmap(&b[ib..ib + n], d, (pb, py), move |y| f(x, y));
+                    }
+                    _ => {
+                        for (j, o) in d.iter_mut().enumerate() {
+                            let v = f(pa.real(a[ia + j * ra]), pb.real(b[ib + j * rb]));
+                            o.write(quantize_code(v, py.scale, py.zero));
+                        }
+                    }
+                }
+            });
+        // SAFETY: every run writes each of its `n` elements, and the runs cover `dst`.
+        unsafe { vector::assume_written(dst) }
+    }
+}
+
+/// `dst[i] = quantize(f(real(a[i]), real(b[i])))`.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma+sse4.1",
+    "aarch64+neon"
+))]
+fn qzip<T: Code, F: Fn(f32, f32) -> f32>(
+    a: &[T],
+    b: &[T],
+    dst: &mut [MaybeUninit<T>],
+    (pa, pb, py): (Affine, Affine, Affine),
+    f: F,
+) {
+    for ((o, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+        o.write(quantize_code(f(pa.real(x), pb.real(y)), py.scale, py.zero));
+    }
+}
+
+/// `dst[i] = quantize(f(real(a[i])))`.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma+sse4.1",
+    "aarch64+neon"
+))]
+fn qmap<T: Code, F: Fn(f32) -> f32>(
+    a: &[T],
+    dst: &mut [MaybeUninit<T>],
+    (pa, py): (Affine, Affine),
+    f: F,
+) {
+    for (o, &x) in dst.iter_mut().zip(a) {
+        o.write(quantize_code(f(pa.real(x)), py.scale, py.zero));
+    }
 }
 
 pub(in crate::ops) fn eval_qlinear_add(

@@ -21,13 +21,13 @@ use super::blas::{gemm, Mat};
 use super::common::{input_dims, is_int, store_ints, tensor_type};
 use crate::ops::num::{dispatch_real, Arith, Real};
 
-/// The attributes of a Gemm node.
+/// The attributes of a Gemm node (and of `com.microsoft.QGemm`, which has no `beta`).
 #[derive(Clone, Debug)]
-pub(super) struct GemmAttrs {
-    trans_a: bool,
-    trans_b: bool,
-    alpha: f32,
-    beta: f32,
+pub(in crate::ops) struct GemmAttrs {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub alpha: f32,
+    pub beta: f32,
 }
 
 impl Attributes for GemmAttrs {
@@ -42,16 +42,17 @@ impl Attributes for GemmAttrs {
 }
 
 /// The attributes and the output size of one Gemm node.
-struct Shape {
-    m: usize,
-    k: usize,
-    n: usize,
+pub(in crate::ops) struct Shape {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
     trans_a: bool,
     trans_b: bool,
 }
 
 impl Shape {
-    fn new(ctx: &EvalCtx<'_>, attrs: &GemmAttrs, a: &[usize], b: &[usize]) -> Result<Shape> {
+    /// The sizes of `A' * B'` for operands of shapes `a` and `b`.
+    pub fn new(ctx: &EvalCtx<'_>, attrs: &GemmAttrs, a: &[usize], b: &[usize]) -> Result<Shape> {
         let (trans_a, trans_b) = (attrs.trans_a, attrs.trans_b);
         let (&[ar, ac], &[br, bc]) = (a, b) else {
             return Err(ctx.error(format!("A {a:?} and B {b:?} must be matrices")));
@@ -73,7 +74,7 @@ impl Shape {
     }
 
     /// For each output element, the element of C it adds (C broadcast to `[m, n]`).
-    fn bias_offsets(&self, c: &[usize]) -> Result<Vec<usize>> {
+    pub fn bias_offsets(&self, c: &[usize]) -> Result<Vec<usize>> {
         let out = [self.m, self.n];
         if c.len() > 2 || broadcast_shapes(&[c, &out])? != out {
             return Err(Error::Eval(format!(
@@ -182,6 +183,12 @@ pub(super) fn eval_gemm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
 }
 
 pub(super) fn infer_gemm(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+    let elem = ctx.input(0).and_then(|t| t.elem);
+    Ok(vec![tensor_type(elem, Some(gemm_dims(ctx, 0, 1)?))])
+}
+
+/// The output dims `[M, N]` of a Gemm whose A and B are inputs `a` and `b`.
+pub(in crate::ops) fn gemm_dims(ctx: &InferCtx<'_>, a: usize, b: usize) -> Result<Vec<Dim>> {
     let pick = |dims: Option<&[Dim]>, trans: bool, first: bool| -> Dim {
         match dims {
             Some([r, c]) => (if trans == first { c } else { r }).clone(),
@@ -189,12 +196,9 @@ pub(super) fn infer_gemm(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
         }
     };
     let attrs = ctx.attrs::<GemmAttrs>()?;
-    let m = pick(input_dims(ctx, 0), attrs.trans_a, true);
-    let n = pick(input_dims(ctx, 1), attrs.trans_b, false);
-    Ok(vec![tensor_type(
-        ctx.input(0).and_then(|t| t.elem),
-        Some(vec![m, n]),
-    )])
+    let m = pick(input_dims(ctx, a), attrs.trans_a, true);
+    let n = pick(input_dims(ctx, b), attrs.trans_b, false);
+    Ok(vec![m, n])
 }
 
 #[cfg(test)]

@@ -76,8 +76,11 @@ use unpool::{eval_max_unpool, infer_max_unpool};
 // The building blocks the `com.microsoft` attention family shares with `Attention`.
 pub(in crate::ops) use attention::{attend, Bias, Mask, Sizes, Spec};
 pub(in crate::ops) use blas::{gemm, Mat};
+pub(in crate::ops) use gemm::{gemm_dims, GemmAttrs, Shape as GemmShape};
 pub(in crate::ops) use qmatmul::{integer_product_kept, Sums};
-pub(in crate::ops) use quant::{dynamic_quantize, dynamic_scale, quantize_u8};
+pub(in crate::ops) use quant::{
+    code as quantize_code, dynamic_quantize, dynamic_scale, quantize_u8, Code,
+};
 pub(in crate::ops) use rotary::{rotate, Rotation};
 
 pub(super) const DEFS: &[OpDef] = &[

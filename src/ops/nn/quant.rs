@@ -28,6 +28,8 @@ use super::common::{round_to, store_f64s, store_ints, tensor_type, to_f32s};
 use crate::ops::minifloat::{decode_e8m0, MiniFloat};
 
 mod fast;
+
+pub(in crate::ops) use fast::{code, Code};
 #[cfg(test)]
 mod oracle_tests;
 

@@ -32,7 +32,7 @@ use crate::DataType;
 use super::{check_zero, output_dtype, read_quantized, scale_values, Granularity, Quantized};
 
 /// An integer code type of the fast loops.
-pub(super) trait Code: bytemuck::Pod + Send + Sync {
+pub(in crate::ops) trait Code: bytemuck::Pod + Send + Sync {
     /// The smallest and largest code.
     const RANGE: (f32, f32);
     /// An in-range code (the loops clamp first).
@@ -60,7 +60,7 @@ impl_code!(u8, i8, u16, i16);
 
 /// One code: `round_half_even(x / s) + z` clamped to `lo..=hi`, NaN to 0.
 #[inline(always)]
-fn code<T: Code>(x: f32, s: f32, z: f32) -> T {
+pub(in crate::ops) fn code<T: Code>(x: f32, s: f32, z: f32) -> T {
     let (lo, hi) = T::RANGE;
     let v = (x / s).round_ties_even() + z;
     let c = if v.is_nan() { 0.0 } else { v.max(lo).min(hi) };
