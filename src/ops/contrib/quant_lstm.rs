@@ -15,17 +15,17 @@
 //! rows of `X` before the longest sequence's end as one uint8 matrix (`DynamicQuantizeLinear`:
 //! its range widened to hold 0), each step's recurrent product quantises the hidden state of the
 //! batch entries onnxruntime still holds, and each product is exact in 32-bit integers
-//! (`(a - a_zero) * (w - w_zero)`), then scaled by `a_scale * w_scale` as one float multiplier.
+//! (`(a - a_zero) * (w - w_zero)`, on the integer kernel with `W` and `R` packed once per plan),
+//! then scaled by `a_scale * w_scale` as one float multiplier. Input sizes past the exact
+//! range of 32-bit sums (33,025) are refused.
 //! Onnxruntime splits a large batch across its threads and quantises each part on its own; this
 //! kernel quantises the whole batch, as onnxruntime does on one thread.
-
-use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::tensor::{try_vec, try_with_capacity, Tensor};
 use crate::DataType;
 
-use super::super::nn::{dynamic_scale, quantize_u8};
+use super::super::nn::{dynamic_scale, igemm, quantize_u8, Bytes, Level, PackedB, EXACT_K};
 use super::super::rnn::{eval_lstm_with, Products};
 use super::super::util::required;
 use super::super::EvalCtx;
@@ -34,15 +34,11 @@ use super::activations::floats;
 /// Position of `W_scale`; `W_zero_point`, `R_scale` and `R_zero_point` follow.
 const W_SCALE: usize = 8;
 
-/// Rows of the input product per parallel task.
-const ROWS_PER_TASK: usize = 16;
-
-/// Products of at most this many terms fit a 32-bit accumulator (each is at most 255 * 255).
-const EXACT_TERMS: usize = 32768;
-
-/// One direction's 8-bit weights (`[k, n]`, row-major) minus their zero point, with their scales.
+/// One direction's 8-bit weights (`[k, n]`, row-major), packed for the integer kernel, with
+/// their zero point and scales.
 struct Weights {
-    b: Vec<i16>,
+    packed: PackedB,
+    zero: i32,
     k: usize,
     n: usize,
     /// One scale, or one per column.
@@ -70,6 +66,12 @@ impl Weights {
                 zero.dtype()
             )));
         }
+        if k > EXACT_K {
+            return Err(Error::Unsupported(format!(
+                "DynamicQuantizeLSTM: {name} has {k} rows; the 32-bit integer sums are exact up \
+                 to {EXACT_K}"
+            )));
+        }
         let signed = w.dtype() == DataType::Int8;
         // Per direction or per column, like onnxruntime's check.
         let per = |t: &Tensor, what: &str| -> Result<usize> {
@@ -84,15 +86,15 @@ impl Weights {
         let count = per(scale, "scale")?;
         let all_scales = floats(scale, "DynamicQuantizeLSTM scale")?;
         let scales = all_scales[d * count..(d + 1) * count].to_vec();
-        let zeros: Vec<i16> = if signed {
+        let zeros: Vec<i32> = if signed {
             zero.as_slice::<i8>()?
                 .iter()
-                .map(|&z| i16::from(z))
+                .map(|&z| i32::from(z))
                 .collect()
         } else {
             zero.as_slice::<u8>()?
                 .iter()
-                .map(|&z| i16::from(z))
+                .map(|&z| i32::from(z))
                 .collect()
         };
         let z = if per(zero, "zero_point")? == 1 {
@@ -106,68 +108,71 @@ impl Weights {
             )));
         };
         let len = k * n;
-        let mut b = try_vec(len, 0i16)?;
-        if signed {
-            let codes = &w.as_slice::<i8>()?[d * len..(d + 1) * len];
-            for (o, &c) in b.iter_mut().zip(codes) {
-                *o = i16::from(c) - z;
-            }
-        } else {
-            let codes = &w.as_slice::<u8>()?[d * len..(d + 1) * len];
-            for (o, &c) in b.iter_mut().zip(codes) {
-                *o = i16::from(c) - z;
-            }
-        }
-        Ok(Weights { b, k, n, scales })
+        let codes = Bytes {
+            data: &w.as_bytes()?[d * len..(d + 1) * len],
+            signed,
+        };
+        Ok(Weights {
+            packed: PackedB::new(codes, k, n, Level::detect())?,
+            zero: z,
+            k,
+            n,
+            scales,
+        })
     }
 
-    /// `out_row += float((a - zero) . B) * (a_scale * scale)` for one row of codes `a` (`k`
-    /// long) and `out_row` (`n` long), exact in 32-bit integers for each block of
-    /// [`EXACT_TERMS`] terms; `acc` is scratch of `n`.
-    fn accumulate_row(
+    /// `out[r] += float((a[r] - zero) . B) * (a_scale * scale)` for the `rows` rows of codes
+    /// `a` (`[rows, k]`) and of `out` (`[rows, n]`): the sums exact in 32-bit integers, then
+    /// scaled as one float multiplier per column.
+    fn accumulate(
         &self,
         a: &[u8],
-        zero: u8,
-        mult: &[f32],
-        acc: &mut [i32],
-        out_row: &mut [f32],
-    ) {
+        rows: usize,
+        (a_scale, zero): (f32, u8),
+        out: &mut [f32],
+    ) -> Result<()> {
         let n = self.n;
-        for (block, a) in a.chunks(EXACT_TERMS).enumerate() {
-            acc.fill(0);
-            for (p, &code) in a.iter().enumerate() {
-                let v = i32::from(code) - i32::from(zero);
-                if v == 0 {
-                    continue;
+        let mut sums = try_vec(rows * n, 0i32)?;
+        let codes = Bytes {
+            data: a,
+            signed: false,
+        };
+        igemm(
+            codes,
+            rows,
+            &[i32::from(zero)],
+            &self.packed,
+            &[self.zero],
+            &mut sums,
+        )?;
+        let mult: Vec<f32> = self.scales.iter().map(|&s| a_scale * s).collect();
+        for (row, sums) in out
+            .chunks_exact_mut(n.max(1))
+            .zip(sums.chunks_exact(n.max(1)))
+        {
+            if let [m] = mult[..] {
+                for (o, &s) in row.iter_mut().zip(sums) {
+                    *o += s as f32 * m;
                 }
-                let row = &self.b[(block * EXACT_TERMS + p) * n..][..n];
-                for (s, &w) in acc.iter_mut().zip(row) {
-                    *s += v * i32::from(w);
+            } else {
+                for ((o, &s), &m) in row.iter_mut().zip(sums).zip(&mult) {
+                    *o += s as f32 * m;
                 }
-            }
-            for (j, (o, &s)) in out_row.iter_mut().zip(acc.iter()).enumerate() {
-                *o += s as f32 * mult[if mult.len() == 1 { 0 } else { j }];
             }
         }
-    }
-
-    /// `a_scale * scale`, one per scale.
-    fn multipliers(&self, a_scale: f32) -> Vec<f32> {
-        self.scales.iter().map(|&s| a_scale * s).collect()
+        Ok(())
     }
 }
 
 /// One direction's quantised products, with scratch for the codes of the hidden state.
-struct Quantised {
-    w: Weights,
-    r: Weights,
+struct Quantised<'w> {
+    w: &'w Weights,
+    r: &'w Weights,
     /// The codes of the hidden state (`[batch, hidden]`).
     codes: Vec<u8>,
-    /// The accumulators of one row (`4*hidden`).
-    acc: Vec<i32>,
 }
 
-impl Products<f32> for Quantised {
+impl Products<f32> for Quantised<'_> {
     fn project(&mut self, x: &[f32], rows: usize, live: usize, bias: &[f32]) -> Result<Vec<f32>> {
         let (k, n) = (self.w.k, self.w.n);
         let mut out = try_with_capacity(rows * n)?;
@@ -178,26 +183,15 @@ impl Products<f32> for Quantised {
             return Ok(out);
         }
         let (scale, zero) = dynamic_scale(x[..live * k].iter().copied());
-        let mut codes = try_vec(rows * k, 0u8)?;
-        quantize_u8(x, scale, zero, &mut codes);
-        let mult = self.w.multipliers(scale);
-        let w = &self.w;
-        let block = ROWS_PER_TASK;
-        let mut scratch = try_vec(live.div_ceil(block) * n, 0i32)?;
-        out[..live * n]
-            .par_chunks_mut(block * n)
-            .zip(codes.par_chunks(block * k))
-            .zip(scratch.par_chunks_mut(n))
-            .for_each(|((rows, a), acc)| {
-                for (row, a) in rows.chunks_exact_mut(n).zip(a.chunks_exact(k)) {
-                    w.accumulate_row(a, zero, &mult, acc, row);
-                }
-            });
+        let mut codes = try_vec(live * k, 0u8)?;
+        quantize_u8(&x[..live * k], scale, zero, &mut codes);
+        self.w
+            .accumulate(&codes, live, (scale, zero), &mut out[..live * n])?;
         Ok(out)
     }
 
     fn recur(&mut self, h: &[f32], live: &[bool], g: &mut [f32]) -> Result<()> {
-        let (k, n) = (self.r.k, self.r.n);
+        let k = self.r.k;
         if k == 0 {
             return Ok(());
         }
@@ -211,13 +205,12 @@ impl Products<f32> for Quantised {
             self.codes = try_vec(h.len(), 0u8)?;
         }
         quantize_u8(h, scale, zero, &mut self.codes);
-        let mult = self.r.multipliers(scale);
-        for (a, row) in self.codes.chunks_exact(k).zip(g.chunks_exact_mut(n)) {
-            self.r.accumulate_row(a, zero, &mult, &mut self.acc, row);
-        }
-        Ok(())
+        self.r.accumulate(&self.codes, live.len(), (scale, zero), g)
     }
 }
+
+/// Each direction's `W` and `R`, packed.
+type Directions = Vec<(Weights, Weights)>;
 
 pub(in crate::ops) fn eval_dynamic_quantize_lstm(
     ctx: &EvalCtx<'_>,
@@ -230,11 +223,31 @@ pub(in crate::ops) fn eval_dynamic_quantize_lstm(
     let param = |i: usize| required(inputs, W_SCALE + i);
     let w = (required(inputs, 1)?, param(0)?, param(1)?);
     let r = (required(inputs, 2)?, param(2)?, param(3)?);
+    let directions = w.0.shape().first().copied().unwrap_or(0);
+    let read = || -> Result<Directions> {
+        (0..directions)
+            .map(|d| Ok((Weights::read(w, d, "W")?, Weights::read(r, d, "R")?)))
+            .collect()
+    };
+    // Constant weights (the quantiser's initializers) are packed once for the plan.
+    let kept = ctx.remember(
+        &[1, 2, W_SCALE, W_SCALE + 1, W_SCALE + 2, W_SCALE + 3],
+        read,
+    )?;
+    let made;
+    let packed: &Directions = match kept {
+        Some(kept) => kept,
+        None => {
+            made = read()?;
+            &made
+        }
+    };
     eval_lstm_with(ctx, inputs, |d| {
-        let r = Weights::read(r, d, "R")?;
+        let (w, r) = packed
+            .get(d)
+            .ok_or_else(|| Error::Eval(format!("W has no direction {d}")))?;
         Ok(Quantised {
-            w: Weights::read(w, d, "W")?,
-            acc: try_vec(r.n, 0i32)?,
+            w,
             r,
             codes: Vec::new(),
         })

@@ -586,13 +586,14 @@ impl<'a, T: Real> Problem<'a, T> {
         &self.activations[d * k..(d + 1) * k]
     }
 
-    /// A gate's activation applied to its clipped input.
-    #[inline]
-    pub fn gate(&self, f: Activation, x: T) -> T {
-        match self.clip {
-            Some(c) => f.eval(min(max(x, -c), c)),
-            None => f.eval(x),
+    /// A gate's activation applied to its clipped inputs, in place.
+    pub fn gates(&self, f: Activation, v: &mut [T]) {
+        if let Some(c) = self.clip {
+            for x in v.iter_mut() {
+                *x = min(max(*x, -c), c);
+            }
         }
+        f.apply(v);
     }
 
     /// Direction `d`'s starting state (`[batch, hidden]`) from an initial-state input, zeros

@@ -83,14 +83,17 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Trac
             .filter(|(_, (_, &on))| on)
         {
             let (zr, gh) = g.split_at_mut(2 * n);
-            for j in 0..n {
-                zr[j] = p.gate(f, zr[j]);
-                let reset = p.gate(f, zr[n + j]);
-                zr[n + j] = reset;
-                if linear {
-                    gh[j] += reset * (extra[j] + rbh[j]);
-                } else {
-                    extra[j] = reset * h[j];
+            p.gates(f, zr);
+            let reset = &zr[n..];
+            if linear {
+                for ((gh, &reset), (&extra, &rbh)) in
+                    gh.iter_mut().zip(reset).zip(extra.iter().zip(rbh))
+                {
+                    *gh += reset * (extra + rbh);
+                }
+            } else {
+                for ((extra, &reset), &h) in extra.iter_mut().zip(reset).zip(h) {
+                    *extra = reset * h;
                 }
             }
         }
@@ -104,15 +107,16 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Trac
             )?;
         }
         for ((g, h), _) in g
-            .chunks_exact(width)
+            .chunks_exact_mut(width)
             .zip(h.chunks_exact_mut(n))
             .zip(active)
             .filter(|(_, &on)| on)
         {
-            let (z, gh) = (&g[..n], &g[2 * n..]);
-            for j in 0..n {
-                let candidate = p.gate(g_act, gh[j]);
-                h[j] = (T::ONE - z[j]) * candidate + z[j] * h[j];
+            let (z, gh) = g.split_at_mut(2 * n);
+            let candidate = &mut gh[..n];
+            p.gates(g_act, candidate);
+            for ((h, &z), &candidate) in h.iter_mut().zip(&z[..n]).zip(&*candidate) {
+                *h = (T::ONE - z) * candidate + z * *h;
             }
         }
         Ok(())

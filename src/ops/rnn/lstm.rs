@@ -168,29 +168,50 @@ struct Cell<'p, 'a, T: Real> {
 }
 
 impl<T: Real> Cell<'_, '_, T> {
-    /// Advances one batch entry: `g` holds its four gate inputs (without peepholes), `h` and
-    /// `c` its states.
-    fn update(&self, g: &[T], h: &mut [T], c: &mut [T]) {
+    /// Advances one batch entry: `g` holds its four gate inputs (without peepholes; it is
+    /// overwritten), `h` and `c` its states. Each step runs over the whole row, so the gate
+    /// activations are vector loops ([`Problem::gates`]); the arithmetic per element is the
+    /// cell's formula in its order.
+    fn update(&self, g: &mut [T], h: &mut [T], c: &mut [T]) {
         let n = h.len();
         let (f, gc, hc) = (self.acts[0], self.acts[1], self.acts[2]);
-        let (gi, rest) = g.split_at(n);
-        let (go, rest) = rest.split_at(n);
-        let (gf, gg) = rest.split_at(n);
+        let (gi, rest) = g.split_at_mut(n);
+        let (go, rest) = rest.split_at_mut(n);
+        let (gf, gg) = rest.split_at_mut(n);
         let (pi, rest) = self.peep.split_at(n);
         let (po, pf) = rest.split_at(n);
-        for j in 0..n {
-            let prev = c[j];
-            let i = self.p.gate(f, gi[j] + pi[j] * prev);
-            let forget = if self.input_forget {
-                T::ONE - i
-            } else {
-                self.p.gate(f, gf[j] + pf[j] * prev)
-            };
-            let cell = forget * prev + i * self.p.gate(gc, gg[j]);
-            let o = self.p.gate(f, go[j] + po[j] * cell);
-            c[j] = cell;
-            // The clip bounds gate inputs only, not the cell state `h` reads.
-            h[j] = o * hc.eval(cell);
+        // The input and forget gates see the previous cell state through their peepholes.
+        for (((gi, gf), (&pi, &pf)), &prev) in gi
+            .iter_mut()
+            .zip(gf.iter_mut())
+            .zip(pi.iter().zip(pf))
+            .zip(&*c)
+        {
+            *gi += pi * prev;
+            *gf += pf * prev;
+        }
+        self.p.gates(f, gi);
+        if self.input_forget {
+            for (gf, &i) in gf.iter_mut().zip(&*gi) {
+                *gf = T::ONE - i;
+            }
+        } else {
+            self.p.gates(f, gf);
+        }
+        self.p.gates(gc, gg);
+        for (((c, &forget), &i), &candidate) in c.iter_mut().zip(&*gf).zip(&*gi).zip(&*gg) {
+            *c = forget * *c + i * candidate;
+        }
+        // The output gate sees the new cell state.
+        for ((go, &po), &cell) in go.iter_mut().zip(po).zip(&*c) {
+            *go += po * cell;
+        }
+        self.p.gates(f, go);
+        // The clip bounds gate inputs only, not the cell state `h` reads.
+        h.copy_from_slice(c);
+        hc.apply(h);
+        for (h, &o) in h.iter_mut().zip(&*go) {
+            *h = o * *h;
         }
     }
 }
@@ -218,7 +239,7 @@ fn direction<T: Real>(
         products.recur(h, &live, g)?;
         live.copy_from_slice(active);
         let rows = g
-            .chunks_exact(width)
+            .chunks_exact_mut(width)
             .zip(h.chunks_exact_mut(hidden))
             .zip(c.chunks_exact_mut(hidden));
         for (((g, h), c), _) in rows.zip(active).filter(|(_, &on)| on) {

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::ops::nn::blas::gemm_raw;
 use crate::ops::num::Real;
 use crate::ops::util::dot;
+use crate::ops::vector;
 
 /// A read-only `rows x cols` matrix inside a slice: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy, Debug)]
@@ -317,6 +318,18 @@ impl Activation {
         })
     }
 
+    /// `v[i] = f(v[i])`: Sigmoid and Tanh on `f32` through the vectorised functions of
+    /// [`crate::ops::vector`] (within 4 ulp of the exact values, the same bits at every SIMD
+    /// level), every other function and type element by element.
+    pub fn apply<T: Real>(self, v: &mut [T]) {
+        match (self, f32s_mut(v)) {
+            (Activation::Sigmoid, Some(v)) => vector::map_in_place(v, vector::sigmoid),
+            (Activation::Tanh, Some(v)) => vector::map_in_place(v, vector::tanh),
+            (_, Some(v)) => v.iter_mut().for_each(|x| *x = self.eval(*x)),
+            (_, None) => v.iter_mut().for_each(|x| *x = self.eval(*x)),
+        }
+    }
+
     /// The function's value at `x`.
     pub fn eval<T: Real>(self, x: T) -> T {
         let p = T::from_f32;
@@ -354,6 +367,16 @@ impl Activation {
             // `max(x, 0) + ln(1 + e^-|x|)`: `ln(1 + e^x)` without overflow for large `x`.
             Activation::Softplus => max(x, T::ZERO) + (-x.abs()).exp().ln_1p(),
         }
+    }
+}
+
+/// `v` as `f32`s when `T` is `f32`.
+fn f32s_mut<T: Real>(v: &mut [T]) -> Option<&mut [f32]> {
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        // SAFETY: `T` is `f32`, so the slice is one of `f32`s.
+        Some(unsafe { &mut *(v as *mut [T] as *mut [f32]) })
+    } else {
+        None
     }
 }
 

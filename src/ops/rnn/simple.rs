@@ -50,9 +50,8 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize) -> Result<Track<T>> {
             .zip(active)
             .filter(|(_, &on)| on)
         {
-            for (h, &x) in h.iter_mut().zip(g) {
-                *h = p.gate(f, x);
-            }
+            h.copy_from_slice(g);
+            p.gates(f, h);
         }
         Ok(())
     })?;
