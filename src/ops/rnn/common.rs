@@ -25,7 +25,7 @@ use crate::ops::{Attributes, EvalCtx, EvalFn, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::math::{gemm, max, min, Activation, View};
+use super::math::{gemm, max, min, transposed, Activation, StepWeights, View};
 
 /// Position of `X` among the inputs (the same for the three operators).
 pub(super) const X: usize = 0;
@@ -550,6 +550,36 @@ impl<'a, T: Real> Problem<'a, T> {
             self.w.get(d * wn..(d + 1) * wn).unwrap_or_default(),
             self.r.get(d * rn..(d + 1) * rn).unwrap_or_default(),
         )
+    }
+
+    /// Each direction's recurrent weights for the per-step products, `R` being `rows x cols`
+    /// per direction: `R^T` is made once per plan when the batch needs it and `R` is constant.
+    pub fn step_weights<'s>(
+        &'s self,
+        ctx: &EvalCtx<'s>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<StepWeights<'s, T>>>
+    where
+        T: 'static,
+    {
+        let directions = 0..self.dims.directions;
+        if !StepWeights::<T>::transposes(self.dims.batch) {
+            let direct = |d| StepWeights::direct(self.weights(d).1, rows, cols);
+            return Ok(directions.map(direct).collect());
+        }
+        let make = || -> Result<Vec<Vec<T>>> {
+            let transpose = |d| transposed(self.weights(d).1, rows, cols);
+            Ok(directions.clone().map(transpose).collect())
+        };
+        let weights = match ctx.remember(&[R], make)? {
+            Some(kept) => kept.iter().map(|rt| Cow::Borrowed(&rt[..])).collect(),
+            None => make()?.into_iter().map(Cow::Owned).collect::<Vec<_>>(),
+        };
+        Ok(weights
+            .into_iter()
+            .map(|rt| StepWeights::transposed(rt, rows, cols))
+            .collect())
     }
 
     /// `X`'s elements, in storage order (`[seq * batch, input]` rows).

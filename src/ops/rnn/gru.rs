@@ -44,20 +44,26 @@ pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     common::infer::<Gru>(ctx, 1)
 }
 
-fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+fn run<T: Real + 'static>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let p = Problem::<T>::new::<Gru>(ctx, inputs)?;
-    p.run(|d| direction(&p, d, p.flag))
+    let n = p.dims.hidden;
+    let steps = p.step_weights(ctx, 3 * n, n)?;
+    p.run(|d| direction(&p, d, &steps[d], p.flag))
 }
 
 /// Runs direction `d` and returns its `Y` rows and final `h`.
-fn direction<T: Real>(p: &Problem<'_, T>, d: usize, linear: bool) -> Result<Track<T>> {
+fn direction<T: Real>(
+    p: &Problem<'_, T>,
+    d: usize,
+    rt: &StepWeights<'_, T>,
+    linear: bool,
+) -> Result<Track<T>> {
     let (batch, n) = (p.dims.batch, p.dims.hidden);
     let width = 3 * n;
     let acts = p.activations(d);
     let (f, g_act) = (acts[0], acts[1]);
-    let (w, r) = p.weights(d);
+    let w = p.weights(d).0;
     // `R^T` (`[hidden, 3 * hidden]`): its first `2 * hidden` columns serve `z` and `r`.
-    let rt = StepWeights::new(r, width, n, batch);
     let r_zr = rt.view().columns(0, 2 * n);
     let r_h = rt.view().columns(2 * n, n);
     let (wb, rb) = p.biases(d);

@@ -69,9 +69,9 @@ pub(in crate::ops) trait Products<T> {
 }
 
 /// The ONNX operator's products: float `W` (`[4*hidden, input]`) and `R` (`[4*hidden, hidden]`).
-struct FloatProducts<'a, T> {
+struct FloatProducts<'a, T: Clone> {
     w: &'a [T],
-    rt: StepWeights<'a, T>,
+    rt: &'a StepWeights<'a, T>,
     input: usize,
     hidden: usize,
 }
@@ -106,14 +106,14 @@ pub(in crate::ops) fn infer_transposed(ctx: &InferCtx<'_>) -> Result<Vec<TensorT
     common::infer::<TransposedLstm>(ctx, 2)
 }
 
-fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+fn run<T: Real + 'static>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let p = Problem::<T>::new::<Lstm>(ctx, inputs)?;
     let Dims { hidden, input, .. } = p.dims;
+    let steps = p.step_weights(ctx, 4 * hidden, hidden)?;
     lstm(inputs, &p, |d| {
-        let (w, r) = p.weights(d);
         Ok(FloatProducts {
-            w,
-            rt: StepWeights::new(r, 4 * hidden, hidden, p.dims.batch),
+            w: p.weights(d).0,
+            rt: &steps[d],
             input,
             hidden,
         })

@@ -10,11 +10,14 @@
 //! products (when `B`'s columns and `A`'s rows are contiguous, as for `X W^T`; up to
 //! [`DOT_ROWS`] rows). The limits are where the `gemm` crate wins on 128 to 512 wide weights.
 
+use std::borrow::Cow;
+
 use crate::error::{Error, Result};
 use crate::ops::nn::blas::gemm_raw;
 use crate::ops::num::Real;
 use crate::ops::util::dot;
 use crate::ops::vector;
+use multiversion::multiversion;
 
 /// A read-only `rows x cols` matrix inside a slice: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy, Debug)]
@@ -144,7 +147,7 @@ fn small_gemm<T: Real>(
     scaled_rows: bool,
 ) {
     let (k, n) = (a.cols, b.cols);
-    for (i, row) in c.chunks_mut(ldc).take(a.rows).enumerate() {
+    for row in c.chunks_mut(ldc).take(a.rows) {
         let row = &mut row[..n];
         if beta == T::ZERO {
             // Not `beta * c`: C may hold anything (even NaN) when beta is zero.
@@ -152,21 +155,59 @@ fn small_gemm<T: Real>(
         } else if beta != T::ONE {
             row.iter_mut().for_each(|v| *v = beta * *v);
         }
-        if k == 0 {
-            continue;
+    }
+    if k == 0 {
+        return;
+    }
+    if scaled_rows {
+        add_scaled_rows(a, b, c, ldc);
+        return;
+    }
+    for (i, row) in c.chunks_mut(ldc).take(a.rows).enumerate() {
+        let a_row = &a.data[i * a.rs..i * a.rs + k];
+        for (j, v) in row[..n].iter_mut().enumerate() {
+            *v += dot(a_row, &b.data[j * b.cs..j * b.cs + k]);
         }
-        if scaled_rows {
-            for p in 0..k {
-                let scale = a.data[i * a.rs + p * a.cs];
-                let b_row = &b.data[p * b.rs..p * b.rs + n];
-                for (v, &x) in row.iter_mut().zip(b_row) {
-                    *v += scale * x;
-                }
+    }
+}
+
+/// `C += A B` as sums of `B`'s (contiguous) rows scaled by `A`'s elements: each row of `B` is
+/// read once and added to every row of `C`, which stay in cache, so a step of a small batch
+/// reads the weights once. Each element of `C` sums its terms in the order of `k`, as a row at a
+/// time would; multiplies and adds stay separate, so every level computes the same bits.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn add_scaled_rows<T: Real>(a: View<'_, T>, b: View<'_, T>, c: &mut [T], ldc: usize) {
+    let (k, n) = (a.cols, b.cols);
+    let b_row = |p: usize| &b.data[p * b.rs..p * b.rs + n];
+    // Four rows of B at a time: each element of C is loaded and stored once per four terms.
+    let mut p = 0;
+    while p + 4 <= k {
+        let (b0, b1, b2, b3) = (b_row(p), b_row(p + 1), b_row(p + 2), b_row(p + 3));
+        for (i, row) in c.chunks_mut(ldc).take(a.rows).enumerate() {
+            let s = |q: usize| a.data[i * a.rs + (p + q) * a.cs];
+            let (s0, s1, s2, s3) = (s(0), s(1), s(2), s(3));
+            let terms = b0.iter().zip(b1).zip(b2).zip(b3);
+            for (v, (((&x0, &x1), &x2), &x3)) in row[..n].iter_mut().zip(terms) {
+                let mut sum = *v;
+                sum += s0 * x0;
+                sum += s1 * x1;
+                sum += s2 * x2;
+                sum += s3 * x3;
+                *v = sum;
             }
-        } else {
-            let a_row = &a.data[i * a.rs..i * a.rs + k];
-            for (j, v) in row.iter_mut().enumerate() {
-                *v += dot(a_row, &b.data[j * b.cs..j * b.cs + k]);
+        }
+        p += 4;
+    }
+    for p in p..k {
+        let b_row = b_row(p);
+        for (i, row) in c.chunks_mut(ldc).take(a.rows).enumerate() {
+            let scale = a.data[i * a.rs + p * a.cs];
+            for (v, &x) in row[..n].iter_mut().zip(b_row) {
+                *v += scale * x;
             }
         }
     }
@@ -194,8 +235,8 @@ pub(super) fn transposed<T: Copy + Default>(data: &[T], rows: usize, cols: usize
 /// `batch` rows. [`gemm`] reads `R` itself through a transposed view when it takes dot products
 /// (up to [`DOT_ROWS`] rows) or hands the product to the `gemm` crate (more than [`AXPY_ROWS`]);
 /// in between it sums scaled rows of `R^T`, which must then be contiguous, so `R` is transposed
-/// once per run. (Transposing for one step of a streaming model costs more than the step.)
-pub(super) enum StepWeights<'a, T> {
+/// (once per plan when `R` is constant: `Problem::step_weights`).
+pub(super) enum StepWeights<'a, T: Clone> {
     /// `R` itself, read through a transposed view.
     Direct {
         r: &'a [T],
@@ -204,24 +245,26 @@ pub(super) enum StepWeights<'a, T> {
     },
     /// `R^T`, row-major.
     Transposed {
-        rt: Vec<T>,
+        rt: Cow<'a, [T]>,
         rows: usize,
         cols: usize,
     },
 }
 
 impl<'a, T: Copy + Default> StepWeights<'a, T> {
-    /// The weights `r` (`rows x cols`) for products with `batch` rows.
-    pub fn new(r: &'a [T], rows: usize, cols: usize, batch: usize) -> Self {
-        if batch > DOT_ROWS && batch <= AXPY_ROWS {
-            StepWeights::Transposed {
-                rt: transposed(r, rows, cols),
-                rows,
-                cols,
-            }
-        } else {
-            StepWeights::Direct { r, rows, cols }
-        }
+    /// Whether products with `batch` rows read `R^T` rather than `R`.
+    pub fn transposes(batch: usize) -> bool {
+        batch > DOT_ROWS && batch <= AXPY_ROWS
+    }
+
+    /// `R` read through a transposed view.
+    pub fn direct(r: &'a [T], rows: usize, cols: usize) -> Self {
+        StepWeights::Direct { r, rows, cols }
+    }
+
+    /// `R^T` given (`cols x rows`, row-major).
+    pub fn transposed(rt: Cow<'a, [T]>, rows: usize, cols: usize) -> Self {
+        StepWeights::Transposed { rt, rows, cols }
     }
 
     /// `R^T` as a `cols x rows` view.

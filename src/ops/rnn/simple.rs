@@ -29,17 +29,18 @@ pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     common::infer::<Simple>(ctx, 1)
 }
 
-fn run<T: Real>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+fn run<T: Real + 'static>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let p = Problem::<T>::new::<Simple>(ctx, inputs)?;
-    p.run(|d| direction(&p, d))
+    let n = p.dims.hidden;
+    let steps = p.step_weights(ctx, n, n)?;
+    p.run(|d| direction(&p, d, &steps[d]))
 }
 
 /// Runs direction `d` and returns its `Y` rows and final `h`.
-fn direction<T: Real>(p: &Problem<'_, T>, d: usize) -> Result<Track<T>> {
+fn direction<T: Real>(p: &Problem<'_, T>, d: usize, rt: &StepWeights<'_, T>) -> Result<Track<T>> {
     let (batch, n) = (p.dims.batch, p.dims.hidden);
     let f = p.activations(d)[0];
-    let (w, r) = p.weights(d);
-    let rt = StepWeights::new(r, n, n, batch);
+    let w = p.weights(d).0;
     let xw = p.project(w, &p.summed_biases(d))?;
     let h = p.initial(p.initial_h.as_deref(), d);
     let (y, h) = p.scan(d, &xw, n, h, |active, g, h| {
