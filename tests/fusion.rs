@@ -420,3 +420,98 @@ fn a_matmul_of_dequantized_codes_runs_on_the_codes() {
         }
     }
 }
+
+/// `x -> QuantizeLinear -> DequantizeLinear -> Conv(W = DequantizeLinear(int8 codes per output
+/// channel), B)`: the QDQ form of a quantized convolution, 4 filters of 3 x 3 x 3, padded.
+fn qdq_conv(per_channel: bool) -> (Model, Vec<(String, Tensor)>) {
+    let (c_in, c_out, hw) = (3usize, 4usize, 6usize);
+    let mut g = Graph::new("qdq_conv");
+    g.inputs.push(ValueInfo::new(
+        "x",
+        Type::tensor(
+            DataType::Float,
+            vec![Dim::Known(1), Dim::Known(3), Dim::Known(6), Dim::Known(6)],
+        ),
+    ));
+    g.outputs
+        .push(ValueInfo::new("y", Type::tensor(DataType::Float, vec![])));
+    let scalar = |name: &str, t: Tensor| tensor_to_stored(name, &t).unwrap();
+    g.initializers.push(scalar(
+        "sx",
+        Tensor::from_vec(DataType::Float, &[], vec![0.04f32]).unwrap(),
+    ));
+    g.initializers.push(scalar(
+        "zx",
+        Tensor::from_vec(DataType::Uint8, &[], vec![125u8]).unwrap(),
+    ));
+    let codes: Vec<i8> = values(c_out * c_in * 9, 4, 250.0, 0.0)
+        .iter()
+        .map(|&v| v as i8)
+        .collect();
+    g.initializers.push(scalar(
+        "w",
+        Tensor::from_vec(DataType::Int8, &[c_out, c_in, 3, 3], codes).unwrap(),
+    ));
+    let (sw, zw) = if per_channel {
+        (
+            Tensor::from_vec(DataType::Float, &[c_out], vec![0.01f32, 0.02, 0.005, 0.03]).unwrap(),
+            Tensor::from_vec(DataType::Int8, &[c_out], vec![0i8; c_out]).unwrap(),
+        )
+    } else {
+        (
+            Tensor::from_vec(DataType::Float, &[], vec![0.02f32]).unwrap(),
+            Tensor::from_vec(DataType::Int8, &[], vec![2i8]).unwrap(),
+        )
+    };
+    g.initializers.push(scalar("sw", sw));
+    g.initializers.push(scalar("zw", zw));
+    let b = tensor(DataType::Float, &[c_out], values(c_out, 9, 2.0, 0.0));
+    g.initializers.push(tensor_to_stored("b", &b).unwrap());
+    g.add_node(Node::new("QuantizeLinear", "q", ["x", "sx", "zx"], ["xq"]));
+    g.add_node(Node::new(
+        "DequantizeLinear",
+        "dq",
+        ["xq", "sx", "zx"],
+        ["xd"],
+    ));
+    g.add_node(
+        Node::new("DequantizeLinear", "dqw", ["w", "sw", "zw"], ["wd"])
+            .with_attr("axis", AttrValue::Int(0)),
+    );
+    g.add_node(
+        Node::new("Conv", "conv", ["xd", "wd", "b"], ["y"])
+            .with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1])),
+    );
+    let x = tensor(
+        DataType::Float,
+        &[1, c_in, hw, hw],
+        values(c_in * hw * hw, 7, 10.0, 0.0),
+    );
+    (Model::new(g, 13), vec![("x".into(), x)])
+}
+
+#[test]
+fn a_convolution_of_dequantized_codes_runs_on_the_codes() {
+    for per_channel in [false, true] {
+        let (model, feeds) = qdq_conv(per_channel);
+        let (plain, plain_ops) = run(&model, &feeds, true);
+        let (fused, fused_ops) = run(&model, &feeds, false);
+        let dequantizes =
+            |ops: &[String]| ops.iter().filter(|op| *op == "DequantizeLinear").count();
+        // The activation's DequantizeLinear leaves the plan: the convolution reads the codes.
+        assert_eq!(dequantizes(&plain_ops), 1, "{plain_ops:?}");
+        assert_eq!(dequantizes(&fused_ops), 0, "{fused_ops:?}");
+        assert!(fused_ops.iter().any(|op| op == "Conv"), "{fused_ops:?}");
+        let (f, p) = (
+            fused[0].to_vec::<f32>().unwrap(),
+            plain[0].to_vec::<f32>().unwrap(),
+        );
+        assert_eq!(fused[0].shape(), plain[0].shape());
+        for (a, b) in f.iter().zip(&p) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "per channel {per_channel}: fused {a} vs unfused {b}"
+            );
+        }
+    }
+}

@@ -24,6 +24,10 @@
 //!   dequantized operands rounds every term (onnxruntime's `QDQ` selectors make the same
 //!   fusion). Results differ from the unfused product in the last bits, like the folded
 //!   batch norms; `RunOptions::unfused` plans without fusions.
+//! - A `Conv` of such a dequantized activation and constant dequantized weights (per tensor or
+//!   per output channel) with a constant float bias runs the same way on the codes
+//!   (`ops::CONV_INTEGER_TO_FLOAT`, the integer convolution of `ConvInteger` scaled per output
+//!   channel, `sx * sw[c] * sum + B[c]`). The step keeps the `Conv` node's name and operator.
 //!
 //! Only what is certain fuses: `float` weights, a convolution output nothing else reads (no
 //! other step, no subgraph, not a graph output), and parameters no graph input can override.
@@ -34,7 +38,7 @@ use std::collections::{HashMap, HashSet};
 use super::{Step, StepKind};
 use crate::dtype::DataType;
 use crate::ir::{AttrValue, Graph, Node};
-use crate::ops::{registry, Activation};
+use crate::ops::{registry, Activation, CONV_INTEGER_TO_FLOAT};
 use crate::tensor::{try_with_capacity, Tensor};
 
 /// The domain of onnxruntime's contrib operators, where `FusedConv` is registered.
@@ -149,7 +153,8 @@ pub(super) fn fuse<'m>(
 ) -> Vec<Step<'m>> {
     let steps = fold_batch_norms(graph, steps, constants, fixed);
     let steps = fuse_activations(graph, steps, constants, fixed);
-    fuse_quantized_matmuls(graph, steps, constants, fixed)
+    let steps = fuse_quantized_matmuls(graph, steps, constants, fixed);
+    fuse_quantized_convs(graph, steps, constants, fixed)
 }
 
 /// Runs every `MatMul` / `Gemm` of dequantized 8-bit operands on the codes (see the module
@@ -224,6 +229,73 @@ fn fuse_quantized_matmuls<'m>(
     replace_steps(steps, replaced, &gone)
 }
 
+/// Runs every `Conv` of a dequantized activation and constant dequantized weights on the
+/// codes (see the module documentation), as [`fuse_quantized_matmuls`] does for products.
+fn fuse_quantized_convs<'m>(
+    graph: &Graph,
+    steps: Vec<Step<'m>>,
+    constants: &HashMap<String, Tensor>,
+    fixed: &HashSet<String>,
+) -> Vec<Step<'m>> {
+    let uses = Uses::of(graph, &steps, constants);
+    let constant = Fixed { constants, fixed };
+    let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
+    let mut gone: HashSet<usize> = HashSet::new();
+    for (i, conv) in steps.iter().enumerate() {
+        let node: &Node = &conv.node;
+        if !is_op(conv, "Conv") || node.outputs.len() != 1 || node.inputs.len() < 2 {
+            continue;
+        }
+        let (x, w) = (node.inputs[0].as_str(), node.inputs[1].as_str());
+        let Some(&dqx) = uses.producer.get(x) else {
+            continue;
+        };
+        let Some(activation) = dequantized(&steps[dqx].node, &constant)
+            .filter(|_| is_op(&steps[dqx], "DequantizeLinear"))
+            .filter(|q| q.scale_len == 1 && q.zero_len == 1)
+        else {
+            continue;
+        };
+        let weights = graph
+            .producer(w)
+            .map(|id| graph.node(id))
+            .filter(|n| n.op_type == "DequantizeLinear" && n.domain.is_empty())
+            .and_then(|n| dequantized(n, &constant));
+        // Per tensor, or per output channel (axis 0 of the weights).
+        let Some((weights, c_out)) = weights.and_then(|q| {
+            let c_out = *constant.get(&q.codes)?.shape().first()?;
+            let per_channel = |len: usize| len == 1 || (len == c_out && q.axis == 0);
+            (per_channel(q.scale_len) && per_channel(q.zero_len)).then_some((q, c_out))
+        }) else {
+            continue;
+        };
+        let bias = match node.inputs.get(2).filter(|b| !b.is_empty()) {
+            None => None,
+            Some(b) => match constant.get(b) {
+                Some(t) if t.dtype() == DataType::Float && t.shape() == [c_out] => Some(b),
+                _ => continue,
+            },
+        };
+        let mut fused = node.clone();
+        fused.inputs = vec![
+            activation.codes,
+            weights.codes,
+            activation.scale_name,
+            weights.scale_name,
+            activation.zero_name,
+            weights.zero_name,
+        ];
+        fused.inputs.extend(bias.cloned());
+        let mut step = with_node(conv, fused, StepKind::Op(&CONV_INTEGER_TO_FLOAT));
+        step.schema = None;
+        replaced.insert(i, step);
+        if uses.readers.get(x) == Some(&1) {
+            gone.insert(dqx);
+        }
+    }
+    replace_steps(steps, replaced, &gone)
+}
+
 /// The constants no graph input overrides.
 struct Fixed<'c> {
     constants: &'c HashMap<String, Tensor>,
@@ -280,6 +352,8 @@ struct Dequantized {
     zero_len: usize,
     /// Whether `axis` names the last of two dimensions (the columns of weights).
     axis_is_last: bool,
+    /// `axis` as written (1 when omitted).
+    axis: i64,
 }
 
 fn dequantized(node: &Node, constant: &Fixed<'_>) -> Option<Dequantized> {
@@ -303,6 +377,7 @@ fn dequantized(node: &Node, constant: &Fixed<'_>) -> Option<Dequantized> {
         zero_name: node.inputs[2].clone(),
         zero_len: zero.len(),
         axis_is_last: axis == 1 || axis == -1,
+        axis,
     })
 }
 

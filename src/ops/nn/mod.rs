@@ -84,6 +84,18 @@ pub(in crate::ops) use quant::{
 };
 pub(in crate::ops) use rotary::{rotate, Rotation};
 
+/// The kernel the interpreter runs for a `Conv` of dequantized 8-bit operands (the QDQ form):
+/// a planning-time fusion, not an operator a model can name (it is in no registry table).
+pub(crate) static CONV_INTEGER_TO_FLOAT: OpDef = OpDef::new(
+    "ConvIntegerToFloat",
+    1,
+    6..=7,
+    1..=1,
+    qconv::eval_conv_integer_to_float,
+)
+.with_prepare(prepare::<conv::ConvAttrs>)
+.in_domain("multigather.fused");
+
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Attention", 23, 3..=7, 1..=4, eval_attention).with_infer(infer_attention),
     OpDef::new("FlexAttention", 1, 3..=3, 1..=1, eval_flex_attention)

@@ -21,6 +21,8 @@ use crate::DataType;
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use std::mem::MaybeUninit;
 
+use multiversion::multiversion;
+
 use super::super::vector::{as_slots, assume_written};
 use super::super::EvalCtx;
 use super::common::{
@@ -276,6 +278,50 @@ pub(super) fn eval_qlinear_conv(
     )?])
 }
 
+/// The convolution of 8-bit codes with float output that the interpreter runs for a `Conv` of
+/// dequantized operands (`interp::fuse`): inputs `x`, `w` (codes), `x_scale`, `w_scale` (one, or
+/// one per output channel), `x_zero_point`, `w_zero_point`, then the float bias `B`; the
+/// attributes are the `Conv`'s. `y = f32(sum) * (x_scale * w_scale[c]) + B[c]` for the exact
+/// integer sums of output channel `c`, as `MatMulIntegerToFloat` scales its sums.
+pub(crate) fn eval_conv_integer_to_float(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, w) = (required(inputs, 0)?, required(inputs, 1)?);
+    let (x_zero, w_zero) = (optional(inputs, 4), optional(inputs, 5));
+    let sx = single(&to_f32s(required(inputs, 2)?)?, "x_scale")?;
+    let (shape, sums) = integer_conv(ctx, x, x_zero, w, w_zero)?;
+    let c_out = shape.c_out;
+    let sw = scales(required(inputs, 3)?, c_out, "w_scale")?;
+    let bias = optional(inputs, 6).map(to_f32s).transpose()?;
+    if bias.as_ref().is_some_and(|b| b.len() != c_out) {
+        return Err(ctx.error(format!("B does not hold {c_out} values")));
+    }
+    let plane = shape.geo.out_plane();
+    let mut y = try_vec(checked_product(&shape.out_shape)?, 0.0f32)?;
+    let sums = match sums {
+        Sums::I32(v) => v,
+        Sums::F64(v) => v.into_iter().map(|v| v as i32).collect(),
+    };
+    for (p, (out, sums)) in y
+        .chunks_exact_mut(plane.max(1))
+        .zip(sums.chunks_exact(plane.max(1)))
+        .enumerate()
+    {
+        let c = p % c_out.max(1);
+        let scale = sx * sw[if sw.len() == 1 { 0 } else { c }];
+        let b = bias.as_ref().map_or(0.0, |b| b[c]);
+        for (o, &s) in out.iter_mut().zip(sums) {
+            *o = s as f32 * scale + b;
+        }
+    }
+    Ok(vec![Tensor::from_vec(
+        DataType::Float,
+        &shape.out_shape,
+        y,
+    )?])
+}
+
 /// [`requantize_offset`]'s arithmetic, a plane at a time, into the bytes of an 8-bit `dtype`:
 /// `clamp(round_half_even((sum + bias(c)) * mult(c)) + zy)` for the sums of output channel `c`.
 #[allow(clippy::too_many_arguments)]
@@ -289,18 +335,40 @@ fn requantize_planes<'o>(
     dtype: DataType,
     dst: &'o mut [MaybeUninit<u8>],
 ) -> &'o mut [u8] {
-    let (lo, hi) = code_range(dtype);
-    let zy = zy as f64;
+    let range = code_range(dtype);
     for (p, (out, sum)) in dst.chunks_mut(plane).zip(sums.chunks(plane)).enumerate() {
-        let (m, b) = (mult(p % c_out), bias(p % c_out));
-        for (o, &v) in out.iter_mut().zip(sum) {
-            let q = (round_half_even((f64::from(v) + b) * m) + zy).clamp(lo, hi);
-            // Two's complement: an int8 code is stored as its byte.
-            o.write(q as i64 as u8);
-        }
+        requantize_plane(
+            sum,
+            (mult(p % c_out), bias(p % c_out), zy as f64),
+            range,
+            out,
+        );
     }
     // SAFETY: `sums` holds one sum per element of the output, so every byte was written.
     unsafe { assume_written(dst) }
+}
+
+/// One plane of [`requantize_planes`]: `(m, b, zy)` are its multiplier, bias and zero point.
+/// A NaN (from a NaN scale) becomes code 0, as a saturating cast makes it.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn requantize_plane(
+    sums: &[i32],
+    (m, b, zy): (f64, f64, f64),
+    (lo, hi): (f64, f64),
+    out: &mut [MaybeUninit<u8>],
+) {
+    for (o, &v) in out.iter_mut().zip(sums) {
+        let q = round_half_even((f64::from(v) + b) * m) + zy;
+        let q = if q.is_nan() { 0.0 } else { q.max(lo).min(hi) };
+        // SAFETY: `q` is finite and within an 8-bit code's range.
+        let code = unsafe { q.to_int_unchecked::<i32>() };
+        // Two's complement: an int8 code is stored as its byte.
+        o.write(code as u8);
+    }
 }
 
 #[cfg(test)]
