@@ -22,6 +22,8 @@ use crate::ir::{Shape, TensorType};
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
+use multiversion::multiversion;
+
 use super::super::nn::{gemm_dims, integer_product_kept, GemmAttrs, GemmShape, Sums};
 use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
@@ -58,7 +60,9 @@ pub(in crate::ops) fn eval_qgemm(
             ))
         }
     };
-    let bias = c.map(|c| bias_values(ctx, c, &shape)).transpose()?;
+    if c.is_some_and(|c| c.dtype() != DataType::Int32) {
+        return Err(ctx.error("C must be int32 (a bias at scale a_scale * b_scale)"));
+    }
 
     // The operands as row-major A [M, K] and B [K, N] (B's packing is kept across runs).
     let a_rows = if attrs.trans_a {
@@ -81,10 +85,8 @@ pub(in crate::ops) fn eval_qgemm(
         Sums::I32(v) => v,
         Sums::F64(v) => v.into_iter().map(|s| s as i64 as i32).collect(),
     };
-    if let Some(bias) = &bias {
-        for (s, &c) in sums.iter_mut().zip(bias) {
-            *s = s.wrapping_add(c);
-        }
+    if let Some(c) = c {
+        add_bias(ctx, &mut sums, c, (m, n))?;
     }
     let mut scale = try_vec(b_scale.len(), 0.0f32)?;
     for (s, &bs) in scale.iter_mut().zip(b_scale) {
@@ -122,37 +124,80 @@ pub(in crate::ops) fn eval_qgemm(
         DataType::Int8 => f32::from(y_zero.as_slice::<i8>()?[0]),
         _ => f32::from(y_zero.as_slice::<u8>()?[0]),
     };
-    let code = |v: f32| (v.round_ties_even() + zy).clamp(lo, hi) as i32 as u8;
     let mut y = try_vec(m * n, 0u8)?;
-    if k == 0 && bias.is_some() {
+    if k == 0 && c.is_some() {
         for (y, &c) in y.iter_mut().zip(&sums) {
-            *y = code(c as f32 * a_scale * b_scale[0] / ys);
+            *y = code(c as f32 * a_scale * b_scale[0] / ys, zy, (lo, hi));
         }
     } else {
         for (row, sums) in y
             .chunks_exact_mut(n.max(1))
             .zip(sums.chunks_exact(n.max(1)))
         {
-            for (j, (y, &s)) in row.iter_mut().zip(sums).enumerate() {
-                *y = code(s as f32 * scale[if scale.len() == 1 { 0 } else { j }]);
-            }
+            requantize_row(sums, &scale, zy, (lo, hi), row);
         }
     }
     Ok(vec![Tensor::from_vec(y_zero.dtype(), &out_shape, y)?])
 }
 
-/// C's values broadcast to `[M, N]`, row-major.
-fn bias_values(ctx: &EvalCtx<'_>, c: &Tensor, shape: &GemmShape) -> Result<Vec<i32>> {
-    if c.dtype() != DataType::Int32 {
-        return Err(ctx.error(format!("C is {}; QGemm adds an int32 bias", c.dtype())));
-    }
+/// `sums[i, j] += C` broadcast to `[m, n]` (wrapping, as onnxruntime's `i32` accumulator):
+/// C is one value, a row of `n` (`[n]`, `[1, n]`), a column of `m` (`[m, 1]`) or `[m, n]`.
+fn add_bias(ctx: &EvalCtx<'_>, sums: &mut [i32], c: &Tensor, (m, n): (usize, usize)) -> Result<()> {
     let values = c.as_slice::<i32>()?;
-    let offsets = shape.bias_offsets(c.shape())?;
-    let mut out = try_vec(offsets.len(), 0i32)?;
-    for (o, &at) in out.iter_mut().zip(&offsets) {
-        *o = values[at];
+    let rows = sums.chunks_exact_mut(n.max(1));
+    match c.shape() {
+        _ if values.len() == 1 => sums.iter_mut().for_each(|s| *s = s.wrapping_add(values[0])),
+        [len] | [1, len] if *len == n => {
+            for row in rows {
+                for (s, &b) in row.iter_mut().zip(values) {
+                    *s = s.wrapping_add(b);
+                }
+            }
+        }
+        [rows_c, 1] if *rows_c == m => {
+            for (row, &b) in rows.zip(values) {
+                row.iter_mut().for_each(|s| *s = s.wrapping_add(b));
+            }
+        }
+        [rows_c, cols] if *rows_c == m && *cols == n => {
+            for (s, &b) in sums.iter_mut().zip(values) {
+                *s = s.wrapping_add(b);
+            }
+        }
+        other => {
+            return Err(ctx.error(format!(
+                "C {other:?} does not broadcast to the output [{m}, {n}]"
+            )))
+        }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The byte of `clamp(round_half_even(v) + zy)` (two's complement for `int8`); NaN gives 0.
+#[inline(always)]
+fn code(v: f32, zy: f32, (lo, hi): (f32, f32)) -> u8 {
+    let q = v.round_ties_even() + zy;
+    let q = if q.is_nan() { 0.0 } else { q.max(lo).min(hi) };
+    // SAFETY: `q` is finite and within an 8-bit code's range.
+    unsafe { q.to_int_unchecked::<i32>() as u8 }
+}
+
+/// One row of quantised output: `code(f32(sum) * scale[j])`, `scale` one value or one per column.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma+sse4.1",
+    "aarch64+neon"
+))]
+fn requantize_row(sums: &[i32], scale: &[f32], zy: f32, range: (f32, f32), out: &mut [u8]) {
+    if let [m] = scale[..] {
+        for (o, &s) in out.iter_mut().zip(sums) {
+            *o = code(s as f32 * m, zy, range);
+        }
+    } else {
+        for ((o, &s), &m) in out.iter_mut().zip(sums).zip(scale) {
+            *o = code(s as f32 * m, zy, range);
+        }
+    }
 }
 
 /// An 8-bit matrix `[rows, cols]` as `[cols, rows]`.

@@ -74,7 +74,7 @@ impl Shape {
     }
 
     /// For each output element, the element of C it adds (C broadcast to `[m, n]`).
-    pub fn bias_offsets(&self, c: &[usize]) -> Result<Vec<usize>> {
+    fn bias_offsets(&self, c: &[usize]) -> Result<Vec<usize>> {
         let out = [self.m, self.n];
         if c.len() > 2 || broadcast_shapes(&[c, &out])? != out {
             return Err(Error::Eval(format!(

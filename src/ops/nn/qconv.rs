@@ -21,16 +21,12 @@ use crate::DataType;
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use std::mem::MaybeUninit;
 
-use multiversion::multiversion;
-
 use super::super::vector::{as_slots, assume_written};
 use super::super::EvalCtx;
-use super::common::{
-    checked_product, code_range, round_half_even, shifted_f64s, to_f32s, zero_at, zero_points,
-};
+use super::common::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::conv::{coord, ConvShape};
 use super::igemm::{self, Bytes, Level, PackedB, EXACT_K};
-use super::qmatmul::{requantize_offset, scales, single, Sums};
+use super::qmatmul::{requantize_offset, requantize_run, scales, single, Sums};
 use super::window::{inside, Geometry3};
 
 /// The exact integer convolution of `x - x_zero` and `w - w_zero` (per tensor, or per output
@@ -337,7 +333,7 @@ fn requantize_planes<'o>(
 ) -> &'o mut [u8] {
     let range = code_range(dtype);
     for (p, (out, sum)) in dst.chunks_mut(plane).zip(sums.chunks(plane)).enumerate() {
-        requantize_plane(
+        requantize_run(
             sum,
             (mult(p % c_out), bias(p % c_out), zy as f64),
             range,
@@ -346,29 +342,6 @@ fn requantize_planes<'o>(
     }
     // SAFETY: `sums` holds one sum per element of the output, so every byte was written.
     unsafe { assume_written(dst) }
-}
-
-/// One plane of [`requantize_planes`]: `(m, b, zy)` are its multiplier, bias and zero point.
-/// A NaN (from a NaN scale) becomes code 0, as a saturating cast makes it.
-#[multiversion(targets(
-    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
-))]
-fn requantize_plane(
-    sums: &[i32],
-    (m, b, zy): (f64, f64, f64),
-    (lo, hi): (f64, f64),
-    out: &mut [MaybeUninit<u8>],
-) {
-    for (o, &v) in out.iter_mut().zip(sums) {
-        let q = round_half_even((f64::from(v) + b) * m) + zy;
-        let q = if q.is_nan() { 0.0 } else { q.max(lo).min(hi) };
-        // SAFETY: `q` is finite and within an 8-bit code's range.
-        let code = unsafe { q.to_int_unchecked::<i32>() };
-        // Two's complement: an int8 code is stored as its byte.
-        o.write(code as u8);
-    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,10 @@
 //! sums are requantized with round-half-to-even and saturation. The shapes line up as `MatMul`'s
 //! ([`Plan`]).
 
+use std::mem::MaybeUninit;
+
+use multiversion::multiversion;
+
 use crate::error::{Error, Result};
 use crate::ir::TensorType;
 use crate::tensor::try_vec;
@@ -256,6 +260,51 @@ pub(super) fn requantize_offset(
     store_ints(dtype, shape, &q)
 }
 
+/// The byte of the 8-bit code `clamp(round_half_even((sum + b) * m) + zy)` (two's complement
+/// for `int8`); a NaN (from a NaN scale) becomes code 0, as a saturating cast makes it.
+#[inline(always)]
+fn code_byte(sum: i32, (m, b, zy): (f64, f64, f64), (lo, hi): (f64, f64)) -> u8 {
+    let q = round_half_even((f64::from(sum) + b) * m) + zy;
+    let q = if q.is_nan() { 0.0 } else { q.max(lo).min(hi) };
+    // SAFETY: `q` is finite and within an 8-bit code's range.
+    unsafe { q.to_int_unchecked::<i32>() as u8 }
+}
+
+/// Requantizes a run of sums that share one multiplier `m`, bias `b` and zero point `zy`.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub(super) fn requantize_run(
+    sums: &[i32],
+    params: (f64, f64, f64),
+    range: (f64, f64),
+    out: &mut [MaybeUninit<u8>],
+) {
+    for (o, &v) in out.iter_mut().zip(sums) {
+        o.write(code_byte(v, params, range));
+    }
+}
+
+/// Requantizes a row of sums with one multiplier per column (no bias).
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn requantize_columns(
+    sums: &[i32],
+    mult: &[f64],
+    zy: f64,
+    range: (f64, f64),
+    out: &mut [MaybeUninit<u8>],
+) {
+    for ((o, &v), &m) in out.iter_mut().zip(sums).zip(mult) {
+        o.write(code_byte(v, (m, 0.0, zy), range));
+    }
+}
+
 /// A scale input's values, per tensor (one) or per index along one axis (`len`).
 pub(super) fn scales(t: &Tensor, len: usize, what: &str) -> Result<Vec<f32>> {
     let v = to_f32s(t)?;
@@ -307,11 +356,9 @@ pub(super) fn eval_qlinear_matmul(
         let zy = zy as f64;
         let y = Tensor::uninit(dtype, &plan.out_shape)?.fill::<u8>(|dst| {
             for (out, row) in dst.chunks_mut(n.max(1)).zip(sums.chunks(n.max(1))) {
-                for (j, (o, &v)) in out.iter_mut().zip(row).enumerate() {
-                    let m = mult[if mult.len() == 1 { 0 } else { j }];
-                    let q = (round_half_even(f64::from(v) * m) + zy).clamp(lo, hi);
-                    // Two's complement: an int8 code is stored as its byte.
-                    o.write(q as i64 as u8);
+                match mult[..] {
+                    [m] => requantize_run(row, (m, 0.0, zy), (lo, hi), out),
+                    _ => requantize_columns(row, &mult, zy, (lo, hi), out),
                 }
             }
             // SAFETY: `sums` holds one sum per output element, so every byte was written.
