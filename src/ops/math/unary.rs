@@ -90,6 +90,23 @@ fn map_half<T: Widen + Float>(
         .fill(|dst| halves::map_checked(src, dst, fast, exact))?)
 }
 
+/// `f` on every element of a `float16` or `bfloat16` tensor whose results are values of that
+/// type already (`Abs`, `Neg`, `Sign`, `Relu`): blocks widened and narrowed by the vector
+/// conversions of [`halves`], exact both ways, with the `f32` loop between.
+fn map_half_exact<T: Widen + Float>(x: &Tensor, f: impl Fn(f32) -> f32 + Copy) -> Result<Tensor> {
+    let src = x.as_slice::<T>()?;
+    Ok(Tensor::uninit(T::DTYPE, x.shape())?.fill(|dst| {
+        let mut wide = [std::mem::MaybeUninit::<f32>::uninit(); halves::BLOCK];
+        for (s, d) in src.chunks(halves::BLOCK).zip(dst.chunks_mut(halves::BLOCK)) {
+            let w = T::widen_slice(s, &mut wide[..s.len()]);
+            vector::map_in_place(w, f);
+            T::narrow_slice(w, d);
+        }
+        // SAFETY: the blocks cover `dst`, and `narrow_slice` writes every element of each.
+        unsafe { vector::assume_written(dst) }
+    })?)
+}
+
 /// Declares kernels that apply a real function without attributes, with a vectorised `f32`
 /// form, and their in-place forms.
 macro_rules! fast_float_kernels {
@@ -604,8 +621,13 @@ pub(super) fn eval_num_unary<Op: NumUnary>(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let x = required(inputs, 0)?;
-    if x.dtype() == DataType::Float {
-        return Ok(vec![map_f32(x, Op::apply::<f32>)?]);
+    match x.dtype() {
+        DataType::Float => return Ok(vec![map_f32(x, Op::apply::<f32>)?]),
+        // Blocks widened by vector conversions; the results (`x`, `-x`, `0`, `±1`) are halves
+        // already, so the `f32` loop's values are exact.
+        DataType::Float16 => return Ok(vec![map_half_exact::<half::f16>(x, Op::apply::<f32>)?]),
+        DataType::Bfloat16 => return Ok(vec![map_half_exact::<half::bf16>(x, Op::apply::<f32>)?]),
+        _ => {}
     }
     dispatch_num!(x.dtype(), T => Ok(vec![map_num::<T>(x, Op::apply::<<T as Num>::Work>)?]),
         _ => Err(bad_type(ctx, x.dtype())))

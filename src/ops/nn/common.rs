@@ -6,6 +6,7 @@
 //! on store, so every kernel is written for `f32` and `f64` only.
 
 use crate::tensor::try_vec;
+use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
 use half::{bf16, f16};
@@ -17,7 +18,7 @@ use crate::DataType;
 
 use super::super::num::{dispatch_int, dispatch_real, Float, Real};
 use super::super::util::{to_i64s, unsupported_type};
-use super::super::InferCtx;
+use super::super::{EvalCtx, InferCtx};
 
 /// A zeroed output tensor of `dtype` and `shape` that `fill` writes in the compute type `R`:
 /// in place when `R` is the element type, through one buffer rounded once otherwise.
@@ -188,6 +189,23 @@ pub(super) fn known_sizes(dims: &[Dim]) -> Option<Vec<usize>> {
     dims.iter()
         .map(|d| d.known().and_then(|v| usize::try_from(v).ok()))
         .collect()
+}
+
+/// Input `input` (`t`) in the compute type `R`: borrowed when it is stored as `R`; else widened
+/// (from `float16` or `bfloat16`) once per plan when it is a constant (the weights of a half
+/// model), kept in the step's memo, and on every call otherwise.
+pub(super) fn widened_once<'a, R: Real + 'static>(
+    ctx: &EvalCtx<'a>,
+    t: &'a Tensor,
+    input: usize,
+) -> Result<Cow<'a, [R]>> {
+    if t.dtype() == R::DTYPE {
+        return R::load(t);
+    }
+    match ctx.remember(&[input], || Ok(R::load(t)?.into_owned()))? {
+        Some(kept) => Ok(Cow::Borrowed(&kept[..])),
+        None => R::load(t),
+    }
 }
 
 /// The range of an 8-bit code type as `f64` (`int8`, else `uint8`).

@@ -37,7 +37,7 @@ use super::super::vector::ColumnBlocks;
 use super::super::vector::{add_scalar, as_slots, assume_written, copy, deinterleave, fill};
 use super::super::{Attributes, EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{checked_product, input_dims, output_written, tensor_type};
+use super::common::{checked_product, input_dims, output_written, tensor_type, widened_once};
 use super::direct;
 use super::window::{inside, Geometry3, WindowAttrs};
 use crate::ops::math::Activation;
@@ -1585,7 +1585,7 @@ pub(super) fn eval_conv(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     let (x, w, b, dtype) = conv_operands(ctx, inputs)?;
     let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
     let y = dispatch_real!(dtype, R => {
-        let (xv, wv) = (R::load(x)?, R::load(w)?);
+        let (xv, wv) = (R::load(x)?, widened_once::<R>(ctx, w, 1)?);
         let bias = b.map(R::load).transpose()?;
         output_written::<R>(dtype, &shape.out_shape, |y| {
             shape.run(&xv, &wv, bias.as_deref(), None, y)

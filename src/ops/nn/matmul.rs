@@ -21,7 +21,7 @@ use super::super::util::{
 };
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{input_dims, is_int, output, store_ints, tensor_type};
+use super::common::{input_dims, is_int, output, store_ints, tensor_type, widened_once};
 use crate::ops::num::{dispatch_real, Arith, Real};
 
 /// Batches with at least this many multiply-adds in all run in parallel.
@@ -170,7 +170,7 @@ impl Plan {
     }
 }
 
-pub(super) fn eval_matmul(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+pub(super) fn eval_matmul(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
     if a.dtype() != b.dtype() {
         return Err(Error::Eval(format!(
@@ -182,7 +182,7 @@ pub(super) fn eval_matmul(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     let plan = Plan::new(a.shape(), b.shape())?;
     let dtype = a.dtype();
     let out = dispatch_real!(dtype, R => {
-        let (av, bv) = (R::load(a)?, R::load(b)?);
+        let (av, bv) = (R::load(a)?, widened_once::<R>(ctx, b, 1)?);
         output::<R>(dtype, &plan.out_shape, |y| plan.run_real_into(&av, &bv, y))?
     }, _ => {
         if !is_int(dtype) {
