@@ -23,6 +23,9 @@ use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
 use multiversion::multiversion;
+use rayon::prelude::*;
+
+use crate::par;
 
 use super::super::nn::{gemm_dims, integer_product_kept, GemmAttrs, GemmShape, Sums};
 use super::super::util::{optional, required};
@@ -130,12 +133,10 @@ pub(in crate::ops) fn eval_qgemm(
             *y = code(c as f32 * a_scale * b_scale[0] / ys, zy, (lo, hi));
         }
     } else {
-        for (row, sums) in y
-            .chunks_exact_mut(n.max(1))
-            .zip(sums.chunks_exact(n.max(1)))
-        {
-            requantize_row(sums, &scale, zy, (lo, hi), row);
-        }
+        y.par_chunks_exact_mut(n.max(1))
+            .zip(sums.par_chunks_exact(n.max(1)))
+            .with_min_len(par::min_len(m, &[n]))
+            .for_each(|(row, sums)| requantize_row(sums, &scale, zy, (lo, hi), row));
     }
     Ok(vec![Tensor::from_vec(y_zero.dtype(), &out_shape, y)?])
 }

@@ -20,7 +20,10 @@
 //! `GatherBlockQuantized` (section `com.microsoft.GatherBlockQuantized`) gathers rows of weights
 //! stored the same way and dequantises only the rows it gathers.
 
+use rayon::prelude::*;
+
 use crate::error::Result;
+use crate::par;
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
@@ -62,11 +65,15 @@ pub(super) fn scale_columns(
         // per-element form below.
         Sums::I32(v) if n > 0 => {
             let mut out = try_vec(v.len(), 0.0f32)?;
-            for (o, sums) in out.chunks_exact_mut(n).zip(v.chunks_exact(n)) {
-                for (((o, &v), &s), &b) in o.iter_mut().zip(sums).zip(&scale).zip(&offset) {
-                    *o = v as f32 * s + b;
-                }
-            }
+            let rows = v.len() / n;
+            out.par_chunks_exact_mut(n)
+                .zip(v.par_chunks_exact(n))
+                .with_min_len(par::min_len(rows, &[n]))
+                .for_each(|(o, sums)| {
+                    for (((o, &v), &s), &b) in o.iter_mut().zip(sums).zip(&scale).zip(&offset) {
+                        *o = v as f32 * s + b;
+                    }
+                });
             Ok(out)
         }
         acc => acc.map(0.0f32, |k, v| {

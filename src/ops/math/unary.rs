@@ -10,17 +10,23 @@
 use crate::error::Result;
 use crate::ops::attrs::{Alpha, Alpha1};
 use crate::ops::halves::{self, Widen};
-use crate::ops::num::{dispatch_num, Arith, Float, Num};
-use crate::ops::util::{required, tensor, tensor_from_iter};
+use crate::ops::num::Float;
+use crate::ops::util::{required, tensor_from_iter};
 use crate::ops::vector;
 use crate::ops::{Attributes, EvalCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::{bad_type, map_num};
+use super::common::bad_type;
 
 #[cfg(test)]
 mod half_tests;
+mod numeric;
+
+pub(super) use numeric::{
+    eval_bitwise_not, eval_is_inf, eval_is_nan, eval_not, eval_num_unary, num_unary_in_place, Abs,
+    DetectInf, Neg, Relu, Sign,
+};
 
 /// Applies a real function to every element of a floating-point tensor.
 pub(super) fn float_map(ctx: &EvalCtx<'_>, x: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor> {
@@ -88,23 +94,6 @@ fn map_half<T: Widen + Float>(
     let exact = |v: f32| T::from_f64(f(f64::from(v)));
     Ok(Tensor::uninit(T::DTYPE, x.shape())?
         .fill(|dst| halves::map_checked(src, dst, fast, exact))?)
-}
-
-/// `f` on every element of a `float16` or `bfloat16` tensor whose results are values of that
-/// type already (`Abs`, `Neg`, `Sign`, `Relu`): blocks widened and narrowed by the vector
-/// conversions of [`halves`], exact both ways, with the `f32` loop between.
-fn map_half_exact<T: Widen + Float>(x: &Tensor, f: impl Fn(f32) -> f32 + Copy) -> Result<Tensor> {
-    let src = x.as_slice::<T>()?;
-    Ok(Tensor::uninit(T::DTYPE, x.shape())?.fill(|dst| {
-        let mut wide = [std::mem::MaybeUninit::<f32>::uninit(); halves::BLOCK];
-        for (s, d) in src.chunks(halves::BLOCK).zip(dst.chunks_mut(halves::BLOCK)) {
-            let w = T::widen_slice(s, &mut wide[..s.len()]);
-            vector::map_in_place(w, f);
-            T::narrow_slice(w, d);
-        }
-        // SAFETY: the blocks cover `dst`, and `narrow_slice` writes every element of each.
-        unsafe { vector::assume_written(dst) }
-    })?)
 }
 
 /// Declares kernels that apply a real function without attributes, with a vectorised `f32`
@@ -550,151 +539,6 @@ pub(super) fn eval_gelu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
             )
         }
     }
-}
-
-/// A unary operation defined on every numeric type.
-pub(super) trait NumUnary {
-    fn apply<A: Arith>(x: A) -> A;
-    /// [`NumUnary::apply`] on every element of `v`, in place.
-    fn apply_in_place(v: &mut [f32]) {
-        vector::par_map_in_place(v, Self::apply::<f32>);
-    }
-}
-
-pub(super) struct Abs;
-pub(super) struct Neg;
-pub(super) struct Sign;
-pub(super) struct Relu;
-
-impl NumUnary for Abs {
-    fn apply<A: Arith>(x: A) -> A {
-        x.abs()
-    }
-}
-
-impl NumUnary for Neg {
-    fn apply<A: Arith>(x: A) -> A {
-        x.neg()
-    }
-}
-
-impl NumUnary for Sign {
-    /// -1, 0 or 1; NaN stays NaN.
-    fn apply<A: Arith>(x: A) -> A {
-        if x > A::ZERO {
-            A::ONE
-        } else if x < A::ZERO {
-            A::ONE.neg()
-        } else {
-            x
-        }
-    }
-}
-
-impl NumUnary for Relu {
-    /// `max(x, 0)`; NaN stays NaN.
-    fn apply<A: Arith>(x: A) -> A {
-        if x < A::ZERO {
-            A::ZERO
-        } else {
-            x
-        }
-    }
-
-    fn apply_in_place(v: &mut [f32]) {
-        vector::par_in_place(v, |v| vector::clamp_in_place(v, 0.0, f32::INFINITY));
-    }
-}
-
-/// The kernel of a [`NumUnary`] operation.
-/// The in-place form of [`eval_num_unary`] on `float` tensors.
-pub(super) fn num_unary_in_place<Op: NumUnary>(
-    _: &EvalCtx<'_>,
-    x: Tensor,
-    _: &[Option<&Tensor>],
-) -> Result<std::result::Result<Vec<Tensor>, Tensor>> {
-    in_place_f32_with(x, Op::apply_in_place)
-}
-
-pub(super) fn eval_num_unary<Op: NumUnary>(
-    ctx: &EvalCtx<'_>,
-    inputs: &[Option<&Tensor>],
-) -> Result<Vec<Tensor>> {
-    let x = required(inputs, 0)?;
-    match x.dtype() {
-        DataType::Float => return Ok(vec![map_f32(x, Op::apply::<f32>)?]),
-        // Blocks widened by vector conversions; the results (`x`, `-x`, `0`, `±1`) are halves
-        // already, so the `f32` loop's values are exact.
-        DataType::Float16 => return Ok(vec![map_half_exact::<half::f16>(x, Op::apply::<f32>)?]),
-        DataType::Bfloat16 => return Ok(vec![map_half_exact::<half::bf16>(x, Op::apply::<f32>)?]),
-        _ => {}
-    }
-    dispatch_num!(x.dtype(), T => Ok(vec![map_num::<T>(x, Op::apply::<<T as Num>::Work>)?]),
-        _ => Err(bad_type(ctx, x.dtype())))
-}
-
-pub(super) fn eval_not(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let x = required(inputs, 0)?;
-    if x.dtype() != DataType::Bool {
-        return Err(bad_type(ctx, x.dtype()));
-    }
-    let v: Vec<u8> = x
-        .as_slice::<u8>()?
-        .iter()
-        .map(|&b| u8::from(b == 0))
-        .collect();
-    Ok(vec![tensor(DataType::Bool, x.shape(), v)?])
-}
-
-pub(super) fn eval_bitwise_not(
-    ctx: &EvalCtx<'_>,
-    inputs: &[Option<&Tensor>],
-) -> Result<Vec<Tensor>> {
-    let x = required(inputs, 0)?;
-    crate::ops::num::dispatch_int!(x.dtype(), T => {
-        let v: Vec<T> = x.as_slice::<T>()?.iter().map(|&e| !e).collect();
-        Ok(vec![tensor(x.dtype(), x.shape(), v)?])
-    }, _ => Err(bad_type(ctx, x.dtype())))
-}
-
-/// A `bool` tensor of `x`'s shape from a predicate on its (floating-point) elements.
-fn float_predicate(
-    ctx: &EvalCtx<'_>,
-    inputs: &[Option<&Tensor>],
-    p: impl Fn(f64) -> bool,
-) -> Result<Vec<Tensor>> {
-    let x = required(inputs, 0)?;
-    let v: Vec<u8> = crate::ops::num::dispatch_float!(x.dtype(), T => {
-        x.as_slice::<T>()?.iter().map(|&e| u8::from(p(e.to_f64()))).collect()
-    }, _ => return Err(bad_type(ctx, x.dtype())));
-    Ok(vec![tensor(DataType::Bool, x.shape(), v)?])
-}
-
-pub(super) fn eval_is_nan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    float_predicate(ctx, inputs, f64::is_nan)
-}
-
-/// The `detect_positive` and `detect_negative` attributes of an `IsInf` node.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct DetectInf {
-    positive: bool,
-    negative: bool,
-}
-
-impl Attributes for DetectInf {
-    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<DetectInf> {
-        Ok(DetectInf {
-            positive: node.attr_int("detect_positive", 1)? != 0,
-            negative: node.attr_int("detect_negative", 1)? != 0,
-        })
-    }
-}
-
-pub(super) fn eval_is_inf(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let DetectInf { positive, negative } = *ctx.attrs::<DetectInf>()?;
-    float_predicate(ctx, inputs, |x| {
-        x.is_infinite() && if x > 0.0 { positive } else { negative }
-    })
 }
 
 #[cfg(test)]

@@ -181,30 +181,37 @@ impl PackedB {
 /// Writes the `k x n` matrix `b` into `d` as panels of `nr` columns by groups of `g` rows:
 /// element `(kk, j)` goes to panel `j / nr`, group `kk / g`, column `j % nr`, slot `kk % g`;
 /// `d` holds whole panels and groups, zero where B has no element.
-fn pack_panels<T: Copy>(
+fn pack_panels<T: Copy + Send>(
     d: &mut [T],
     b: &[u8],
     k: usize,
     n: usize,
     nr: usize,
     g: usize,
-    f: impl Fn(u8) -> T,
+    f: impl Fn(u8) -> T + Sync,
 ) {
+    use rayon::prelude::*;
     let kg = k.div_ceil(g) * g;
     if kg == 0 {
         return;
     }
-    for (p, panel) in d.chunks_exact_mut(kg * nr).enumerate() {
-        let (col0, cols) = (p * nr, nr.min(n - p * nr));
-        for (q, group) in panel.chunks_exact_mut(nr * g).enumerate() {
-            for t in 0..g.min(k.saturating_sub(q * g)) {
-                let row = &b[(q * g + t) * n + col0..][..cols];
-                for (c, &v) in row.iter().enumerate() {
-                    group[c * g + t] = f(v);
+    // Panels are independent: split over the pool when there are enough bytes to move.
+    let panels = d.len() / (kg * nr);
+    let min_len = crate::par::min_len(panels, &[kg, nr]);
+    d.par_chunks_exact_mut(kg * nr)
+        .enumerate()
+        .with_min_len(min_len)
+        .for_each(|(p, panel)| {
+            let (col0, cols) = (p * nr, nr.min(n - p * nr));
+            for (q, group) in panel.chunks_exact_mut(nr * g).enumerate() {
+                for t in 0..g.min(k.saturating_sub(q * g)) {
+                    let row = &b[(q * g + t) * n + col0..][..cols];
+                    for (c, &v) in row.iter().enumerate() {
+                        group[c * g + t] = f(v);
+                    }
                 }
             }
-        }
-    }
+        });
 }
 
 /// A's rows, shifted into `u8`, padded to whole tiles and groups, with the per-row terms of the

@@ -21,6 +21,10 @@ use crate::DataType;
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use std::mem::MaybeUninit;
 
+use rayon::prelude::*;
+
+use crate::par;
+
 use super::super::vector::{as_slots, assume_written};
 use super::super::EvalCtx;
 use super::common::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
@@ -299,18 +303,19 @@ pub(crate) fn eval_conv_integer_to_float(
         Sums::I32(v) => v,
         Sums::F64(v) => v.into_iter().map(|v| v as i32).collect(),
     };
-    for (p, (out, sums)) in y
-        .chunks_exact_mut(plane.max(1))
-        .zip(sums.chunks_exact(plane.max(1)))
+    let planes = sums.len() / plane.max(1);
+    y.par_chunks_exact_mut(plane.max(1))
+        .zip(sums.par_chunks_exact(plane.max(1)))
         .enumerate()
-    {
-        let c = p % c_out.max(1);
-        let scale = sx * sw[if sw.len() == 1 { 0 } else { c }];
-        let b = bias.as_ref().map_or(0.0, |b| b[c]);
-        for (o, &s) in out.iter_mut().zip(sums) {
-            *o = s as f32 * scale + b;
-        }
-    }
+        .with_min_len(par::min_len(planes, &[plane]))
+        .for_each(|(p, (out, sums))| {
+            let c = p % c_out.max(1);
+            let scale = sx * sw[if sw.len() == 1 { 0 } else { c }];
+            let b = bias.as_ref().map_or(0.0, |b| b[c]);
+            for (o, &s) in out.iter_mut().zip(sums) {
+                *o = s as f32 * scale + b;
+            }
+        });
     Ok(vec![Tensor::from_vec(
         DataType::Float,
         &shape.out_shape,
@@ -325,21 +330,26 @@ fn requantize_planes<'o>(
     sums: &[i32],
     plane: usize,
     c_out: usize,
-    mult: impl Fn(usize) -> f64,
-    bias: impl Fn(usize) -> f64,
+    mult: impl Fn(usize) -> f64 + Sync,
+    bias: impl Fn(usize) -> f64 + Sync,
     zy: i64,
     dtype: DataType,
     dst: &'o mut [MaybeUninit<u8>],
 ) -> &'o mut [u8] {
     let range = code_range(dtype);
-    for (p, (out, sum)) in dst.chunks_mut(plane).zip(sums.chunks(plane)).enumerate() {
-        requantize_run(
-            sum,
-            (mult(p % c_out), bias(p % c_out), zy as f64),
-            range,
-            out,
-        );
-    }
+    let planes = sums.len() / plane.max(1);
+    dst.par_chunks_mut(plane.max(1))
+        .zip(sums.par_chunks(plane.max(1)))
+        .enumerate()
+        .with_min_len(par::min_len(planes, &[plane]))
+        .for_each(|(p, (out, sum))| {
+            requantize_run(
+                sum,
+                (mult(p % c_out), bias(p % c_out), zy as f64),
+                range,
+                out,
+            );
+        });
     // SAFETY: `sums` holds one sum per element of the output, so every byte was written.
     unsafe { assume_written(dst) }
 }

@@ -12,6 +12,9 @@
 use std::mem::MaybeUninit;
 
 use multiversion::multiversion;
+use rayon::prelude::*;
+
+use crate::par;
 
 use crate::error::{Error, Result};
 use crate::ir::TensorType;
@@ -355,12 +358,14 @@ pub(super) fn eval_qlinear_matmul(
         let (lo, hi) = code_range(dtype);
         let zy = zy as f64;
         let y = Tensor::uninit(dtype, &plan.out_shape)?.fill::<u8>(|dst| {
-            for (out, row) in dst.chunks_mut(n.max(1)).zip(sums.chunks(n.max(1))) {
-                match mult[..] {
+            let rows = sums.len() / n.max(1);
+            dst.par_chunks_mut(n.max(1))
+                .zip(sums.par_chunks(n.max(1)))
+                .with_min_len(par::min_len(rows, &[n]))
+                .for_each(|(out, row)| match mult[..] {
                     [m] => requantize_run(row, (m, 0.0, zy), (lo, hi), out),
                     _ => requantize_columns(row, &mult, zy, (lo, hi), out),
-                }
-            }
+                });
             // SAFETY: `sums` holds one sum per output element, so every byte was written.
             unsafe { assume_written(dst) }
         })?;

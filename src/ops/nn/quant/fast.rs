@@ -20,12 +20,14 @@ use std::mem::MaybeUninit;
 
 use half::{bf16, f16};
 use multiversion::multiversion;
+use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::ops::halves::{self, Widen};
 use crate::ops::util::{optional, required};
 use crate::ops::vector::{as_slots, assume_written};
 use crate::ops::EvalCtx;
+use crate::par::{self, GRAIN};
 use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
@@ -302,6 +304,18 @@ pub(super) fn quantize(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
     }))
 }
 
+/// `f` over `x` and `dst` (of one length), split into grains over the current pool's threads
+/// when the run is long enough to pay for it; each element is computed alone, so the split
+/// changes no bit.
+fn par_run<S: Sync, D: Send>(x: &[S], dst: &mut [D], f: impl Fn(&[S], &mut [D]) + Sync) {
+    if par::min_len(x.len(), &[1]) == usize::MAX {
+        return f(x, dst);
+    }
+    x.par_chunks(GRAIN)
+        .zip(dst.par_chunks_mut(GRAIN))
+        .for_each(|(x, d)| f(x, d));
+}
+
 /// The codes of every element of `x` into `dst`.
 fn codes<'d, T: Code>(
     x: &[f32],
@@ -316,7 +330,9 @@ fn codes<'d, T: Code>(
     let mut zrow = Vec::new();
     let (x, dst) = (&x[..n], &mut dst[..n]);
     each(lay, gran, n, |piece| match piece {
-        Piece::Run(r, k) => quantize_run(&x[r.clone()], s[k], z[k], &mut dst[r]),
+        Piece::Run(r, k) => par_run(&x[r.clone()], &mut dst[r], |x, d| {
+            quantize_run(x, s[k], z[k], d)
+        }),
         Piece::Row(r, index, offset) => {
             expand(&mut srow, s, index, offset);
             expand(&mut zrow, z, index, offset);
@@ -418,7 +434,9 @@ fn reals<'d, T: Code>(
     let mut zrow = Vec::new();
     let (x, dst) = (&x[..n], &mut dst[..n]);
     each(lay, gran, n, |piece| match piece {
-        Piece::Run(r, k) => dequantize_run(&x[r.clone()], s[k], z[k], &mut dst[r]),
+        Piece::Run(r, k) => par_run(&x[r.clone()], &mut dst[r], |x, d| {
+            dequantize_run(x, s[k], z[k], d)
+        }),
         Piece::Row(r, index, offset) => {
             expand(&mut srow, s, index, offset);
             expand(&mut zrow, z, index, offset);
