@@ -177,20 +177,10 @@ fn fuse_quantized_matmuls<'m>(
         let Some((a, b, bias)) = matmul_operands(mm, &constant) else {
             continue;
         };
-        let Some(&dqa) = uses.producer.get(a) else {
+        let Some((dqa, activation)) = dequantized_activation(&steps, &uses, &constant, a) else {
             continue;
         };
-        let Some(activation) = dequantized(&steps[dqa].node, &constant)
-            .filter(|_| is_op(&steps[dqa], "DequantizeLinear"))
-            .filter(|q| q.scale_len == 1 && q.zero_len == 1)
-        else {
-            continue;
-        };
-        let weights = graph
-            .producer(b)
-            .map(|id| graph.node(id))
-            .filter(|n| n.op_type == "DequantizeLinear" && n.domain.is_empty())
-            .and_then(|n| dequantized(n, &constant));
+        let weights = dequantized_weights(graph, &constant, b);
         let Some(weights) = weights.filter(|w| {
             let shape = constant.get(&w.codes).map(|t| t.shape().to_vec());
             let n = match shape.as_deref() {
@@ -247,20 +237,10 @@ fn fuse_quantized_convs<'m>(
             continue;
         }
         let (x, w) = (node.inputs[0].as_str(), node.inputs[1].as_str());
-        let Some(&dqx) = uses.producer.get(x) else {
+        let Some((dqx, activation)) = dequantized_activation(&steps, &uses, &constant, x) else {
             continue;
         };
-        let Some(activation) = dequantized(&steps[dqx].node, &constant)
-            .filter(|_| is_op(&steps[dqx], "DequantizeLinear"))
-            .filter(|q| q.scale_len == 1 && q.zero_len == 1)
-        else {
-            continue;
-        };
-        let weights = graph
-            .producer(w)
-            .map(|id| graph.node(id))
-            .filter(|n| n.op_type == "DequantizeLinear" && n.domain.is_empty())
-            .and_then(|n| dequantized(n, &constant));
+        let weights = dequantized_weights(graph, &constant, w);
         // Per tensor, or per output channel (axis 0 of the weights).
         let Some((weights, c_out)) = weights.and_then(|q| {
             let c_out = *constant.get(&q.codes)?.shape().first()?;
@@ -354,6 +334,31 @@ struct Dequantized {
     axis_is_last: bool,
     /// `axis` as written (1 when omitted).
     axis: i64,
+}
+
+/// The step making `name` when it is a `DequantizeLinear` of one scale and zero point (a
+/// quantised activation), with what it reads.
+fn dequantized_activation(
+    steps: &[Step<'_>],
+    uses: &Uses,
+    constant: &Fixed<'_>,
+    name: &str,
+) -> Option<(usize, Dequantized)> {
+    let &step = uses.producer.get(name)?;
+    let q = dequantized(&steps[step].node, constant)
+        .filter(|_| is_op(&steps[step], "DequantizeLinear"))
+        .filter(|q| q.scale_len == 1 && q.zero_len == 1)?;
+    Some((step, q))
+}
+
+/// What the graph's `DequantizeLinear` making the weights `name` reads (the step itself may
+/// have been folded into a constant at planning).
+fn dequantized_weights(graph: &Graph, constant: &Fixed<'_>, name: &str) -> Option<Dequantized> {
+    graph
+        .producer(name)
+        .map(|id| graph.node(id))
+        .filter(|n| n.op_type == "DequantizeLinear" && n.domain.is_empty())
+        .and_then(|n| dequantized(n, constant))
 }
 
 fn dequantized(node: &Node, constant: &Fixed<'_>) -> Option<Dequantized> {
