@@ -216,7 +216,11 @@ fn pack_panels<T: Copy + Send>(
 
 /// A's rows, shifted into `u8`, padded to whole tiles and groups, with the per-row terms of the
 /// zero-point correction.
-struct PackedA {
+#[derive(Debug)]
+pub(in crate::ops) struct PackedA {
+    level: Level,
+    m: usize,
+    k: usize,
     data: Packed,
     /// Elements per packed row.
     lda: usize,
@@ -224,6 +228,18 @@ struct PackedA {
     row_terms: Vec<i32>,
     /// The shifted zero point of each row.
     row_zeros: Vec<i32>,
+}
+
+impl PackedA {
+    /// Packs the `m x k` matrix `a` with its zero points `za` (one, or one per row) for `level`:
+    /// constant operands (a convolution's filters) are packed once and multiplied many times
+    /// ([`gemm_packed`]).
+    pub fn new(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<PackedA> {
+        if !(za.len() == 1 || za.len() == m) {
+            return Err(Error::Eval("zero points do not match the operands".into()));
+        }
+        pack_a(a, m, k, za, level)
+    }
 }
 
 fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<PackedA> {
@@ -271,6 +287,9 @@ fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<
         Packed::Narrow(d)
     };
     Ok(PackedA {
+        level,
+        m,
+        k,
         data,
         lda,
         row_terms,
@@ -310,25 +329,46 @@ pub(in crate::ops) fn gemm(
     zb: &[i32],
     out: &mut [i32],
 ) -> Result<()> {
-    let (k, n) = (b.k, b.n);
+    if out.len() != m * b.n {
+        return Err(Error::Eval("the output does not hold its shape".into()));
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    let packed = PackedA::new(a, m, b.k, za, b.level)?;
+    gemm_packed(&packed, b, zb, out)
+}
+
+/// [`gemm`] of an A packed beforehand (for B's level and contracted dim).
+pub(in crate::ops) fn gemm_packed(
+    packed: &PackedA,
+    b: &PackedB,
+    zb: &[i32],
+    out: &mut [i32],
+) -> Result<()> {
+    let (m, k, n) = (packed.m, b.k, b.n);
+    if packed.k != k || packed.level != b.level {
+        return Err(Error::Eval(
+            "A and B were packed for different products".into(),
+        ));
+    }
     if out.len() != m * n {
         return Err(Error::Eval("the output does not hold its shape".into()));
     }
-    if !(za.len() == 1 || za.len() == m) || !(zb.len() == 1 || zb.len() == n) {
+    if !(zb.len() == 1 || zb.len() == n) {
         return Err(Error::Eval("zero points do not match the operands".into()));
     }
     if out.is_empty() {
         return Ok(());
     }
     let level = b.level;
-    let packed = pack_a(a, m, k, za, level)?;
     let mut col_zeros = try_vec(n, 0i32)?;
     for (j, z) in col_zeros.iter_mut().enumerate() {
         *z = zb[if zb.len() == 1 { 0 } else { j }].wrapping_add(b.shift);
     }
     let (mr, nr, _) = level.shape();
     let task = Task {
-        a: &packed,
+        a: packed,
         b,
         col_zeros: &col_zeros,
         m,

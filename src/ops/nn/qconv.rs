@@ -29,7 +29,7 @@ use super::super::vector::{as_slots, assume_written};
 use super::super::EvalCtx;
 use super::common::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::conv::{coord, ConvShape};
-use super::igemm::{self, Bytes, Level, PackedB, EXACT_K};
+use super::igemm::{self, Bytes, Level, PackedA, PackedB, EXACT_K};
 use super::qmatmul::{requantize_offset, requantize_run, scales, single, Sums};
 use super::window::{inside, Geometry3};
 
@@ -40,8 +40,7 @@ fn integer_conv(
     ctx: &EvalCtx<'_>,
     x: &Tensor,
     x_zero: Option<&Tensor>,
-    w: &Tensor,
-    w_zero: Option<&Tensor>,
+    (w, w_zero, w_inputs): (&Tensor, Option<&Tensor>, [usize; 2]),
 ) -> Result<(ConvShape, Sums)> {
     for t in [Some(x), Some(w), x_zero, w_zero].into_iter().flatten() {
         if !matches!(t.dtype(), DataType::Int8 | DataType::Uint8) {
@@ -64,7 +63,16 @@ fn integer_conv(
     let sums = if kc > EXACT_K {
         Sums::F64(reference_conv(&shape, x, zx, w, &zw)?)
     } else {
-        Sums::I32(kernel_conv(&shape, x, zx, w, &zw, Level::detect())?)
+        let level = Level::detect();
+        // Constant filters (the model's weights) are packed once for the plan.
+        let kept = ctx.remember(&w_inputs, || pack_filters(&shape, w, &zw, level))?;
+        Sums::I32(kernel_conv(
+            &shape,
+            x,
+            zx,
+            (w, &zw, kept.map(Vec::as_slice)),
+            level,
+        )?)
     };
     Ok((shape, sums))
 }
@@ -75,8 +83,7 @@ fn kernel_conv(
     shape: &ConvShape,
     x: &Tensor,
     zx: i32,
-    w: &Tensor,
-    zw: &[i32],
+    (w, zw, filters): (&Tensor, &[i32], Option<&[PackedA]>),
     level: Level,
 ) -> Result<Vec<i32>> {
     let mut out = try_vec(checked_product(&shape.out_shape)?, 0i32)?;
@@ -109,19 +116,49 @@ fn kernel_conv(
                 signed: x.dtype() == DataType::Int8,
             };
             let packed = PackedB::new(cols, kc, out_plane, level)?;
-            let filters = Bytes {
-                data: &wv[gi * mg * kc..(gi + 1) * mg * kc],
-                signed: w.dtype() == DataType::Int8,
-            };
-            let za = if zw.len() == 1 {
-                zw
-            } else {
-                &zw[gi * mg..(gi + 1) * mg]
-            };
-            igemm::gemm(filters, mg, za, &packed, &zb, y)?;
+            match filters {
+                Some(filters) => igemm::gemm_packed(&filters[gi], &packed, &zb, y)?,
+                None => {
+                    let (a, za) = group_filters(w, zw, (gi, mg, kc))?;
+                    igemm::gemm(a, mg, za, &packed, &zb, y)?;
+                }
+            }
         }
     }
     Ok(out)
+}
+
+/// Group `gi`'s filters (`mg` rows of `kc` bytes) and their zero points (one, or one per row).
+fn group_filters<'w>(
+    w: &'w Tensor,
+    zw: &'w [i32],
+    (gi, mg, kc): (usize, usize, usize),
+) -> Result<(Bytes<'w>, &'w [i32])> {
+    let filters = Bytes {
+        data: &w.as_bytes()?[gi * mg * kc..(gi + 1) * mg * kc],
+        signed: w.dtype() == DataType::Int8,
+    };
+    let za = if zw.len() == 1 {
+        zw
+    } else {
+        &zw[gi * mg..(gi + 1) * mg]
+    };
+    Ok((filters, za))
+}
+
+/// Every group's filters packed as the kernel's A for `level`.
+fn pack_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Result<Vec<PackedA>> {
+    let (cg, mg) = (shape.c_in / shape.group, shape.c_out / shape.group);
+    let kc = cg * shape.geo.taps();
+    if w.len() != shape.c_out * kc {
+        return Err(Error::Eval("W does not hold its shape".into()));
+    }
+    (0..shape.group)
+        .map(|gi| {
+            let (a, za) = group_filters(w, zw, (gi, mg, kc))?;
+            PackedA::new(a, mg, kc, za, level)
+        })
+        .collect()
 }
 
 /// Fills `col` (row-major, `cg * taps` rows of one column per output position) with the byte
@@ -200,7 +237,12 @@ pub(super) fn eval_conv_integer(
     inputs: &[Option<&Tensor>],
 ) -> Result<Vec<Tensor>> {
     let (x, w) = (required(inputs, 0)?, required(inputs, 1)?);
-    let (shape, sums) = integer_conv(ctx, x, optional(inputs, 2), w, optional(inputs, 3))?;
+    let (shape, sums) = integer_conv(
+        ctx,
+        x,
+        optional(inputs, 2),
+        (w, optional(inputs, 3), [1, 3]),
+    )?;
     let ints = match sums {
         Sums::I32(v) => v,
         Sums::F64(v) => v.into_iter().map(|v| v as i32).collect(),
@@ -234,7 +276,7 @@ pub(super) fn eval_qlinear_conv(
     if bias.is_some_and(|b| b.dtype() != DataType::Int32) {
         return Err(ctx.error("B must be int32"));
     }
-    let (shape, acc) = integer_conv(ctx, x, Some(x_zero), w, Some(w_zero))?;
+    let (shape, acc) = integer_conv(ctx, x, Some(x_zero), (w, Some(w_zero), [3, 5]))?;
     let plane = shape.geo.out_plane().max(1);
     let c_out = shape.c_out.max(1);
     let bias = match bias {
@@ -290,7 +332,7 @@ pub(crate) fn eval_conv_integer_to_float(
     let (x, w) = (required(inputs, 0)?, required(inputs, 1)?);
     let (x_zero, w_zero) = (optional(inputs, 4), optional(inputs, 5));
     let sx = single(&to_f32s(required(inputs, 2)?)?, "x_scale")?;
-    let (shape, sums) = integer_conv(ctx, x, x_zero, w, w_zero)?;
+    let (shape, sums) = integer_conv(ctx, x, x_zero, (w, w_zero, [1, 5]))?;
     let c_out = shape.c_out;
     let sw = scales(required(inputs, 3)?, c_out, "w_scale")?;
     let bias = optional(inputs, 6).map(to_f32s).transpose()?;
@@ -387,7 +429,7 @@ mod tests {
         let shape = ConvShape::new(&ctx, x.shape(), w.shape()).unwrap();
         let want = reference_conv(&shape, x, zx, w, zw).unwrap();
         for level in Level::supported() {
-            let got = kernel_conv(&shape, x, zx, w, zw, level).unwrap();
+            let got = kernel_conv(&shape, x, zx, (w, zw, None), level).unwrap();
             let got: Vec<f64> = got.into_iter().map(f64::from).collect();
             assert_eq!(got, want, "{level:?} {node:?}");
         }
