@@ -44,6 +44,10 @@ pub(in crate::ops) fn eval_qgemm(
     let attrs = ctx.attrs::<GemmAttrs>()?;
     let shape = GemmShape::new(ctx, &attrs, a.shape(), b.shape())?;
     let (m, k, n) = (shape.m, shape.k, shape.n);
+    // An empty contracted dim leaves the output's size to the outer dims alone.
+    let len = m
+        .checked_mul(n)
+        .ok_or_else(|| ctx.error(format!("an output of {m} x {n} elements")))?;
     if a_zero.is_some_and(|z| z.len() != 1) {
         return Err(ctx.error("a_zero_point must hold one value"));
     }
@@ -100,7 +104,7 @@ pub(in crate::ops) fn eval_qgemm(
     }
     let out_shape = [m, n];
     let (Some(y_zero), Some(ys)) = (y_zero, y_scale) else {
-        let mut y = try_vec(m * n, 0.0f32)?;
+        let mut y = try_vec(len, 0.0f32)?;
         for (row, sums) in y
             .chunks_exact_mut(n.max(1))
             .zip(sums.chunks_exact(n.max(1)))
@@ -127,7 +131,7 @@ pub(in crate::ops) fn eval_qgemm(
         DataType::Int8 => f32::from(y_zero.as_slice::<i8>()?[0]),
         _ => f32::from(y_zero.as_slice::<u8>()?[0]),
     };
-    let mut y = try_vec(m * n, 0u8)?;
+    let mut y = try_vec(len, 0u8)?;
     if k == 0 && c.is_some() {
         for (y, &c) in y.iter_mut().zip(&sums) {
             *y = code(c as f32 * a_scale * b_scale[0] / ys, zy, (lo, hi));
