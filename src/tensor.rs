@@ -979,6 +979,40 @@ impl UninitTensor {
         Ok(unsafe { self.assume_init() })
     }
 
+    /// [`UninitTensor::fill`] with a `fill` that may fail: its error is returned and the
+    /// unfinished tensor dropped.
+    ///
+    /// # Example
+    /// ```
+    /// use std::mem::MaybeUninit;
+    /// use multigather::{DataType, Tensor};
+    /// use multigather::tensor::TensorError;
+    /// let failed = Tensor::uninit(DataType::Int32, &[2])?.try_fill(
+    ///     |_: &mut [MaybeUninit<i32>]| -> Result<&mut [i32], TensorError> {
+    ///         Err(TensorError::OutOfMemory { bytes: 8 })
+    ///     },
+    /// );
+    /// assert!(failed.is_err());
+    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// ```
+    pub fn try_fill<T: Pod, E: From<TensorError>>(
+        self,
+        fill: impl FnOnce(&mut [MaybeUninit<T>]) -> Result<&mut [T], E>,
+    ) -> Result<Tensor, E> {
+        let mut failed = None;
+        let done = self.fill(|slots| match fill(slots) {
+            Ok(done) => done,
+            Err(e) => {
+                failed = Some(e);
+                &mut []
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(done?),
+        }
+    }
+
     /// The finished tensor.
     ///
     /// # Safety

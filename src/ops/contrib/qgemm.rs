@@ -27,7 +27,10 @@ use rayon::prelude::*;
 
 use crate::par;
 
-use super::super::nn::{gemm_dims, integer_product_kept, GemmAttrs, GemmShape, Sums};
+use super::super::nn::{
+    gemm_dims, integer_product_kept, integer_product_kept_transposed, transposed_matrix, GemmAttrs,
+    GemmShape, Sums,
+};
 use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
 use super::activations::floats;
@@ -71,30 +74,33 @@ pub(in crate::ops) fn eval_qgemm(
         return Err(ctx.error("C must be int32 (a bias at scale a_scale * b_scale)"));
     }
 
-    // The operands as row-major A [M, K] and B [K, N] (B's packing is kept across runs).
+    // A as row-major [M, K]; B packed from either layout and kept across runs.
     let a_rows = if attrs.trans_a {
-        Some(transposed(a)?)
+        Some(transposed_matrix(a)?)
     } else {
         None
     };
-    let b_rows = if attrs.trans_b {
-        Some(transposed(b)?)
+    let product = if attrs.trans_b {
+        integer_product_kept_transposed
     } else {
-        None
+        integer_product_kept
     };
-    let (_, acc) = integer_product_kept(
-        ctx,
-        (a_rows.as_ref().unwrap_or(a), a_zero),
-        (b_rows.as_ref().unwrap_or(b), b_zero, 3),
-    )?;
+    let (_, acc) = product(ctx, (a_rows.as_ref().unwrap_or(a), a_zero), (b, b_zero, 3))?;
     // onnxruntime accumulates in `i32` into a buffer holding C.
     let mut sums = match acc {
-        Sums::I32(v) => v,
-        Sums::F64(v) => v.into_iter().map(|s| s as i64 as i32).collect(),
+        Sums::I32(t) => t,
+        Sums::F64(v) => {
+            let wrapped: Vec<i32> = v.into_iter().map(|s| s as i64 as i32).collect();
+            Tensor::from_vec(DataType::Int32, &[m, n], wrapped)?
+        }
     };
-    if let Some(c) = c {
-        add_bias(ctx, &mut sums, c, (m, n))?;
-    }
+    let sums: &[i32] = {
+        let sums = sums.as_slice_mut::<i32>()?;
+        if let Some(c) = c {
+            add_bias(ctx, sums, c, (m, n))?;
+        }
+        sums
+    };
     let mut scale = try_vec(b_scale.len(), 0.0f32)?;
     for (s, &bs) in scale.iter_mut().zip(b_scale) {
         *s = attrs.alpha * a_scale * bs;
@@ -133,7 +139,7 @@ pub(in crate::ops) fn eval_qgemm(
     };
     let mut y = try_vec(len, 0u8)?;
     if k == 0 && c.is_some() {
-        for (y, &c) in y.iter_mut().zip(&sums) {
+        for (y, &c) in y.iter_mut().zip(sums) {
             *y = code(c as f32 * a_scale * b_scale[0] / ys, zy, (lo, hi));
         }
     } else {
@@ -203,19 +209,6 @@ fn requantize_row(sums: &[i32], scale: &[f32], zy: f32, range: (f32, f32), out: 
             *o = code(s as f32 * m, zy, range);
         }
     }
-}
-
-/// An 8-bit matrix `[rows, cols]` as `[cols, rows]`.
-fn transposed(t: &Tensor) -> Result<Tensor> {
-    let (rows, cols) = (t.shape()[0], t.shape()[1]);
-    let bytes = t.as_bytes()?;
-    let mut out = try_vec(bytes.len(), 0u8)?;
-    for (i, row) in bytes.chunks_exact(cols.max(1)).enumerate() {
-        for (j, &v) in row.iter().enumerate() {
-            out[j * rows + i] = v;
-        }
-    }
-    Ok(Tensor::from_vec(t.dtype(), &[cols, rows], out)?)
 }
 
 /// Float, or `y_zero_point`'s type when the output is quantised; `[M, N]`.

@@ -64,6 +64,7 @@ pub(super) fn scale_columns(
         // Row by row, so the loop over columns vectorises: `v as f32 * s + b`, the bits of the
         // per-element form below.
         Sums::I32(v) if n > 0 => {
+            let v = v.as_slice::<i32>()?;
             let mut out = try_vec(v.len(), 0.0f32)?;
             let rows = v.len() / n;
             out.par_chunks_exact_mut(n)

@@ -173,7 +173,7 @@ impl ConvShape {
 
     /// Whether the convolution is a plain matrix product over positions (1x1, unit strides, no
     /// padding).
-    fn is_pointwise(&self) -> bool {
+    pub(super) fn is_pointwise(&self) -> bool {
         let g = &self.geo;
         g.taps() == 1 && g.strides == [1; 3] && g.pad_begin == [0; 3] && g.input == g.output
     }

@@ -24,8 +24,10 @@
 //!
 //! Every level computes the same exact integers; tests compare each with the `f64` product.
 
+use super::super::vector::{as_slots, assume_written};
 use crate::error::{Error, Result};
-use crate::tensor::try_vec;
+use crate::tensor::{try_vec, Scratch};
+use std::mem::MaybeUninit;
 
 /// The largest contracted dim whose products are exact in `i32`: `K x 255 x 255 <= i32::MAX`.
 pub(in crate::ops) const EXACT_K: usize = (i32::MAX / (255 * 255)) as usize;
@@ -112,11 +114,20 @@ pub(in crate::ops) struct Bytes<'a> {
     pub signed: bool,
 }
 
-/// Packed elements: bytes, or `i16` for the widened level.
-#[derive(Debug)]
+/// Packed elements: bytes, or `i16` for the widened level, in the arena's pooled buffers (a
+/// B packed on every run reuses the memory of the last one).
 enum Packed {
-    Narrow(Vec<u8>),
-    Wide(Vec<i16>),
+    Narrow(Scratch<u8>),
+    Wide(Scratch<i16>),
+}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Packed::Narrow(d) => write!(f, "Narrow({} bytes)", d.len()),
+            Packed::Wide(d) => write!(f, "Wide({} values)", d.len()),
+        }
+    }
 }
 
 /// B (`K x N`) packed for one level: panels of `NR` columns, each `K` (rounded up to a group)
@@ -144,11 +155,7 @@ impl PackedB {
         }
         let (_, nr, g) = level.shape();
         let kg = k.div_ceil(g) * g;
-        let panels = n.div_ceil(nr);
-        let len = panels
-            .checked_mul(kg)
-            .and_then(|l| l.checked_mul(nr))
-            .ok_or_else(|| Error::Eval(format!("B of {k} x {n} is too large")))?;
+        let len = packed_len(k, n, level)?;
         let shift = if b.signed { 0 } else { -128 };
         let flip = if b.signed { 0 } else { 0x80 };
         let mut col_sums = try_vec(n, 0i32)?;
@@ -158,12 +165,13 @@ impl PackedB {
             }
         }
         let data = if level.wide() {
-            let mut d = try_vec(len, 0i16)?;
-            pack_panels(&mut d, b.data, k, n, nr, g, |v| i16::from((v ^ flip) as i8));
+            let at = |kk: usize, j: usize| i16::from((b.data[kk * n + j] ^ flip) as i8);
+            // SAFETY: `pack_columns` writes every element.
+            let d = unsafe { Scratch::new_with(len, |d| pack_columns(d, k, n, nr, g, at)) }?;
             Packed::Wide(d)
         } else {
-            let mut d = try_vec(len, 0u8)?;
-            pack_panels(&mut d, b.data, k, n, nr, g, |v| v ^ flip);
+            // SAFETY: `pack_quads` writes every element.
+            let d = unsafe { Scratch::new_with(len, |d| pack_quads(d, b.data, k, n, nr, flip)) }?;
             Packed::Narrow(d)
         };
         Ok(PackedB {
@@ -176,26 +184,147 @@ impl PackedB {
             shift,
         })
     }
+
+    /// Packs the `k x n` matrix whose transpose `bt` (`n x k`, row-major) holds, for `level`:
+    /// a column of B is a row of `bt`, so each group is a run of consecutive bytes.
+    pub fn from_transposed(bt: Bytes<'_>, k: usize, n: usize, level: Level) -> Result<PackedB> {
+        if k.checked_mul(n).is_none_or(|len| bt.data.len() < len) {
+            return Err(Error::Eval("B is smaller than its shape".into()));
+        }
+        let (_, nr, g) = level.shape();
+        let len = packed_len(k, n, level)?;
+        let (shift, flip) = if bt.signed { (0, 0) } else { (-128, 0x80u8) };
+        let mut col_sums = try_vec(n, 0i32)?;
+        for (s, row) in col_sums.iter_mut().zip(bt.data.chunks_exact(k.max(1))) {
+            *s = row
+                .iter()
+                .fold(0i32, |s, &v| s.wrapping_add(i32::from((v ^ flip) as i8)));
+        }
+        let at = |kk: usize, j: usize| bt.data[j * k + kk] ^ flip;
+        // SAFETY: `pack_columns` writes every element.
+        let data = if level.wide() {
+            Packed::Wide(unsafe {
+                Scratch::new_with(len, |d| {
+                    pack_columns(d, k, n, nr, g, |kk, j| i16::from(at(kk, j) as i8))
+                })
+            }?)
+        } else {
+            Packed::Narrow(unsafe { Scratch::new_with(len, |d| pack_columns(d, k, n, nr, g, at)) }?)
+        };
+        Ok(PackedB {
+            level,
+            k,
+            n,
+            kg: k.div_ceil(g) * g,
+            data,
+            col_sums,
+            shift,
+        })
+    }
 }
 
-/// Writes the `k x n` matrix `b` into `d` as panels of `nr` columns by groups of `g` rows:
-/// element `(kk, j)` goes to panel `j / nr`, group `kk / g`, column `j % nr`, slot `kk % g`;
-/// `d` holds whole panels and groups, zero where B has no element.
-fn pack_panels<T: Copy + Send>(
-    d: &mut [T],
-    b: &[u8],
+/// The elements of a `k x n` B packed for `level`: whole panels of whole groups.
+fn packed_len(k: usize, n: usize, level: Level) -> Result<usize> {
+    let (_, nr, g) = level.shape();
+    n.div_ceil(nr)
+        .checked_mul(k.div_ceil(g) * g)
+        .and_then(|l| l.checked_mul(nr))
+        .ok_or_else(|| Error::Eval(format!("B of {k} x {n} is too large")))
+}
+
+/// Writes the `k x n` matrix whose element `(kk, j)` is `at(kk, j)` into `d` as panels of `nr`
+/// columns by groups of `g` rows: element `(kk, j)` goes to panel `j / nr`, group `kk / g`,
+/// column `j % nr`, slot `kk % g`; `d` holds whole panels and groups, and every element is
+/// written (zero where B has none).
+fn pack_columns<T: Copy + Send + Default>(
+    d: &mut [MaybeUninit<T>],
     k: usize,
     n: usize,
     nr: usize,
     g: usize,
-    f: impl Fn(u8) -> T + Sync,
+    at: impl Fn(usize, usize) -> T + Sync,
+) {
+    each_panel(d, k, n, nr, g, |q, col0, cols, group| {
+        for (c, slots) in group.chunks_exact_mut(g).enumerate() {
+            for (t, slot) in slots.iter_mut().enumerate() {
+                let kk = q * g + t;
+                slot.write(if c < cols && kk < k {
+                    at(kk, col0 + c)
+                } else {
+                    T::default()
+                });
+            }
+        }
+    });
+}
+
+/// [`pack_columns`] of a row-major B's bytes in groups of four rows (the VNNI levels), `flip` applied to every
+/// byte: four rows of sixteen columns at a time become sixteen runs of four bytes through two
+/// rounds of byte and word interleaves.
+fn pack_quads(d: &mut [MaybeUninit<u8>], b: &[u8], k: usize, n: usize, nr: usize, flip: u8) {
+    each_panel(d, k, n, nr, 4, |q, col0, cols, group| {
+        let rows = 4.min(k - q * 4);
+        let row = |t: usize| &b[(q * 4 + t) * n + col0..][..cols];
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if rows == 4 {
+            done = cols / 16 * 16;
+            let rows = [row(0), row(1), row(2), row(3)];
+            for (c0, out) in (0..done).step_by(16).zip(group.chunks_exact_mut(64)) {
+                interleave16(rows.map(|r| &r[c0..c0 + 16]), flip, out);
+            }
+        }
+        for (c, slots) in group.chunks_exact_mut(4).enumerate().skip(done) {
+            for (t, slot) in slots.iter_mut().enumerate() {
+                slot.write(if c < cols && t < rows {
+                    row(t)[c] ^ flip
+                } else {
+                    0
+                });
+            }
+        }
+    });
+}
+
+/// Sixteen columns of four rows (each XORed with `flip`) as sixteen runs of four bytes, one run
+/// per column, into `out` (64 bytes).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn interleave16(rows: [&[u8]; 4], flip: u8, out: &mut [MaybeUninit<u8>]) {
+    use std::arch::x86_64::*;
+    assert!(rows.iter().all(|r| r.len() >= 16) && out.len() >= 64);
+    // SAFETY: SSE2 is part of x86-64; the assertion bounds the loads and stores.
+    unsafe {
+        let f = _mm_set1_epi8(flip as i8);
+        let load = |r: &[u8]| _mm_xor_si128(_mm_loadu_si128(r.as_ptr().cast()), f);
+        let [r0, r1, r2, r3] = rows.map(load);
+        let (lo01, hi01) = (_mm_unpacklo_epi8(r0, r1), _mm_unpackhi_epi8(r0, r1));
+        let (lo23, hi23) = (_mm_unpacklo_epi8(r2, r3), _mm_unpackhi_epi8(r2, r3));
+        let p = out.as_mut_ptr().cast::<__m128i>();
+        _mm_storeu_si128(p, _mm_unpacklo_epi16(lo01, lo23));
+        _mm_storeu_si128(p.add(1), _mm_unpackhi_epi16(lo01, lo23));
+        _mm_storeu_si128(p.add(2), _mm_unpacklo_epi16(hi01, hi23));
+        _mm_storeu_si128(p.add(3), _mm_unpackhi_epi16(hi01, hi23));
+    }
+}
+
+/// Calls `fill(q, col0, cols, group)` for every group `q` of `g` rows of every panel of `nr`
+/// columns of a `k x n` matrix packed into `d`: the group's `nr * g` elements start at column
+/// `col0`, of which `cols` exist. Panels are independent and split over the pool when there are
+/// enough elements to move.
+fn each_panel<T: Send>(
+    d: &mut [MaybeUninit<T>],
+    k: usize,
+    n: usize,
+    nr: usize,
+    g: usize,
+    fill: impl Fn(usize, usize, usize, &mut [MaybeUninit<T>]) + Sync,
 ) {
     use rayon::prelude::*;
     let kg = k.div_ceil(g) * g;
     if kg == 0 {
         return;
     }
-    // Panels are independent: split over the pool when there are enough bytes to move.
     let panels = d.len() / (kg * nr);
     let min_len = crate::par::min_len(panels, &[kg, nr]);
     d.par_chunks_exact_mut(kg * nr)
@@ -204,12 +333,7 @@ fn pack_panels<T: Copy + Send>(
         .for_each(|(p, panel)| {
             let (col0, cols) = (p * nr, nr.min(n - p * nr));
             for (q, group) in panel.chunks_exact_mut(nr * g).enumerate() {
-                for t in 0..g.min(k.saturating_sub(q * g)) {
-                    let row = &b[(q * g + t) * n + col0..][..cols];
-                    for (c, &v) in row.iter().enumerate() {
-                        group[c * g + t] = f(v);
-                    }
-                }
+                fill(q, col0, cols, group);
             }
         });
 }
@@ -233,7 +357,7 @@ pub(in crate::ops) struct PackedA {
 impl PackedA {
     /// Packs the `m x k` matrix `a` with its zero points `za` (one, or one per row) for `level`:
     /// constant operands (a convolution's filters) are packed once and multiplied many times
-    /// ([`gemm_packed`]).
+    /// ([`gemm_packed_into`]).
     pub fn new(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<PackedA> {
         if !(za.len() == 1 || za.len() == m) {
             return Err(Error::Eval("zero points do not match the operands".into()));
@@ -264,7 +388,7 @@ fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<
         row_terms[i] = sum.wrapping_sub(kk.wrapping_mul(z));
     };
     let data = if level.wide() {
-        let mut d = try_vec(len, 0i16)?;
+        let mut d = Scratch::new(len, 0i16)?;
         for i in 0..m {
             let mut sum = 0i32;
             for (o, &v) in d[i * lda..].iter_mut().zip(src(i)) {
@@ -275,7 +399,7 @@ fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<
         }
         Packed::Wide(d)
     } else {
-        let mut d = try_vec(len, 0u8)?;
+        let mut d = Scratch::new(len, 0u8)?;
         for i in 0..m {
             let mut sum = 0i32;
             for (o, &v) in d[i * lda..].iter_mut().zip(src(i)) {
@@ -329,23 +453,37 @@ pub(in crate::ops) fn gemm(
     zb: &[i32],
     out: &mut [i32],
 ) -> Result<()> {
+    // SAFETY: the product writes only initialised values.
+    gemm_into(a, m, za, b, zb, unsafe { as_slots(out) }).map(|_| ())
+}
+
+/// [`gemm`] into an output that may be uninitialised: every element is written, and returned
+/// initialised.
+pub(in crate::ops) fn gemm_into<'o>(
+    a: Bytes<'_>,
+    m: usize,
+    za: &[i32],
+    b: &PackedB,
+    zb: &[i32],
+    out: &'o mut [MaybeUninit<i32>],
+) -> Result<&'o mut [i32]> {
     if out.len() != m * b.n {
         return Err(Error::Eval("the output does not hold its shape".into()));
     }
     if out.is_empty() {
-        return Ok(());
+        return Ok(&mut []);
     }
     let packed = PackedA::new(a, m, b.k, za, b.level)?;
-    gemm_packed(&packed, b, zb, out)
+    gemm_packed_into(&packed, b, zb, out)
 }
 
-/// [`gemm`] of an A packed beforehand (for B's level and contracted dim).
-pub(in crate::ops) fn gemm_packed(
+/// [`gemm_into`] of an A packed beforehand (for B's level and contracted dim).
+pub(in crate::ops) fn gemm_packed_into<'o>(
     packed: &PackedA,
     b: &PackedB,
     zb: &[i32],
-    out: &mut [i32],
-) -> Result<()> {
+    out: &'o mut [MaybeUninit<i32>],
+) -> Result<&'o mut [i32]> {
     let (m, k, n) = (packed.m, b.k, b.n);
     if packed.k != k || packed.level != b.level {
         return Err(Error::Eval(
@@ -359,7 +497,7 @@ pub(in crate::ops) fn gemm_packed(
         return Err(Error::Eval("zero points do not match the operands".into()));
     }
     if out.is_empty() {
-        return Ok(());
+        return Ok(&mut []);
     }
     let level = b.level;
     let mut col_zeros = try_vec(n, 0i32)?;
@@ -374,7 +512,7 @@ pub(in crate::ops) fn gemm_packed(
         m,
     };
     let target = Out {
-        ptr: out.as_mut_ptr(),
+        ptr: out.as_mut_ptr().cast(),
         n,
     };
     let blocks = m.div_ceil(mr);
@@ -384,7 +522,8 @@ pub(in crate::ops) fn gemm_packed(
     if threads <= 1 || whole {
         // SAFETY: one task writes the whole output.
         unsafe { run(&task, 0..blocks, 0..panels, target) };
-        return Ok(());
+        // SAFETY: the tiles cover every row and column.
+        return Ok(unsafe { assume_written(out) });
     }
     // Rows when there are enough row tiles for every thread, else panels.
     use rayon::prelude::*;
@@ -403,7 +542,8 @@ pub(in crate::ops) fn gemm_packed(
             unsafe { run(&task, 0..blocks, c, target) };
         });
     }
-    Ok(())
+    // SAFETY: the tasks' tiles cover every row and column.
+    Ok(unsafe { assume_written(out) })
 }
 
 /// Runs the tiles of `blocks` (row tiles) by `panels` on the kernel of the task's level.
@@ -478,13 +618,19 @@ unsafe fn drive<const MR: usize, const NR: usize, TA, TB>(
                 let i = row0 + r;
                 let (ri, zi) = (t.a.row_terms[i], t.a.row_zeros[i]);
                 // SAFETY: row i < m and columns col0..col0 + cols < n lie in the output, and no
-                // other task writes them (the caller's promise).
-                let dst =
-                    unsafe { std::slice::from_raw_parts_mut(out.ptr.add(i * out.n + col0), cols) };
+                // other task writes them (the caller's promise); the output may be
+                // uninitialised, so it is written as slots.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        out.ptr.add(i * out.n + col0).cast::<MaybeUninit<i32>>(),
+                        cols,
+                    )
+                };
                 for (((d, &v), &z), &s) in dst.iter_mut().zip(acc_row).zip(zb).zip(cs) {
-                    *d = v
-                        .wrapping_sub(z.wrapping_mul(ri))
-                        .wrapping_sub(zi.wrapping_mul(s));
+                    d.write(
+                        v.wrapping_sub(z.wrapping_mul(ri))
+                            .wrapping_sub(zi.wrapping_mul(s)),
+                    );
                 }
             }
         }
@@ -696,16 +842,26 @@ mod tests {
         out
     }
 
-    /// Checks `(a - za) @ (b - zb)`, `a` of `m x k` and `b` of `k x n`, at every level.
+    /// Checks `(a - za) @ (b - zb)`, `a` of `m x k` and `b` of `k x n`, at every level, with B
+    /// packed from its rows and from its transpose.
     fn check(a: Bytes<'_>, (m, k): (usize, usize), za: &[i32], b: Bytes<'_>, n: usize, zb: &[i32]) {
         let (sa, sb) = (a.signed, b.signed);
         let want = reference(a, m, k, za, b, n, zb);
+        let bt: Vec<u8> = (0..n * k)
+            .map(|i| b.data[(i % k.max(1)) * n + i / k.max(1)])
+            .collect();
         for level in Level::supported() {
-            let packed = PackedB::new(b, k, n, level).unwrap();
-            let mut out = vec![0i32; m * n];
-            gemm(a, m, za, &packed, zb, &mut out).unwrap();
-            let got: Vec<i64> = out.iter().map(|&v| i64::from(v)).collect();
-            assert_eq!(got, want, "{level:?} m={m} k={k} n={n} sa={sa} sb={sb}");
+            let rows = PackedB::new(b, k, n, level).unwrap();
+            let columns = PackedB::from_transposed(bytes(&bt, sb), k, n, level).unwrap();
+            for (packed, from) in [(rows, "rows"), (columns, "transpose")] {
+                let mut out = vec![0i32; m * n];
+                gemm(a, m, za, &packed, zb, &mut out).unwrap();
+                let got: Vec<i64> = out.iter().map(|&v| i64::from(v)).collect();
+                assert_eq!(
+                    got, want,
+                    "{level:?} from {from} m={m} k={k} n={n} sa={sa} sb={sb}"
+                );
+            }
         }
     }
 

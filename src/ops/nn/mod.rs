@@ -78,7 +78,9 @@ pub(in crate::ops) use attention::{attend, Bias, Mask, Sizes, Spec};
 pub(in crate::ops) use blas::{gemm, Mat};
 pub(in crate::ops) use gemm::{gemm_dims, GemmAttrs, Shape as GemmShape};
 pub(in crate::ops) use igemm::{gemm as igemm, Bytes, Level, PackedB, EXACT_K};
-pub(in crate::ops) use qmatmul::{integer_product_kept, Sums};
+pub(in crate::ops) use qmatmul::{
+    integer_product_kept, integer_product_kept_transposed, transposed_matrix, Sums,
+};
 pub(in crate::ops) use quant::{
     code as quantize_code, dynamic_quantize, dynamic_scale, quantize_u8, Code,
 };

@@ -15,7 +15,7 @@
 //! reference.
 
 use crate::error::{Error, Result};
-use crate::tensor::{try_vec, Tensor};
+use crate::tensor::{try_vec, Scratch, Tensor};
 use crate::DataType;
 
 use super::super::util::{optional, required, to_i64s, unsupported_type};
@@ -85,15 +85,16 @@ fn kernel_conv(
     zx: i32,
     (w, zw, filters): (&Tensor, &[i32], Option<&[PackedA]>),
     level: Level,
-) -> Result<Vec<i32>> {
-    let mut out = try_vec(checked_product(&shape.out_shape)?, 0i32)?;
-    if out.is_empty() {
-        // Nothing to write; the planes of an empty output may multiply past `usize`.
-        return Ok(out);
-    }
+) -> Result<Tensor> {
+    let out = Tensor::uninit(DataType::Int32, &shape.out_shape)?;
     let g = &shape.geo;
     let (cg, mg) = (shape.c_in / shape.group, shape.c_out / shape.group);
     let (in_plane, out_plane) = (g.in_plane(), g.out_plane());
+    if out.is_empty() {
+        // Nothing to write; the planes of an empty output may multiply past `usize`.
+        // SAFETY: the output has no elements.
+        return Ok(out.fill::<i32>(|s| unsafe { assume_written(s) })?);
+    }
     let kc = cg * g.taps();
     let (xv, wv) = (x.as_bytes()?, w.as_bytes()?);
     if xv.len() != shape.batch * shape.c_in * in_plane || wv.len() != shape.c_out * kc {
@@ -102,30 +103,48 @@ fn kernel_conv(
     let len = kc
         .checked_mul(out_plane)
         .ok_or_else(|| Error::Eval(format!("an im2col matrix of {kc} x {out_plane}")))?;
-    let mut col = try_vec(len, 0u8)?;
+    // A pointwise convolution's im2col matrix is its input planes.
+    let mut col = if shape.is_pointwise() {
+        None
+    } else {
+        Some(Scratch::new(len, 0u8)?)
+    };
     // The zero point as the byte it is stored as (two's complement for `int8`).
     let pad = zx as u8;
     let zb = [zx];
     let image = shape.c_out * out_plane;
-    for (b, y_image) in out.chunks_exact_mut(image).enumerate() {
-        for (gi, y) in y_image.chunks_exact_mut(mg * out_plane).enumerate() {
-            let x0 = (b * shape.c_in + gi * cg) * in_plane;
-            im2col_bytes(&xv[x0..x0 + cg * in_plane], g, cg, pad, &mut col);
-            let cols = Bytes {
-                data: &col,
-                signed: x.dtype() == DataType::Int8,
-            };
-            let packed = PackedB::new(cols, kc, out_plane, level)?;
-            match filters {
-                Some(filters) => igemm::gemm_packed(&filters[gi], &packed, &zb, y)?,
-                None => {
-                    let (a, za) = group_filters(w, zw, (gi, mg, kc))?;
-                    igemm::gemm(a, mg, za, &packed, &zb, y)?;
-                }
+    out.try_fill(|slots: &mut [MaybeUninit<i32>]| {
+        for (b, y_image) in slots.chunks_exact_mut(image).enumerate() {
+            for (gi, y) in y_image.chunks_exact_mut(mg * out_plane).enumerate() {
+                let x0 = (b * shape.c_in + gi * cg) * in_plane;
+                let planes = &xv[x0..x0 + cg * in_plane];
+                let data = match col.as_deref_mut() {
+                    Some(col) => {
+                        im2col_bytes(planes, g, cg, pad, col);
+                        &*col
+                    }
+                    None => planes,
+                };
+                let cols = Bytes {
+                    data,
+                    signed: x.dtype() == DataType::Int8,
+                };
+                let packed = PackedB::new(cols, kc, out_plane, level)?;
+                let made;
+                let a = match filters {
+                    Some(filters) => &filters[gi],
+                    None => {
+                        let (a, za) = group_filters(w, zw, (gi, mg, kc))?;
+                        made = PackedA::new(a, mg, kc, za, level)?;
+                        &made
+                    }
+                };
+                igemm::gemm_packed_into(a, &packed, &zb, y)?;
             }
         }
-    }
-    Ok(out)
+        // SAFETY: the products wrote every group of every image.
+        Ok(unsafe { assume_written(slots) })
+    })
 }
 
 /// Group `gi`'s filters (`mg` rows of `kc` bytes) and their zero points (one, or one per row).
@@ -243,15 +262,7 @@ pub(super) fn eval_conv_integer(
         optional(inputs, 2),
         (w, optional(inputs, 3), [1, 3]),
     )?;
-    let ints = match sums {
-        Sums::I32(v) => v,
-        Sums::F64(v) => v.into_iter().map(|v| v as i32).collect(),
-    };
-    Ok(vec![Tensor::from_vec(
-        DataType::Int32,
-        &shape.out_shape,
-        ints,
-    )?])
+    Ok(vec![sums.into_int32(&shape.out_shape)?])
 }
 
 pub(super) fn eval_qlinear_conv(
@@ -299,6 +310,7 @@ pub(super) fn eval_qlinear_conv(
     let zy = single(&to_i64s(y_zero)?, "y_zero_point")?;
     let mult: Vec<f64> = sw.iter().map(|&s| (sx * s / sy) as f64).collect();
     if let (Sums::I32(sums), DataType::Uint8 | DataType::Int8) = (&acc, y_zero.dtype()) {
+        let sums = sums.as_slice::<i32>()?;
         let mult = |c: usize| mult[if mult.len() == 1 { 0 } else { c }];
         let bias = |c: usize| bias.get(c).map_or(0.0, |&b| b as f64);
         let dtype = y_zero.dtype();
@@ -339,30 +351,27 @@ pub(crate) fn eval_conv_integer_to_float(
     if bias.as_ref().is_some_and(|b| b.len() != c_out) {
         return Err(ctx.error(format!("B does not hold {c_out} values")));
     }
-    let plane = shape.geo.out_plane();
-    let mut y = try_vec(checked_product(&shape.out_shape)?, 0.0f32)?;
-    let sums = match sums {
-        Sums::I32(v) => v,
-        Sums::F64(v) => v.into_iter().map(|v| v as i32).collect(),
-    };
-    let planes = sums.len() / plane.max(1);
-    y.par_chunks_exact_mut(plane.max(1))
-        .zip(sums.par_chunks_exact(plane.max(1)))
-        .enumerate()
-        .with_min_len(par::min_len(planes, &[plane]))
-        .for_each(|(p, (out, sums))| {
-            let c = p % c_out.max(1);
-            let scale = sx * sw[if sw.len() == 1 { 0 } else { c }];
-            let b = bias.as_ref().map_or(0.0, |b| b[c]);
-            for (o, &s) in out.iter_mut().zip(sums) {
-                *o = s as f32 * scale + b;
-            }
-        });
-    Ok(vec![Tensor::from_vec(
-        DataType::Float,
-        &shape.out_shape,
-        y,
-    )?])
+    let plane = shape.geo.out_plane().max(1);
+    let sums = sums.into_int32(&shape.out_shape)?;
+    let sums = sums.as_slice::<i32>()?;
+    let planes = sums.len() / plane;
+    let y = Tensor::uninit(DataType::Float, &shape.out_shape)?.fill::<f32>(|dst| {
+        dst.par_chunks_exact_mut(plane)
+            .zip(sums.par_chunks_exact(plane))
+            .enumerate()
+            .with_min_len(par::min_len(planes, &[plane]))
+            .for_each(|(p, (out, sums))| {
+                let c = p % c_out.max(1);
+                let scale = sx * sw[if sw.len() == 1 { 0 } else { c }];
+                let b = bias.as_ref().map_or(0.0, |b| b[c]);
+                for (o, &s) in out.iter_mut().zip(sums) {
+                    o.write(s as f32 * scale + b);
+                }
+            });
+        // SAFETY: the planes of the sums cover the output, one sum per element.
+        unsafe { assume_written(dst) }
+    })?;
+    Ok(vec![y])
 }
 
 /// [`requantize_offset`]'s arithmetic, a plane at a time, into the bytes of an 8-bit `dtype`:
@@ -430,7 +439,12 @@ mod tests {
         let want = reference_conv(&shape, x, zx, w, zw).unwrap();
         for level in Level::supported() {
             let got = kernel_conv(&shape, x, zx, (w, zw, None), level).unwrap();
-            let got: Vec<f64> = got.into_iter().map(f64::from).collect();
+            let got: Vec<f64> = got
+                .as_slice::<i32>()
+                .unwrap()
+                .iter()
+                .map(|&v| f64::from(v))
+                .collect();
             assert_eq!(got, want, "{level:?} {node:?}");
         }
     }

@@ -36,13 +36,24 @@ use super::matmul::{infer_product, matmul_dims, Plan};
 /// dim keeps them exact there ([`EXACT_K`]), else `f64` from the reference product.
 #[derive(Debug)]
 pub(in crate::ops) enum Sums {
-    /// From the integer kernel.
-    I32(Vec<i32>),
+    /// From the integer kernel: an `int32` tensor of the product's shape.
+    I32(Tensor),
     /// From the `f64` product (a contracted dim beyond [`EXACT_K`]).
     F64(Vec<f64>),
 }
 
 impl Sums {
+    /// The sums as an `int32` tensor of `shape` (the `f64` sums, exact integers, converted).
+    pub fn into_int32(self, shape: &[usize]) -> Result<Tensor> {
+        match self {
+            Sums::I32(t) => Ok(t),
+            Sums::F64(v) => {
+                let ints: Vec<i32> = v.into_iter().map(|v| v as i32).collect();
+                Ok(Tensor::from_vec(DataType::Int32, shape, ints)?)
+            }
+        }
+    }
+
     /// `f(i, sum)` for every sum, in order, collected (allocated through the arena).
     pub fn map<T: Clone>(&self, fill: T, f: impl Fn(usize, f64) -> T) -> Result<Vec<T>> {
         let len = match self {
@@ -52,7 +63,7 @@ impl Sums {
         let mut out = try_vec(len, fill)?;
         match self {
             Sums::I32(v) => {
-                for (i, (o, &s)) in out.iter_mut().zip(v).enumerate() {
+                for (i, (o, &s)) in out.iter_mut().zip(v.as_slice::<i32>()?).enumerate() {
                     *o = f(i, f64::from(s));
                 }
             }
@@ -105,31 +116,93 @@ pub(in crate::ops) fn integer_product(
 /// plan: B's packing is then made on the first run and kept ([`EvalCtx::remember`]).
 pub(in crate::ops) fn integer_product_kept(
     ctx: &EvalCtx<'_>,
+    a: (&Tensor, Option<&Tensor>),
+    b: (&Tensor, Option<&Tensor>, usize),
+) -> Result<(Plan, Sums)> {
+    product_kept(ctx, a, b, false)
+}
+
+/// [`integer_product_kept`] of `A @ B` for a 2-D B given transposed (`N x K`, as `Gemm`'s
+/// `transB` holds it), packed straight from its rows.
+pub(in crate::ops) fn integer_product_kept_transposed(
+    ctx: &EvalCtx<'_>,
+    a: (&Tensor, Option<&Tensor>),
+    b: (&Tensor, Option<&Tensor>, usize),
+) -> Result<(Plan, Sums)> {
+    product_kept(ctx, a, b, true)
+}
+
+fn product_kept(
+    ctx: &EvalCtx<'_>,
     (a, a_zero): (&Tensor, Option<&Tensor>),
     (b, b_zero, b_input): (&Tensor, Option<&Tensor>, usize),
+    transposed: bool,
 ) -> Result<(Plan, Sums)> {
-    let plan = Plan::new(a.shape(), b.shape())?;
+    let b_shape: Vec<usize> = match (transposed, b.shape()) {
+        (true, &[n, k]) => vec![k, n],
+        (true, other) => {
+            return Err(Error::Eval(format!(
+                "a transposed B must be a matrix, not of shape {other:?}"
+            )))
+        }
+        (false, shape) => shape.to_vec(),
+    };
+    let plan = Plan::new(a.shape(), &b_shape)?;
     let eight_bit = |t: &Tensor| matches!(t.dtype(), DataType::Int8 | DataType::Uint8);
     let zeros_ok = [a_zero, b_zero].into_iter().flatten().all(eight_bit);
-    let packable = b.shape().len() == 2 && plan.k <= EXACT_K && plan.folds_into_rows();
+    let packable = b_shape.len() == 2 && plan.k <= EXACT_K && plan.folds_into_rows();
     if !packable || !eight_bit(a) || !eight_bit(b) || !zeros_ok {
+        if transposed {
+            return integer_product(a, a_zero, &transposed_matrix(b)?, b_zero);
+        }
         return integer_product(a, a_zero, b, b_zero);
     }
     let level = Level::detect();
-    let packed = ctx.remember(&[b_input], || {
+    let pack = || {
         let data = Bytes {
             data: b.as_bytes()?,
             signed: b.dtype() == DataType::Int8,
         };
-        PackedB::new(data, plan.k, plan.n, level)
-    })?;
-    let Some(packed) = packed else {
-        return integer_product(a, a_zero, b, b_zero);
+        if transposed {
+            PackedB::from_transposed(data, plan.k, plan.n, level)
+        } else {
+            PackedB::new(data, plan.k, plan.n, level)
+        }
+    };
+    let made;
+    let packed = match ctx.remember(&[b_input], pack)? {
+        Some(kept) => kept,
+        None => {
+            made = pack()?;
+            &made
+        }
     };
     let za = zeros_i32(a_zero, plan.m, "the zero point of A")?;
     let zb = zeros_i32(b_zero, plan.n, "the zero point of B")?;
+    // B's bytes are read only through its packing.
     let sums = integer_product_with(a, &za, b, &zb, &plan, level, Some(packed))?;
     Ok((plan, Sums::I32(sums)))
+}
+
+/// A 2-D tensor of single bytes, transposed.
+pub(in crate::ops) fn transposed_matrix(t: &Tensor) -> Result<Tensor> {
+    let &[rows, cols] = t.shape() else {
+        return Err(Error::Eval(format!(
+            "only a matrix is transposed here, not shape {:?}",
+            t.shape()
+        )));
+    };
+    let bytes = t.as_bytes()?;
+    if bytes.len() != rows * cols {
+        return Err(Error::Eval("the matrix is not of single bytes".into()));
+    }
+    let mut out = try_vec(bytes.len(), 0u8)?;
+    for (i, row) in bytes.chunks_exact(cols.max(1)).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            out[j * rows + i] = v;
+        }
+    }
+    Ok(Tensor::from_vec(t.dtype(), &[cols, rows], out)?)
 }
 
 /// The product of [`integer_product`] in `i32` on the kernel of `level`; `za`, `zb` hold one
@@ -142,13 +215,14 @@ fn integer_product_with(
     plan: &Plan,
     level: Level,
     packed_b: Option<&PackedB>,
-) -> Result<Vec<i32>> {
+) -> Result<Tensor> {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let (av, bv) = (a.as_bytes()?, b.as_bytes()?);
     plan.check_lens(av, bv)?;
-    let mut out = try_vec(plan.out_len(), 0i32)?;
-    if out.is_empty() {
-        return Ok(out);
+    let out = Tensor::uninit(DataType::Int32, &plan.out_shape)?;
+    if plan.out_len() == 0 {
+        // SAFETY: the output has no elements.
+        return Ok(out.fill::<i32>(|s| unsafe { assume_written(s) })?);
     }
     let (sa, sb) = (a.dtype() == DataType::Int8, b.dtype() == DataType::Int8);
     let b_mat = |bi: usize| Bytes {
@@ -179,24 +253,24 @@ fn integer_product_with(
             data: &av[..rows * k],
             signed: sa,
         };
-        igemm::gemm(a_all, rows, &za_rows, packed, zb, &mut out)?;
-        return Ok(out);
+        return out.try_fill(|slots| igemm::gemm_into(a_all, rows, &za_rows, packed, zb, slots));
     }
-    let mut packed: Option<(usize, PackedB)> = None;
-    for (c, &(ai, bi)) in out.chunks_mut(m * n).zip(&plan.pairs) {
-        if packed.as_ref().is_none_or(|(p, _)| *p != bi) {
-            packed = Some((bi, PackedB::new(b_mat(bi), k, n, level)?));
+    out.try_fill(|slots: &mut [MaybeUninit<i32>]| {
+        let mut packed: Option<(usize, PackedB)> = None;
+        for (c, &(ai, bi)) in slots.chunks_mut(m * n).zip(&plan.pairs) {
+            let pb = match &packed {
+                Some((p, pb)) if *p == bi => pb,
+                _ => &packed.insert((bi, PackedB::new(b_mat(bi), k, n, level)?)).1,
+            };
+            let a_mat = Bytes {
+                data: &av[ai * m * k..(ai + 1) * m * k],
+                signed: sa,
+            };
+            igemm::gemm_into(a_mat, m, za, pb, zb, c)?;
         }
-        let Some((_, pb)) = packed.as_ref() else {
-            continue;
-        };
-        let a_mat = Bytes {
-            data: &av[ai * m * k..(ai + 1) * m * k],
-            signed: sa,
-        };
-        igemm::gemm(a_mat, m, za, pb, zb, c)?;
-    }
-    Ok(out)
+        // SAFETY: the pairs' products cover the output (`Plan::out_len`).
+        Ok(unsafe { assume_written(slots) })
+    })
 }
 
 /// The product of [`integer_product`] with both operands widened to `f64`: exact for any
@@ -217,15 +291,7 @@ pub(super) fn eval_matmul_integer(
     let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
     let (plan, sums) =
         integer_product_kept(ctx, (a, optional(inputs, 2)), (b, optional(inputs, 3), 1))?;
-    let ints = match sums {
-        Sums::I32(v) => v,
-        Sums::F64(v) => v.into_iter().map(|v| v as i32).collect(),
-    };
-    Ok(vec![Tensor::from_vec(
-        DataType::Int32,
-        &plan.out_shape,
-        ints,
-    )?])
+    Ok(vec![sums.into_int32(&plan.out_shape)?])
 }
 
 /// Quantizes exact integer accumulators: `round_half_even(acc * scale(i)) + zero`, saturated to
@@ -354,6 +420,7 @@ pub(super) fn eval_qlinear_matmul(
         .collect();
     if let (Sums::I32(sums), DataType::Uint8 | DataType::Int8) = (&acc, y_zero.dtype()) {
         // The arithmetic of `requantize`, a row of `n` columns at a time.
+        let sums = sums.as_slice::<i32>()?;
         let dtype = y_zero.dtype();
         let (lo, hi) = code_range(dtype);
         let zy = zy as f64;
@@ -479,7 +546,7 @@ mod tests {
             let want = reference_product(&a, &za, &b, &zb).unwrap();
             for level in Level::supported() {
                 let got = integer_product_with(&a, &za, &b, &zb, &plan, level, None).unwrap();
-                let got: Vec<f64> = got.into_iter().map(f64::from).collect();
+                let got: Vec<f64> = got.as_slice::<i32>().unwrap().iter().map(|&v| f64::from(v)).collect();
                 proptest::prop_assert_eq!(&got, &want, "{:?}", level);
             }
         }
@@ -511,7 +578,12 @@ mod tests {
                     for level in Level::supported() {
                         let got =
                             integer_product_with(&a, &za, &b, &zb, &plan, level, None).unwrap();
-                        let got: Vec<f64> = got.into_iter().map(f64::from).collect();
+                        let got: Vec<f64> = got
+                            .as_slice::<i32>()
+                            .unwrap()
+                            .iter()
+                            .map(|&v| f64::from(v))
+                            .collect();
                         assert_eq!(got, want, "{level:?} {ta} {tb} {sa} {sb}");
                     }
                 }
