@@ -24,7 +24,7 @@
 //!
 //! Every level computes the same exact integers; tests compare each with the `f64` product.
 
-use super::super::vector::{as_slots, assume_written};
+use super::super::vector::{as_slots, assume_written, copy};
 use crate::error::{Error, Result};
 use crate::tensor::{try_vec, Scratch};
 use std::mem::MaybeUninit;
@@ -156,24 +156,20 @@ impl PackedB {
         let (_, nr, g) = level.shape();
         let kg = k.div_ceil(g) * g;
         let len = packed_len(k, n, level)?;
+        if !level.wide() {
+            let rows = &b.data[..k * n];
+            return PackedB::from_rows(k, n, b.signed, level, |kk, out| {
+                copy(out, &rows[kk * n..(kk + 1) * n]);
+            });
+        }
         let shift = if b.signed { 0 } else { -128 };
         let flip = if b.signed { 0 } else { 0x80 };
         let mut col_sums = try_vec(n, 0i32)?;
-        for row in b.data[..k * n].chunks_exact(n.max(1)) {
-            for (s, &v) in col_sums.iter_mut().zip(row) {
-                *s = s.wrapping_add(i32::from((v ^ flip) as i8));
-            }
-        }
-        let data = if level.wide() {
-            let at = |kk: usize, j: usize| i16::from((b.data[kk * n + j] ^ flip) as i8);
-            // SAFETY: `pack_columns` writes every element.
-            let d = unsafe { Scratch::new_with(len, |d| pack_columns(d, k, n, nr, g, at)) }?;
-            Packed::Wide(d)
-        } else {
-            // SAFETY: `pack_quads` writes every element.
-            let d = unsafe { Scratch::new_with(len, |d| pack_quads(d, b.data, k, n, nr, flip)) }?;
-            Packed::Narrow(d)
-        };
+        add_rows(&b.data[..k * n], flip, &mut col_sums);
+        let at = |kk: usize, j: usize| i16::from((b.data[kk * n + j] ^ flip) as i8);
+        // SAFETY: `pack_columns` writes every element.
+        let data =
+            Packed::Wide(unsafe { Scratch::new_with(len, |d| pack_columns(d, k, n, nr, g, at)) }?);
         Ok(PackedB {
             level,
             k,
@@ -221,6 +217,111 @@ impl PackedB {
             shift,
         })
     }
+
+    /// Packs the `k x n` matrix whose row `kk` `row(kk, out)` writes into `out` (`n` bytes of
+    /// the operand's type), for `level`, without B ever being whole in memory: rows are made
+    /// four at a time into a buffer that stays in cache, summed, and interleaved into every
+    /// panel (an im2col matrix is packed as it is made).
+    pub fn from_rows(
+        k: usize,
+        n: usize,
+        signed: bool,
+        level: Level,
+        row: impl Fn(usize, &mut [MaybeUninit<u8>]) + Sync,
+    ) -> Result<PackedB> {
+        let (_, nr, g) = level.shape();
+        let len = packed_len(k, n, level)?;
+        let kg = k.div_ceil(g) * g;
+        let (shift, flip) = if signed { (0, 0) } else { (-128, 0x80u8) };
+        if level.wide() {
+            let mut whole = try_vec(k.saturating_mul(n), 0u8)?;
+            for (kk, out) in whole.chunks_exact_mut(n.max(1)).take(k).enumerate() {
+                // SAFETY: `row` writes only initialised bytes.
+                row(kk, unsafe { as_slots(out) });
+            }
+            return PackedB::new(
+                Bytes {
+                    data: &whole,
+                    signed,
+                },
+                k,
+                n,
+                level,
+            );
+        }
+        // Groups of four rows split over the pool, each part with its own rows and sums.
+        let groups = kg / 4;
+        let parts = crate::par::threads()
+            .min(groups)
+            .min(groups * n / (1 << 16) + 1)
+            .max(1);
+        let mut scratch = Vec::new();
+        for _ in 0..parts {
+            scratch.push((try_vec(4 * n, 0u8)?, try_vec(n, 0i32)?));
+        }
+        let write = |d: &mut [MaybeUninit<u8>]| {
+            let panels = Panels {
+                ptr: d.as_mut_ptr(),
+                len: d.len(),
+            };
+            let fill = |(p, (rows, sums)): (usize, &mut (Vec<u8>, Vec<i32>))| {
+                for q in groups * p / parts..groups * (p + 1) / parts {
+                    let have = 4.min(k - 4 * q);
+                    for (t, out) in rows.chunks_exact_mut(n.max(1)).enumerate() {
+                        if t < have {
+                            // SAFETY: `row` writes only initialised bytes.
+                            row(4 * q + t, unsafe { as_slots(out) });
+                        } else {
+                            // Rows past K pack as zeros once flipped.
+                            out.fill(flip);
+                        }
+                    }
+                    add_rows(&rows[..have * n], flip, sums);
+                    // SAFETY: group q of every panel is this part's alone.
+                    unsafe { panels.interleave(rows, q, n, nr, kg, flip) };
+                }
+            };
+            use rayon::prelude::*;
+            if parts == 1 {
+                scratch.iter_mut().enumerate().for_each(fill);
+            } else {
+                scratch.par_iter_mut().enumerate().for_each(fill);
+            }
+        };
+        // SAFETY: every group of every panel is written by the part that owns the group.
+        let d = unsafe { Scratch::new_with(len, write) }?;
+        let data = Packed::Narrow(d);
+        let mut col_sums = try_vec(n, 0i32)?;
+        for (_, sums) in &scratch {
+            for (s, &v) in col_sums.iter_mut().zip(sums) {
+                *s = s.wrapping_add(v);
+            }
+        }
+        Ok(PackedB {
+            level,
+            k,
+            n,
+            kg,
+            data,
+            col_sums,
+            shift,
+        })
+    }
+}
+
+/// Adds every row of `b` (rows of `sums.len()` bytes, each XORed with `flip` and read as
+/// `i8`) to `sums`, wrapping.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn add_rows(b: &[u8], flip: u8, sums: &mut [i32]) {
+    for row in b.chunks_exact(sums.len().max(1)) {
+        for (s, &v) in sums.iter_mut().zip(row) {
+            *s = s.wrapping_add(i32::from((v ^ flip) as i8));
+        }
+    }
 }
 
 /// The elements of a `k x n` B packed for `level`: whole panels of whole groups.
@@ -258,32 +359,51 @@ fn pack_columns<T: Copy + Send + Default>(
     });
 }
 
-/// [`pack_columns`] of a row-major B's bytes in groups of four rows (the VNNI levels), `flip` applied to every
-/// byte: four rows of sixteen columns at a time become sixteen runs of four bytes through two
-/// rounds of byte and word interleaves.
-fn pack_quads(d: &mut [MaybeUninit<u8>], b: &[u8], k: usize, n: usize, nr: usize, flip: u8) {
-    each_panel(d, k, n, nr, 4, |q, col0, cols, group| {
-        let rows = 4.min(k - q * 4);
-        let row = |t: usize| &b[(q * 4 + t) * n + col0..][..cols];
-        let mut done = 0;
-        #[cfg(target_arch = "x86_64")]
-        if rows == 4 {
-            done = cols / 16 * 16;
-            let rows = [row(0), row(1), row(2), row(3)];
-            for (c0, out) in (0..done).step_by(16).zip(group.chunks_exact_mut(64)) {
-                interleave16(rows.map(|r| &r[c0..c0 + 16]), flip, out);
+/// The packed panels of B while parts of the pool write them, each part its own groups.
+#[derive(Clone, Copy)]
+struct Panels {
+    ptr: *mut MaybeUninit<u8>,
+    len: usize,
+}
+
+// SAFETY: the parts write disjoint groups (see `PackedB::from_rows`).
+unsafe impl Send for Panels {}
+unsafe impl Sync for Panels {}
+
+impl Panels {
+    /// Writes group `q` of every panel from `rows` (four rows of `n` bytes), each byte XORed
+    /// with `flip`: column `j`'s four bytes go to panel `j / nr`, column `j % nr` of the group;
+    /// columns past `n` are zeros.
+    ///
+    /// # Safety
+    /// No other thread writes group `q`; the panels hold `kg` rows (a multiple of four, more
+    /// than `4 q`) of `nr` columns each for `n` columns.
+    unsafe fn interleave(self, rows: &[u8], q: usize, n: usize, nr: usize, kg: usize, flip: u8) {
+        let r = [0, 1, 2, 3].map(|t| &rows[t * n..(t + 1) * n]);
+        for p in 0..n.div_ceil(nr) {
+            let at = p * kg * nr + q * nr * 4;
+            assert!(at + nr * 4 <= self.len);
+            // SAFETY: in bounds (asserted); group `q` of panel `p` is this caller's alone.
+            let group = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), nr * 4) };
+            let (col0, cols) = (p * nr, nr.min(n - p * nr));
+            #[cfg(target_arch = "x86_64")]
+            let done = {
+                let done = cols / 16 * 16;
+                for (c0, out) in (0..done).step_by(16).zip(group.chunks_exact_mut(64)) {
+                    let c0 = col0 + c0;
+                    interleave16(r.map(|r| &r[c0..c0 + 16]), flip, out);
+                }
+                done
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let done = 0;
+            for (c, slots) in group.chunks_exact_mut(4).enumerate().skip(done) {
+                for (t, slot) in slots.iter_mut().enumerate() {
+                    slot.write(if c < cols { r[t][col0 + c] ^ flip } else { 0 });
+                }
             }
         }
-        for (c, slots) in group.chunks_exact_mut(4).enumerate().skip(done) {
-            for (t, slot) in slots.iter_mut().enumerate() {
-                slot.write(if c < cols && t < rows {
-                    row(t)[c] ^ flip
-                } else {
-                    0
-                });
-            }
-        }
-    });
+    }
 }
 
 /// Sixteen columns of four rows (each XORed with `flip`) as sixteen runs of four bytes, one run

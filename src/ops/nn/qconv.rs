@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use crate::par;
 
-use super::super::vector::{as_slots, assume_written};
+use super::super::vector::{as_slots, assume_written, copy};
 use super::super::EvalCtx;
 use super::common::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::conv::{coord, ConvShape};
@@ -100,36 +100,39 @@ fn kernel_conv(
     if xv.len() != shape.batch * shape.c_in * in_plane || wv.len() != shape.c_out * kc {
         return Err(Error::Eval("X or W does not hold its shape".into()));
     }
-    let len = kc
-        .checked_mul(out_plane)
-        .ok_or_else(|| Error::Eval(format!("an im2col matrix of {kc} x {out_plane}")))?;
-    // A pointwise convolution's im2col matrix is its input planes.
-    let mut col = if shape.is_pointwise() {
-        None
-    } else {
-        Some(Scratch::new(len, 0u8)?)
-    };
+    // A pointwise convolution's im2col matrix is its input planes; the others read input rows
+    // split into phases when the width stride is above 1.
+    let pointwise = shape.is_pointwise();
+    let sw = g.strides[2];
+    let mut phased = None;
     // The zero point as the byte it is stored as (two's complement for `int8`).
     let pad = zx as u8;
     let zb = [zx];
     let image = shape.c_out * out_plane;
+    let signed = x.dtype() == DataType::Int8;
     out.try_fill(|slots: &mut [MaybeUninit<i32>]| {
         for (b, y_image) in slots.chunks_exact_mut(image).enumerate() {
             for (gi, y) in y_image.chunks_exact_mut(mg * out_plane).enumerate() {
                 let x0 = (b * shape.c_in + gi * cg) * in_plane;
                 let planes = &xv[x0..x0 + cg * in_plane];
-                let data = match col.as_deref_mut() {
-                    Some(col) => {
-                        im2col_bytes(planes, g, cg, pad, col);
-                        &*col
-                    }
-                    None => planes,
+                let packed = if pointwise {
+                    let data = Bytes {
+                        data: planes,
+                        signed,
+                    };
+                    PackedB::new(data, kc, out_plane, level)?
+                } else {
+                    let rows = if sw > 1 {
+                        rewrite(&mut phased, planes.len(), |out| {
+                            split_phases(planes, g.input[2], sw, out)
+                        })?
+                    } else {
+                        planes
+                    };
+                    PackedB::from_rows(kc, out_plane, signed, level, |r, out| {
+                        im2col_row(rows, g, r, pad, out)
+                    })?
                 };
-                let cols = Bytes {
-                    data,
-                    signed: x.dtype() == DataType::Int8,
-                };
-                let packed = PackedB::new(cols, kc, out_plane, level)?;
                 let made;
                 let a = match filters {
                     Some(filters) => &filters[gi],
@@ -180,56 +183,93 @@ fn pack_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Resu
         .collect()
 }
 
-/// Fills `col` (row-major, `cg * taps` rows of one column per output position) with the byte
-/// each kernel tap of each channel sees at each output position, `pad` in the padding; `x`
-/// holds the `cg` input planes. Rows come in im2col's order (channel, then depth, height and
-/// width taps), the order of a filter's weights.
-fn im2col_bytes(x: &[u8], g: &Geometry3, cg: usize, pad: u8, col: &mut [u8]) {
+/// Writes row `r` of the im2col matrix of the input planes `x` into `row` (one byte per output
+/// position): the byte kernel tap `r` sees at each output position, `pad` in the padding. Rows
+/// come in im2col's order (channel, then depth, height and width taps), the order of a
+/// filter's weights.
+///
+/// `x` holds each input row split into its phases (see [`split_phases`]), so that a strided
+/// tap reads a contiguous run.
+fn im2col_row(x: &[u8], g: &Geometry3, r: usize, pad: u8, row: &mut [MaybeUninit<u8>]) {
     let [od, oh, ow] = g.output;
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
     let [sd, sh, sw] = g.strides;
     let [dd, dh, dw] = g.dilations;
     let [pd, ph, pw] = g.pad_begin;
-    let mut rows = col.chunks_exact_mut(g.out_plane().max(1));
-    for c in 0..cg {
-        for kz in 0..kd {
-            for ky in 0..kh {
-                for kx in 0..kw {
-                    let Some(row) = rows.next() else { return };
-                    // Output columns `lo..hi` read inside the input row at this tap.
-                    let (lo, hi) = inside(ow, iw, sw, kx * dw, pw);
-                    for (r, seg) in row.chunks_exact_mut(ow.max(1)).take(od * oh).enumerate() {
-                        let (oz, oy) = (r / oh, r % oh);
-                        let (Some(iz), Some(iy)) =
-                            (coord(oz, kz, sd, dd, pd, id), coord(oy, ky, sh, dh, ph, ih))
-                        else {
-                            seg.fill(pad);
-                            continue;
-                        };
-                        seg[..lo].fill(pad);
-                        seg[hi..].fill(pad);
-                        if lo == hi {
-                            continue;
-                        }
-                        let src = &x[((c * id + iz) * ih + iy) * iw..][..iw];
-                        // `inside` keeps `ox * sw + kx * dw - pw` inside the row for `ox` in
-                        // `lo..hi`.
-                        let first = lo * sw + kx * dw - pw;
-                        if sw == 1 {
-                            seg[lo..hi].copy_from_slice(&src[first..first + hi - lo]);
-                        } else {
-                            for (d, &v) in
-                                seg[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw))
-                            {
-                                *d = v;
-                            }
-                        }
-                    }
-                }
+    let (kx, rest) = (r % kw, r / kw);
+    let (ky, rest) = (rest % kh, rest / kh);
+    let (kz, c) = (rest % kd, rest / kd);
+    // Output columns `lo..hi` read inside the input row at this tap.
+    let (lo, hi) = inside(ow, iw, sw, kx * dw, pw);
+    for (i, seg) in row.chunks_exact_mut(ow.max(1)).take(od * oh).enumerate() {
+        let (oz, oy) = (i / oh, i % oh);
+        let (Some(iz), Some(iy)) = (coord(oz, kz, sd, dd, pd, id), coord(oy, ky, sh, dh, ph, ih))
+        else {
+            fill_slots(seg, pad);
+            continue;
+        };
+        fill_slots(&mut seg[..lo], pad);
+        fill_slots(&mut seg[hi..], pad);
+        if lo == hi {
+            continue;
+        }
+        let src = &x[((c * id + iz) * ih + iy) * iw..][..iw];
+        // `inside` keeps `ox * sw + kx * dw - pw` inside the row for `ox` in `lo..hi`: a run of
+        // one phase of the row.
+        let first = lo * sw + kx * dw - pw;
+        let start = phase_start(iw, sw, first % sw) + first / sw;
+        copy(&mut seg[lo..hi], &src[start..start + hi - lo]);
+    }
+}
+
+/// Where phase `phase` of a row of `width` elements starts once the row is split into its
+/// `stride` phases: elements `phase, phase + stride, ...` follow the earlier phases.
+fn phase_start(width: usize, stride: usize, phase: usize) -> usize {
+    // Phase `p` holds `ceil((width - p) / stride)` elements.
+    (0..phase).map(|p| (width - p).div_ceil(stride)).sum()
+}
+
+/// Every row of `width` bytes of `x` split into its `stride` phases (element `i` of phase `p`
+/// is the row's element `p + i * stride`), into `out`, which has the length of `x`.
+fn split_phases(x: &[u8], width: usize, stride: usize, out: &mut [MaybeUninit<u8>]) {
+    for (row, dst) in x
+        .chunks_exact(width.max(1))
+        .zip(out.chunks_exact_mut(width.max(1)))
+    {
+        let mut i = 0;
+        for p in 0..stride.min(width) {
+            for &v in row[p..].iter().step_by(stride) {
+                dst[i].write(v);
+                i += 1;
             }
         }
     }
+}
+
+fn fill_slots(slots: &mut [MaybeUninit<u8>], v: u8) {
+    for s in slots {
+        s.write(v);
+    }
+}
+
+/// The bytes `write` leaves in `buf` (`len` of them, every one written by `write`): into the
+/// buffer of an earlier call, or into a new one on the first.
+fn rewrite(
+    buf: &mut Option<Scratch<u8>>,
+    len: usize,
+    write: impl FnOnce(&mut [MaybeUninit<u8>]),
+) -> Result<&[u8]> {
+    let buf = match buf {
+        // SAFETY: `write` writes only initialised bytes.
+        Some(b) => {
+            write(unsafe { as_slots(b) });
+            b
+        }
+        // SAFETY: `write` writes every byte (the caller's promise).
+        None => buf.insert(unsafe { Scratch::new_with(len, write) }?),
+    };
+    Ok(buf)
 }
 
 /// The convolution of [`integer_conv`] with both operands widened to `f64` (the convolution
