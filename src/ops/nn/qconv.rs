@@ -104,6 +104,9 @@ fn kernel_conv(
     // split into phases when the width stride is above 1.
     let pointwise = shape.is_pointwise();
     let sw = g.strides[2];
+    // Splitting every input row into phases pays when the taps read each element more than
+    // once on average; a sparse read (a 1x1 strided convolution) gathers its elements instead.
+    let phases = sw > 1 && g.taps() > g.strides.iter().product::<usize>();
     let mut phased = None;
     // The zero point as the byte it is stored as (two's complement for `int8`).
     let pad = zx as u8;
@@ -122,7 +125,7 @@ fn kernel_conv(
                     };
                     PackedB::new(data, kc, out_plane, level)?
                 } else {
-                    let rows = if sw > 1 {
+                    let rows = if phases {
                         rewrite(&mut phased, planes.len(), |out| {
                             split_phases(planes, g.input[2], sw, out)
                         })?
@@ -130,7 +133,7 @@ fn kernel_conv(
                         planes
                     };
                     PackedB::from_rows(kc, out_plane, signed, level, |r, out| {
-                        im2col_row(rows, g, r, pad, out)
+                        im2col_row(rows, g, r, (pad, phases), out)
                     })?
                 };
                 let made;
@@ -188,9 +191,15 @@ fn pack_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Resu
 /// come in im2col's order (channel, then depth, height and width taps), the order of a
 /// filter's weights.
 ///
-/// `x` holds each input row split into its phases (see [`split_phases`]), so that a strided
-/// tap reads a contiguous run.
-fn im2col_row(x: &[u8], g: &Geometry3, r: usize, pad: u8, row: &mut [MaybeUninit<u8>]) {
+/// When `phased`, `x` holds each input row split into its phases (see [`split_phases`]), so that
+/// a strided tap reads a contiguous run; else a strided tap gathers its elements.
+fn im2col_row(
+    x: &[u8],
+    g: &Geometry3,
+    r: usize,
+    (pad, phased): (u8, bool),
+    row: &mut [MaybeUninit<u8>],
+) {
     let [od, oh, ow] = g.output;
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
@@ -218,8 +227,14 @@ fn im2col_row(x: &[u8], g: &Geometry3, r: usize, pad: u8, row: &mut [MaybeUninit
         // `inside` keeps `ox * sw + kx * dw - pw` inside the row for `ox` in `lo..hi`: a run of
         // one phase of the row.
         let first = lo * sw + kx * dw - pw;
-        let start = phase_start(iw, sw, first % sw) + first / sw;
-        copy(&mut seg[lo..hi], &src[start..start + hi - lo]);
+        if phased || sw == 1 {
+            let start = phase_start(iw, sw, first % sw) + first / sw;
+            copy(&mut seg[lo..hi], &src[start..start + hi - lo]);
+        } else {
+            for (d, &v) in seg[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw)) {
+                d.write(v);
+            }
+        }
     }
 }
 
@@ -231,12 +246,30 @@ fn phase_start(width: usize, stride: usize, phase: usize) -> usize {
 }
 
 /// Every row of `width` bytes of `x` split into its `stride` phases (element `i` of phase `p`
-/// is the row's element `p + i * stride`), into `out`, which has the length of `x`.
+/// is the row's element `p + i * stride`), into `out`, which has the length of `x`. A stride of
+/// 2 compiles per SIMD level to vector shuffles.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
 fn split_phases(x: &[u8], width: usize, stride: usize, out: &mut [MaybeUninit<u8>]) {
     for (row, dst) in x
         .chunks_exact(width.max(1))
         .zip(out.chunks_exact_mut(width.max(1)))
     {
+        if stride == 2 {
+            let half = width / 2;
+            let (even, odd) = dst.split_at_mut(width - half);
+            for ((pair, e), o) in row.chunks_exact(2).zip(even.iter_mut()).zip(odd.iter_mut()) {
+                e.write(pair[0]);
+                o.write(pair[1]);
+            }
+            if width % 2 == 1 {
+                even[half].write(row[width - 1]);
+            }
+            continue;
+        }
         let mut i = 0;
         for p in 0..stride.min(width) {
             for &v in row[p..].iter().step_by(stride) {
