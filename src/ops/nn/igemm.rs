@@ -541,16 +541,36 @@ fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<
     })
 }
 
-/// Where an output lives: rows of `n` `i32`, which concurrent tasks write in disjoint blocks.
-#[derive(Clone, Copy)]
-struct Out {
-    ptr: *mut i32,
+/// Where the kernel puts the product: each finished row segment, the exact sums of row `i` for
+/// columns `col0..col0 + sums.len()`, is handed to the sink as soon as its tile is summed (a
+/// requantisation then reads the sums while they are in registers' reach, and no `int32`
+/// product is ever stored whole).
+pub(in crate::ops) trait Sink: Sync {
+    /// Stores one row segment.
+    ///
+    /// # Safety
+    /// Concurrent calls store disjoint segments; `i` and the columns lie in the product.
+    unsafe fn store(&self, i: usize, col0: usize, sums: &[i32]);
+}
+
+/// The sink that writes the sums themselves: rows of `n` `i32`.
+struct Sums32 {
+    ptr: *mut MaybeUninit<i32>,
     n: usize,
 }
 
-// SAFETY: tasks write disjoint (row, column) blocks of the output (see `run`).
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
+// SAFETY: tasks store disjoint (row, column) segments (`Sink::store`'s contract).
+unsafe impl Send for Sums32 {}
+unsafe impl Sync for Sums32 {}
+
+impl Sink for Sums32 {
+    unsafe fn store(&self, i: usize, col0: usize, sums: &[i32]) {
+        // SAFETY: the segment lies in the output (the caller's promise) and is this call's alone.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.n + col0), sums.len()) };
+        copy(dst, sums);
+    }
+}
 
 /// One task: rows `rows` (a multiple of the tile height from the start) and panels `panels`.
 struct Task<'a> {
@@ -559,6 +579,7 @@ struct Task<'a> {
     /// The shifted zero point of each column (`n` values, one per column).
     col_zeros: &'a [i32],
     m: usize,
+    sink: &'a dyn Sink,
 }
 
 /// Writes `(A - za) @ (B - zb)` for the `m x k` matrix `a` into `out` (`m x n`, row-major).
@@ -604,20 +625,37 @@ pub(in crate::ops) fn gemm_packed_into<'o>(
     zb: &[i32],
     out: &'o mut [MaybeUninit<i32>],
 ) -> Result<&'o mut [i32]> {
+    if out.len() != packed.m * b.n {
+        return Err(Error::Eval("the output does not hold its shape".into()));
+    }
+    let sink = Sums32 {
+        ptr: out.as_mut_ptr(),
+        n: b.n,
+    };
+    gemm_packed_to(packed, b, zb, &sink)?;
+    // SAFETY: the product stores every row segment of its `m x n` sums.
+    Ok(unsafe { assume_written(out) })
+}
+
+/// [`gemm_packed_into`] into a [`Sink`], which receives every row segment of the `m x n`
+/// product exactly once.
+pub(in crate::ops) fn gemm_packed_to(
+    packed: &PackedA,
+    b: &PackedB,
+    zb: &[i32],
+    sink: &dyn Sink,
+) -> Result<()> {
     let (m, k, n) = (packed.m, b.k, b.n);
     if packed.k != k || packed.level != b.level {
         return Err(Error::Eval(
             "A and B were packed for different products".into(),
         ));
     }
-    if out.len() != m * n {
-        return Err(Error::Eval("the output does not hold its shape".into()));
-    }
     if !(zb.len() == 1 || zb.len() == n) {
         return Err(Error::Eval("zero points do not match the operands".into()));
     }
-    if out.is_empty() {
-        return Ok(&mut []);
+    if m == 0 || n == 0 {
+        return Ok(());
     }
     let level = b.level;
     let mut col_zeros = try_vec(n, 0i32)?;
@@ -630,20 +668,16 @@ pub(in crate::ops) fn gemm_packed_into<'o>(
         b,
         col_zeros: &col_zeros,
         m,
-    };
-    let target = Out {
-        ptr: out.as_mut_ptr().cast(),
-        n,
+        sink,
     };
     let blocks = m.div_ceil(mr);
     let panels = n.div_ceil(nr);
     let threads = crate::par::threads();
     let whole = crate::par::min_len(1, &[m, n, k]) == usize::MAX;
     if threads <= 1 || whole {
-        // SAFETY: one task writes the whole output.
-        unsafe { run(&task, 0..blocks, 0..panels, target) };
-        // SAFETY: the tiles cover every row and column.
-        return Ok(unsafe { assume_written(out) });
+        // SAFETY: one task stores the whole product.
+        unsafe { run(&task, 0..blocks, 0..panels) };
+        return Ok(());
     }
     // Rows when there are enough row tiles for every thread, else panels.
     use rayon::prelude::*;
@@ -651,46 +685,40 @@ pub(in crate::ops) fn gemm_packed_into<'o>(
         let parts = threads.min(blocks);
         (0..parts).into_par_iter().for_each(|p| {
             let r = blocks * p / parts..blocks * (p + 1) / parts;
-            // SAFETY: each task writes the rows of its own row tiles.
-            unsafe { run(&task, r, 0..panels, target) };
+            // SAFETY: each task stores the rows of its own row tiles.
+            unsafe { run(&task, r, 0..panels) };
         });
     } else {
         let parts = threads.min(panels);
         (0..parts).into_par_iter().for_each(|p| {
             let c = panels * p / parts..panels * (p + 1) / parts;
-            // SAFETY: each task writes the columns of its own panels.
-            unsafe { run(&task, 0..blocks, c, target) };
+            // SAFETY: each task stores the columns of its own panels.
+            unsafe { run(&task, 0..blocks, c) };
         });
     }
-    // SAFETY: the tasks' tiles cover every row and column.
-    Ok(unsafe { assume_written(out) })
+    Ok(())
 }
 
 /// Runs the tiles of `blocks` (row tiles) by `panels` on the kernel of the task's level.
 ///
 /// # Safety
 /// No concurrent task writes these rows and columns of `out`, which holds `m x n` elements.
-unsafe fn run(
-    t: &Task<'_>,
-    blocks: std::ops::Range<usize>,
-    panels: std::ops::Range<usize>,
-    out: Out,
-) {
+unsafe fn run(t: &Task<'_>, blocks: std::ops::Range<usize>, panels: std::ops::Range<usize>) {
     match (t.b.level, &t.a.data, &t.b.data) {
         #[cfg(target_arch = "x86_64")]
         (Level::Avx512Vnni, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
-            x86::run_avx512vnni(t, a, b, blocks, panels, out)
+            x86::run_avx512vnni(t, a, b, blocks, panels)
         },
         #[cfg(target_arch = "x86_64")]
         (Level::AvxVnni, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
-            x86::run_avxvnni(t, a, b, blocks, panels, out)
+            x86::run_avxvnni(t, a, b, blocks, panels)
         },
         #[cfg(target_arch = "x86_64")]
         (Level::Avx2, Packed::Wide(a), Packed::Wide(b)) => unsafe {
-            x86::run_avx2(t, a, b, blocks, panels, out)
+            x86::run_avx2(t, a, b, blocks, panels)
         },
         (_, Packed::Wide(a), Packed::Wide(b)) => unsafe {
-            drive::<4, 16, i16, i16>(t, a, b, blocks, panels, out, |a, lda, b, groups, acc| {
+            drive::<4, 16, i16, i16>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
                 portable_tile(a, lda, b, groups, acc)
             })
         },
@@ -712,7 +740,6 @@ unsafe fn drive<const MR: usize, const NR: usize, TA, TB>(
     b: &[TB],
     blocks: std::ops::Range<usize>,
     panels: std::ops::Range<usize>,
-    out: Out,
     tile: impl Fn(&[TA], usize, &[TB], usize, &mut [[i32; NR]; MR]),
 ) {
     let (lda, kg, n) = (t.a.lda, t.b.kg, t.b.n);
@@ -737,21 +764,15 @@ unsafe fn drive<const MR: usize, const NR: usize, TA, TB>(
             for (r, acc_row) in acc.iter().enumerate().take(MR.min(t.m - row0)) {
                 let i = row0 + r;
                 let (ri, zi) = (t.a.row_terms[i], t.a.row_zeros[i]);
-                // SAFETY: row i < m and columns col0..col0 + cols < n lie in the output, and no
-                // other task writes them (the caller's promise); the output may be
-                // uninitialised, so it is written as slots.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        out.ptr.add(i * out.n + col0).cast::<MaybeUninit<i32>>(),
-                        cols,
-                    )
-                };
-                for (((d, &v), &z), &s) in dst.iter_mut().zip(acc_row).zip(zb).zip(cs) {
-                    d.write(
-                        v.wrapping_sub(z.wrapping_mul(ri))
-                            .wrapping_sub(zi.wrapping_mul(s)),
-                    );
+                let mut sums = [0i32; NR];
+                for (((d, &v), &z), &s) in sums.iter_mut().zip(acc_row).zip(zb).zip(cs) {
+                    *d = v
+                        .wrapping_sub(z.wrapping_mul(ri))
+                        .wrapping_sub(zi.wrapping_mul(s));
                 }
+                // SAFETY: row i < m and columns col0..col0 + cols <= n lie in the product, and
+                // no other task stores them (the caller's promise).
+                unsafe { t.sink.store(i, col0, &sums[..cols]) };
             }
         }
     }
@@ -780,7 +801,7 @@ mod x86 {
     //! The x86-64 levels: each a tile kernel of intrinsics and the shared tile loop compiled
     //! with its target features.
 
-    use super::{drive, Out, Task};
+    use super::{drive, Task};
     use std::arch::x86_64::*;
     use std::ops::Range;
 
@@ -793,10 +814,9 @@ mod x86 {
         b: &[u8],
         blocks: Range<usize>,
         panels: Range<usize>,
-        out: Out,
     ) {
         unsafe {
-            drive::<8, 32, u8, u8>(t, a, b, blocks, panels, out, |a, lda, b, groups, acc| {
+            drive::<8, 32, u8, u8>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
                 tile_avx512vnni(a, lda, b, groups, acc)
             })
         }
@@ -839,10 +859,9 @@ mod x86 {
         b: &[u8],
         blocks: Range<usize>,
         panels: Range<usize>,
-        out: Out,
     ) {
         unsafe {
-            drive::<6, 16, u8, u8>(t, a, b, blocks, panels, out, |a, lda, b, groups, acc| {
+            drive::<6, 16, u8, u8>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
                 tile_avxvnni(a, lda, b, groups, acc)
             })
         }
@@ -879,10 +898,9 @@ mod x86 {
         b: &[i16],
         blocks: Range<usize>,
         panels: Range<usize>,
-        out: Out,
     ) {
         unsafe {
-            drive::<6, 16, i16, i16>(t, a, b, blocks, panels, out, |a, lda, b, groups, acc| {
+            drive::<6, 16, i16, i16>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
                 tile_avx2(a, lda, b, groups, acc)
             })
         }
