@@ -424,6 +424,12 @@ fn a_matmul_of_dequantized_codes_runs_on_the_codes() {
 /// `x -> QuantizeLinear -> DequantizeLinear -> Conv(W = DequantizeLinear(int8 codes per output
 /// channel), B)`: the QDQ form of a quantized convolution, 4 filters of 3 x 3 x 3, padded.
 fn qdq_conv(per_channel: bool) -> (Model, Vec<(String, Tensor)>) {
+    qdq_conv_to(per_channel, &["y"])
+}
+
+/// [`qdq_conv`] whose output `y` is also quantized to `yq` (`uint8`, one scale and zero point),
+/// with `outputs` the graph's outputs.
+fn qdq_conv_to(per_channel: bool, outputs: &[&str]) -> (Model, Vec<(String, Tensor)>) {
     let (c_in, c_out, hw) = (3usize, 4usize, 6usize);
     let mut g = Graph::new("qdq_conv");
     g.inputs.push(ValueInfo::new(
@@ -433,9 +439,27 @@ fn qdq_conv(per_channel: bool) -> (Model, Vec<(String, Tensor)>) {
             vec![Dim::Known(1), Dim::Known(3), Dim::Known(6), Dim::Known(6)],
         ),
     ));
-    g.outputs
-        .push(ValueInfo::new("y", Type::tensor(DataType::Float, vec![])));
+    for &name in outputs {
+        let elem = if name == "yq" {
+            DataType::Uint8
+        } else {
+            DataType::Float
+        };
+        g.outputs
+            .push(ValueInfo::new(name, Type::tensor(elem, vec![])));
+    }
     let scalar = |name: &str, t: Tensor| tensor_to_stored(name, &t).unwrap();
+    if outputs.contains(&"yq") {
+        g.initializers.push(scalar(
+            "sy",
+            Tensor::from_vec(DataType::Float, &[], vec![0.07f32]).unwrap(),
+        ));
+        g.initializers.push(scalar(
+            "zy",
+            Tensor::from_vec(DataType::Uint8, &[], vec![131u8]).unwrap(),
+        ));
+        g.add_node(Node::new("QuantizeLinear", "qy", ["y", "sy", "zy"], ["yq"]));
+    }
     g.initializers.push(scalar(
         "sx",
         Tensor::from_vec(DataType::Float, &[], vec![0.04f32]).unwrap(),
@@ -513,5 +537,24 @@ fn a_convolution_of_dequantized_codes_runs_on_the_codes() {
                 "per channel {per_channel}: fused {a} vs unfused {b}"
             );
         }
+    }
+}
+
+#[test]
+fn a_quantize_alone_reading_a_convolution_of_codes_takes_its_codes_from_the_sums() {
+    for per_channel in [false, true] {
+        let (alone, feeds) = qdq_conv_to(per_channel, &["yq"]);
+        let (seen, _) = qdq_conv_to(per_channel, &["y", "yq"]);
+        let (fused, fused_ops) = run(&alone, &feeds, false);
+        let (apart, apart_ops) = run(&seen, &feeds, false);
+        let quantizes = |ops: &[String]| ops.iter().filter(|op| *op == "QuantizeLinear").count();
+        // The input's QuantizeLinear stays; the output's joins the convolution unless the float
+        // output is seen too.
+        assert_eq!(quantizes(&fused_ops), 1, "{fused_ops:?}");
+        assert_eq!(quantizes(&apart_ops), 2, "{apart_ops:?}");
+        assert_eq!(fused[0].dtype(), DataType::Uint8);
+        assert_eq!(fused[0], apart[1], "per channel {per_channel}");
+        let codes = fused[0].as_slice::<u8>().unwrap();
+        assert!(codes.iter().any(|&c| c != codes[0]), "{codes:?}");
     }
 }

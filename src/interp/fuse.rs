@@ -28,6 +28,10 @@
 //!   per output channel) with a constant float bias runs the same way on the codes
 //!   (`ops::CONV_INTEGER_TO_FLOAT`, the integer convolution of `ConvInteger` scaled per output
 //!   channel, `sx * sw[c] * sum + B[c]`). The step keeps the `Conv` node's name and operator.
+//!   When a `QuantizeLinear` of one fixed scale and zero point alone reads that output (the
+//!   QDQ form of the next layer's input), it quantizes each piece of the sums as the kernel
+//!   finishes them, with `QuantizeLinear`'s own arithmetic, and leaves the plan: the float
+//!   output is never stored.
 //!
 //! Only what is certain fuses: `float` weights, a convolution output nothing else reads (no
 //! other step, no subgraph, not a graph output), and parameters no graph input can override.
@@ -50,6 +54,9 @@ struct Uses {
     readers: HashMap<String, usize>,
     /// The step making each name.
     producer: HashMap<String, usize>,
+    /// A step reading each name (the only one when `readers` counts one and it is no graph
+    /// output).
+    reader: HashMap<String, usize>,
     /// Every name of the graph, and those given out since.
     taken: HashSet<String>,
 }
@@ -57,11 +64,13 @@ struct Uses {
 impl Uses {
     fn of(graph: &Graph, steps: &[Step<'_>], constants: &HashMap<String, Tensor>) -> Uses {
         let mut readers: HashMap<String, usize> = HashMap::new();
-        for step in steps {
+        let mut reader: HashMap<String, usize> = HashMap::new();
+        for (i, step) in steps.iter().enumerate() {
             let node: &Node = &step.node;
             let subgraph_reads = node.subgraphs().next().is_some().then(|| node.uses());
             for name in node.inputs.iter().chain(subgraph_reads.iter().flatten()) {
                 *readers.entry(name.clone()).or_default() += 1;
+                reader.insert(name.clone(), i);
             }
         }
         for o in &graph.outputs {
@@ -79,8 +88,16 @@ impl Uses {
         Uses {
             readers,
             producer,
+            reader,
             taken,
         }
+    }
+
+    /// The step reading `name`, when one step alone reads it (and it is no graph output).
+    fn only_reader(&self, name: &str) -> Option<usize> {
+        (self.readers.get(name) == Some(&1))
+            .then(|| self.reader.get(name).copied())
+            .flatten()
     }
 
     /// The step making `name`, when one step alone reads it (and it is no graph output).
@@ -266,6 +283,17 @@ fn fuse_quantized_convs<'m>(
             weights.zero_name,
         ];
         fused.inputs.extend(bias.cloned());
+        // A `QuantizeLinear` alone reading the output takes the codes straight from the sums.
+        let quantize = uses
+            .only_reader(&node.outputs[0])
+            .filter(|&j| is_op(&steps[j], "QuantizeLinear"))
+            .and_then(|j| Some((j, quantized_output(&steps[j].node, &constant)?)));
+        if let Some((j, [scale, zero, codes])) = quantize {
+            fused.inputs.resize(7, String::new());
+            fused.inputs.extend([scale, zero]);
+            fused.outputs = vec![codes];
+            gone.insert(j);
+        }
         let mut step = with_node(conv, fused, StepKind::Op(&CONV_INTEGER_TO_FLOAT));
         step.schema = None;
         replaced.insert(i, step);
@@ -274,6 +302,30 @@ fn fuse_quantized_convs<'m>(
         }
     }
     replace_steps(steps, replaced, &gone)
+}
+
+/// The scale, zero point and output of a `QuantizeLinear` to 8-bit codes by one fixed scale and
+/// zero point.
+fn quantized_output(node: &Node, constant: &Fixed<'_>) -> Option<[String; 3]> {
+    if node.inputs.len() != 3
+        || node.outputs.len() != 1
+        || node.attr_int("block_size", 0).ok()? != 0
+        || node.attr_int("output_dtype", 0).ok()? != 0
+    {
+        return None;
+    }
+    let scale = constant.get(&node.inputs[1])?;
+    let zero = constant.get(&node.inputs[2])?;
+    let eight_bit = matches!(zero.dtype(), DataType::Uint8 | DataType::Int8);
+    (scale.dtype() == DataType::Float && scale.len() == 1 && zero.len() == 1 && eight_bit).then(
+        || {
+            [
+                node.inputs[1].clone(),
+                node.inputs[2].clone(),
+                node.outputs[0].clone(),
+            ]
+        },
+    )
 }
 
 /// The constants no graph input overrides.

@@ -91,7 +91,7 @@ pub(in crate::ops) use rotary::{rotate, Rotation};
 pub(crate) static CONV_INTEGER_TO_FLOAT: OpDef = OpDef::new(
     "ConvIntegerToFloat",
     1,
-    6..=7,
+    6..=9,
     1..=1,
     qconv::eval_conv_integer_to_float,
 )

@@ -21,16 +21,13 @@ use crate::DataType;
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use std::mem::MaybeUninit;
 
-use rayon::prelude::*;
-
-use crate::par;
-
 use super::super::vector::{as_slots, assume_written, copy};
 use super::super::EvalCtx;
 use super::common::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::conv::{coord, ConvShape};
 use super::igemm::{self, Bytes, Level, PackedA, PackedB, EXACT_K};
 use super::qmatmul::{requantize_offset, requantize_run, scales, single, Sums};
+use super::quant::{code, Code};
 use super::window::{inside, Geometry3};
 
 /// What an integer convolution makes of its exact sums as the kernel finishes them, output
@@ -44,8 +41,13 @@ enum Epilogue {
         zy: f64,
         dtype: DataType,
     },
-    /// `f32(sum) * scale[c] + bias[c]` (a `Conv` of dequantized codes).
-    Float { scale: Vec<f32>, bias: Vec<f32> },
+    /// `f32(sum) * scale[c] + bias[c]` (a `Conv` of dequantized codes), quantized by
+    /// `QuantizeLinear`'s arithmetic when `codes` gives its scale, zero point and 8-bit type.
+    Float {
+        scale: Vec<f32>,
+        bias: Vec<f32>,
+        codes: Option<(f32, f32, DataType)>,
+    },
 }
 
 /// Channel `c`'s value of a per-channel parameter (one value stands for every channel; none
@@ -99,25 +101,37 @@ fn integer_conv(
     // Constant filters (the model's weights) are packed once for the plan.
     let kept = ctx.remember(&w_inputs, || pack_filters(shape, w, &zw, level))?;
     let w = (w, zw.as_slice(), kept.map(Vec::as_slice));
-    let plane = shape.geo.out_plane();
-    let out = match epilogue {
-        None => return Ok(Conv::Sums(Sums::I32(int32_conv(shape, x, zx, w, level)?))),
-        Some(e @ Epilogue::Requantize { dtype, .. }) => {
-            (e, Tensor::uninit(*dtype, &shape.out_shape)?)
-        }
-        Some(e @ Epilogue::Float { .. }) => (e, Tensor::uninit(DataType::Float, &shape.out_shape)?),
+    match epilogue {
+        None => Ok(Conv::Sums(Sums::I32(int32_conv(shape, x, zx, w, level)?))),
+        Some(epilogue) => finish(shape, epilogue, |sink| {
+            kernel_conv(shape, x, zx, w, level, sink)
+        })
+        .map(Conv::Done),
+    }
+}
+
+/// The output `epilogue` makes of a convolution's sums, which `store` hands to the sink it is
+/// given, every segment of every output plane once.
+fn finish(
+    shape: &ConvShape,
+    epilogue: &Epilogue,
+    store: impl FnOnce(&PlaneSink<'_>) -> Result<()>,
+) -> Result<Tensor> {
+    let dtype = match epilogue {
+        Epilogue::Requantize { dtype, .. } => *dtype,
+        Epilogue::Float { codes, .. } => codes.map_or(DataType::Float, |(_, _, dtype)| dtype),
     };
-    let (epilogue, mut out) = out;
+    let mut out = Tensor::uninit(dtype, &shape.out_shape)?;
     let sink = PlaneSink {
         ptr: out.bytes_mut().as_mut_ptr().cast(),
-        plane,
+        plane: shape.geo.out_plane(),
         c_out: shape.c_out,
         epilogue: Some(epilogue),
     };
-    kernel_conv(shape, x, zx, w, level, &sink)?;
-    // SAFETY: the kernel stores every segment of every output plane, and the epilogue writes
-    // one element for each sum.
-    Ok(Conv::Done(unsafe { out.assume_init() }))
+    store(&sink)?;
+    // SAFETY: every segment of every output plane was stored, and the epilogue writes one
+    // element of the output's type for each sum.
+    Ok(unsafe { out.assume_init() })
 }
 
 /// The sums of [`kernel_conv`] as an `int32` tensor of the output's shape.
@@ -181,14 +195,44 @@ impl PlaneSink<'_> {
                 let dst = unsafe { slots::<u8>(self.ptr, at, sums.len()) };
                 requantize_run(sums, params, code_range(*dtype), dst);
             }
-            Some(Epilogue::Float { scale, bias }) => {
+            Some(Epilogue::Float { scale, bias, codes }) => {
                 let (s, b) = (per_channel(scale, c, 1.0), per_channel(bias, c, 0.0));
-                let dst = unsafe { slots::<f32>(self.ptr, at, sums.len()) };
-                for (o, &v) in dst.iter_mut().zip(sums) {
-                    o.write(v as f32 * s + b);
+                match *codes {
+                    None => {
+                        let dst = unsafe { slots::<f32>(self.ptr, at, sums.len()) };
+                        for (o, &v) in dst.iter_mut().zip(sums) {
+                            o.write(v as f32 * s + b);
+                        }
+                    }
+                    Some((ys, zy, DataType::Int8)) => {
+                        let dst = unsafe { slots::<i8>(self.ptr, at, sums.len()) };
+                        scaled_codes(sums, (s, b), (ys, zy), dst);
+                    }
+                    Some((ys, zy, _)) => {
+                        let dst = unsafe { slots::<u8>(self.ptr, at, sums.len()) };
+                        scaled_codes(sums, (s, b), (ys, zy), dst);
+                    }
                 }
             }
         }
+    }
+}
+
+/// `QuantizeLinear(f32(sum) * s + b, ys, zy)` for each sum: the codes of a `Conv` of
+/// dequantized codes whose output only a `QuantizeLinear` reads.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma+sse4.1",
+    "aarch64+neon"
+))]
+fn scaled_codes<T: Code>(
+    sums: &[i32],
+    (s, b): (f32, f32),
+    (ys, zy): (f32, f32),
+    out: &mut [MaybeUninit<T>],
+) {
+    for (o, &v) in out.iter_mut().zip(sums) {
+        o.write(code(v as f32 * s + b, ys, zy));
     }
 }
 
@@ -550,7 +594,9 @@ pub(super) fn eval_qlinear_conv(
 /// dequantized operands (`interp::fuse`): inputs `x`, `w` (codes), `x_scale`, `w_scale` (one, or
 /// one per output channel), `x_zero_point`, `w_zero_point`, then the float bias `B`; the
 /// attributes are the `Conv`'s. `y = f32(sum) * (x_scale * w_scale[c]) + B[c]` for the exact
-/// integer sums of output channel `c`, as `MatMulIntegerToFloat` scales its sums.
+/// integer sums of output channel `c`, as `MatMulIntegerToFloat` scales its sums. With two more
+/// inputs `y_scale`, `y_zero_point` (one each; `B` may then be empty), `y` is quantized as
+/// `QuantizeLinear` quantizes it, into the zero point's 8-bit type.
 pub(crate) fn eval_conv_integer_to_float(
     ctx: &EvalCtx<'_>,
     inputs: &[Option<&Tensor>],
@@ -565,41 +611,42 @@ pub(crate) fn eval_conv_integer_to_float(
     if bias.as_ref().is_some_and(|b| b.len() != c_out) {
         return Err(ctx.error(format!("B does not hold {c_out} values")));
     }
+    // With a scale and zero point after the bias, the output is quantized (a `QuantizeLinear`
+    // reading the convolution, fused with it).
+    let codes = match (optional(inputs, 7), optional(inputs, 8)) {
+        (Some(ys), Some(zy)) => {
+            let dtype = zy.dtype();
+            if !matches!(dtype, DataType::Uint8 | DataType::Int8) {
+                return Err(unsupported_type("the fused quantization", dtype));
+            }
+            let zy = single(&to_i64s(zy)?, "y_zero_point")? as f32;
+            Some((single(&to_f32s(ys)?, "y_scale")?, zy, dtype))
+        }
+        _ => None,
+    };
     let epilogue = Epilogue::Float {
         scale: sw.iter().map(|&s| sx * s).collect(),
-        bias: bias.clone().unwrap_or_default(),
+        bias: bias.unwrap_or_default(),
+        codes,
     };
-    let sums = match integer_conv(
-        ctx,
-        &shape,
-        (x, x_zero),
-        (w, w_zero, [1, 5]),
-        Some(&epilogue),
-    )? {
-        Conv::Sums(sums) => sums,
-        Conv::Done(y) => return Ok(vec![y]),
-    };
-    let plane = shape.geo.out_plane().max(1);
-    let sums = sums.into_int32(&shape.out_shape)?;
-    let sums = sums.as_slice::<i32>()?;
-    let planes = sums.len() / plane;
-    let y = Tensor::uninit(DataType::Float, &shape.out_shape)?.fill::<f32>(|dst| {
-        dst.par_chunks_exact_mut(plane)
-            .zip(sums.par_chunks_exact(plane))
-            .enumerate()
-            .with_min_len(par::min_len(planes, &[plane]))
-            .for_each(|(p, (out, sums))| {
-                let c = p % c_out.max(1);
-                let scale = sx * sw[if sw.len() == 1 { 0 } else { c }];
-                let b = bias.as_ref().map_or(0.0, |b| b[c]);
-                for (o, &s) in out.iter_mut().zip(sums) {
-                    o.write(s as f32 * scale + b);
+    let x = (x, x_zero);
+    match integer_conv(ctx, &shape, x, (w, w_zero, [1, 5]), Some(&epilogue))? {
+        Conv::Done(y) => Ok(vec![y]),
+        // Sums beyond the integer kernel's reach, as `int32`, through the same epilogue.
+        Conv::Sums(sums) => {
+            let sums = sums.into_int32(&shape.out_shape)?;
+            let sums = sums.as_slice::<i32>()?;
+            let plane = shape.geo.out_plane().max(1);
+            let y = finish(&shape, &epilogue, |sink| {
+                for (p, plane_sums) in sums.chunks_exact(plane).enumerate() {
+                    // SAFETY: one call per plane, each plane whole.
+                    unsafe { sink.store(p, 0, plane_sums) };
                 }
-            });
-        // SAFETY: the planes of the sums cover the output, one sum per element.
-        unsafe { assume_written(dst) }
-    })?;
-    Ok(vec![y])
+                Ok(())
+            })?;
+            Ok(vec![y])
+        }
+    }
 }
 
 #[cfg(test)]
