@@ -5,9 +5,12 @@
 //! Up to opset 12 the input is coerced to 2-D at `axis` (default 1): the rows are everything
 //! before `axis`, the reduction runs over everything from it. From opset 13 the reduction runs
 //! along `axis` alone (default -1). Rows are computed in `f64` with the row's maximum subtracted
-//! before exponentiating; `Hardmax` marks the first maximum of each row.
+//! before exponentiating, except `Softmax` along the innermost axis of `float`, `float16` and
+//! `bfloat16` tensors, which runs the vectorised `f32` kernel (halves widened, then rounded
+//! once); `Hardmax` marks the first maximum of each row.
 
 use crate::error::Result;
+use crate::ops::halves::{self, Widen};
 use crate::ops::num::{Float, Num};
 use crate::ops::util::{normalize_axis, required, tensor};
 use crate::ops::vector;
@@ -15,6 +18,7 @@ use crate::ops::{Attributes, EvalCtx};
 use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 use crate::DataType;
+use half::{bf16, f16};
 
 use super::common::{bad_type, split_at_axis};
 
@@ -88,6 +92,13 @@ fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Result<Vec
         let out = Tensor::uninit(DataType::Float, x.shape())?;
         return Ok(vec![out.fill(|dst| vector::softmax_rows(src, size, dst))?]);
     }
+    if kind == Kind::Softmax && inner == 1 {
+        match x.dtype() {
+            DataType::Float16 => return half_softmax::<f16>(x, size),
+            DataType::Bfloat16 => return half_softmax::<bf16>(x, size),
+            _ => {}
+        }
+    }
     crate::ops::num::dispatch_float!(x.dtype(), T => {
         let src = x.as_slice::<T>()?;
         let mut out = try_vec(src.len(), T::from_f64(0.0))?;
@@ -106,6 +117,20 @@ fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Result<Vec
         }
         Ok(vec![tensor(T::DTYPE, x.shape(), out)?])
     }, _ => Err(bad_type(ctx, x.dtype())))
+}
+
+/// Softmax of the rows of `size` consecutive elements of a half tensor: the vectorised `f32`
+/// softmax of the widened rows, rounded once (as onnxruntime computes it; the `f32` result is
+/// within a few `f32` ulps of the exact one, far inside half precision).
+fn half_softmax<T: Widen + bytemuck::Pod>(x: &Tensor, size: usize) -> Result<Vec<Tensor>> {
+    let src = x.as_slice::<T>()?;
+    let wide = halves::widened(src)?;
+    let mut probs = try_vec(wide.len(), 0.0f32)?;
+    // SAFETY: the softmax writes only initialised values.
+    vector::softmax_rows(&wide, size, unsafe { vector::as_slots(&mut probs) });
+    let dtype = x.dtype();
+    let out = Tensor::uninit(dtype, x.shape())?.fill::<T>(|dst| T::narrow_slice(&probs, dst))?;
+    Ok(vec![out])
 }
 
 pub(super) fn eval_softmax(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -176,5 +201,47 @@ mod tests {
         let x = Tensor::from_vec(DataType::Float, &[2], vec![10000.0f32, 10001.0]).unwrap();
         let y = run("Softmax", 13, None, &x).unwrap();
         assert!((y[0] - 0.268_941_43).abs() < 1e-6);
+    }
+
+    /// Half softmax rows come from the `f32` kernel rounded once: each value is the `f64`
+    /// softmax of the half inputs rounded to the half type, or one of its neighbours.
+    #[test]
+    fn half_rows_are_within_one_unit_of_the_rounded_exact_softmax() {
+        use half::{bf16, f16};
+        let (rows, size) = (5, 37);
+        let wide: Vec<f32> = (0..rows * size)
+            .map(|i| f16::from_f32(((i * 7919) % 101) as f32 / 9.0 - 5.0).to_f32())
+            .collect();
+        let exact = |row: &[f32]| -> Vec<f64> {
+            let max = row.iter().copied().fold(f32::MIN, f32::max) as f64;
+            let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+            row.iter().map(|&v| (v as f64 - max).exp() / sum).collect()
+        };
+        let node = Node::new("Softmax", "s", ["x"], ["y"]);
+        let halves: Vec<f16> = wide.iter().map(|&v| f16::from_f32(v)).collect();
+        let x = Tensor::from_vec(DataType::Float16, &[rows, size], halves).unwrap();
+        let y = eval_node(&node, 13, &[Some(&x)]).unwrap().remove(0);
+        for (row, got) in wide
+            .chunks(size)
+            .zip(y.as_slice::<f16>().unwrap().chunks(size))
+        {
+            for (&want, &g) in exact(row).iter().zip(got) {
+                let want = f16::from_f64(want);
+                assert!(g.to_bits().abs_diff(want.to_bits()) <= 1, "{g} vs {want}");
+            }
+        }
+        let b: Vec<bf16> = wide.iter().map(|&v| bf16::from_f32(v)).collect();
+        let wide: Vec<f32> = b.iter().map(|v| v.to_f32()).collect();
+        let x = Tensor::from_vec(DataType::Bfloat16, &[rows, size], b).unwrap();
+        let y = eval_node(&node, 13, &[Some(&x)]).unwrap().remove(0);
+        for (row, got) in wide
+            .chunks(size)
+            .zip(y.as_slice::<bf16>().unwrap().chunks(size))
+        {
+            for (&want, &g) in exact(row).iter().zip(got) {
+                let want = bf16::from_f64(want);
+                assert!(g.to_bits().abs_diff(want.to_bits()) <= 1, "{g} vs {want}");
+            }
+        }
     }
 }
