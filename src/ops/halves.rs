@@ -227,6 +227,19 @@ pub(crate) fn map_checked<'d, T: Widen>(
     unsafe { assume_written(&mut dst[..n]) }
 }
 
+/// The values of `src` widened to `f32` in a pooled buffer of the arena (for a kernel's scratch
+/// copy: the next step reuses the memory without faulting it in again).
+pub(crate) fn widened_scratch<T: Widen>(
+    src: &[T],
+) -> Result<crate::tensor::Scratch<f32>, crate::tensor::TensorError> {
+    // SAFETY: `widen_slice` writes every element of a buffer as long as `src`.
+    unsafe {
+        crate::tensor::Scratch::new_with(src.len(), |dst| {
+            T::widen_slice(src, dst);
+        })
+    }
+}
+
 /// The values of `src` widened to `f32` in a buffer of their own (checked against the arena).
 pub(crate) fn widened<T: Widen>(src: &[T]) -> crate::error::Result<Vec<f32>> {
     let mut out = crate::tensor::try_vec(src.len(), 0.0f32)?;

@@ -15,7 +15,7 @@ use crate::ops::halves::{self, Widen};
 use crate::ops::util::{broadcast_binary, broadcast_shapes, required, tensor};
 use crate::ops::vector;
 use crate::ops::EvalCtx;
-use crate::tensor::try_vec;
+use crate::tensor::Scratch;
 use crate::tensor::Tensor;
 use crate::DataType;
 use half::{bf16, f16};
@@ -150,10 +150,10 @@ fn zip_half<T: Widen + Num>(
     f: impl Fn(f32, f32) -> f32 + Sync + Send + Copy,
 ) -> Result<Tensor> {
     let shape = broadcast_shapes(&[a.shape(), b.shape()])?;
-    let x = halves::widened(a.as_slice::<T>()?)?;
-    let y = halves::widened(b.as_slice::<T>()?)?;
+    let x = halves::widened_scratch(a.as_slice::<T>()?)?;
+    let y = halves::widened_scratch(b.as_slice::<T>()?)?;
     let n = shape.iter().product();
-    let mut wide = try_vec(n, 0.0f32)?;
+    let mut wide = Scratch::new(n, 0.0f32)?;
     // SAFETY: only initialised values are written through the view.
     let z = vector::broadcast_zip(
         (&x, a.shape()),
