@@ -23,6 +23,11 @@
 //! - `Portable`: the `i16` pairs of AVX2 in plain loops, 4 x 16 tiles.
 //!
 //! Every level computes the same exact integers; tests compare each with the `f64` product.
+//!
+//! Why one file: the packings and the tile loops are two halves of one layout contract (a
+//! panel's width is the tile's, a group's depth the instruction's, the column sums the
+//! epilogue's correction); kept together, a change of level or tile shape is one edit read in
+//! one place, and the layouts stay private to the kernel that reads them.
 
 use super::super::vector::{as_slots, assume_written, copy};
 use crate::error::{Error, Result};

@@ -1,5 +1,5 @@
-//! `ConvInteger` (10) and `QLinearConv` (10): the 8-bit convolutions, on the integer kernel of
-//! `igemm.rs`.
+//! `ConvInteger` (10), `QLinearConv` (10) and the fused QDQ convolution: the 8-bit
+//! convolutions, on the integer kernel of `igemm.rs`.
 //!
 //! Specs: <https://onnx.ai/onnx/operators/onnx__ConvInteger.html>,
 //! <https://onnx.ai/onnx/operators/onnx__QLinearConv.html>.
@@ -7,12 +7,22 @@
 //! Design note: every group of every image is one integer product, the group's filters
 //! (`M/g x C/g*taps`, the kernel's A, zero points per row: per output channel) times the
 //! im2col matrix of the group's input planes (`C/g*taps x positions`, the kernel's B, packed
-//! once per group). Written in `NCHW` order, the product's rows are the output planes, so the
-//! kernel writes the output in place. im2col pads with the input's zero point itself, so a
+//! once per group). In `NCHW` order, the product's rows are the output planes, so the kernel
+//! writes the output in place. im2col pads with the input's zero point itself, so a
 //! padded tap contributes zero after the kernel subtracts it, as the spec asks. The sums are
 //! exact integers, the same as the `f64` convolution of `conv.rs` on shifted operands
 //! ([`reference_conv`]), which stays for contracted dims beyond [`EXACT_K`] and as the tests'
 //! reference.
+//!
+//! The im2col matrix is never whole in memory: `PackedB::from_rows` makes it four rows at a
+//! time ([`im2col_row`]) and packs them at once. The sums never are either: the kernel hands
+//! each finished row segment to a [`PlaneSink`], which stores them as `int32` (`ConvInteger`)
+//! or through an [`Epilogue`]: `QLinearConv`'s requantisation, or the scaling (and
+//! quantization) of the fused QDQ convolution.
+//!
+//! Why one file: the three operators share every step (zero points, the packed filters, the
+//! im2col rows, the sinks), and differ only in the epilogue each names; split, each would
+//! re-state the plumbing the others use.
 
 use crate::error::{Error, Result};
 use crate::tensor::{try_vec, Scratch, Tensor};
