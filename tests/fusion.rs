@@ -558,3 +558,65 @@ fn a_quantize_alone_reading_a_convolution_of_codes_takes_its_codes_from_the_sums
         assert!(codes.iter().any(|&c| c != codes[0]), "{codes:?}");
     }
 }
+
+/// `x -> QuantizeLinear -> DequantizeLinear -> Relu`, the codes also a graph output when `seen`.
+fn round_trip(seen: bool, zero: Tensor) -> (Model, Vec<(String, Tensor)>) {
+    let shape = [3usize, 50];
+    let dims = shape
+        .iter()
+        .map(|&d| Dim::Known(d as i64))
+        .collect::<Vec<_>>();
+    let mut g = Graph::new("round_trip");
+    g.inputs.push(ValueInfo::new(
+        "x",
+        Type::tensor(DataType::Float, dims.clone()),
+    ));
+    g.outputs
+        .push(ValueInfo::new("y", Type::tensor(DataType::Float, vec![])));
+    if seen {
+        g.outputs
+            .push(ValueInfo::new("q", Type::tensor(zero.dtype(), vec![])));
+    }
+    let scale = Tensor::from_vec(DataType::Float, &[], vec![0.037f32]).unwrap();
+    g.initializers.push(tensor_to_stored("s", &scale).unwrap());
+    g.initializers.push(tensor_to_stored("z", &zero).unwrap());
+    g.add_node(Node::new("QuantizeLinear", "quant", ["x", "s", "z"], ["q"]));
+    g.add_node(Node::new(
+        "DequantizeLinear",
+        "dequant",
+        ["q", "s", "z"],
+        ["d"],
+    ));
+    g.add_node(Node::new("Relu", "relu", ["d"], ["y"]));
+    let x = tensor(DataType::Float, &shape, values(150, 3, 12.0, -6.0));
+    (Model::new(g, 13), vec![("x".into(), x)])
+}
+
+#[test]
+fn a_quantize_dequantize_round_trip_is_one_step_with_the_same_bits() {
+    let zeros = [
+        Tensor::from_vec(DataType::Uint8, &[], vec![128u8]).unwrap(),
+        Tensor::from_vec(DataType::Int8, &[], vec![-3i8]).unwrap(),
+    ];
+    for zero in zeros {
+        let (alone, feeds) = round_trip(false, zero.clone());
+        let (fused, fused_ops) = run(&alone, &feeds, false);
+        let (plain, plain_ops) = run(&alone, &feeds, true);
+        assert!(
+            !fused_ops.iter().any(|op| op == "QuantizeLinear"),
+            "{fused_ops:?}"
+        );
+        assert!(
+            plain_ops.iter().any(|op| op == "QuantizeLinear"),
+            "{plain_ops:?}"
+        );
+        assert_eq!(fused, plain, "{:?}", zero.dtype());
+        // Codes a graph output shows stay a step of their own.
+        let (seen, feeds) = round_trip(true, zero);
+        let (_, seen_ops) = run(&seen, &feeds, false);
+        assert!(
+            seen_ops.iter().any(|op| op == "QuantizeLinear"),
+            "{seen_ops:?}"
+        );
+    }
+}

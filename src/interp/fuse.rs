@@ -33,6 +33,11 @@
 //!   finishes them, with `QuantizeLinear`'s own arithmetic, and leaves the plan: the float
 //!   output is never stored.
 //!
+//! - A `DequantizeLinear` of a `QuantizeLinear`'s codes that nothing else reads, by the same
+//!   fixed scale and 8-bit zero point (the round trip a QDQ model makes between two float
+//!   operators), runs as one pass over the float values (`ops::QUANTIZE_ROUND_TRIP`) with the
+//!   two operators' own arithmetic: the same bits, one memory pass and no codes stored.
+//!
 //! Only what is certain fuses: `float` weights, a convolution output nothing else reads (no
 //! other step, no subgraph, not a graph output), and parameters no graph input can override.
 
@@ -42,7 +47,7 @@ use std::collections::{HashMap, HashSet};
 use super::{Step, StepKind};
 use crate::dtype::DataType;
 use crate::ir::{AttrValue, Graph, Node};
-use crate::ops::{registry, Activation, CONV_INTEGER_TO_FLOAT};
+use crate::ops::{registry, Activation, CONV_INTEGER_TO_FLOAT, QUANTIZE_ROUND_TRIP};
 use crate::tensor::{try_with_capacity, Tensor};
 
 /// The domain of onnxruntime's contrib operators, where `FusedConv` is registered.
@@ -171,7 +176,56 @@ pub(super) fn fuse<'m>(
     let steps = fold_batch_norms(graph, steps, constants, fixed);
     let steps = fuse_activations(graph, steps, constants, fixed);
     let steps = fuse_quantized_matmuls(graph, steps, constants, fixed);
-    fuse_quantized_convs(graph, steps, constants, fixed)
+    let steps = fuse_quantized_convs(graph, steps, constants, fixed);
+    fuse_round_trips(graph, steps, constants, fixed)
+}
+
+/// Runs each `DequantizeLinear` of a `QuantizeLinear`'s codes that nothing else reads, by the
+/// same fixed scale and 8-bit zero point, as one step over the float values (see the module
+/// documentation).
+fn fuse_round_trips<'m>(
+    graph: &Graph,
+    steps: Vec<Step<'m>>,
+    constants: &HashMap<String, Tensor>,
+    fixed: &HashSet<String>,
+) -> Vec<Step<'m>> {
+    let uses = Uses::of(graph, &steps, constants);
+    let constant = Fixed { constants, fixed };
+    let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
+    let mut gone: HashSet<usize> = HashSet::new();
+    for (i, dq) in steps.iter().enumerate() {
+        if !is_op(dq, "DequantizeLinear") {
+            continue;
+        }
+        let Some(q) = uses.producer_read_once(&dq.node.inputs[0]) else {
+            continue;
+        };
+        let (quantize, dequantize) = (&steps[q].node, &dq.node);
+        let same = |k: usize| {
+            let (a, b) = (&quantize.inputs[k], &dequantize.inputs[k]);
+            a == b
+                || constant
+                    .get(a)
+                    .zip(constant.get(b))
+                    .is_some_and(|(a, b)| a == b)
+        };
+        if !is_op(&steps[q], "QuantizeLinear")
+            || quantized_output(quantize, &constant).is_none()
+            || dequantized(dequantize, &constant)
+                .is_none_or(|d| d.scale_len != 1 || d.zero_len != 1)
+            || !same(1)
+            || !same(2)
+        {
+            continue;
+        }
+        let mut node: Node = dequantize.as_ref().clone();
+        node.inputs = quantize.inputs.clone();
+        let mut step = with_node(dq, node, StepKind::Op(&QUANTIZE_ROUND_TRIP));
+        step.schema = None;
+        replaced.insert(i, step);
+        gone.insert(q);
+    }
+    replace_steps(steps, replaced, &gone)
 }
 
 /// Runs every `MatMul` / `Gemm` of dequantized 8-bit operands on the codes (see the module

@@ -98,6 +98,13 @@ pub(crate) static CONV_INTEGER_TO_FLOAT: OpDef = OpDef::new(
 .with_prepare(prepare::<conv::ConvAttrs>)
 .in_domain("multigather.fused");
 
+/// The kernel the interpreter runs for a `QuantizeLinear` whose codes only a
+/// `DequantizeLinear` of the same scale and zero point reads: the round trip in one pass
+/// (`interp::fuse`; in no registry table).
+pub(crate) static QUANTIZE_ROUND_TRIP: OpDef =
+    OpDef::new("QuantizeRoundTrip", 1, 3..=3, 1..=1, quant::eval_round_trip)
+        .in_domain("multigather.fused");
+
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Attention", 23, 3..=7, 1..=4, eval_attention).with_infer(infer_attention),
     OpDef::new("FlexAttention", 1, 3..=3, 1..=1, eval_flex_attention)

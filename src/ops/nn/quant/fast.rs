@@ -304,6 +304,68 @@ pub(super) fn quantize(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
     }))
 }
 
+/// `DequantizeLinear(QuantizeLinear(x, s, z), s, z)` of a `float` `x` by one scale and one
+/// 8-bit zero point: each element rounded to its code and back in one pass, with the two
+/// operators' own arithmetic (the round trip a QDQ model makes between two float operators,
+/// which the interpreter plans as one step when nothing else reads the codes).
+pub(in crate::ops) fn eval_round_trip(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (x, scale, zero) = (
+        required(inputs, 0)?,
+        required(inputs, 1)?,
+        required(inputs, 2)?,
+    );
+    let one_of = |t: &Tensor, dtypes: &[DataType]| t.len() == 1 && dtypes.contains(&t.dtype());
+    if x.dtype() != DataType::Float
+        || !one_of(scale, &[DataType::Float])
+        || !one_of(zero, &[DataType::Uint8, DataType::Int8])
+    {
+        // Another element type: the two operators one after the other.
+        let codes = super::eval_quantize(ctx, inputs)?;
+        return super::eval_dequantize(ctx, &[codes.first(), Some(scale), Some(zero)]);
+    }
+    let xv = x.as_slice::<f32>()?;
+    let s = scale.as_slice::<f32>()?[0];
+    let y = Tensor::uninit(DataType::Float, x.shape())?;
+    let y = if zero.dtype() == DataType::Int8 {
+        let z = i32::from(zero.as_slice::<i8>()?[0]);
+        y.fill(|d| round_trips::<i8>(xv, s, z, d))?
+    } else {
+        let z = i32::from(zero.as_slice::<u8>()?[0]);
+        y.fill(|d| round_trips::<u8>(xv, s, z, d))?
+    };
+    Ok(vec![y])
+}
+
+fn round_trips<'d, T: Code>(
+    x: &[f32],
+    s: f32,
+    z: i32,
+    dst: &'d mut [MaybeUninit<f32>],
+) -> &'d mut [f32] {
+    let n = x.len().min(dst.len());
+    par_run(&x[..n], &mut dst[..n], |x, d| {
+        round_trip_run::<T>(x, s, z, d)
+    });
+    // SAFETY: `par_run` hands every element of `dst[..n]` to one run.
+    unsafe { assume_written(&mut dst[..n]) }
+}
+
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma+sse4.1",
+    "aarch64+neon"
+))]
+fn round_trip_run<T: Code>(x: &[f32], s: f32, z: i32, out: &mut [MaybeUninit<f32>]) {
+    let zf = z as f32;
+    for (o, &v) in out.iter_mut().zip(x) {
+        let c: T = code(v, s, zf);
+        o.write((c.to_i32() - z) as f32 * s);
+    }
+}
+
 /// `f` over `x` and `dst` (of one length), split into grains over the current pool's threads
 /// when the run is long enough to pay for it; each element is computed alone, so the split
 /// changes no bit.
