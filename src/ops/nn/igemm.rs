@@ -254,15 +254,15 @@ impl PackedB {
                 level,
             );
         }
-        // Groups of four rows split over the pool, each part with its own rows and sums.
+        // Groups of four rows split over the pool, each part with its own rows and sums (no
+        // part when B has no rows).
         let groups = kg / 4;
         let parts = crate::par::threads()
             .min(groups)
-            .min(groups * n / (1 << 16) + 1)
-            .max(1);
+            .min(groups.saturating_mul(n) / (1 << 16) + 1);
         let mut scratch = Vec::new();
         for _ in 0..parts {
-            scratch.push((try_vec(4 * n, 0u8)?, try_vec(n, 0i32)?));
+            scratch.push((try_vec(n.saturating_mul(4), 0u8)?, try_vec(n, 0i32)?));
         }
         let write = |d: &mut [MaybeUninit<u8>]| {
             let panels = Panels {
