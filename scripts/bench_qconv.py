@@ -1,0 +1,106 @@
+"""Single 8-bit convolutions (QLinearConv, uint8 activations, int8 weights per output channel),
+each alone in a model, against onnxruntime: the shapes of ResNet-50's layers, so a change to the
+integer convolution can be measured one shape at a time.
+
+usage: python scripts/bench_qconv.py DIR [--repeat N] [--threads T]
+       (needs onnx, onnxruntime, numpy; MULTIGATHER = the binary, default
+       target/release/multigather)
+
+Writes each model and its input into DIR (fixed seed), runs it `--repeat` times in both engines
+at `--threads` threads, and prints one line per shape: the medians and their ratio. Exits 1 when
+an output differs from onnxruntime's by more than one code.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_models import median_seconds  # noqa: E402
+
+BIN = os.environ.get("MULTIGATHER", "target/release/multigather")
+
+# name: (input channels, output channels, kernel, stride, padding, input size)
+SHAPES = {
+    "stem_7x7s2": (3, 64, 7, 2, 3, 224),
+    "conv_3x3": (64, 64, 3, 1, 1, 56),
+    "conv_1x1": (256, 64, 1, 1, 0, 56),
+    "down_1x1s2": (256, 512, 1, 2, 0, 56),
+    "conv_3x3_7": (512, 512, 3, 1, 1, 7),
+}
+
+
+def write_model(path, shape, rng):
+    cin, cout, k, s, p, hw = shape
+    w = rng.integers(-127, 128, (cout, cin, k, k), dtype=np.int8)
+    inits = [
+        numpy_helper.from_array(np.array(0.02, np.float32), "xs"),
+        numpy_helper.from_array(np.array(128, np.uint8), "xz"),
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.full(cout, 0.01, np.float32), "ws"),
+        numpy_helper.from_array(np.zeros(cout, np.int8), "wz"),
+        numpy_helper.from_array(np.array(0.05, np.float32), "ys"),
+        numpy_helper.from_array(np.array(128, np.uint8), "yz"),
+        numpy_helper.from_array(rng.integers(-1000, 1000, cout).astype(np.int32), "b"),
+    ]
+    node = helper.make_node(
+        "QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
+        kernel_shape=[k, k], strides=[s, s], pads=[p] * 4)
+    graph = helper.make_graph(
+        [node], "qconv", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, cin, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return rng.integers(0, 256, (1, cin, hw, hw), dtype=np.uint8)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("dir")
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    rng = np.random.default_rng(0)
+    failed = False
+    print(f"{'shape':<12} {'onnxruntime':>12} {'multigather':>12} {'mg/ort':>7}")
+    for name, shape in SHAPES.items():
+        path = os.path.join(args.dir, f"{name}.onnx")
+        x = write_model(path, shape, rng)
+        inputs = os.path.join(args.dir, f"{name}-inputs")
+        outdir = os.path.join(args.dir, f"{name}-out")
+        os.makedirs(inputs, exist_ok=True)
+        with open(os.path.join(inputs, "x.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(x, "x").SerializeToString())
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = args.threads
+        sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        (want,) = sess.run(None, {"x": x})
+        ort_s = median_seconds(lambda: sess.run(None, {"x": x}), args.repeat)
+        run = subprocess.run([BIN, "run", path, "--inputs", inputs, "--repeat", str(args.repeat),
+                              "--threads", str(args.threads), "--json", "--output-dir", outdir],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            print(f"{name:<12} multigather failed: {run.stderr.strip()[-300:]}")
+            failed = True
+            continue
+        mg_s = json.loads(run.stdout)["median_s"]
+        tensor = onnx.TensorProto()
+        with open(os.path.join(outdir, "output_0.pb"), "rb") as f:
+            tensor.ParseFromString(f.read())
+        got = numpy_helper.to_array(tensor).astype(np.int32)
+        off = int(np.max(np.abs(got - want.astype(np.int32))))
+        note = "" if off <= 1 else f"  differs by {off} codes"
+        failed |= off > 1
+        print(f"{name:<12} {ort_s * 1e3:>10.3f}ms {mg_s * 1e3:>10.3f}ms {mg_s / ort_s:>6.2f}x{note}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
