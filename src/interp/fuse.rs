@@ -194,10 +194,12 @@ fn fuse_round_trips<'m>(
     let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
     let mut gone: HashSet<usize> = HashSet::new();
     for (i, dq) in steps.iter().enumerate() {
-        if !is_op(dq, "DequantizeLinear") {
-            continue;
-        }
-        let Some(q) = uses.producer_read_once(&dq.node.inputs[0]) else {
+        let codes = dq
+            .node
+            .inputs
+            .first()
+            .filter(|_| is_op(dq, "DequantizeLinear"));
+        let Some(q) = codes.and_then(|codes| uses.producer_read_once(codes)) else {
             continue;
         };
         let (quantize, dequantize) = (&steps[q].node, &dq.node);

@@ -153,13 +153,32 @@ pub(in crate::ops) struct PackedB {
 }
 
 impl PackedB {
+    /// The packing of a `k x n` B for `level` from its parts.
+    fn assemble(
+        level: Level,
+        (k, n): (usize, usize),
+        data: Packed,
+        col_sums: Vec<i32>,
+        shift: i32,
+    ) -> PackedB {
+        let g = level.shape().2;
+        PackedB {
+            level,
+            k,
+            n,
+            kg: k.div_ceil(g) * g,
+            data,
+            col_sums,
+            shift,
+        }
+    }
+
     /// Packs the `k x n` matrix `b` for `level`.
     pub fn new(b: Bytes<'_>, k: usize, n: usize, level: Level) -> Result<PackedB> {
         if k.checked_mul(n).is_none_or(|len| b.data.len() < len) {
             return Err(Error::Eval("B is smaller than its shape".into()));
         }
         let (_, nr, g) = level.shape();
-        let kg = k.div_ceil(g) * g;
         let len = packed_len(k, n, level)?;
         if !level.wide() {
             let rows = &b.data[..k * n];
@@ -175,15 +194,7 @@ impl PackedB {
         // SAFETY: `pack_columns` writes every element.
         let data =
             Packed::Wide(unsafe { Scratch::new_with(len, |d| pack_columns(d, k, n, nr, g, at)) }?);
-        Ok(PackedB {
-            level,
-            k,
-            n,
-            kg,
-            data,
-            col_sums,
-            shift,
-        })
+        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift))
     }
 
     /// Packs the `k x n` matrix whose transpose `bt` (`n x k`, row-major) holds, for `level`:
@@ -212,15 +223,7 @@ impl PackedB {
         } else {
             Packed::Narrow(unsafe { Scratch::new_with(len, |d| pack_columns(d, k, n, nr, g, at)) }?)
         };
-        Ok(PackedB {
-            level,
-            k,
-            n,
-            kg: k.div_ceil(g) * g,
-            data,
-            col_sums,
-            shift,
-        })
+        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift))
     }
 
     /// Packs the `k x n` matrix whose row `kk` `row(kk, out)` writes into `out` (`n` bytes of
@@ -302,15 +305,7 @@ impl PackedB {
                 *s = s.wrapping_add(v);
             }
         }
-        Ok(PackedB {
-            level,
-            k,
-            n,
-            kg,
-            data,
-            col_sums,
-            shift,
-        })
+        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift))
     }
 }
 
