@@ -1,8 +1,9 @@
-"""Single 8-bit convolutions (QLinearConv, uint8 activations, int8 weights per output channel),
-each alone in a model, against onnxruntime: the shapes of ResNet-50's layers, so a change to the
-integer convolution can be measured one shape at a time.
+"""Single convolutions, each alone in a model, against onnxruntime: the shapes of ResNet-50's
+layers, so a change to a convolution can be measured one shape at a time. By default 8-bit
+ones (QLinearConv, uint8 activations, int8 weights per output channel); `--float` runs float32
+`Conv`s with a bias instead.
 
-usage: python scripts/bench_qconv.py DIR [--repeat N] [--threads T]
+usage: python scripts/bench_qconv.py DIR [--repeat N] [--threads T] [--float]
        (needs onnx, onnxruntime, numpy; MULTIGATHER = the binary, default
        target/release/multigather)
 
@@ -32,9 +33,29 @@ SHAPES = {
     "stem_7x7s2": (3, 64, 7, 2, 3, 224),
     "conv_3x3": (64, 64, 3, 1, 1, 56),
     "conv_1x1": (256, 64, 1, 1, 0, 56),
+    "expand_1x1": (64, 256, 1, 1, 0, 56),
     "down_1x1s2": (256, 512, 1, 2, 0, 56),
+    "conv_3x3_28": (128, 128, 3, 1, 1, 28),
+    "conv_3x3_14": (256, 256, 3, 1, 1, 14),
+    "conv_1x1_14": (1024, 256, 1, 1, 0, 14),
     "conv_3x3_7": (512, 512, 3, 1, 1, 7),
+    "expand_1x1_7": (512, 2048, 1, 1, 0, 7),
 }
+
+
+def write_float_model(path, shape, rng):
+    cin, cout, k, s, p, hw = shape
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((cout, cin, k, k), np.float32) * 0.05, "w"),
+        numpy_helper.from_array(rng.standard_normal(cout, np.float32), "b"),
+    ]
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[k, k],
+                            strides=[s, s], pads=[p] * 4)
+    graph = helper.make_graph(
+        [node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return rng.standard_normal((1, cin, hw, hw), np.float32)
 
 
 def write_model(path, shape, rng):
@@ -65,6 +86,7 @@ def main():
     parser.add_argument("dir")
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--float", action="store_true", help="float32 Conv instead of QLinearConv")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -72,7 +94,7 @@ def main():
     print(f"{'shape':<12} {'onnxruntime':>12} {'multigather':>12} {'mg/ort':>7}")
     for name, shape in SHAPES.items():
         path = os.path.join(args.dir, f"{name}.onnx")
-        x = write_model(path, shape, rng)
+        x = (write_float_model if args.float else write_model)(path, shape, rng)
         inputs = os.path.join(args.dir, f"{name}-inputs")
         outdir = os.path.join(args.dir, f"{name}-out")
         os.makedirs(inputs, exist_ok=True)
@@ -94,10 +116,15 @@ def main():
         tensor = onnx.TensorProto()
         with open(os.path.join(outdir, "output_0.pb"), "rb") as f:
             tensor.ParseFromString(f.read())
-        got = numpy_helper.to_array(tensor).astype(np.int32)
-        off = int(np.max(np.abs(got - want.astype(np.int32))))
-        note = "" if off <= 1 else f"  differs by {off} codes"
-        failed |= off > 1
+        got = numpy_helper.to_array(tensor)
+        if args.float:
+            off = float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) or 1.0))
+            note = "" if off <= 1e-5 else f"  differs by {off:.2e} of the range"
+            failed |= off > 1e-5
+        else:
+            off = int(np.max(np.abs(got.astype(np.int32) - want.astype(np.int32))))
+            note = "" if off <= 1 else f"  differs by {off} codes"
+            failed |= off > 1
         print(f"{name:<12} {ort_s * 1e3:>10.3f}ms {mg_s * 1e3:>10.3f}ms {mg_s / ort_s:>6.2f}x{note}")
     sys.exit(1 if failed else 0)
 

@@ -22,6 +22,7 @@
 //! points and run this file's code in `f64`, which is exact for 8-bit operands (padding then
 //! contributes zero, which is the zero point before the shift, as the spec asks).
 
+use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
 use crate::tensor::{try_vec, Scratch};
@@ -37,7 +38,7 @@ use super::super::vector::ColumnBlocks;
 use super::super::vector::{add_scalar, as_slots, assume_written, copy, deinterleave, fill};
 use super::super::{Attributes, EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{checked_product, input_dims, output_written, tensor_type, widened_once};
+use super::common::{checked_product, input_dims, output_written, tensor_type};
 use super::direct;
 use super::window::{inside, Geometry3, WindowAttrs};
 use crate::ops::math::Activation;
@@ -73,6 +74,90 @@ const LANES: usize = 16;
 /// What a convolution applies to its output as it writes it (a fused activation), on pieces of
 /// the output while they are in cache.
 pub(super) type Post<'p, T> = Option<&'p (dyn Fn(&mut [T]) + Sync)>;
+
+/// The filters of a convolution: the weights (`c_out x c_in / group x taps`, row-major), the
+/// optional bias, and, when the weights are a constant of the plan, each group's weights
+/// packed for the direct kernel on an earlier run ([`KeptFilters`]).
+#[derive(Clone, Copy)]
+pub(super) struct Filters<'f, T> {
+    pub w: &'f [T],
+    pub bias: Option<&'f [T]>,
+    pub packed: Option<&'f [direct::Packed]>,
+}
+
+impl<'f, T> Filters<'f, T> {
+    /// Weights and a bias with nothing kept.
+    pub fn new(w: &'f [T], bias: Option<&'f [T]>) -> Self {
+        Filters {
+            w,
+            bias,
+            packed: None,
+        }
+    }
+}
+
+/// What a convolution keeps of constant weights from one run to the next (the step's memo,
+/// [`EvalCtx::remember`]): the weights widened to the compute type when they are stored as
+/// another (`float16`), and each group's weights packed for the direct kernel when the first
+/// run took it. Packing them on every call cost more than the kernel on small planes: a 3x3
+/// convolution of 512 to 512 channels over 7x7 (`scripts/bench_qconv.py --float`, one thread,
+/// Intel Xeon family 6 model 167) spent 60% of its 3.97 ms packing 9.4 MB of weights and
+/// faulting in their pages.
+struct KeptFilters<R> {
+    widened: Option<Vec<R>>,
+    packed: Option<Vec<direct::Packed>>,
+}
+
+/// A convolution's weights in the compute type `R`, and their packing when it was kept.
+struct Weights<'a, R: Clone> {
+    w: Cow<'a, [R]>,
+    packed: Option<&'a [direct::Packed]>,
+}
+
+impl<R: Clone> Weights<'_, R> {
+    /// These weights with `bias`.
+    fn with<'f>(&'f self, bias: Option<&'f [R]>) -> Filters<'f, R> {
+        Filters {
+            w: &self.w,
+            bias,
+            packed: self.packed,
+        }
+    }
+}
+
+/// `W` (input `input`, `t`) of a convolution of `shape` in the compute type `R`, with what is
+/// kept of it when it is a constant ([`KeptFilters`]; made on the first run).
+fn weights<'a, R: Real + 'static>(
+    ctx: &EvalCtx<'a>,
+    shape: &ConvShape,
+    t: &'a Tensor,
+    input: usize,
+) -> Result<Weights<'a, R>> {
+    let kept = ctx.remember(&[input], || {
+        let widened = match t.dtype() == R::DTYPE {
+            true => None,
+            false => Some(R::load(t)?.into_owned()),
+        };
+        let packed = match &widened {
+            Some(w) => shape.pack_direct(w)?,
+            None => shape.pack_direct(&R::load(t)?)?,
+        };
+        Ok(KeptFilters { widened, packed })
+    })?;
+    Ok(match kept {
+        Some(k) => Weights {
+            w: match &k.widened {
+                Some(w) => Cow::Borrowed(&w[..]),
+                None => R::load(t)?,
+            },
+            packed: k.packed.as_deref(),
+        },
+        None => Weights {
+            w: R::load(t)?,
+            packed: None,
+        },
+    })
+}
 
 /// The layout of one convolution: `x (N, C, in...)`, `w (M, C/group, k...)`, `y (N, M, out...)`.
 #[derive(Clone, Debug)]
@@ -178,16 +263,43 @@ impl ConvShape {
         g.taps() == 1 && g.strides == [1; 3] && g.pad_begin == [0; 3] && g.input == g.output
     }
 
+    /// The direct kernel's plan for this convolution, if it takes that path: `f32`, not
+    /// depthwise, not pointwise, more than a few positions (see [`Direct`]).
+    fn direct<T: Real>(&self) -> Result<Option<Direct<'_>>> {
+        let depthwise = self.cg() == 1 && self.group > 1;
+        if depthwise || self.geo.out_plane() <= FEW_POSITIONS || self.is_pointwise() {
+            return Ok(None);
+        }
+        Direct::new::<T>(&self.geo, self.cg())
+    }
+
+    /// Each group's weights of `w` packed for the direct kernel, if this convolution takes it.
+    fn pack_direct<T: Real>(&self, w: &[T]) -> Result<Option<Vec<direct::Packed>>> {
+        let Some(direct) = self.direct::<T>()? else {
+            return Ok(None);
+        };
+        let (mg, kc) = (self.mg(), self.cg() * self.geo.taps());
+        if w.len() != self.c_out * kc {
+            return Err(Error::Eval("W does not hold its shape".into()));
+        }
+        // `T` is `f32` (checked by `Direct::new`).
+        let w: &[f32] = bytemuck::cast_slice(w);
+        w.chunks_exact(mg * kc)
+            .map(|wg| direct.pack(mg, |m| Cow::Borrowed(&wg[m * kc..][..kc])))
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
     /// Writes `post(conv(x, w) + bias)` into every element of `out`, all in `T`; returns `out`
     /// initialised.
     pub fn run<'o, T: Real>(
         &self,
         x: &[T],
-        w: &[T],
-        bias: Option<&[T]>,
+        filters: Filters<'_, T>,
         post: Post<'_, T>,
         out: &'o mut [MaybeUninit<T>],
     ) -> Result<&'o mut [T]> {
+        let (w, bias) = (filters.w, filters.bias);
         if out.is_empty() {
             // Nothing to write; the planes of an empty output may multiply past `usize`.
             return Ok(&mut []);
@@ -225,7 +337,8 @@ impl ConvShape {
             let xg = &x[(n * self.c_in + g * cg) * in_plane..][..cg * in_plane];
             let wg = Mat::row_major(&w[g * mg * kc..(g + 1) * mg * kc], mg, kc)?;
             let bg = bias.map(|b| &b[g * mg..(g + 1) * mg]);
-            self.run_group(xg, wg, bg, post, y, parallel, plane.as_mut())
+            let packed = filters.packed.and_then(|p| p.get(g));
+            self.run_group(xg, wg, bg, post, y, parallel, plane.as_mut(), packed)
         };
         let tasks = self.batch * self.group;
         let threads = crate::par::threads();
@@ -329,6 +442,7 @@ impl ConvShape {
         y: &mut [MaybeUninit<T>],
         parallel: bool,
         plane: Option<&mut PhasePlanes<'_, T>>,
+        packed: Option<&direct::Packed>,
     ) -> Result<()> {
         let p = self.geo.out_plane();
         let depthwise = self.cg() == 1 && self.group > 1;
@@ -345,12 +459,10 @@ impl ConvShape {
                 return Ok(());
             }
         }
+        if let Some(direct) = self.direct::<T>()? {
+            return direct.run(xg, wg, bias, post, y, parallel, packed);
+        }
         if !depthwise && p > FEW_POSITIONS {
-            if let Some(direct) =
-                Direct::new::<T>(&self.geo, self.cg())?.filter(|_| !self.is_pointwise())
-            {
-                return direct.run(xg, wg, bias, post, y, parallel);
-            }
             if let Some(shifted) = Shifted::new(&self.geo, self.cg())? {
                 return shifted.run(xg, wg, bias, post, y, parallel);
             }
@@ -1206,13 +1318,24 @@ impl<'a> Direct<'a> {
         }))
     }
 
+    /// Filters `row(m)` for `m < filters`, each of this plan's taps, packed for its kernel.
+    fn pack<'r>(
+        &self,
+        filters: usize,
+        row: impl Fn(usize) -> Cow<'r, [f32]>,
+    ) -> Result<direct::Packed> {
+        direct::Packed::new(self.kernel, filters, self.taps.len(), row)
+    }
+
     /// `y = post(conv(xg, wg) + bias)` for one group of one image, every element written
-    /// (`T` is `f32`, checked in [`Direct::new`]). On several threads, each task takes a band
+    /// (`T` is `f32`, checked in [`Direct::new`]), from `packed` when it holds these weights
+    /// for this kernel, else from weights packed now. On several threads, each task takes a band
     /// of output rows with a plan of its own ([`Geometry3::rows`]): it loads the input rows it
     /// reads, of every channel, into planes of its own and computes from them, so the rows it
     /// reads are mostly those the operator before wrote on the same thread (split by positions
     /// as well) and its planes stay in its core's cache, with no wait for the other tasks'
     /// loads.
+    #[allow(clippy::too_many_arguments)]
     fn run<T: Real>(
         &self,
         xg: &[T],
@@ -1221,6 +1344,7 @@ impl<'a> Direct<'a> {
         post: Post<'_, T>,
         y: &mut [MaybeUninit<T>],
         parallel: bool,
+        packed: Option<&direct::Packed>,
     ) -> Result<()> {
         let g = self.layout.g;
         let ([_, oh, ow], [_, ih, iw]) = (g.output, g.input);
@@ -1228,20 +1352,22 @@ impl<'a> Direct<'a> {
         if xg.len() != self.cg * ih * iw {
             return Err(Error::Eval("X does not hold its channels".into()));
         }
+        let own;
+        let packed = match packed {
+            Some(p) if p.fits(self.kernel, mg, self.taps.len()) => p,
+            _ => {
+                own = self.pack(mg, |m| wg.row(m).iter().map(|v| v.to_f32()).collect())?;
+                &own
+            }
+        };
         let bias: Option<Vec<f32>> = bias.map(|b| b.iter().map(|v| v.to_f32()).collect());
-        let packed = direct::Packed::new(
-            self.kernel,
-            mg,
-            self.taps.len(),
-            |m| wg.row(m).iter().map(|v| v.to_f32()).collect(),
-            bias.as_deref(),
-        )?;
+        let bias = packed.bias(bias.as_deref())?;
         let blocks = ColumnBlocks::new(y, mg, oh * ow)?;
         let min_len = match parallel {
             true => crate::par::min_len(oh, &[self.taps.len(), self.layout.pitch, mg]),
             false => usize::MAX,
         };
-        let whole = || self.band(xg, ih * iw, &packed, post, &blocks, 0);
+        let whole = || self.band(xg, ih * iw, (packed, &bias), post, &blocks, 0);
         if min_len == usize::MAX || oh < 2 {
             return whole();
         }
@@ -1255,18 +1381,18 @@ impl<'a> Direct<'a> {
             plans.push((*oy0, rows.start * iw, plan));
         }
         plans.par_iter().try_for_each(|(oy0, first, plan)| {
-            plan.band(&xg[*first..], ih * iw, &packed, post, &blocks, *oy0)
+            plan.band(&xg[*first..], ih * iw, (packed, &bias), post, &blocks, *oy0)
         })
     }
 
     /// Loads this plan's input rows of every channel (channel `c` from `x[c * stride..]`) into
     /// its phase planes, then writes `post(conv + bias)` for its output rows into rows
-    /// `oy0..` of `blocks`.
+    /// `oy0..` of `blocks` (the weights packed, the bias laid out by [`direct::Packed::bias`]).
     fn band<T: Real>(
         &self,
         x: &[T],
         stride: usize,
-        packed: &direct::Packed,
+        (packed, bias): (&direct::Packed, &[f32]),
         post: Post<'_, T>,
         blocks: &ColumnBlocks<'_, T>,
         oy0: usize,
@@ -1304,7 +1430,7 @@ impl<'a> Direct<'a> {
             for &block in packed.blocks() {
                 let tile = &mut tile[..block.rows * width];
                 self.kernel
-                    .row(x, &self.taps, packed, block, b0 * pitch, tile)?;
+                    .row(x, &self.taps, packed, bias, block, b0 * pitch, tile)?;
                 if let Some(post) = post {
                     // Once over the whole tile (the dropped columns too): one call instead of
                     // one per filter and row. `T` is `f32`.
@@ -1585,11 +1711,10 @@ pub(super) fn eval_conv(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     let (x, w, b, dtype) = conv_operands(ctx, inputs)?;
     let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
     let y = dispatch_real!(dtype, R => {
-        let (xv, wv) = (R::load(x)?, widened_once::<R>(ctx, w, 1)?);
+        let (xv, w) = (R::load(x)?, weights::<R>(ctx, &shape, w, 1)?);
         let bias = b.map(R::load).transpose()?;
-        output_written::<R>(dtype, &shape.out_shape, |y| {
-            shape.run(&xv, &wv, bias.as_deref(), None, y)
-        })?
+        let filters = w.with(bias.as_deref());
+        output_written::<R>(dtype, &shape.out_shape, |y| shape.run(&xv, filters, None, y))?
     }, _ => return Err(unsupported_type("Conv", dtype)));
     Ok(vec![y])
 }
@@ -1610,17 +1735,17 @@ pub(super) fn eval_fused_conv(
         None => fused_activation(ctx.node)?,
     };
     let shape = ConvShape::new(ctx, x.shape(), w.shape())?;
-    let (xv, wv) = (x.as_slice::<f32>()?, w.as_slice::<f32>()?);
+    let (xv, w) = (x.as_slice::<f32>()?, weights::<f32>(ctx, &shape, w, 1)?);
     let bias = b.map(Tensor::as_slice::<f32>).transpose()?;
+    let filters = w.with(bias);
     let z = optional(inputs, 3);
     let apply = move |y: &mut [f32]| activation.apply(y);
     let post: Post<'_, f32> = match z {
         None => Some(&apply),
         Some(_) => None,
     };
-    let mut y = output_written::<f32>(dtype, &shape.out_shape, |y| {
-        shape.run(xv, wv, bias, post, y)
-    })?;
+    let mut y =
+        output_written::<f32>(dtype, &shape.out_shape, |y| shape.run(xv, filters, post, y))?;
     if let Some(z) = z {
         if z.dtype() != dtype || z.shape() != y.shape() {
             return Err(ctx.error(format!(

@@ -130,10 +130,14 @@ impl Taps {
 }
 
 /// Weights in blocks of filters of a kernel's heights, each block tap by tap (`rows` weights
-/// per tap, zero for the padding filters), and the bias likewise.
+/// per tap, zero for the padding filters). Constant weights are packed once per plan (the
+/// convolution keeps them, `conv::KeptFilters`); the bias is laid out per call
+/// ([`Packed::bias`]), as it may not be a constant.
 pub(super) struct Packed {
     w: Scratch<f32>,
-    bias: Scratch<f32>,
+    /// The kernel whose blocks these are.
+    kernel: Kernel,
+    filters: usize,
     taps: usize,
     /// Each block's first filter, its height (`tall` or `short` of the kernel's [`Shape`]) and
     /// its first row in `bias` (its weights start `taps` times further into `w`).
@@ -151,14 +155,13 @@ pub(super) struct Block {
 }
 
 impl Packed {
-    /// `filters` filters of `taps` weights each (filter `m` is `row(m)`) and their bias, in
+    /// `filters` filters of `taps` weights each (filter `m` is `row(m)`, of `taps` weights) in
     /// the blocks of `kernel`.
-    pub fn new(
+    pub fn new<'r>(
         kernel: Kernel,
         filters: usize,
         taps: usize,
-        row: impl Fn(usize) -> Vec<f32>,
-        bias: Option<&[f32]>,
+        row: impl Fn(usize) -> std::borrow::Cow<'r, [f32]>,
     ) -> Result<Packed> {
         let Shape { tall, short, .. } = kernel.0.shape();
         let mut blocks = Vec::new();
@@ -178,23 +181,54 @@ impl Packed {
             .checked_mul(taps)
             .ok_or_else(|| Error::Eval("the packed weights of a convolution overflow".into()))?;
         let mut w = Scratch::new(len, 0.0)?;
-        let mut b = Scratch::new(at, 0.0)?;
         for blk in &blocks {
+            let dst = &mut w[blk.at * taps..][..blk.rows * taps];
             for i in 0..blk.rows.min(filters - blk.first) {
-                let m = blk.first + i;
-                let dst = &mut w[blk.at * taps..][..blk.rows * taps];
-                for (t, &v) in row(m).iter().enumerate().take(taps) {
+                let row = row(blk.first + i);
+                if row.len() != taps {
+                    return Err(Error::Eval(format!(
+                        "a filter of a convolution holds {} weights, not {taps}",
+                        row.len()
+                    )));
+                }
+                for (t, &v) in row.iter().enumerate() {
                     dst[t * blk.rows + i] = v;
                 }
-                b[blk.at + i] = bias.map_or(0.0, |b| b[m]);
             }
         }
         Ok(Packed {
             w,
-            bias: b,
+            kernel,
+            filters,
             taps,
             blocks,
         })
+    }
+
+    /// Whether these are `filters` filters of `taps` weights in the blocks of `kernel`.
+    pub fn fits(&self, kernel: Kernel, filters: usize, taps: usize) -> bool {
+        self.kernel.0 == kernel.0 && self.filters == filters && self.taps == taps
+    }
+
+    /// `bias` (one value per filter, or none: zeros) in the rows of the blocks, zero for the
+    /// padding filters, as [`Kernel::row`] reads it.
+    pub fn bias(&self, bias: Option<&[f32]>) -> Result<Scratch<f32>> {
+        let rows = self.blocks.last().map_or(0, |b| b.at + b.rows);
+        let mut laid = Scratch::new(rows, 0.0)?;
+        if let Some(bias) = bias {
+            if bias.len() != self.filters {
+                return Err(Error::Eval(format!(
+                    "B holds {} values for {} filters",
+                    bias.len(),
+                    self.filters
+                )));
+            }
+            for blk in &self.blocks {
+                let n = blk.rows.min(self.filters - blk.first);
+                laid[blk.at..][..n].copy_from_slice(&bias[blk.first..][..n]);
+            }
+        }
+        Ok(laid)
     }
 
     /// The blocks of filters.
@@ -235,12 +269,14 @@ impl Kernel {
 
     /// Output positions `q0 .. q0 + width` (`width` a whole number of [`Kernel::lanes`]) of
     /// the filters of `block` into `out` (`block.rows` rows of `width`): position `q` sums
-    /// `w[t] * x[q + offsets[t]]` over the taps, from the bias.
+    /// `w[t] * x[q + offsets[t]]` over the taps, from the bias (laid out by [`Packed::bias`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn row(
         self,
         x: &[f32],
         taps: &Taps,
         packed: &Packed,
+        bias: &[f32],
         block: Block,
         q0: usize,
         out: &mut [f32],
@@ -262,6 +298,8 @@ impl Kernel {
             || !fits
             || !weights
             || taps.len() != packed.taps
+            || packed.kernel.0 != self.0
+            || bias.len() < block.at + rows
             || !(rows == shape.tall || rows == shape.short)
         {
             return Err(Error::Eval(
@@ -269,7 +307,7 @@ impl Kernel {
             ));
         }
         let w = &packed.w[block.at * packed.taps..][..rows * packed.taps];
-        let bias = &packed.bias[block.at..][..rows];
+        let bias = &bias[block.at..][..rows];
         #[cfg(target_arch = "x86_64")]
         {
             use x86::{F32x16, F32x8, Vector};
@@ -490,6 +528,12 @@ mod x86 {
         }
     }
 
+    /// How far ahead of the tap being summed its weights are prefetched, in `f32`: a few hundred
+    /// cycles of taps. Measured on an Intel Xeon (family 6 model 167) at 1 thread, twelve 3x3
+    /// convolutions of 512 channels over 7x7 in a chain (113 MB of weights, `--profile`):
+    /// 44.5 ms without, 33.2 at 128, 21.0 at 512, 20.7 at 1024, 22.5 at 2048 (one alone: 1.75).
+    const PREFETCH: usize = 512;
+
     /// `N` vectors of positions from `x` for `R` filters, written at column `j` of the rows of
     /// `out` (of `width`).
     ///
@@ -511,6 +555,11 @@ mod x86 {
         let mut acc: [[L; N]; R] = bias.map(|b| [unsafe { L::splat(b) }; N]);
         let mut wt = w;
         for &off in offsets {
+            // The weights stream from memory once per block when they are larger than the
+            // caches (ResNet-50's 3x3 convolutions of 512 channels over 7x7 read 9.4 MB for
+            // 64 positions); the hardware prefetcher stops at each 4 KiB page.
+            // SAFETY: SSE is part of x86-64; a prefetch does not fault, wherever it points.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(wt.wrapping_add(PREFETCH).cast()) };
             let xp = unsafe { x.add(off) };
             let xs: [L; N] = std::array::from_fn(|v| unsafe { L::load(xp.add(v * L::LANES)) });
             for (i, row) in acc.iter_mut().enumerate() {
@@ -607,14 +656,9 @@ mod tests {
                     })
                     .collect();
                 let bias: Vec<f32> = (0..filters).map(|m| m as f32 - 2.5).collect();
-                let packed = Packed::new(
-                    kernel,
-                    filters,
-                    offsets.len(),
-                    |m| w[m].clone(),
-                    Some(&bias),
-                )
-                .unwrap();
+                let packed =
+                    Packed::new(kernel, filters, offsets.len(), |m| w[m][..].into()).unwrap();
+                let laid = packed.bias(Some(&bias)).unwrap();
                 assert!(packed.blocks().iter().all(|b| b.rows <= kernel.rows()));
                 let pad: usize = packed.blocks().iter().map(|b| b.rows).sum::<usize>() - filters;
                 assert!(
@@ -629,7 +673,9 @@ mod tests {
                         .collect();
                     for &block in packed.blocks() {
                         let mut out = vec![f32::NAN; block.rows * width];
-                        kernel.row(&x, &taps, &packed, block, q0, &mut out).unwrap();
+                        kernel
+                            .row(&x, &taps, &packed, &laid, block, q0, &mut out)
+                            .unwrap();
                         for (i, row) in out.chunks_exact(width).enumerate() {
                             let m = block.first + i;
                             for (q, &v) in row.iter().enumerate() {
@@ -654,21 +700,37 @@ mod tests {
         let taps = Taps::new(vec![0, 4]);
         for kernel in Level::ALL.into_iter().filter_map(Kernel::with_level) {
             let lanes = kernel.lanes();
-            let packed = Packed::new(kernel, 3, 2, |_| vec![1.0, 2.0], None).unwrap();
+            let packed = Packed::new(kernel, 3, 2, |_| [1.0, 2.0][..].into()).unwrap();
+            let bias = packed.bias(None).unwrap();
             let block = packed.blocks()[0];
             let x = vec![0.0; 4 + 2 * lanes];
             let mut out = vec![0.0; block.rows * 2 * lanes];
-            assert!(kernel.row(&x, &taps, &packed, block, 0, &mut out).is_ok());
-            // One position too far, a width of a part of a vector, a short output.
-            assert!(kernel.row(&x, &taps, &packed, block, 1, &mut out).is_err());
-            let mut part = vec![0.0; block.rows * (lanes + 1)];
-            assert!(kernel.row(&x, &taps, &packed, block, 0, &mut part).is_err());
             assert!(kernel
-                .row(&x, &taps, &packed, block, 0, &mut out[1..])
+                .row(&x, &taps, &packed, &bias, block, 0, &mut out)
+                .is_ok());
+            // One position too far, a width of a part of a vector, a short output.
+            assert!(kernel
+                .row(&x, &taps, &packed, &bias, block, 1, &mut out)
+                .is_err());
+            let mut part = vec![0.0; block.rows * (lanes + 1)];
+            assert!(kernel
+                .row(&x, &taps, &packed, &bias, block, 0, &mut part)
+                .is_err());
+            assert!(kernel
+                .row(&x, &taps, &packed, &bias, block, 0, &mut out[1..])
                 .is_err());
             // Taps that do not match the weights.
             let three = Taps::new(vec![0, 1, 2]);
-            assert!(kernel.row(&x, &three, &packed, block, 0, &mut out).is_err());
+            assert!(kernel
+                .row(&x, &three, &packed, &bias, block, 0, &mut out)
+                .is_err());
+            // A bias shorter than the blocks, weights packed for another filter count.
+            assert!(kernel
+                .row(&x, &taps, &packed, &[], block, 0, &mut out)
+                .is_err());
+            assert!(!packed.fits(kernel, 4, 2) && packed.fits(kernel, 3, 2));
+            // A filter of the wrong length.
+            assert!(Packed::new(kernel, 3, 2, |_| [1.0][..].into()).is_err());
         }
     }
 }

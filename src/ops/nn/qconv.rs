@@ -511,7 +511,8 @@ fn reference_conv(
     let wv = shifted_f64s(w, |i| zw_at(i / per_filter.max(1)))?;
     let mut acc = try_vec(checked_product(&shape.out_shape)?, 0.0)?;
     // SAFETY: the convolution writes only initialised values.
-    shape.run::<f64>(&xv, &wv, None, None, unsafe { as_slots(&mut acc) })?;
+    let filters = super::conv::Filters::new(&wv[..], None);
+    shape.run::<f64>(&xv, filters, None, unsafe { as_slots(&mut acc) })?;
     Ok(acc)
 }
 
