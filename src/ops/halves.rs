@@ -227,6 +227,78 @@ pub(crate) fn map_checked<'d, T: Widen>(
     unsafe { assume_written(&mut dst[..n]) }
 }
 
+/// `v` rounded to `f32` by rounding to odd: truncated toward zero, with the last bit set when
+/// that was inexact. Rounding the result once more to a type with at most 22 significant bits
+/// (`float16`, `bfloat16`) then gives `v` rounded once to that type, nearest even: no double
+/// rounding. (`half`'s own `bf16::from_f64` does not: it gives `-4.625` for `-4.6406255`,
+/// whose nearest `bfloat16` is `-4.65625`.)
+pub(crate) fn f32_round_to_odd(v: f64) -> f32 {
+    let f = v as f32;
+    if !f.is_finite() || f64::from(f) == v {
+        return f;
+    }
+    // Inexact: `f` is not zero when it is farther from zero than `v`.
+    let toward_zero = match f64::from(f).abs() > v.abs() {
+        true => f32::from_bits(f.to_bits() - 1),
+        false => f,
+    };
+    f32::from_bits(toward_zero.to_bits() | 1)
+}
+
+/// `v` rounded once to `float16`, nearest even ([`f32_round_to_odd`]; `half`'s
+/// `f16::from_f64` rounds to `f32` first, and gives `1.0078125` for `exp` of `0x1f79`, whose
+/// nearest `float16` is `1.0068359`).
+pub(crate) fn f16_from_f64(v: f64) -> f16 {
+    f16::from_f32(f32_round_to_odd(v))
+}
+
+/// `v` rounded once to `bfloat16`, nearest even ([`f32_round_to_odd`]).
+pub(crate) fn bf16_from_f64(v: f64) -> bf16 {
+    bf16::from_f32(f32_round_to_odd(v))
+}
+
+/// `f` of every element of `src` into `dst` (as many of it), computed in `f32` a block at a
+/// time: widened, mapped by the vectorised loop and rounded once, all in cache.
+pub(crate) fn map_blocks<'d, T: Widen>(
+    src: &[T],
+    dst: &'d mut [MaybeUninit<T>],
+    f: impl Fn(f32) -> f32 + Copy,
+) -> &'d mut [T] {
+    let n = src.len().min(dst.len());
+    let mut wide = [MaybeUninit::<f32>::uninit(); BLOCK];
+    let mut out = [MaybeUninit::<f32>::uninit(); BLOCK];
+    for (s, d) in src[..n].chunks(BLOCK).zip(dst[..n].chunks_mut(BLOCK)) {
+        let w = T::widen_slice(s, &mut wide[..s.len()]);
+        T::narrow_slice(super::vector::map(w, &mut out[..s.len()], f), d);
+    }
+    // SAFETY: every block of `dst[..n]` was written by `narrow_slice`.
+    unsafe { assume_written(&mut dst[..n]) }
+}
+
+/// `f(x[i], y[i])` for the elements of two slices of halves (and as many of `dst`), computed
+/// in `f32` a block at a time: each block of both widened, zipped by the vectorised loop and
+/// rounded once, all in cache (the same bits as widening both whole first).
+pub(crate) fn zip_blocks<'d, T: Widen>(
+    x: &[T],
+    y: &[T],
+    dst: &'d mut [MaybeUninit<T>],
+    f: impl Fn(f32, f32) -> f32 + Copy,
+) -> &'d mut [T] {
+    let n = x.len().min(y.len()).min(dst.len());
+    let mut wx = [MaybeUninit::<f32>::uninit(); BLOCK];
+    let mut wy = [MaybeUninit::<f32>::uninit(); BLOCK];
+    let mut out = [MaybeUninit::<f32>::uninit(); BLOCK];
+    let blocks = x[..n].chunks(BLOCK).zip(y[..n].chunks(BLOCK));
+    for ((a, b), d) in blocks.zip(dst[..n].chunks_mut(BLOCK)) {
+        let a = T::widen_slice(a, &mut wx[..a.len()]);
+        let b = T::widen_slice(b, &mut wy[..b.len()]);
+        let o = super::vector::zip(a, b, &mut out[..a.len()], f);
+        T::narrow_slice(o, d);
+    }
+    // SAFETY: every block of `dst[..n]` was written by `narrow_slice`.
+    unsafe { assume_written(&mut dst[..n]) }
+}
+
 /// The values of `src` widened to `f32` in a pooled buffer of the arena (for a kernel's scratch
 /// copy: the next step reuses the memory without faulting it in again).
 pub(crate) fn widened_scratch<T: Widen>(

@@ -20,7 +20,6 @@
 //! compute the same bits as kernels written on the concrete types. Nothing here is exported
 //! from the crate.
 
-use std::borrow::Cow;
 use std::fmt::Debug;
 use std::iter::Sum;
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
@@ -247,7 +246,7 @@ macro_rules! impl_float_half {
             }
             #[inline]
             fn from_f64(v: f64) -> Self {
-                <$t>::from_f64(v)
+                <$t>::from_f32(super::halves::f32_round_to_odd(v))
             }
             #[inline]
             fn to_f32(self) -> f32 {
@@ -306,14 +305,14 @@ pub(crate) trait Real:
     fn to_bf16(self) -> bf16;
 
     /// The values of a floating-point tensor in this type, borrowed when no conversion is needed.
-    fn load(t: &Tensor) -> Result<Cow<'_, [Self]>>;
+    fn load(t: &Tensor) -> Result<Loaded<'_, Self>>;
 
     /// A tensor of `dtype` (one this type computes for) holding `values`, rounded once.
     fn store(dtype: DataType, shape: &[usize], values: Vec<Self>) -> Result<Tensor>;
 }
 
 macro_rules! impl_real {
-    ($($t:ty, $narrow:ident;)*) => {$(
+    ($($t:ty;)*) => {$(
         impl Real for $t {
             #[inline]
             fn sqrt(self) -> Self {
@@ -341,13 +340,13 @@ macro_rules! impl_real {
             }
             #[inline]
             fn to_f16(self) -> f16 {
-                f16::$narrow(self)
+                super::halves::f16_from_f64(self as f64)
             }
             #[inline]
             fn to_bf16(self) -> bf16 {
-                bf16::$narrow(self)
+                super::halves::bf16_from_f64(self as f64)
             }
-            fn load(t: &Tensor) -> Result<Cow<'_, [Self]>> {
+            fn load(t: &Tensor) -> Result<Loaded<'_, Self>> {
                 load_widened::<$t>(t)
             }
             fn store(dtype: DataType, shape: &[usize], values: Vec<Self>) -> Result<Tensor> {
@@ -358,8 +357,8 @@ macro_rules! impl_real {
 }
 
 impl_real! {
-    f32, from_f32;
-    f64, from_f64;
+    f32;
+    f64;
 }
 
 /// Whether this CPU has fused multiply-adds, so that [`Real::mul_add`] in a loop compiled for
@@ -372,27 +371,58 @@ pub(crate) fn has_fma() -> bool {
 }
 
 /// The values of a `T` tensor, or of a `float16` or `bfloat16` one widened to `T`.
-fn load_widened<T: Real>(t: &Tensor) -> Result<Cow<'_, [T]>> {
+/// The values of a tensor in a compute type `T` ([`Real::load`]): borrowed when it is stored
+/// as `T`; half values widened to `f32` into a pooled buffer of the arena (the next step reuses
+/// its memory: a fresh buffer for each load faulted its pages in again, 18% of the float16
+/// ResNet-50's time); other conversions in a buffer of their own.
+pub(crate) enum Loaded<'a, T> {
+    Borrowed(&'a [T]),
+    Owned(Vec<T>),
+    /// Only made when `T` is `f32`.
+    Widened(crate::tensor::Scratch<f32>),
+}
+
+impl<T: Pod> std::ops::Deref for Loaded<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Loaded::Borrowed(v) => v,
+            Loaded::Owned(v) => v,
+            // `T` is `f32` here.
+            Loaded::Widened(v) => bytemuck::cast_slice(&v[..]),
+        }
+    }
+}
+
+impl<T: Pod> Loaded<'_, T> {
+    /// The values in a vector of their own.
+    pub fn into_owned(self) -> Vec<T> {
+        match self {
+            Loaded::Owned(v) => v,
+            other => other.to_vec(),
+        }
+    }
+}
+
+fn load_widened<T: Real>(t: &Tensor) -> Result<Loaded<'_, T>> {
     if t.dtype() == T::DTYPE {
-        return Ok(Cow::Borrowed(t.as_slice::<T>()?));
+        return Ok(Loaded::Borrowed(t.as_slice::<T>()?));
     }
     match t.dtype() {
         // Widened by slices (the same bits as `f16::to_f32` and `bf16::to_f32` one by one).
-        DataType::Float16 if T::DTYPE == DataType::Float => {
-            let v = super::halves::widened(t.as_slice::<f16>()?)?;
-            Ok(Cow::Owned(v.into_iter().map(T::from_f32).collect()))
-        }
-        DataType::Bfloat16 if T::DTYPE == DataType::Float => {
-            let v = super::halves::widened(t.as_slice::<bf16>()?)?;
-            Ok(Cow::Owned(v.into_iter().map(T::from_f32).collect()))
-        }
-        DataType::Float16 => Ok(Cow::Owned(
+        DataType::Float16 if T::DTYPE == DataType::Float => Ok(Loaded::Widened(
+            super::halves::widened_scratch(t.as_slice::<f16>()?)?,
+        )),
+        DataType::Bfloat16 if T::DTYPE == DataType::Float => Ok(Loaded::Widened(
+            super::halves::widened_scratch(t.as_slice::<bf16>()?)?,
+        )),
+        DataType::Float16 => Ok(Loaded::Owned(
             t.as_slice::<f16>()?
                 .iter()
                 .map(|&v| T::from_f16(v))
                 .collect(),
         )),
-        DataType::Bfloat16 => Ok(Cow::Owned(
+        DataType::Bfloat16 => Ok(Loaded::Owned(
             t.as_slice::<bf16>()?
                 .iter()
                 .map(|&v| T::from_bf16(v))
@@ -400,6 +430,22 @@ fn load_widened<T: Real>(t: &Tensor) -> Result<Cow<'_, [T]>> {
         )),
         other => Err(unsupported_type("this kernel", other)),
     }
+}
+
+/// A `dtype` tensor of a copy of `values` rounded once to `float16` or `bfloat16` (or as they
+/// are for `T`'s own type), for values in a kernel's scratch.
+pub(crate) fn narrowed<T: Real>(dtype: DataType, shape: &[usize], values: &[T]) -> Result<Tensor> {
+    use super::halves::Widen;
+    if T::DTYPE != DataType::Float {
+        return store_rounded(dtype, shape, values.to_vec());
+    }
+    // `T` is `f32`.
+    let v: &[f32] = bytemuck::cast_slice(values);
+    Ok(match dtype {
+        DataType::Float16 => Tensor::uninit(dtype, shape)?.fill(|d| f16::narrow_slice(v, d))?,
+        DataType::Bfloat16 => Tensor::uninit(dtype, shape)?.fill(|d| bf16::narrow_slice(v, d))?,
+        _ => return store_rounded(dtype, shape, values.to_vec()),
+    })
 }
 
 /// A `dtype` tensor of `values`: as they are for `T`'s own type, rounded once to `float16` or

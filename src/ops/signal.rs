@@ -47,7 +47,7 @@ fn f64s(t: &Tensor) -> Result<Vec<f64>> {
 
 /// A float tensor of `dtype` holding `values`, rounded once.
 fn store(dtype: DataType, shape: &[usize], values: &[f64]) -> Result<Tensor> {
-    crate::ops::num::dispatch_float!(dtype, T => tensor_from_iter(dtype, shape, values.iter().map(|&v| T::from_f64(v))),
+    crate::ops::num::dispatch_float!(dtype, T => tensor_from_iter(dtype, shape, values.iter().map(|&v| <T as Float>::from_f64(v))),
         _ => Err(Error::Eval(format!("{dtype} is not a floating-point type"))))
 }
 

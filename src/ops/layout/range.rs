@@ -96,7 +96,7 @@ pub(super) fn eval_range(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<
         Bounds::Float(s, _, d) => crate::ops::num::dispatch_float!(dtype, T => {
             Tensor::uninit(dtype, &[n])?.fill(|slots: &mut [MaybeUninit<T>]| {
                 for (i, v) in slots.iter_mut().enumerate() {
-                    v.write(T::from_f64(s + i as f64 * d));
+                    v.write(<T as Float>::from_f64(s + i as f64 * d));
                 }
                 // SAFETY: every slot was written just now.
                 unsafe { assume_written(slots) }

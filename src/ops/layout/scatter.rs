@@ -98,7 +98,7 @@ fn scatter(
     crate::ops::num::dispatch_float!(dtype, T => {
         let op = |a: T, b: T| {
             let (a, b) = (a.to_f64(), b.to_f64());
-            T::from_f64(match r {
+            <T as Float>::from_f64(match r {
                 Reduction::Add => a + b,
                 Reduction::Mul => a * b,
                 Reduction::Max => a.max(b),

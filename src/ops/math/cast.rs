@@ -153,7 +153,7 @@ fn write_reals(v: &[f64], to: DataType, shape: &[usize], opts: Options) -> Resul
         return packed_tensor(to, shape, codes);
     }
     crate::ops::num::dispatch_float!(to, T => {
-        tensor(to, shape, v.iter().map(|&x| T::from_f64(x)).collect())
+        tensor(to, shape, v.iter().map(|&x| <T as Float>::from_f64(x)).collect())
     }, _ => Err(unsupported(to)))
 }
 
@@ -598,12 +598,12 @@ mod tests {
             DataType::Float16 => make!(
                 half::f16,
                 |w: u64| half::f16::from_bits(w as u16),
-                half::f16::from_f64
+                crate::ops::halves::f16_from_f64
             ),
             DataType::Bfloat16 => make!(
                 half::bf16,
                 |w: u64| half::bf16::from_bits(w as u16),
-                half::bf16::from_f64
+                crate::ops::halves::bf16_from_f64
             ),
             DataType::Bool => make!(u8, |w: u64| (w & 1) as u8, |r: f64| (r != 0.0) as u8),
             _ => crate::ops::num::dispatch_int!(dtype, T => {

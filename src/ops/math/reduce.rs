@@ -208,7 +208,7 @@ fn eval_reduce(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Res
     let out = crate::ops::num::dispatch_float!(dtype, T => {
         let v: Vec<f64> = x.as_slice::<T>()?.iter().map(|e| e.to_f64()).collect();
         let r = reduce(kind, &v, &plan, f64::NEG_INFINITY, f64::INFINITY)?;
-        tensor(dtype, shape, r.into_iter().map(T::from_f64).collect())?
+        tensor(dtype, shape, r.into_iter().map(<T as Float>::from_f64).collect())?
     }, _ => {
         let (lowest, highest) = int_bounds(dtype).ok_or_else(|| bad_type(ctx, dtype))?;
         let exact = !matches!(kind, Kind::L2 | Kind::LogSum | Kind::LogSumExp);

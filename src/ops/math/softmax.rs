@@ -101,7 +101,7 @@ fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Result<Vec
     }
     crate::ops::num::dispatch_float!(x.dtype(), T => {
         let src = x.as_slice::<T>()?;
-        let mut out = try_vec(src.len(), T::from_f64(0.0))?;
+        let mut out = try_vec(src.len(), <T as Float>::from_f64(0.0))?;
         let mut row = try_vec(size, 0.0f64)?;
         for o in 0..outer {
             for k in 0..inner {
@@ -111,7 +111,7 @@ fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Result<Vec
                 }
                 apply(kind, &mut row);
                 for (i, &r) in row.iter().enumerate() {
-                    out[at(i)] = T::from_f64(r);
+                    out[at(i)] = <T as Float>::from_f64(r);
                 }
             }
         }
@@ -226,7 +226,7 @@ mod tests {
             .zip(y.as_slice::<f16>().unwrap().chunks(size))
         {
             for (&want, &g) in exact(row).iter().zip(got) {
-                let want = f16::from_f64(want);
+                let want = crate::ops::halves::f16_from_f64(want);
                 assert!(g.to_bits().abs_diff(want.to_bits()) <= 1, "{g} vs {want}");
             }
         }
@@ -239,7 +239,7 @@ mod tests {
             .zip(y.as_slice::<bf16>().unwrap().chunks(size))
         {
             for (&want, &g) in exact(row).iter().zip(got) {
-                let want = bf16::from_f64(want);
+                let want = crate::ops::halves::bf16_from_f64(want);
                 assert!(g.to_bits().abs_diff(want.to_bits()) <= 1, "{g} vs {want}");
             }
         }

@@ -31,7 +31,7 @@ pub(super) use numeric::{
 /// Applies a real function to every element of a floating-point tensor.
 pub(super) fn float_map(ctx: &EvalCtx<'_>, x: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor> {
     crate::ops::num::dispatch_float!(x.dtype(), T => {
-        let v = x.as_slice::<T>()?.iter().map(|&e| T::from_f64(f(e.to_f64())));
+        let v = x.as_slice::<T>()?.iter().map(|&e| <T as Float>::from_f64(f(e.to_f64())));
         tensor_from_iter(x.dtype(), x.shape(), v)
     }, _ => Err(bad_type(ctx, x.dtype())))
 }
@@ -91,7 +91,7 @@ fn map_half<T: Widen + Float>(
     fast: impl Fn(f32) -> f32 + Copy,
 ) -> Result<Tensor> {
     let src = x.as_slice::<T>()?;
-    let exact = |v: f32| T::from_f64(f(f64::from(v)));
+    let exact = |v: f32| <T as Float>::from_f64(f(f64::from(v)));
     Ok(Tensor::uninit(T::DTYPE, x.shape())?
         .fill(|dst| halves::map_checked(src, dst, fast, exact))?)
 }
@@ -382,7 +382,7 @@ pub(super) fn eval_swiglu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
         let (av, bv) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
         let v = av.iter().zip(bv).map(|(&x, &y)| {
             let x = x.to_f64();
-            T::from_f64(x / (1.0 + (-alpha * x).exp()) * y.to_f64())
+            <T as Float>::from_f64(x / (1.0 + (-alpha * x).exp()) * y.to_f64())
         });
         Ok(vec![tensor_from_iter(a.dtype(), a.shape(), v)?])
     }, _ => Err(bad_type(ctx, a.dtype())))

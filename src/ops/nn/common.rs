@@ -5,8 +5,7 @@
 //! Design note: `float16` and `bfloat16` tensors are widened to `f32` once on load and rounded once
 //! on store, so every kernel is written for `f32` and `f64` only.
 
-use crate::tensor::try_vec;
-use std::borrow::Cow;
+use crate::tensor::Scratch;
 use std::mem::MaybeUninit;
 
 use half::{bf16, f16};
@@ -16,7 +15,7 @@ use crate::ir::{Dim, Shape, TensorType};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::super::num::{dispatch_int, dispatch_real, Float, Real};
+use super::super::num::{dispatch_int, dispatch_real, narrowed, Float, Loaded, Real};
 use super::super::util::{to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
 
@@ -32,9 +31,9 @@ pub(super) fn output<R: Real>(
         fill(t.as_slice_mut::<R>()?)?;
         Ok(t)
     } else {
-        let mut v = try_vec(checked_product(shape)?, R::ZERO)?;
+        let mut v = Scratch::new(checked_product(shape)?, R::ZERO)?;
         fill(&mut v)?;
-        R::store(dtype, shape, v)
+        narrowed(dtype, shape, &v)
     }
 }
 
@@ -58,10 +57,11 @@ pub(super) fn output_written<R: Real>(
             None => Ok(t?),
         }
     } else {
-        let mut v = try_vec(checked_product(shape)?, R::ZERO)?;
+        // In pooled scratch: a fresh buffer per call faulted its pages in again.
+        let mut v = Scratch::new(checked_product(shape)?, R::ZERO)?;
         // SAFETY: the kernels behind `fill` write only initialised values.
         fill(unsafe { super::super::vector::as_slots(&mut v) })?;
-        R::store(dtype, shape, v)
+        narrowed(dtype, shape, &v)
     }
 }
 
@@ -198,12 +198,12 @@ pub(super) fn widened_once<'a, R: Real + 'static>(
     ctx: &EvalCtx<'a>,
     t: &'a Tensor,
     input: usize,
-) -> Result<Cow<'a, [R]>> {
+) -> Result<Loaded<'a, R>> {
     if t.dtype() == R::DTYPE {
         return R::load(t);
     }
     match ctx.remember(&[input], || Ok(R::load(t)?.into_owned()))? {
-        Some(kept) => Ok(Cow::Borrowed(&kept[..])),
+        Some(kept) => Ok(Loaded::Borrowed(&kept[..])),
         None => R::load(t),
     }
 }

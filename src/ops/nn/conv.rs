@@ -42,7 +42,7 @@ use super::common::{checked_product, input_dims, output_written, tensor_type};
 use super::direct;
 use super::window::{inside, Geometry3, WindowAttrs};
 use crate::ops::math::Activation;
-use crate::ops::num::{dispatch_real, has_fma, Real};
+use crate::ops::num::{dispatch_real, has_fma, Loaded, Real};
 use multiversion::multiversion;
 
 /// Target size (in elements) of one im2col tile.
@@ -109,12 +109,12 @@ struct KeptFilters<R> {
 }
 
 /// A convolution's weights in the compute type `R`, and their packing when it was kept.
-struct Weights<'a, R: Clone> {
-    w: Cow<'a, [R]>,
+struct Weights<'a, R> {
+    w: Loaded<'a, R>,
     packed: Option<&'a [direct::Packed]>,
 }
 
-impl<R: Clone> Weights<'_, R> {
+impl<R: bytemuck::Pod> Weights<'_, R> {
     /// These weights with `bias`.
     fn with<'f>(&'f self, bias: Option<&'f [R]>) -> Filters<'f, R> {
         Filters {
@@ -147,7 +147,7 @@ fn weights<'a, R: Real + 'static>(
     Ok(match kept {
         Some(k) => Weights {
             w: match &k.widened {
-                Some(w) => Cow::Borrowed(&w[..]),
+                Some(w) => Loaded::Borrowed(&w[..]),
                 None => R::load(t)?,
             },
             packed: k.packed.as_deref(),

@@ -8,8 +8,8 @@
 //! two Rust types rounds once and wraps like the wider detour; a real below 2^63 in magnitude
 //! truncates to the same `i64` whose low bits the `i128` keeps, and a block holding a larger
 //! value, an infinity or a NaN goes through the reference's own conversion. `float` to
-//! `bfloat16` rounds as `bf16::from_f64` does, element by element (it truncates the `f64` to 32
-//! bits before rounding, so it is not `bf16::from_f32`).
+//! `bfloat16` rounds once to nearest even (`bf16::from_f32`; the reference rounds its `f64`
+//! without double rounding, `halves::bf16_from_f64`).
 //!
 //! Every other pair returns `None` and runs the reference.
 
@@ -122,9 +122,7 @@ pub(super) fn cast(x: &Tensor, to: DataType) -> Result<Option<Tensor>> {
         }
         (D::Float, D::Bfloat16) => {
             let s = x.as_slice::<f32>()?;
-            filled(x, to, |d| {
-                convert(s, d, |v: f32| bf16::from_f64(f64::from(v)))
-            })
+            filled(x, to, |d| convert(s, d, bf16::from_f32))
         }
         (D::Float, D::Double) => {
             let s = x.as_slice::<f32>()?;
