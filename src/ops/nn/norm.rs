@@ -16,8 +16,6 @@
 //! form of opsets before 9, per element of a sample. `GroupNormalization` takes `scale` and
 //! `bias` per group (opset 18) or per channel (21); which one is read from their length.
 
-use std::mem::MaybeUninit;
-
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -63,9 +61,15 @@ fn params<R: Real>(t: &Tensor, len: usize, what: &str) -> Result<Vec<R>> {
     Ok(R::load(t)?.into_owned())
 }
 
-/// `y = x * a[c] + b[c]` over `x` (and `y`) viewed as `(outer, channels, inner)`.
-fn affine<R: Real>(x: &[R], a: &[R], b: &[R], inner: usize, y: &mut [R]) {
-    let block = a.len() * inner;
+/// `f(c, x_plane, y_plane)` for every plane of `x` and `y` viewed as `(outer, channels,
+/// inner)`, with `c` the plane's channel; the outer blocks on several threads.
+fn each_plane<X: Sync, Y: Send>(
+    x: &[X],
+    y: &mut [Y],
+    (channels, inner): (usize, usize),
+    f: impl Fn(usize, &[X], &mut [Y]) + Sync,
+) {
+    let block = channels * inner;
     if block == 0 {
         return;
     }
@@ -74,12 +78,19 @@ fn affine<R: Real>(x: &[R], a: &[R], b: &[R], inner: usize, y: &mut [R]) {
         .with_min_len(crate::par::min_len(x.len() / block, &[block]))
         .for_each(|(yb, xb)| {
             for (c, (yc, xc)) in yb.chunks_mut(inner).zip(xb.chunks(inner)).enumerate() {
-                let (ac, bc) = (a[c], b[c]);
-                for (yv, &xv) in yc.iter_mut().zip(xc) {
-                    *yv = xv * ac + bc;
-                }
+                f(c, xc, yc);
             }
         });
+}
+
+/// `y = x * a[c] + b[c]` over `x` (and `y`) viewed as `(outer, channels, inner)`.
+fn affine<R: Real>(x: &[R], a: &[R], b: &[R], inner: usize, y: &mut [R]) {
+    each_plane(x, y, (a.len(), inner), |c, xc, yc| {
+        let (ac, bc) = (a[c], b[c]);
+        for (yv, &xv) in yc.iter_mut().zip(xc) {
+            *yv = xv * ac + bc;
+        }
+    });
 }
 
 /// [`affine`] of a `float16` or `bfloat16` tensor `x` into a tensor of its type, in `f32` a
@@ -88,21 +99,6 @@ fn affine<R: Real>(x: &[R], a: &[R], b: &[R], inner: usize, y: &mut [R]) {
 /// model 167, one thread, `run --profile`) its 53 normalisations took 10.0 ms through a widened
 /// copy, 4.2 ms by blocks.
 fn half_affine<R: Real>(x: &Tensor, a: &[R], b: &[R], inner: usize) -> Result<Option<Tensor>> {
-    fn planes<T: Widen>(x: &[T], a: &[f32], b: &[f32], inner: usize, y: &mut [MaybeUninit<T>]) {
-        let block = a.len() * inner;
-        if block == 0 {
-            return;
-        }
-        y.par_chunks_mut(block)
-            .zip(x.par_chunks(block))
-            .with_min_len(crate::par::min_len(x.len() / block, &[block]))
-            .for_each(|(yb, xb)| {
-                for (c, (yc, xc)) in yb.chunks_mut(inner).zip(xb.chunks(inner)).enumerate() {
-                    let (ac, bc) = (a[c], b[c]);
-                    halves::map_blocks(xc, yc, |v| v * ac + bc);
-                }
-            });
-    }
     fn run<T: Widen + bytemuck::Pod>(
         x: &Tensor,
         a: &[f32],
@@ -111,7 +107,10 @@ fn half_affine<R: Real>(x: &Tensor, a: &[R], b: &[R], inner: usize) -> Result<Op
     ) -> Result<Tensor> {
         let xs = x.as_slice::<T>()?;
         Ok(Tensor::uninit(x.dtype(), x.shape())?.fill(|d| {
-            planes(xs, a, b, inner, d);
+            each_plane(xs, d, (a.len(), inner), |c, xc, yc| {
+                let (ac, bc) = (a[c], b[c]);
+                halves::map_blocks(xc, yc, |v| v * ac + bc);
+            });
             // SAFETY: the planes of `a.len() * inner` elements cover `d` (as long as `x`).
             unsafe { assume_written(d) }
         })?)
