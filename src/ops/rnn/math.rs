@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use crate::error::{Error, Result};
 use crate::ops::nn::blas::gemm_raw;
-use crate::ops::num::Real;
+use crate::ops::num::{has_fma, Real};
 use crate::ops::util::dot;
 use crate::ops::vector;
 use multiversion::multiversion;
@@ -160,7 +160,10 @@ fn small_gemm<T: Real>(
         return;
     }
     if scaled_rows {
-        add_scaled_rows(a, b, c, ldc);
+        match has_fma() {
+            true => add_scaled_rows::<T, true>(a, b, c, ldc),
+            false => add_scaled_rows::<T, false>(a, b, c, ldc),
+        }
         return;
     }
     for (i, row) in c.chunks_mut(ldc).take(a.rows).enumerate() {
@@ -174,13 +177,27 @@ fn small_gemm<T: Real>(
 /// `C += A B` as sums of `B`'s (contiguous) rows scaled by `A`'s elements: each row of `B` is
 /// read once and added to every row of `C`, which stay in cache, so a step of a small batch
 /// reads the weights once. Each element of `C` sums its terms in the order of `k`, as a row at a
-/// time would; multiplies and adds stay separate, so every level computes the same bits.
+/// time would. With `FUSED` (the CPU has FMA, [`has_fma`]) each term is one fused multiply-add,
+/// as in onnxruntime's kernels and the direct convolution: the loop is bound by its vector
+/// instructions, and on an Intel Xeon (family 6 model 167) at 1 thread the LSTM of
+/// `scripts/make_rnn.py` (batch 4, 256 hidden units, `run --profile`) went from 8.3 to 7.6 ms
+/// (`check_deployed.py`: 1.69x to 1.37x onnxruntime; the GRU 1.43x to 1.26x).
+/// Every CPU with FMA computes the same bits (multiversion's levels with FMA all fuse).
 #[multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
     "x86_64+avx2+fma",
     "aarch64+neon"
 ))]
-fn add_scaled_rows<T: Real>(a: View<'_, T>, b: View<'_, T>, c: &mut [T], ldc: usize) {
+fn add_scaled_rows<T: Real, const FUSED: bool>(
+    a: View<'_, T>,
+    b: View<'_, T>,
+    c: &mut [T],
+    ldc: usize,
+) {
+    let term = |sum: T, s: T, x: T| match FUSED {
+        true => s.mul_add(x, sum),
+        false => sum + s * x,
+    };
     let (k, n) = (a.cols, b.cols);
     let b_row = |p: usize| &b.data[p * b.rs..p * b.rs + n];
     // Four rows of B at a time: each element of C is loaded and stored once per four terms.
@@ -192,12 +209,7 @@ fn add_scaled_rows<T: Real>(a: View<'_, T>, b: View<'_, T>, c: &mut [T], ldc: us
             let (s0, s1, s2, s3) = (s(0), s(1), s(2), s(3));
             let terms = b0.iter().zip(b1).zip(b2).zip(b3);
             for (v, (((&x0, &x1), &x2), &x3)) in row[..n].iter_mut().zip(terms) {
-                let mut sum = *v;
-                sum += s0 * x0;
-                sum += s1 * x1;
-                sum += s2 * x2;
-                sum += s3 * x3;
-                *v = sum;
+                *v = term(term(term(term(*v, s0, x0), s1, x1), s2, x2), s3, x3);
             }
         }
         p += 4;
@@ -207,7 +219,7 @@ fn add_scaled_rows<T: Real>(a: View<'_, T>, b: View<'_, T>, c: &mut [T], ldc: us
         for (i, row) in c.chunks_mut(ldc).take(a.rows).enumerate() {
             let scale = a.data[i * a.rs + p * a.cs];
             for (v, &x) in row[..n].iter_mut().zip(b_row) {
-                *v += scale * x;
+                *v = term(*v, scale, x);
             }
         }
     }
