@@ -267,7 +267,13 @@ impl ConvShape {
     /// depthwise, not pointwise, more than a few positions (see [`Direct`]).
     fn direct<T: Real>(&self) -> Result<Option<Direct<'_>>> {
         let depthwise = self.cg() == 1 && self.group > 1;
-        if depthwise || self.geo.out_plane() <= FEW_POSITIONS || self.is_pointwise() {
+        // The plane of a crafted empty output may not be representable (the caller reports it).
+        let plane = self
+            .geo
+            .output
+            .iter()
+            .try_fold(1usize, |p, &d| p.checked_mul(d));
+        if depthwise || plane.is_none_or(|p| p <= FEW_POSITIONS) || self.is_pointwise() {
             return Ok(None);
         }
         Direct::new::<T>(&self.geo, self.cg())
