@@ -484,6 +484,24 @@ impl PackedA {
         }
         pack_a(a, m, k, za, level)
     }
+
+    /// The rows as bytes and the bytes per row, unless the level widens them.
+    pub fn narrow(&self) -> Option<(&[u8], usize)> {
+        match &self.data {
+            Packed::Narrow(d) => Some((d, self.lda)),
+            Packed::Wide(_) => None,
+        }
+    }
+
+    /// The per-row terms of the zero-point correction, `rs[i] - K za[i]` and `za[i]` (shifted).
+    pub fn row_terms(&self) -> (&[i32], &[i32]) {
+        (&self.row_terms, &self.row_zeros)
+    }
+
+    /// Rows and contracted dim.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.m, self.k)
+    }
 }
 
 fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<PackedA> {

@@ -27,6 +27,7 @@ mod nms;
 mod norm;
 mod pool;
 mod qconv;
+mod qdirect;
 mod qmatmul;
 mod quant;
 mod roi_align;

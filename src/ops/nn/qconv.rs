@@ -36,7 +36,8 @@ use super::super::EvalCtx;
 use super::common::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::conv::{coord, ConvShape};
 use super::igemm::{self, Bytes, Level, PackedA, PackedB, EXACT_K};
-use super::qmatmul::{requantize_offset, requantize_run, scales, single, Sums};
+use super::qdirect::{self, Segment, COLS};
+use super::qmatmul::{code_byte, requantize_offset, requantize_run, scales, single, Sums};
 use super::quant::{code, Code};
 use super::window::{inside, Geometry3};
 
@@ -67,6 +68,39 @@ fn per_channel<T: Copy>(v: &[T], c: usize, none: T) -> T {
         0 => none,
         1 => v[0],
         _ => v[c],
+    }
+}
+
+/// What an [`Epilogue`] (or none) does to the sums of one output channel.
+enum Channel {
+    /// Stores them as `int32`.
+    Sums,
+    /// Requantizes them by `(mult, bias, zy)` into the code range.
+    Requantize((f64, f64, f64), (f64, f64)),
+    /// Scales them by `s`, adds `b`, and quantizes by `codes`, if given.
+    Float(f32, f32, Option<(f32, f32, DataType)>),
+}
+
+impl Channel {
+    #[inline(always)]
+    fn of(epilogue: Option<&Epilogue>, c: usize) -> Channel {
+        match epilogue {
+            None => Channel::Sums,
+            Some(Epilogue::Requantize {
+                mult,
+                bias,
+                zy,
+                dtype,
+            }) => {
+                let params = (per_channel(mult, c, 0.0), per_channel(bias, c, 0.0), *zy);
+                Channel::Requantize(params, code_range(*dtype))
+            }
+            Some(Epilogue::Float { scale, bias, codes }) => Channel::Float(
+                per_channel(scale, c, 1.0),
+                per_channel(bias, c, 0.0),
+                *codes,
+            ),
+        }
     }
 }
 
@@ -110,7 +144,7 @@ fn integer_conv(
     let level = Level::detect();
     // Constant filters (the model's weights) are packed once for the plan.
     let kept = ctx.remember(&w_inputs, || pack_filters(shape, w, &zw, level))?;
-    let w = (w, zw.as_slice(), kept.map(Vec::as_slice));
+    let w = (w, zw.as_slice(), kept);
     match epilogue {
         None => Ok(Conv::Sums(Sums::I32(int32_conv(shape, x, zx, w, level)?))),
         Some(epilogue) => finish(shape, epilogue, |sink| {
@@ -149,7 +183,7 @@ fn int32_conv(
     shape: &ConvShape,
     x: &Tensor,
     zx: i32,
-    w: (&Tensor, &[i32], Option<&[PackedA]>),
+    w: (&Tensor, &[i32], Option<&Filters>),
     level: Level,
 ) -> Result<Tensor> {
     let out = Tensor::uninit(DataType::Int32, &shape.out_shape)?;
@@ -190,37 +224,124 @@ impl PlaneSink<'_> {
         // SAFETY (all three): elements `at..at + sums.len()` lie in the output, whose elements
         // have the width written here (the caller's promise and `integer_conv`'s choice of
         // type).
-        match self.epilogue {
-            None => {
+        match Channel::of(self.epilogue, c) {
+            Channel::Sums => {
                 let dst = unsafe { slots::<i32>(self.ptr, at, sums.len()) };
                 copy(dst, sums);
             }
-            Some(Epilogue::Requantize {
-                mult,
-                bias,
-                zy,
-                dtype,
-            }) => {
-                let params = (per_channel(mult, c, 0.0), per_channel(bias, c, 0.0), *zy);
+            Channel::Requantize(params, range) => {
                 let dst = unsafe { slots::<u8>(self.ptr, at, sums.len()) };
-                requantize_run(sums, params, code_range(*dtype), dst);
+                requantize_run(sums, params, range, dst);
             }
-            Some(Epilogue::Float { scale, bias, codes }) => {
-                let (s, b) = (per_channel(scale, c, 1.0), per_channel(bias, c, 0.0));
-                match *codes {
-                    None => {
-                        let dst = unsafe { slots::<f32>(self.ptr, at, sums.len()) };
-                        for (o, &v) in dst.iter_mut().zip(sums) {
-                            o.write(v as f32 * s + b);
-                        }
+            Channel::Float(s, b, codes) => match codes {
+                None => {
+                    let dst = unsafe { slots::<f32>(self.ptr, at, sums.len()) };
+                    for (o, &v) in dst.iter_mut().zip(sums) {
+                        o.write(v as f32 * s + b);
                     }
+                }
+                Some((ys, zy, DataType::Int8)) => {
+                    let dst = unsafe { slots::<i8>(self.ptr, at, sums.len()) };
+                    scaled_codes(sums, (s, b), (ys, zy), dst);
+                }
+                Some((ys, zy, _)) => {
+                    let dst = unsafe { slots::<u8>(self.ptr, at, sums.len()) };
+                    scaled_codes(sums, (s, b), (ys, zy), dst);
+                }
+            },
+        }
+    }
+}
+
+/// Copies `n <= 128` bytes from `src` to `dst` as two fixed-size copies that may overlap:
+/// no call to `memcpy` for the short runs of a tile's row.
+///
+/// # Safety
+/// As `std::ptr::copy_nonoverlapping(src, dst, n)`.
+#[inline(always)]
+unsafe fn short_copy(dst: *mut u8, src: *const u8, n: usize) {
+    /// Bytes `0..W` and `n - W..n`, for `W <= n <= 2 W`.
+    #[inline(always)]
+    unsafe fn ends<const W: usize>(dst: *mut u8, src: *const u8, n: usize) {
+        // SAFETY: both copies lie in the first `n` bytes (the caller's promise).
+        unsafe {
+            dst.cast::<[u8; W]>()
+                .write_unaligned(src.cast::<[u8; W]>().read_unaligned());
+            let (d, s) = (dst.add(n - W), src.add(n - W));
+            d.cast::<[u8; W]>()
+                .write_unaligned(s.cast::<[u8; W]>().read_unaligned());
+        }
+    }
+    debug_assert!(n <= 128);
+    // SAFETY (every arm): `W <= n <= 2 W` and the caller's promise.
+    unsafe {
+        match n {
+            0 => {}
+            1..=3 => {
+                for i in 0..n {
+                    *dst.add(i) = *src.add(i);
+                }
+            }
+            4..=7 => ends::<4>(dst, src, n),
+            8..=15 => ends::<8>(dst, src, n),
+            16..=31 => ends::<16>(dst, src, n),
+            32..=63 => ends::<32>(dst, src, n),
+            _ => ends::<64>(dst, src, n),
+        }
+    }
+}
+
+/// `f` of each value, in a loop that inlines into its caller (`array::map` may not).
+#[inline(always)]
+fn each<T: Copy, U: Copy + Default>(values: &[T; COLS], f: impl Fn(T) -> U) -> [U; COLS] {
+    let mut out = [U::default(); COLS];
+    for (o, &v) in out.iter_mut().zip(values) {
+        *o = f(v);
+    }
+    out
+}
+
+impl qdirect::Rows for PlaneSink<'_> {
+    /// The epilogue of [`PlaneSink::store`] on all 32 sums at once (fixed-length loops the
+    /// kernel's instruction set vectorises), then the runs that lie in the output copied out.
+    #[inline(always)]
+    unsafe fn finish(&self, image: usize, c: usize, sums: &[i32; COLS], at: &[Segment]) {
+        let base = (image * self.c_out + c) * self.plane;
+        /// Copies each segment of `values` to its place in the output of `T`s at `ptr`.
+        ///
+        /// # Safety
+        /// As `qdirect::Rows::finish`; the output's elements are `T`s.
+        #[inline(always)]
+        unsafe fn place<T: Copy>(ptr: *mut u8, base: usize, values: &[T; COLS], at: &[Segment]) {
+            let size = std::mem::size_of::<T>();
+            for s in at {
+                // SAFETY: the segment lies in the plane at `base` (the caller's promise), and
+                // `values` holds its elements.
+                unsafe {
+                    let src = values.as_ptr().add(s.from).cast::<u8>();
+                    short_copy(ptr.add((base + s.to) * size), src, s.len * size);
+                }
+            }
+        }
+        // SAFETY (every `place`): the caller's promise, and the output's element type is the
+        // one each epilogue writes (`finish`'s choice of type).
+        match Channel::of(self.epilogue, c) {
+            Channel::Sums => unsafe { place(self.ptr, base, sums, at) },
+            Channel::Requantize(params, range) => {
+                let codes = each(sums, |v| code_byte(v, params, range));
+                unsafe { place(self.ptr, base, &codes, at) };
+            }
+            Channel::Float(s, b, codes) => {
+                let y = each(sums, |v| v as f32 * s + b);
+                match codes {
+                    None => unsafe { place(self.ptr, base, &y, at) },
                     Some((ys, zy, DataType::Int8)) => {
-                        let dst = unsafe { slots::<i8>(self.ptr, at, sums.len()) };
-                        scaled_codes(sums, (s, b), (ys, zy), dst);
+                        let q = each(&y, |v| code::<i8>(v, ys, zy));
+                        unsafe { place(self.ptr, base, &q, at) };
                     }
                     Some((ys, zy, _)) => {
-                        let dst = unsafe { slots::<u8>(self.ptr, at, sums.len()) };
-                        scaled_codes(sums, (s, b), (ys, zy), dst);
+                        let q = each(&y, |v| code::<u8>(v, ys, zy));
+                        unsafe { place(self.ptr, base, &q, at) };
                     }
                 }
             }
@@ -275,10 +396,22 @@ fn kernel_conv(
     shape: &ConvShape,
     x: &Tensor,
     zx: i32,
-    (w, zw, filters): (&Tensor, &[i32], Option<&[PackedA]>),
+    (w, zw, filters): (&Tensor, &[i32], Option<&Filters>),
     level: Level,
     sink: &PlaneSink<'_>,
 ) -> Result<()> {
+    if qdirect::applies(w.shape(), shape.group, level) {
+        let made;
+        let packed = match filters {
+            Some(Filters::Direct(a)) => a,
+            _ => {
+                made = direct_filters(shape, w, zw, level)?;
+                &made
+            }
+        };
+        let x = (x.as_bytes()?, x.dtype() == DataType::Int8, zx);
+        return qdirect::run(shape, x, packed, sink);
+    }
     let g = &shape.geo;
     let (cg, mg) = (shape.c_in / shape.group, shape.c_out / shape.group);
     let (in_plane, out_plane) = (g.in_plane(), g.out_plane());
@@ -327,8 +460,8 @@ fn kernel_conv(
             };
             let made;
             let a = match filters {
-                Some(filters) => &filters[gi],
-                None => {
+                Some(Filters::Groups(filters)) => &filters[gi],
+                _ => {
                     let (a, za) = group_filters(w, zw, (gi, mg, kc))?;
                     made = PackedA::new(a, mg, kc, za, level)?;
                     &made
@@ -362,8 +495,19 @@ fn group_filters<'w>(
     Ok((filters, za))
 }
 
-/// Every group's filters packed as the kernel's A for `level`.
-fn pack_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Result<Vec<PackedA>> {
+/// A convolution's filters packed for the kernel that runs it.
+enum Filters {
+    /// For [`qdirect`].
+    Direct(PackedA),
+    /// Each group's, for the product with its im2col matrix.
+    Groups(Vec<PackedA>),
+}
+
+/// The filters packed for the kernel [`kernel_conv`] runs at `level`.
+fn pack_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Result<Filters> {
+    if qdirect::applies(w.shape(), shape.group, level) {
+        return direct_filters(shape, w, zw, level).map(Filters::Direct);
+    }
     let (cg, mg) = (shape.c_in / shape.group, shape.c_out / shape.group);
     let kc = cg * shape.geo.taps();
     if w.len() != shape.c_out * kc {
@@ -374,7 +518,18 @@ fn pack_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Resu
             let (a, za) = group_filters(w, zw, (gi, mg, kc))?;
             PackedA::new(a, mg, kc, za, level)
         })
-        .collect()
+        .collect::<Result<_>>()
+        .map(Filters::Groups)
+}
+
+/// The filters packed for [`qdirect`].
+fn direct_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Result<PackedA> {
+    let filters = Bytes {
+        data: w.as_bytes()?,
+        signed: w.dtype() == DataType::Int8,
+    };
+    let dims = (shape.c_out, shape.c_in, shape.geo.taps());
+    qdirect::pack_filters(filters, zw, dims, level)
 }
 
 /// Writes row `r` of the im2col matrix of the input planes `x` into `row` (one byte per output
@@ -704,6 +859,68 @@ mod tests {
         }
     }
 
+    /// A convolution of random bytes: `group` groups of `cg` input and `mg` output channels over
+    /// `spatial` input dims, a square kernel, signs `sx` and `sw`, weight zero points per tensor
+    /// or per output channel.
+    struct Case {
+        batch: usize,
+        group: usize,
+        cg: usize,
+        mg: usize,
+        spatial: Vec<usize>,
+        kernel: usize,
+        stride: usize,
+        dilation: usize,
+        pad: usize,
+        sx: bool,
+        sw: bool,
+        per_channel: bool,
+        seed: u64,
+    }
+
+    impl Case {
+        /// Whether the dilated kernel fits the padded input.
+        fn fits(&self) -> bool {
+            let reach = (self.kernel - 1) * self.dilation + 1;
+            self.spatial.iter().all(|&s| s + 2 * self.pad >= reach)
+        }
+
+        /// [`check`] of this case.
+        fn check(&self) {
+            let rank = self.spatial.len();
+            let dt = |s: bool| if s { DataType::Int8 } else { DataType::Uint8 };
+            let ints = |v: usize, n: usize| AttrValue::Ints(vec![v as i64; n]);
+            let node = Node::new("ConvInteger", "c", ["x", "w"], ["y"])
+                .with_attr("group", AttrValue::Int(self.group as i64))
+                .with_attr("kernel_shape", ints(self.kernel, rank))
+                .with_attr("strides", ints(self.stride, rank))
+                .with_attr("dilations", ints(self.dilation, rank))
+                .with_attr("pads", ints(self.pad, 2 * rank));
+            let c_out = self.group * self.mg;
+            let mut xs = vec![self.batch, self.group * self.cg];
+            xs.extend(&self.spatial);
+            let mut ws = vec![c_out, self.cg];
+            ws.extend(vec![self.kernel; rank]);
+            let seed = self.seed;
+            let x = bytes(dt(self.sx), &xs, seed);
+            let w = bytes(dt(self.sw), &ws, seed.wrapping_mul(31));
+            let z = |s: bool, v: u64| {
+                if s {
+                    i32::from(v as u8 as i8)
+                } else {
+                    i32::from(v as u8)
+                }
+            };
+            let zx = z(self.sx, seed >> 8);
+            let zw: Vec<i32> = if self.per_channel {
+                (0..c_out).map(|i| z(self.sw, seed >> (i % 48))).collect()
+            } else {
+                vec![z(self.sw, seed >> 16)]
+            };
+            check(&node, &x, zx, &w, &zw);
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig {
             cases: 64,
@@ -720,33 +937,33 @@ mod tests {
             dilation in 1usize..3, pad in 0usize..3, sx: bool, sw: bool, per_channel: bool,
             seed: u64,
         ) {
-            let dt = |s: bool| if s { DataType::Int8 } else { DataType::Uint8 };
-            let ints = |v: usize, n: usize| AttrValue::Ints(vec![v as i64; n]);
-            let node = Node::new("ConvInteger", "c", ["x", "w"], ["y"])
-                .with_attr("group", AttrValue::Int(group as i64))
-                .with_attr("kernel_shape", ints(kernel, rank))
-                .with_attr("strides", ints(stride, rank))
-                .with_attr("dilations", ints(dilation, rank))
-                .with_attr("pads", ints(pad, 2 * rank));
-            // The dilated kernel must fit the padded input.
-            let reach = (kernel - 1) * dilation + 1;
-            proptest::prop_assume!(size + 2 * pad >= reach);
             let size = if rank == 3 { size.min(4) } else { size };
-            proptest::prop_assume!(size + 2 * pad >= reach);
-            let mut xs = vec![batch, group * cg];
-            xs.extend(vec![size; rank]);
-            let mut ws = vec![group * mg, cg];
-            ws.extend(vec![kernel; rank]);
-            let x = bytes(dt(sx), &xs, seed);
-            let w = bytes(dt(sw), &ws, seed.wrapping_mul(31));
-            let z = |s: bool, v: u64| if s { i32::from(v as u8 as i8) } else { i32::from(v as u8) };
-            let zx = z(sx, seed >> 8);
-            let zw: Vec<i32> = if per_channel {
-                (0..group * mg).map(|i| z(sw, seed >> (i % 48))).collect()
-            } else {
-                vec![z(sw, seed >> 16)]
+            let case = Case {
+                batch, group, cg, mg, spatial: vec![size; rank], kernel, stride, dilation, pad,
+                sx, sw, per_channel, seed,
             };
-            check(&node, &x, zx, &w, &zw);
+            proptest::prop_assume!(case.fits());
+            case.check();
+        }
+
+        /// The convolutions the direct kernel takes (one group, input channels in fours, one or
+        /// two spatial dims) sum as the `f64` convolution does at every level: strided (one
+        /// and two phases per dim), dilated and padded, grids of one to many tiles, with
+        /// zero points per tensor or per output channel.
+        #[test]
+        fn direct_convolution_matches_the_f64_convolution(
+            rank in 1usize..3, batch in 1usize..3, fours in 1usize..4, c_out in 1usize..20,
+            height in 1usize..12, width in 1usize..40, kernel in 1usize..4, stride in 1usize..4,
+            dilation in 1usize..3, pad in 0usize..3, sx: bool, sw: bool, per_channel: bool,
+            seed: u64,
+        ) {
+            let spatial = if rank == 1 { vec![width] } else { vec![height, width] };
+            let case = Case {
+                batch, group: 1, cg: 4 * fours, mg: c_out, spatial, kernel, stride, dilation,
+                pad, sx, sw, per_channel, seed,
+            };
+            proptest::prop_assume!(case.fits());
+            case.check();
         }
     }
 

@@ -332,7 +332,7 @@ pub(super) fn requantize_offset(
 /// The byte of the 8-bit code `clamp(round_half_even((sum + b) * m) + zy)` (two's complement
 /// for `int8`); a NaN (from a NaN scale) becomes code 0, as a saturating cast makes it.
 #[inline(always)]
-fn code_byte(sum: i32, (m, b, zy): (f64, f64, f64), (lo, hi): (f64, f64)) -> u8 {
+pub(super) fn code_byte(sum: i32, (m, b, zy): (f64, f64, f64), (lo, hi): (f64, f64)) -> u8 {
     let q = round_half_even((f64::from(sum) + b) * m) + zy;
     let q = if q.is_nan() { 0.0 } else { q.max(lo).min(hi) };
     // SAFETY: `q` is finite and within an 8-bit code's range.

@@ -1,0 +1,574 @@
+//! The direct 8-bit convolution: the integer product of `qconv.rs` without an im2col matrix,
+//! for one- and two-dimensional convolutions of whole groups of four input channels on CPUs with
+//! AVX-512 VNNI.
+//!
+//! Design note: the filters are the kernel's A, packed once with their k in tap-major order
+//! (`k = tap * C + c`). The input is laid out once per call so that the kernel's B is read
+//! straight from it: channels four at a time (the four bytes one `vpdpbusd` lane sums), over a
+//! *grid* that holds the padded input split into the phases of the strides (phase `(py, px)`
+//! holds padded rows `py, py + sh, ...` and columns `px, px + sw, ...`). On that grid, the
+//! input a tap reads for output `(oy, ox)` lies at `oy * width + ox + offset(tap)` of the tap's
+//! phase, so the tap's operand for 32 consecutive grid columns `j` is 128 consecutive bytes.
+//! The product's columns are the grid's positions `j = oy * width + ox`; the `width - OW`
+//! columns of each grid row that fall in the padding are summed and never stored (a 3x3
+//! convolution over 14x14 wastes 2 columns of 16). Output rows are output channels, so each row
+//! of a tile is a run of an output plane, stored in place through [`Rows`].
+//!
+//! The input is shifted into `i8` (an unsigned input is XORed with 0x80) and padded with its
+//! zero point; A is shifted into `u8` by `PackedA`. The zero points are corrected as in
+//! `igemm.rs`, `C[i,j] = S[i,j] - zb (rs[i] - K za[i]) - za[i] cs[j]`, where `cs[j]`, the sum of
+//! the input a column reads, is summed per call from the laid-out input (its four-channel sums
+//! per position, then a sum over the taps).
+//!
+//! im2col copies the input once per tap (nine times for a 3x3 filter) and packs the copy; this
+//! lays it out once. Measured on an Intel Xeon (family 6 model 167) at one thread, the 8-bit
+//! convolutions of ResNet-50 (`scripts/bench_qconv.py`): see `ARCHITECTURE.md`.
+
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+use super::conv::ConvShape;
+use super::igemm::{Bytes, Level, PackedA};
+use super::window::inside;
+use crate::error::{Error, Result};
+use crate::tensor::{try_vec, Scratch};
+
+/// Grid columns of a tile: the 32 `i32` lanes of two registers.
+pub(super) const COLS: usize = 32;
+/// Output channels of a tile.
+const ROWS: usize = 8;
+
+/// Where a tile's row lands in its output plane: columns `from..from + len` of the tile are
+/// positions `to..to + len` of the plane.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Segment {
+    pub from: usize,
+    pub to: usize,
+    pub len: usize,
+}
+
+/// What receives the finished sums, one output channel of one tile at a time.
+pub(super) trait Rows: Sync {
+    /// Stores the exact sums of output channel `channel` of image `image` for a tile's 32 grid
+    /// columns, through the segments that lie in the output.
+    ///
+    /// # Safety
+    /// Concurrent calls store disjoint segments; every segment lies in the output plane.
+    unsafe fn finish(&self, image: usize, channel: usize, sums: &[i32; COLS], at: &[Segment]);
+}
+
+/// Whether the direct kernel runs convolutions with filters of shape `w` in `group` groups at
+/// `level`: one or two spatial dims, one group, input channels in whole fours.
+pub(super) fn applies(w: &[usize], group: usize, level: Level) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let vnni = level == Level::Avx512Vnni;
+    #[cfg(not(target_arch = "x86_64"))]
+    let vnni = {
+        let _ = level;
+        false
+    };
+    vnni && group == 1 && matches!(w.len(), 3 | 4) && w[1] > 0 && w[1].is_multiple_of(4)
+}
+
+/// The filters `w` (`c_out x c_in x taps` bytes) with zero points `zw` (one, or one per filter),
+/// packed as the direct kernel's A: row `m` holds filter `m` tap by tap.
+pub(super) fn pack_filters(
+    w: Bytes<'_>,
+    zw: &[i32],
+    (c_out, c_in, taps): (usize, usize, usize),
+    level: Level,
+) -> Result<PackedA> {
+    let k = c_in * taps;
+    let len = c_out
+        .checked_mul(k)
+        .filter(|&len| len <= w.data.len())
+        .ok_or_else(|| Error::Eval("W does not hold its shape".into()))?;
+    let mut data = try_vec(len, 0u8)?;
+    for (filter, row) in w
+        .data
+        .chunks_exact(k.max(1))
+        .zip(data.chunks_exact_mut(k.max(1)))
+    {
+        for (c, taps_of_c) in filter.chunks_exact(taps).enumerate() {
+            for (t, &v) in taps_of_c.iter().enumerate() {
+                row[t * c_in + c] = v;
+            }
+        }
+    }
+    let a = Bytes {
+        data: &data,
+        signed: w.signed,
+    };
+    PackedA::new(a, c_out, k, zw, level)
+}
+
+/// The grid of one convolution: the phases its taps read and where each tap starts.
+struct Grid {
+    /// Columns of a grid row (output columns, then those only the last taps reach).
+    width: usize,
+    /// Rows of a phase.
+    height: usize,
+    /// Positions from one phase to the next, slack for a last tile's reads included.
+    plane: usize,
+    /// The phases some tap reads, as `(row phase, column phase)`.
+    phases: Vec<(usize, usize)>,
+    /// Each tap's first position, phase included, from a column's own.
+    taps: Vec<usize>,
+    /// Grid columns the product sums: `OH * width`.
+    columns: usize,
+}
+
+impl Grid {
+    fn new(shape: &ConvShape) -> Result<Grid> {
+        let g = &shape.geo;
+        let ([_, oh, ow], [_, kh, kw]) = (g.output, g.kernel);
+        let ([_, sh, sw], [_, dh, dw]) = (g.strides, g.dilations);
+        let reach = |k: usize, d: usize, s: usize| (k - 1) * d / s;
+        let width = ow + reach(kw, dw, sw);
+        let height = oh + reach(kh, dh, sh);
+        let too_large = || Error::Eval("the convolution's input grid is too large".into());
+        let area = height.checked_mul(width).ok_or_else(too_large)?;
+        // A last tile reads up to `COLS - 1` columns past the output's and a grid row more.
+        let plane = area.checked_add(width + COLS).ok_or_else(too_large)?;
+        let mut phases = Vec::new();
+        let mut taps = Vec::with_capacity(kh * kw);
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let phase = ((ky * dh) % sh, (kx * dw) % sw);
+                let p = match phases.iter().position(|&q| q == phase) {
+                    Some(p) => p,
+                    None => {
+                        phases.push(phase);
+                        phases.len() - 1
+                    }
+                };
+                taps.push(p * plane + (ky * dh / sh) * width + kx * dw / sw);
+            }
+        }
+        Ok(Grid {
+            width,
+            height,
+            plane,
+            phases,
+            taps,
+            columns: oh * width,
+        })
+    }
+
+    /// Positions of one group of four channels: every phase.
+    fn group_len(&self) -> usize {
+        self.phases.len() * self.plane
+    }
+}
+
+/// Lays out channels `4q..4q + 4` of the image `x` (`C` planes) on the grid into `out` (one
+/// group: four bytes per position of every phase), each byte XORed with `flip`, the padding
+/// and slack `pad`.
+fn lay_out_group(
+    x: &[u8],
+    shape: &ConvShape,
+    grid: &Grid,
+    q: usize,
+    (flip, pad): (u8, u8),
+    out: &mut [MaybeUninit<u8>],
+) {
+    let g = &shape.geo;
+    let ([_, ih, iw], [_, sh, sw], [_, ph, pw]) = (g.input, g.strides, g.pad_begin);
+    let in_plane = ih * iw;
+    let fill = |s: &mut [MaybeUninit<u8>]| {
+        for b in s {
+            b.write(pad);
+        }
+    };
+    for (&(py, px), phase) in grid.phases.iter().zip(out.chunks_exact_mut(grid.plane * 4)) {
+        // Grid columns `lo..hi` of this phase read inside an input row.
+        let (lo, hi) = inside(grid.width, iw, sw, px, pw);
+        let (rows, slack) = phase.split_at_mut(grid.height * grid.width * 4);
+        fill(slack);
+        for (a, row) in rows.chunks_exact_mut(grid.width * 4).enumerate() {
+            let iy = (a * sh + py).checked_sub(ph).filter(|&iy| iy < ih);
+            let Some(iy) = iy.filter(|_| lo < hi) else {
+                fill(row);
+                continue;
+            };
+            fill(&mut row[..lo * 4]);
+            fill(&mut row[hi * 4..]);
+            let first = lo * sw + px - pw;
+            let src: [&[u8]; 4] =
+                std::array::from_fn(|c| &x[(4 * q + c) * in_plane + iy * iw..][..iw]);
+            let inner = &mut row[lo * 4..hi * 4];
+            #[cfg(target_arch = "x86_64")]
+            if sw == 1 {
+                // SAFETY: the direct kernel runs where AVX-512 VNNI does (`applies`), and
+                // `inside` keeps the `hi - lo` columns from `first` in each input row.
+                unsafe { x86::interleave(src.map(|r| &r[first..first + hi - lo]), flip, inner) };
+                continue;
+            }
+            for (b, slots) in inner.chunks_exact_mut(4).enumerate() {
+                let ix = first + b * sw;
+                for (slot, r) in slots.iter_mut().zip(&src) {
+                    slot.write(r[ix] ^ flip);
+                }
+            }
+        }
+    }
+}
+
+/// The sum over every group of the four bytes (as `i8`) at each position of the laid-out input
+/// `b` (groups of `sums.len()` positions).
+fn position_sums(b: &[u8], sums: &mut [i32]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the direct kernel runs where AVX-512 VNNI does (`applies`).
+    unsafe {
+        x86::position_sums(b, sums)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    for group in b.chunks_exact(sums.len() * 4) {
+        for (s, v) in sums.iter_mut().zip(group.chunks_exact(4)) {
+            let four: i32 = v.iter().map(|&b| i32::from(b as i8)).sum();
+            *s = s.wrapping_add(four);
+        }
+    }
+}
+
+/// The shared state of one image's tiles.
+struct Task<'a, R: Rows> {
+    a: &'a [u8],
+    lda: usize,
+    m: usize,
+    row_terms: &'a [i32],
+    row_zeros: &'a [i32],
+    /// The laid-out input.
+    b: &'a [u8],
+    grid: &'a Grid,
+    /// Groups of four input channels.
+    groups: usize,
+    /// The sum of the input each grid column reads.
+    col_sums: &'a [i32],
+    /// The shifted zero point of the input.
+    zb: i32,
+    /// Output columns.
+    ow: usize,
+    image: usize,
+    rows: &'a R,
+}
+
+/// Runs the convolution of `shape` on the image planes `x` (`batch x C` planes, `signed` when
+/// `int8`, zero point `zx`) with filters packed by [`pack_filters`], handing every output row
+/// segment to `rows` once.
+pub(super) fn run<R: Rows>(
+    shape: &ConvShape,
+    (x, signed, zx): (&[u8], bool, i32),
+    filters: &PackedA,
+    rows: &R,
+) -> Result<()> {
+    let (a, lda) = filters
+        .narrow()
+        .ok_or_else(|| Error::Eval("filters packed for another kernel".into()))?;
+    let (row_terms, row_zeros) = filters.row_terms();
+    let g = &shape.geo;
+    let grid = Grid::new(shape)?;
+    let groups = shape.c_in / 4;
+    let in_plane = g.input[1] * g.input[2];
+    if filters.dims() != (shape.c_out, shape.c_in * grid.taps.len()) {
+        return Err(Error::Eval("filters packed for another convolution".into()));
+    }
+    if x.len() != shape.batch * shape.c_in * in_plane {
+        return Err(Error::Eval("X does not hold its shape".into()));
+    }
+    if shape.c_out == 0 || grid.columns == 0 {
+        return Ok(());
+    }
+    let (flip, shift) = if signed { (0u8, 0) } else { (0x80u8, -128) };
+    let pad = (zx as u8) ^ flip;
+    let group_len = grid.group_len();
+    let len = group_len
+        .checked_mul(groups * 4)
+        .ok_or_else(|| Error::Eval("the convolution's input grid is too large".into()))?;
+    let tiles = grid.columns.div_ceil(COLS);
+    let image_len = shape.c_in * in_plane;
+    for (image, x) in x.chunks_exact(image_len.max(1)).enumerate() {
+        let write = |out: &mut [MaybeUninit<u8>]| {
+            use rayon::prelude::*;
+            let min_len = crate::par::min_len(groups, &[group_len, 4]);
+            out.par_chunks_exact_mut(group_len * 4)
+                .enumerate()
+                .with_min_len(min_len)
+                .for_each(|(q, out)| lay_out_group(x, shape, &grid, q, (flip, pad), out));
+        };
+        // SAFETY: `lay_out_group` writes every byte of its group.
+        let b = unsafe { Scratch::new_with(len, write) }?;
+        let mut sums = try_vec(group_len, 0i32)?;
+        position_sums(&b, &mut sums);
+        let mut col_sums = try_vec(tiles * COLS, 0i32)?;
+        for &t in &grid.taps {
+            for (s, &v) in col_sums.iter_mut().zip(&sums[t..]) {
+                *s = s.wrapping_add(v);
+            }
+        }
+        let task = Task {
+            a,
+            lda,
+            m: shape.c_out,
+            row_terms,
+            row_zeros,
+            b: &b,
+            grid: &grid,
+            groups,
+            col_sums: &col_sums,
+            zb: zx.wrapping_add(shift),
+            ow: g.output[2],
+            image,
+            rows,
+        };
+        let threads = crate::par::threads();
+        let whole = crate::par::min_len(1, &[shape.c_out, grid.columns, lda]) == usize::MAX;
+        if threads <= 1 || whole {
+            // SAFETY: one task stores every tile.
+            unsafe { tiles_of(&task, 0..tiles) };
+        } else {
+            use rayon::prelude::*;
+            let parts = threads.min(tiles);
+            (0..parts).into_par_iter().for_each(|p| {
+                // SAFETY: each task stores the columns of its own tiles.
+                unsafe { tiles_of(&task, tiles * p / parts..tiles * (p + 1) / parts) };
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The segments of the output that grid columns `j0..j0 + COLS` hold, into `at`; returns how
+/// many.
+fn segments(j0: usize, grid: &Grid, ow: usize, at: &mut [Segment; COLS + 1]) -> usize {
+    let mut n = 0;
+    let end = (j0 + COLS).min(grid.columns);
+    let mut j = j0;
+    while j < end {
+        let (oy, ox) = (j / grid.width, j % grid.width);
+        let row_end = (oy * grid.width + grid.width).min(end);
+        if ox < ow {
+            let len = (ow - ox).min(row_end - j);
+            at[n] = Segment {
+                from: j - j0,
+                to: oy * ow + ox,
+                len,
+            };
+            n += 1;
+        }
+        j = row_end;
+    }
+    n
+}
+
+/// Runs the tiles of grid columns `tiles` (32 each) for every output channel.
+///
+/// # Safety
+/// No concurrent task stores these columns.
+unsafe fn tiles_of<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the filters were packed for AVX-512 VNNI (`applies`), which the CPU runs.
+    unsafe {
+        x86::tiles(t, tiles)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (t, tiles);
+}
+
+/// Corrects a tile's sums for the zero points and hands each output channel's row to the sink.
+#[inline(always)]
+fn finish_tile<R: Rows>(
+    t: &Task<'_, R>,
+    row0: usize,
+    j0: usize,
+    acc: &[[i32; COLS]; ROWS],
+    at: &[Segment],
+) {
+    let cs: &[i32; COLS] = t.col_sums[j0..j0 + COLS].try_into().unwrap_or(&[0; COLS]);
+    for (r, acc_row) in acc.iter().enumerate().take(ROWS.min(t.m - row0)) {
+        let i = row0 + r;
+        let (ri, zi) = (t.row_terms[i], t.row_zeros[i]);
+        let zri = t.zb.wrapping_mul(ri);
+        let mut sums = [0i32; COLS];
+        for ((d, &v), &s) in sums.iter_mut().zip(acc_row).zip(cs) {
+            *d = v.wrapping_sub(zri).wrapping_sub(zi.wrapping_mul(s));
+        }
+        // SAFETY: the segments lie in the output plane of channel `i` and these columns are
+        // this task's alone (the caller's promise).
+        unsafe { t.rows.finish(t.image, i, &sums, at) };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{finish_tile, segments, Rows, Segment, Task, COLS, ROWS};
+    use std::arch::x86_64::*;
+    use std::mem::MaybeUninit;
+    use std::ops::Range;
+
+    /// # Safety
+    /// As `super::tiles_of`, on a CPU with AVX-512F, AVX-512BW and AVX-512 VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn tiles<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>) {
+        let grid = t.grid;
+        let group_bytes = grid.group_len() * 4;
+        let taps = grid.taps.len();
+        let last_tap = grid.taps.iter().copied().max().unwrap_or(0);
+        let mut at = [Segment::default(); COLS + 1];
+        let mut acc = [[0i32; COLS]; ROWS];
+        for k in tiles {
+            let j0 = k * COLS;
+            let n = segments(j0, grid, t.ow, &mut at);
+            // Every read of B: the last group, the last tap, 32 columns of four bytes.
+            assert!(
+                (t.groups - 1) * group_bytes + (last_tap + j0 + COLS) * 4 <= t.b.len()
+                    && j0 + COLS <= t.col_sums.len()
+            );
+            let b = t.b.as_ptr().wrapping_add(j0 * 4);
+            for row0 in (0..t.m).step_by(ROWS) {
+                // Every read of A: eight packed rows of `taps * groups` groups.
+                assert!((row0 + ROWS - 1) * t.lda + taps * t.groups * 4 <= t.a.len());
+                let a = t.a.as_ptr().wrapping_add(row0 * t.lda);
+                // SAFETY: the assertions above bound every read.
+                unsafe { sum_tile(a, t.lda, b, (&grid.taps, group_bytes, t.groups), &mut acc) };
+                finish_tile(t, row0, j0, &acc, &at[..n]);
+            }
+        }
+    }
+
+    /// Writes the `n` columns of four rows (each XORed with `flip`) as `n` runs of four bytes,
+    /// one per column, into `out` (`4 n` bytes).
+    ///
+    /// # Safety
+    /// The CPU runs AVX-512F and AVX-512BW.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn interleave(rows: [&[u8]; 4], flip: u8, out: &mut [MaybeUninit<u8>]) {
+        let n = rows[0].len();
+        assert!(rows.iter().all(|r| r.len() == n) && out.len() == 4 * n);
+        let f = _mm512_set1_epi8(flip as i8);
+        let mut c0 = 0;
+        while c0 < n {
+            let cols = (n - c0).min(64);
+            let mask = if cols == 64 {
+                u64::MAX
+            } else {
+                (1u64 << cols) - 1
+            };
+            // SAFETY: the mask keeps the loads to the rows' `n` bytes and the stores to the
+            // output's `4 n` (asserted above).
+            unsafe {
+                let load = |r: &[u8]| {
+                    _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, r.as_ptr().add(c0).cast()), f)
+                };
+                let [r0, r1, r2, r3] = rows.map(load);
+                // Within each 128-bit lane: pairs, then runs of four, of 16 columns.
+                let (a, b) = (_mm512_unpacklo_epi8(r0, r1), _mm512_unpackhi_epi8(r0, r1));
+                let (c, d) = (_mm512_unpacklo_epi8(r2, r3), _mm512_unpackhi_epi8(r2, r3));
+                let e0 = _mm512_unpacklo_epi16(a, c);
+                let e1 = _mm512_unpackhi_epi16(a, c);
+                let e2 = _mm512_unpacklo_epi16(b, d);
+                let e3 = _mm512_unpackhi_epi16(b, d);
+                // Lane `l` of `e0..e3` holds columns `16 l ..`, four at a time: a 4x4
+                // transpose of lanes puts columns `16 l .. 16 l + 16` in register `l`.
+                let t0 = _mm512_shuffle_i64x2::<0x44>(e0, e1);
+                let t1 = _mm512_shuffle_i64x2::<0x44>(e2, e3);
+                let t2 = _mm512_shuffle_i64x2::<0xee>(e0, e1);
+                let t3 = _mm512_shuffle_i64x2::<0xee>(e2, e3);
+                let outs = [
+                    _mm512_shuffle_i64x2::<0x88>(t0, t1),
+                    _mm512_shuffle_i64x2::<0xdd>(t0, t1),
+                    _mm512_shuffle_i64x2::<0x88>(t2, t3),
+                    _mm512_shuffle_i64x2::<0xdd>(t2, t3),
+                ];
+                let dst = out.as_mut_ptr().add(4 * c0);
+                for (l, v) in outs.into_iter().enumerate() {
+                    let left = (4 * cols).saturating_sub(64 * l).min(64);
+                    if left == 0 {
+                        break;
+                    }
+                    let m = if left == 64 {
+                        u64::MAX
+                    } else {
+                        (1u64 << left) - 1
+                    };
+                    _mm512_mask_storeu_epi8(dst.add(64 * l).cast(), m, v);
+                }
+            }
+            c0 += cols;
+        }
+    }
+
+    /// The sum over every group of the four bytes (as `i8`) at each position of `b` (groups of
+    /// `sums.len()` positions), into `sums`.
+    ///
+    /// # Safety
+    /// The CPU runs AVX-512F, AVX-512BW and AVX-512 VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn position_sums(b: &[u8], sums: &mut [i32]) {
+        let n = sums.len();
+        let groups = b.len() / (4 * n).max(1);
+        assert!(b.len() == groups * 4 * n);
+        let ones = _mm512_set1_epi8(1);
+        let mut p0 = 0;
+        while p0 < n {
+            let k = (n - p0).min(16);
+            let mask = if k == 16 { u16::MAX } else { (1u16 << k) - 1 };
+            // SAFETY: the mask keeps every load within position `n` of its group and the store
+            // within `sums`.
+            unsafe {
+                let mut acc = _mm512_setzero_si512();
+                for q in 0..groups {
+                    let at = b.as_ptr().add((q * n + p0) * 4);
+                    let v = _mm512_maskz_loadu_epi32(mask, at.cast());
+                    acc = _mm512_dpbusd_epi32(acc, ones, v);
+                }
+                _mm512_mask_storeu_epi32(sums.as_mut_ptr().add(p0).cast(), mask, acc);
+            }
+            p0 += k;
+        }
+    }
+
+    /// Sums one tile: eight filters (rows of `lda` bytes from `a`) by 32 grid columns of the
+    /// laid-out input from `b`, every tap (`taps`, positions from `b`) of every group of four
+    /// channels (`group_bytes` apart).
+    ///
+    /// # Safety
+    /// Every read lies in the buffers (see `tiles`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn sum_tile(
+        a: *const u8,
+        lda: usize,
+        b: *const u8,
+        (taps, group_bytes, groups): (&[usize], usize, usize),
+        acc: &mut [[i32; COLS]; ROWS],
+    ) {
+        let mut c = [[_mm512_setzero_si512(); 2]; ROWS];
+        for (t, &tap) in taps.iter().enumerate() {
+            // SAFETY (all reads): the caller's promise.
+            let mut bp = unsafe { b.add(tap * 4) };
+            let mut ap = unsafe { a.add(t * groups * 4) };
+            for _ in 0..groups {
+                unsafe {
+                    let b0 = _mm512_loadu_si512(bp.cast());
+                    let b1 = _mm512_loadu_si512(bp.add(64).cast());
+                    for (r, cr) in c.iter_mut().enumerate() {
+                        let x = ap.add(r * lda).cast::<i32>().read_unaligned();
+                        let av = _mm512_set1_epi32(x);
+                        cr[0] = _mm512_dpbusd_epi32(cr[0], av, b0);
+                        cr[1] = _mm512_dpbusd_epi32(cr[1], av, b1);
+                    }
+                    bp = bp.add(group_bytes);
+                    ap = ap.add(4);
+                }
+            }
+        }
+        for (row, cr) in acc.iter_mut().zip(&c) {
+            // SAFETY: a row holds 32 i32, two registers.
+            unsafe {
+                _mm512_storeu_si512(row.as_mut_ptr().cast(), cr[0]);
+                _mm512_storeu_si512(row.as_mut_ptr().add(16).cast(), cr[1]);
+            }
+        }
+    }
+}
