@@ -620,3 +620,85 @@ fn a_quantize_dequantize_round_trip_is_one_step_with_the_same_bits() {
         );
     }
 }
+
+/// `QuantizeLinear(DequantizeLinear(a) + DequantizeLinear(b))`, the residual sum of a QDQ
+/// network: `a` of `uint8` codes `[4, 300]`, `b` of `int8` codes of shape `b_shape`, the sum
+/// quantized into the type of `zy`.
+fn quantized_add(b_shape: &[usize], zy: Tensor) -> (Model, Vec<(String, Tensor)>) {
+    let known = |shape: &[usize]| shape.iter().map(|&d| Dim::Known(d as i64)).collect();
+    let mut g = Graph::new("quantized_add");
+    g.inputs.push(ValueInfo::new(
+        "a",
+        Type::tensor(DataType::Uint8, known(&[4, 300])),
+    ));
+    g.inputs.push(ValueInfo::new(
+        "b",
+        Type::tensor(DataType::Int8, known(b_shape)),
+    ));
+    g.outputs
+        .push(ValueInfo::new("y", Type::tensor(zy.dtype(), vec![])));
+    let f = |v: f32| Tensor::from_vec(DataType::Float, &[], vec![v]).unwrap();
+    let constants = [
+        ("sa", f(0.05)),
+        (
+            "za",
+            Tensor::from_vec(DataType::Uint8, &[], vec![131u8]).unwrap(),
+        ),
+        ("sb", f(0.031)),
+        (
+            "zb",
+            Tensor::from_vec(DataType::Int8, &[], vec![-7i8]).unwrap(),
+        ),
+        ("sy", f(0.07)),
+        ("zy", zy),
+    ];
+    for (name, t) in &constants {
+        g.initializers.push(tensor_to_stored(name, t).unwrap());
+    }
+    g.add_node(Node::new(
+        "DequantizeLinear",
+        "dqa",
+        ["a", "sa", "za"],
+        ["fa"],
+    ));
+    g.add_node(Node::new(
+        "DequantizeLinear",
+        "dqb",
+        ["b", "sb", "zb"],
+        ["fb"],
+    ));
+    g.add_node(Node::new("Add", "add", ["fa", "fb"], ["sum"]));
+    g.add_node(Node::new("QuantizeLinear", "q", ["sum", "sy", "zy"], ["y"]));
+    let bytes = |shape: &[usize], seed: u32| {
+        let n = shape.iter().product();
+        values(n, seed, 255.0, 127.5)
+            .into_iter()
+            .map(|v| v as u8)
+            .collect::<Vec<u8>>()
+    };
+    let a = Tensor::from_vec(DataType::Uint8, &[4, 300], bytes(&[4, 300], 5)).unwrap();
+    let b: Vec<i8> = bytes(b_shape, 9).into_iter().map(|v| v as i8).collect();
+    let b = Tensor::from_vec(DataType::Int8, b_shape, b).unwrap();
+    let feeds = vec![("a".into(), a), ("b".into(), b)];
+    (Model::new(g, 19), feeds)
+}
+
+#[test]
+fn a_quantized_sum_of_dequantized_codes_is_one_step_with_the_same_codes() {
+    let zeros = [
+        Tensor::from_vec(DataType::Uint8, &[], vec![3u8]).unwrap(),
+        Tensor::from_vec(DataType::Int8, &[], vec![-20i8]).unwrap(),
+    ];
+    // Same shapes take the fused loop; a broadcast `b` the three operators in turn.
+    for (b_shape, zero) in [[4usize, 300].as_slice(), &[300]]
+        .into_iter()
+        .flat_map(|s| zeros.iter().map(move |z| (s, z.clone())))
+    {
+        let (model, feeds) = quantized_add(b_shape, zero.clone());
+        let (fused, fused_ops) = run(&model, &feeds, false);
+        let (plain, plain_ops) = run(&model, &feeds, true);
+        assert_eq!(fused_ops, ["QuantizedAdd"], "{b_shape:?}");
+        assert!(plain_ops.iter().any(|op| op == "Add"), "{plain_ops:?}");
+        assert_eq!(fused, plain, "{b_shape:?} {:?}", zero.dtype());
+    }
+}

@@ -33,6 +33,10 @@
 //!   finishes them, with `QuantizeLinear`'s own arithmetic, and leaves the plan: the float
 //!   output is never stored.
 //!
+//! - An `Add` of two such dequantized activations whose sum only a `QuantizeLinear` of one fixed
+//!   scale and zero point reads (the residual of a QDQ network) runs as one pass over the codes
+//!   (`ops::QUANTIZED_ADD`) with the three operators' own arithmetic: the same codes, and no
+//!   float tensor stored.
 //! - A `DequantizeLinear` of a `QuantizeLinear`'s codes that nothing else reads, by the same
 //!   fixed scale and 8-bit zero point (the round trip a QDQ model makes between two float
 //!   operators), runs as one pass over the float values (`ops::QUANTIZE_ROUND_TRIP`) with the
@@ -47,7 +51,7 @@ use std::collections::{HashMap, HashSet};
 use super::{Step, StepKind};
 use crate::dtype::DataType;
 use crate::ir::{AttrValue, Graph, Node};
-use crate::ops::{registry, Activation, CONV_INTEGER_TO_FLOAT, QUANTIZE_ROUND_TRIP};
+use crate::ops::{registry, Activation, CONV_INTEGER_TO_FLOAT, QUANTIZED_ADD, QUANTIZE_ROUND_TRIP};
 use crate::tensor::{try_with_capacity, Tensor};
 
 /// The domain of onnxruntime's contrib operators, where `FusedConv` is registered.
@@ -177,7 +181,67 @@ pub(super) fn fuse<'m>(
     let steps = fuse_activations(graph, steps, constants, fixed);
     let steps = fuse_quantized_matmuls(graph, steps, constants, fixed);
     let steps = fuse_quantized_convs(graph, steps, constants, fixed);
+    let steps = fuse_quantized_adds(graph, steps, constants, fixed);
     fuse_round_trips(graph, steps, constants, fixed)
+}
+
+/// Runs each `Add` of two dequantized activations whose sum only a `QuantizeLinear` reads as
+/// one step on the codes (see the module documentation); the `DequantizeLinear`s leave the plan
+/// when nothing else reads them.
+fn fuse_quantized_adds<'m>(
+    graph: &Graph,
+    steps: Vec<Step<'m>>,
+    constants: &HashMap<String, Tensor>,
+    fixed: &HashSet<String>,
+) -> Vec<Step<'m>> {
+    let uses = Uses::of(graph, &steps, constants);
+    let constant = Fixed { constants, fixed };
+    let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
+    let mut gone: HashSet<usize> = HashSet::new();
+    for (i, add) in steps.iter().enumerate() {
+        let node: &Node = &add.node;
+        if !is_op(add, "Add") || add.opset < 7 || node.inputs.len() != 2 || node.outputs.len() != 1
+        {
+            continue;
+        }
+        let operand = |name: &str| dequantized_activation(&steps, &uses, &constant, name);
+        let (Some((dqa, a)), Some((dqb, b))) = (operand(&node.inputs[0]), operand(&node.inputs[1]))
+        else {
+            continue;
+        };
+        let quantize = uses
+            .only_reader(&node.outputs[0])
+            .filter(|&j| is_op(&steps[j], "QuantizeLinear"))
+            .and_then(|j| Some((j, quantized_output(&steps[j].node, &constant)?)));
+        let Some((j, [scale, zero, codes])) = quantize else {
+            continue;
+        };
+        let fused = Node::new(
+            "QuantizedAdd",
+            &node.name,
+            [
+                a.codes,
+                a.scale_name,
+                a.zero_name,
+                b.codes,
+                b.scale_name,
+                b.zero_name,
+                scale,
+                zero,
+            ],
+            [codes],
+        );
+        let mut step = with_node(add, fused, StepKind::Op(&QUANTIZED_ADD));
+        step.schema = None;
+        replaced.insert(i, step);
+        gone.insert(j);
+        for (dq, name) in [(dqa, &node.inputs[0]), (dqb, &node.inputs[1])] {
+            if uses.readers.get(name) == Some(&1) {
+                gone.insert(dq);
+            }
+        }
+    }
+    replace_steps(steps, replaced, &gone)
 }
 
 /// Runs each `DequantizeLinear` of a `QuantizeLinear`'s codes that nothing else reads, by the

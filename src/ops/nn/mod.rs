@@ -106,6 +106,13 @@ pub(crate) static QUANTIZE_ROUND_TRIP: OpDef =
     OpDef::new("QuantizeRoundTrip", 1, 3..=3, 1..=1, quant::eval_round_trip)
         .in_domain("multigather.fused");
 
+/// The kernel the interpreter runs for an `Add` of two dequantized 8-bit tensors whose sum only
+/// a `QuantizeLinear` reads (the residual of a QDQ network): the three operators in one pass
+/// (`interp::fuse`; in no registry table).
+pub(crate) static QUANTIZED_ADD: OpDef =
+    OpDef::new("QuantizedAdd", 1, 8..=8, 1..=1, quant::eval_quantized_add)
+        .in_domain("multigather.fused");
+
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Attention", 23, 3..=7, 1..=4, eval_attention).with_infer(infer_attention),
     OpDef::new("FlexAttention", 1, 3..=3, 1..=1, eval_flex_attention)

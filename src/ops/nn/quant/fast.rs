@@ -366,6 +366,114 @@ fn round_trip_run<T: Code>(x: &[f32], s: f32, z: i32, out: &mut [MaybeUninit<f32
     }
 }
 
+/// `QuantizeLinear(DequantizeLinear(a, sa, za) + DequantizeLinear(b, sb, zb), sy, zy)`, inputs
+/// `a, sa, za, b, sb, zb, sy, zy` (the order of `com.microsoft.QLinearAdd`): the residual sum of
+/// a QDQ network, which the interpreter plans as one step when the float values are read by
+/// nothing else (`interp::fuse`). Each element takes the three operators' own arithmetic, so
+/// the codes are those of the unfused graph; one pass over bytes replaces five over floats.
+pub(in crate::ops) fn eval_quantized_add(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let [a, sa, za, b, sb, zb, sy, zy] = std::array::from_fn(|i| inputs.get(i).copied().flatten());
+    let (a, sa, za, b, sb, zb) = (
+        required(&[a], 0)?,
+        required(&[sa], 0)?,
+        required(&[za], 0)?,
+        required(&[b], 0)?,
+        required(&[sb], 0)?,
+        required(&[zb], 0)?,
+    );
+    let (sy, zy) = (required(&[sy], 0)?, required(&[zy], 0)?);
+    let codes = |t: &Tensor| matches!(t.dtype(), DataType::Uint8 | DataType::Int8);
+    let per_tensor = |x: &Tensor, s: &Tensor, z: &Tensor| {
+        codes(z) && z.dtype() == x.dtype() && s.dtype() == DataType::Float && s.len() == 1
+    };
+    let fast = a.shape() == b.shape()
+        && per_tensor(a, sa, za)
+        && per_tensor(b, sb, zb)
+        && codes(zy)
+        && zy.len() == 1
+        && sy.dtype() == DataType::Float
+        && sy.len() == 1;
+    if !fast {
+        // Broadcasting or other types: the three operators one after the other.
+        let da = super::eval_dequantize(ctx, &[Some(a), Some(sa), Some(za)])?;
+        let db = super::eval_dequantize(ctx, &[Some(b), Some(sb), Some(zb)])?;
+        let add = crate::ir::Node::new("Add", &ctx.node.name, ["a", "b"], ["y"]);
+        let sum = crate::ops::eval_node(&add, 14, &[da.first(), db.first()])?;
+        return super::eval_quantize(ctx, &[sum.first(), Some(sy), Some(zy)]);
+    }
+    let one = |s: &Tensor, z: &Tensor| -> Result<(f32, i32)> {
+        let z = match z.dtype() {
+            DataType::Int8 => i32::from(z.as_slice::<i8>()?[0]),
+            _ => i32::from(z.as_slice::<u8>()?[0]),
+        };
+        Ok((s.as_slice::<f32>()?[0], z))
+    };
+    let (qa, qb, qy) = (one(sa, za)?, one(sb, zb)?, one(sy, zy)?);
+    let y = Tensor::uninit(zy.dtype(), a.shape())?;
+    macro_rules! add_as {
+        ($ta:ty, $tb:ty) => {{
+            let (av, bv) = (a.as_slice::<$ta>()?, b.as_slice::<$tb>()?);
+            match zy.dtype() {
+                DataType::Int8 => y.fill(|d| add_codes::<$ta, $tb, i8>(av, qa, bv, qb, qy, d))?,
+                _ => y.fill(|d| add_codes::<$ta, $tb, u8>(av, qa, bv, qb, qy, d))?,
+            }
+        }};
+    }
+    let y = match (a.dtype(), b.dtype()) {
+        (DataType::Uint8, DataType::Uint8) => add_as!(u8, u8),
+        (DataType::Uint8, _) => add_as!(u8, i8),
+        (_, DataType::Uint8) => add_as!(i8, u8),
+        _ => add_as!(i8, i8),
+    };
+    Ok(vec![y])
+}
+
+/// The codes of [`eval_quantized_add`], split over the pool like every other loop here.
+fn add_codes<'d, A: Code, B: Code, Y: Code>(
+    a: &[A],
+    qa: (f32, i32),
+    b: &[B],
+    qb: (f32, i32),
+    qy: (f32, i32),
+    dst: &'d mut [MaybeUninit<Y>],
+) -> &'d mut [Y] {
+    let n = a.len().min(b.len()).min(dst.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    if par::min_len(n, &[1]) == usize::MAX {
+        add_codes_run(a, qa, b, qb, qy, &mut dst[..n]);
+    } else {
+        a.par_chunks(GRAIN)
+            .zip(b.par_chunks(GRAIN))
+            .zip(dst[..n].par_chunks_mut(GRAIN))
+            .for_each(|((a, b), d)| add_codes_run(a, qa, b, qb, qy, d));
+    }
+    // SAFETY: every element of `dst[..n]` was written by one run.
+    unsafe { assume_written(&mut dst[..n]) }
+}
+
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma+sse4.1",
+    "aarch64+neon"
+))]
+fn add_codes_run<A: Code, B: Code, Y: Code>(
+    a: &[A],
+    (sa, za): (f32, i32),
+    b: &[B],
+    (sb, zb): (f32, i32),
+    (sy, zy): (f32, i32),
+    out: &mut [MaybeUninit<Y>],
+) {
+    let zy = zy as f32;
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        let sum = (x.to_i32() - za) as f32 * sa + (y.to_i32() - zb) as f32 * sb;
+        o.write(code(sum, sy, zy));
+    }
+}
+
 /// `f` over `x` and `dst` (of one length), split into grains over the current pool's threads
 /// when the run is long enough to pay for it; each element is computed alone, so the split
 /// changes no bit.
