@@ -209,10 +209,7 @@ fn fuse_quantized_adds<'m>(
         else {
             continue;
         };
-        let quantize = uses
-            .only_reader(&node.outputs[0])
-            .filter(|&j| is_op(&steps[j], "QuantizeLinear"))
-            .and_then(|j| Some((j, quantized_output(&steps[j].node, &constant)?)));
+        let quantize = quantize_reader(&steps, &uses, &constant, &node.outputs[0]);
         let Some((j, [scale, zero, codes])) = quantize else {
             continue;
         };
@@ -404,10 +401,7 @@ fn fuse_quantized_convs<'m>(
         ];
         fused.inputs.extend(bias.cloned());
         // A `QuantizeLinear` alone reading the output takes the codes straight from the sums.
-        let quantize = uses
-            .only_reader(&node.outputs[0])
-            .filter(|&j| is_op(&steps[j], "QuantizeLinear"))
-            .and_then(|j| Some((j, quantized_output(&steps[j].node, &constant)?)));
+        let quantize = quantize_reader(&steps, &uses, &constant, &node.outputs[0]);
         if let Some((j, [scale, zero, codes])) = quantize {
             fused.inputs.resize(7, String::new());
             fused.inputs.extend([scale, zero]);
@@ -422,6 +416,20 @@ fn fuse_quantized_convs<'m>(
         }
     }
     replace_steps(steps, replaced, &gone)
+}
+
+/// The step alone reading `name` when it is a `QuantizeLinear` to 8-bit codes by one fixed scale
+/// and zero point, with its scale, zero point and output.
+fn quantize_reader(
+    steps: &[Step<'_>],
+    uses: &Uses,
+    constant: &Fixed<'_>,
+    name: &str,
+) -> Option<(usize, [String; 3])> {
+    let j = uses
+        .only_reader(name)
+        .filter(|&j| is_op(&steps[j], "QuantizeLinear"))?;
+    Some((j, quantized_output(&steps[j].node, constant)?))
 }
 
 /// The scale, zero point and output of a `QuantizeLinear` to 8-bit codes by one fixed scale and
