@@ -497,11 +497,6 @@ impl PackedA {
     pub fn row_terms(&self) -> (&[i32], &[i32]) {
         (&self.row_terms, &self.row_zeros)
     }
-
-    /// Rows and contracted dim.
-    pub fn dims(&self) -> (usize, usize) {
-        (self.m, self.k)
-    }
 }
 
 fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<PackedA> {

@@ -498,7 +498,7 @@ fn group_filters<'w>(
 /// A convolution's filters packed for the kernel that runs it.
 enum Filters {
     /// For [`qdirect`].
-    Direct(PackedA),
+    Direct(qdirect::Filters),
     /// Each group's, for the product with its im2col matrix.
     Groups(Vec<PackedA>),
 }
@@ -523,7 +523,12 @@ fn pack_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Resu
 }
 
 /// The filters packed for [`qdirect`].
-fn direct_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Result<PackedA> {
+fn direct_filters(
+    shape: &ConvShape,
+    w: &Tensor,
+    zw: &[i32],
+    level: Level,
+) -> Result<qdirect::Filters> {
     let filters = Bytes {
         data: w.as_bytes()?,
         signed: w.dtype() == DataType::Int8,

@@ -70,14 +70,26 @@ pub(super) fn applies(w: &[usize], group: usize, level: Level) -> bool {
     vnni && group == 1 && matches!(w.len(), 3 | 4) && w[1] > 0 && w[1].is_multiple_of(4)
 }
 
+/// A convolution's filters packed for the direct kernel: shifted into `u8` with the zero-point
+/// terms of their rows (as `PackedA` makes them), in tiles of eight filters whose bytes come
+/// four k at a time, the eight filters' fours together (32 bytes): a tile reads one stream, and
+/// each of its eight broadcasts is at a fixed offset from one pointer.
+pub(super) struct Filters {
+    data: Scratch<u8>,
+    m: usize,
+    k: usize,
+    row_terms: Vec<i32>,
+    row_zeros: Vec<i32>,
+}
+
 /// The filters `w` (`c_out x c_in x taps` bytes) with zero points `zw` (one, or one per filter),
-/// packed as the direct kernel's A: row `m` holds filter `m` tap by tap.
+/// packed as the direct kernel's A: filter `m`'s k run tap by tap, each tap's channels in turn.
 pub(super) fn pack_filters(
     w: Bytes<'_>,
     zw: &[i32],
     (c_out, c_in, taps): (usize, usize, usize),
     level: Level,
-) -> Result<PackedA> {
+) -> Result<Filters> {
     let k = c_in * taps;
     let len = c_out
         .checked_mul(k)
@@ -99,7 +111,35 @@ pub(super) fn pack_filters(
         data: &data,
         signed: w.signed,
     };
-    PackedA::new(a, c_out, k, zw, level)
+    let packed = PackedA::new(a, c_out, k, zw, level)?;
+    let (rows, lda) = packed
+        .narrow()
+        .ok_or_else(|| Error::Eval("filters packed for another kernel".into()))?;
+    let (row_terms, row_zeros) = packed.row_terms();
+    // `PackedA` pads the rows to whole tiles, and `k` (channels in fours) is whole groups.
+    let write = |out: &mut [MaybeUninit<u8>]| {
+        for (tile, out) in rows
+            .chunks_exact(ROWS * lda)
+            .zip(out.chunks_exact_mut(ROWS * lda))
+        {
+            for (g, fours) in out.chunks_exact_mut(ROWS * 4).enumerate() {
+                for (r, four) in fours.chunks_exact_mut(4).enumerate() {
+                    for (o, &v) in four.iter_mut().zip(&tile[r * lda + 4 * g..]) {
+                        o.write(v);
+                    }
+                }
+            }
+        }
+    };
+    // SAFETY: the tiles cover the rows, whose length is whole tiles of `lda` bytes.
+    let tiles = unsafe { Scratch::new_with(rows.len(), write) }?;
+    Ok(Filters {
+        data: tiles,
+        m: c_out,
+        k,
+        row_terms: row_terms.to_vec(),
+        row_zeros: row_zeros.to_vec(),
+    })
 }
 
 /// The grid of one convolution: the phases its taps read and where each tap starts.
@@ -233,6 +273,7 @@ fn position_sums(b: &[u8], sums: &mut [i32]) {
 
 /// The shared state of one image's tiles.
 struct Task<'a, R: Rows> {
+    /// The filters' tiles, `lda` bytes per filter.
     a: &'a [u8],
     lda: usize,
     m: usize,
@@ -259,18 +300,16 @@ struct Task<'a, R: Rows> {
 pub(super) fn run<R: Rows>(
     shape: &ConvShape,
     (x, signed, zx): (&[u8], bool, i32),
-    filters: &PackedA,
+    filters: &Filters,
     rows: &R,
 ) -> Result<()> {
-    let (a, lda) = filters
-        .narrow()
-        .ok_or_else(|| Error::Eval("filters packed for another kernel".into()))?;
-    let (row_terms, row_zeros) = filters.row_terms();
+    let (a, lda) = (&filters.data[..], filters.k);
+    let (row_terms, row_zeros) = (&filters.row_terms[..], &filters.row_zeros[..]);
     let g = &shape.geo;
     let grid = Grid::new(shape)?;
     let groups = shape.c_in / 4;
     let in_plane = g.input[1] * g.input[2];
-    if filters.dims() != (shape.c_out, shape.c_in * grid.taps.len()) {
+    if (filters.m, filters.k) != (shape.c_out, shape.c_in * grid.taps.len()) {
         return Err(Error::Eval("filters packed for another convolution".into()));
     }
     if x.len() != shape.batch * shape.c_in * in_plane {
@@ -427,10 +466,11 @@ mod x86 {
             let b = t.b.as_ptr().wrapping_add(j0 * 4);
             for row0 in (0..t.m).step_by(ROWS) {
                 // Every read of A: eight packed rows of `taps * groups` groups.
-                assert!((row0 + ROWS - 1) * t.lda + taps * t.groups * 4 <= t.a.len());
+                // Every read of A: one tile of `taps * groups` runs of 32 bytes.
+                assert!((row0 + ROWS) * t.lda <= t.a.len() && taps * t.groups * 4 <= t.lda);
                 let a = t.a.as_ptr().wrapping_add(row0 * t.lda);
                 // SAFETY: the assertions above bound every read.
-                unsafe { sum_tile(a, t.lda, b, (&grid.taps, group_bytes, t.groups), &mut acc) };
+                unsafe { sum_tile(a, b, (&grid.taps, group_bytes, t.groups), &mut acc) };
                 finish_tile(t, row0, j0, &acc, &at[..n]);
             }
         }
@@ -528,7 +568,7 @@ mod x86 {
         }
     }
 
-    /// Sums one tile: eight filters (rows of `lda` bytes from `a`) by 32 grid columns of the
+    /// Sums one tile: eight filters (a tile of [`super::Filters`] from `a`) by 32 grid columns of the
     /// laid-out input from `b`, every tap (`taps`, positions from `b`) of every group of four
     /// channels (`group_bytes` apart).
     ///
@@ -538,7 +578,6 @@ mod x86 {
     #[inline]
     unsafe fn sum_tile(
         a: *const u8,
-        lda: usize,
         b: *const u8,
         (taps, group_bytes, groups): (&[usize], usize, usize),
         acc: &mut [[i32; COLS]; ROWS],
@@ -547,19 +586,19 @@ mod x86 {
         for (t, &tap) in taps.iter().enumerate() {
             // SAFETY (all reads): the caller's promise.
             let mut bp = unsafe { b.add(tap * 4) };
-            let mut ap = unsafe { a.add(t * groups * 4) };
+            let mut ap = unsafe { a.add(t * groups * 4 * ROWS) };
             for _ in 0..groups {
                 unsafe {
                     let b0 = _mm512_loadu_si512(bp.cast());
                     let b1 = _mm512_loadu_si512(bp.add(64).cast());
                     for (r, cr) in c.iter_mut().enumerate() {
-                        let x = ap.add(r * lda).cast::<i32>().read_unaligned();
+                        let x = ap.add(4 * r).cast::<i32>().read_unaligned();
                         let av = _mm512_set1_epi32(x);
                         cr[0] = _mm512_dpbusd_epi32(cr[0], av, b0);
                         cr[1] = _mm512_dpbusd_epi32(cr[1], av, b1);
                     }
                     bp = bp.add(group_bytes);
-                    ap = ap.add(4);
+                    ap = ap.add(4 * ROWS);
                 }
             }
         }
