@@ -702,3 +702,51 @@ fn a_quantized_sum_of_dequantized_codes_is_one_step_with_the_same_codes() {
         assert_eq!(fused, plain, "{b_shape:?} {:?}", zero.dtype());
     }
 }
+
+/// `DequantizeLinear -> Transpose -> QuantizeLinear` of `uint8` codes, the quantization by
+/// `(scale_y, zero_y)`.
+fn moved_codes(scale_y: f32, zero_y: u8) -> (Model, Vec<(String, Tensor)>) {
+    let mut g = Graph::new("moved_codes");
+    let dims = [3usize, 40].iter().map(|&d| Dim::Known(d as i64)).collect();
+    g.inputs
+        .push(ValueInfo::new("c", Type::tensor(DataType::Uint8, dims)));
+    g.outputs
+        .push(ValueInfo::new("y", Type::tensor(DataType::Uint8, vec![])));
+    let f = |v: f32| Tensor::from_vec(DataType::Float, &[], vec![v]).unwrap();
+    let u = |v: u8| Tensor::from_vec(DataType::Uint8, &[], vec![v]).unwrap();
+    let constants = [
+        ("s", f(0.0173)),
+        ("z", u(119)),
+        ("sy", f(scale_y)),
+        ("zy", u(zero_y)),
+    ];
+    for (name, t) in &constants {
+        g.initializers.push(tensor_to_stored(name, t).unwrap());
+    }
+    g.add_node(Node::new("DequantizeLinear", "dq", ["c", "s", "z"], ["f"]));
+    g.add_node(
+        Node::new("Transpose", "t", ["f"], ["ft"]).with_attr("perm", AttrValue::Ints(vec![1, 0])),
+    );
+    g.add_node(Node::new("QuantizeLinear", "q", ["ft", "sy", "zy"], ["y"]));
+    let codes: Vec<u8> = (0..120u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
+    let c = Tensor::from_vec(DataType::Uint8, &[3, 40], codes).unwrap();
+    (Model::new(g, 19), vec![("c".into(), c)])
+}
+
+#[test]
+fn a_movement_between_a_dequantize_and_a_quantize_of_one_scale_moves_the_codes() {
+    let (model, feeds) = moved_codes(0.0173, 119);
+    let (fused, fused_ops) = run(&model, &feeds, false);
+    let (plain, plain_ops) = run(&model, &feeds, true);
+    assert_eq!(fused_ops, ["Transpose"]);
+    assert_eq!(plain_ops.len(), 3, "{plain_ops:?}");
+    assert_eq!(fused, plain);
+    // Another scale or zero point changes the codes: the three steps stay.
+    for (scale, zero) in [(0.02, 119), (0.0173, 120)] {
+        let (model, feeds) = moved_codes(scale, zero);
+        let (_, ops) = run(&model, &feeds, false);
+        assert_eq!(ops.len(), 3, "{ops:?}");
+    }
+}

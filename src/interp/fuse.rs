@@ -37,6 +37,10 @@
 //!   scale and zero point reads (the residual of a QDQ network) runs as one pass over the codes
 //!   (`ops::QUANTIZED_ADD`) with the three operators' own arithmetic: the same codes, and no
 //!   float tensor stored.
+//! - A movement (`Reshape`, `Transpose`, `Squeeze`, `Unsqueeze`, `Flatten`) of such a
+//!   dequantized activation whose result only a `QuantizeLinear` of the same scale and zero
+//!   point reads moves the codes instead (onnxruntime's QDQ propagation does the same): the
+//!   round trip gives back each code exactly (see `move_codes`), so the codes are the same.
 //! - A `DequantizeLinear` of a `QuantizeLinear`'s codes that nothing else reads, by the same
 //!   fixed scale and 8-bit zero point (the round trip a QDQ model makes between two float
 //!   operators), runs as one pass over the float values (`ops::QUANTIZE_ROUND_TRIP`) with the
@@ -182,7 +186,70 @@ pub(super) fn fuse<'m>(
     let steps = fuse_quantized_matmuls(graph, steps, constants, fixed);
     let steps = fuse_quantized_convs(graph, steps, constants, fixed);
     let steps = fuse_quantized_adds(graph, steps, constants, fixed);
+    let steps = move_codes(graph, steps, constants, fixed);
     fuse_round_trips(graph, steps, constants, fixed)
+}
+
+/// The operators that only move elements: on codes they give the codes of their result.
+const MOVEMENTS: [&str; 5] = ["Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"];
+
+/// Runs each movement of a dequantized activation that only a `QuantizeLinear` of the same scale
+/// and zero point reads on the codes themselves (see the module documentation): the
+/// `QuantizeLinear` leaves the plan, and the `DequantizeLinear` when nothing else reads it.
+fn move_codes<'m>(
+    graph: &Graph,
+    steps: Vec<Step<'m>>,
+    constants: &HashMap<String, Tensor>,
+    fixed: &HashSet<String>,
+) -> Vec<Step<'m>> {
+    let uses = Uses::of(graph, &steps, constants);
+    let constant = Fixed { constants, fixed };
+    let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
+    let mut gone: HashSet<usize> = HashSet::new();
+    for (i, step) in steps.iter().enumerate() {
+        let node: &Node = &step.node;
+        if !MOVEMENTS.iter().any(|op| is_op(step, op)) || node.outputs.len() != 1 {
+            continue;
+        }
+        let Some(x) = node.inputs.first() else {
+            continue;
+        };
+        let Some((dq, d)) = dequantized_activation(&steps, &uses, &constant, x) else {
+            continue;
+        };
+        let Some((j, [scale, zero, codes])) =
+            quantize_reader(&steps, &uses, &constant, &node.outputs[0])
+        else {
+            continue;
+        };
+        // `QuantizeLinear(DequantizeLinear(c))` is `c` when both take one scale `s` and one
+        // zero point: `(c - z) * s / s` is within `255 * 2^-23` of the integer `c - z` while
+        // `s` is normal and `255 s` finite, so it rounds back to it.
+        let same = |a: &str, b: &str| {
+            constant
+                .get(a)
+                .zip(constant.get(b))
+                .is_some_and(|(a, b)| a == b)
+        };
+        let invertible = constant.get(&scale).is_some_and(|s| {
+            s.as_slice::<f32>()
+                .ok()
+                .and_then(|v| v.first())
+                .is_some_and(|&s| s.is_normal() && (s.abs() * 256.0).is_finite())
+        });
+        if !(same(&scale, &d.scale_name) && same(&zero, &d.zero_name) && invertible) {
+            continue;
+        }
+        let mut moved = node.clone();
+        moved.inputs[0] = d.codes;
+        moved.outputs = vec![codes];
+        replaced.insert(i, with_node(step, moved, step.kind));
+        gone.insert(j);
+        if uses.readers.get(x.as_str()) == Some(&1) {
+            gone.insert(dq);
+        }
+    }
+    replace_steps(steps, replaced, &gone)
 }
 
 /// Runs each `Add` of two dequantized activations whose sum only a `QuantizeLinear` reads as

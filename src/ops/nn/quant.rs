@@ -465,6 +465,37 @@ mod tests {
 
     use super::*;
 
+    /// `QuantizeLinear(DequantizeLinear(c))` by one scale and zero point is `c` for every code,
+    /// zero point and normal scale whose 256 multiple is finite: what lets the interpreter move
+    /// codes instead of floats (`interp::fuse::move_codes`).
+    #[test]
+    fn a_quantize_of_a_dequantize_by_the_same_normal_scale_is_the_code() {
+        let mut scales = vec![f32::MIN_POSITIVE, 1e-30, 1e-10, 0.0173, 1.0, 3.7e5, 1e35];
+        scales.push(f32::MAX / 256.0);
+        let mut s = 0x2545_f491u32;
+        for _ in 0..2000 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            let v = f32::from_bits(s & 0x7fff_ffff);
+            if v.is_normal() && (v * 256.0).is_finite() {
+                scales.push(v);
+            }
+        }
+        for &scale in &scales {
+            for z in [0i32, 1, 119, 128, 255] {
+                for c in 0..=255i32 {
+                    let f = (c - z) as f32 * scale;
+                    assert_eq!(
+                        i32::from(code::<u8>(f, scale, z as f32)),
+                        c,
+                        "{scale:e} {z}"
+                    );
+                }
+            }
+        }
+    }
+
     fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
         Tensor::from_vec(DataType::Float, shape, v).unwrap()
     }
