@@ -55,7 +55,9 @@ use std::collections::{HashMap, HashSet};
 use super::{Step, StepKind};
 use crate::dtype::DataType;
 use crate::ir::{AttrValue, Graph, Node};
-use crate::ops::{registry, Activation, CONV_INTEGER_TO_FLOAT, QUANTIZED_ADD, QUANTIZE_ROUND_TRIP};
+use crate::ops::{
+    registry, Activation, OpDef, CONV_INTEGER_TO_FLOAT, QUANTIZED_ADD, QUANTIZE_ROUND_TRIP,
+};
 use crate::tensor::{try_with_capacity, Tensor};
 
 /// The domain of onnxruntime's contrib operators, where `FusedConv` is registered.
@@ -183,306 +185,291 @@ pub(super) fn fuse<'m>(
 ) -> Vec<Step<'m>> {
     let steps = fold_batch_norms(graph, steps, constants, fixed);
     let steps = fuse_activations(graph, steps, constants, fixed);
-    let steps = fuse_quantized_matmuls(graph, steps, constants, fixed);
-    let steps = fuse_quantized_convs(graph, steps, constants, fixed);
-    let steps = fuse_quantized_adds(graph, steps, constants, fixed);
-    let steps = move_codes(graph, steps, constants, fixed);
-    fuse_round_trips(graph, steps, constants, fixed)
+    let steps = match registry().lookup(CONTRIB, "MatMulIntegerToFloat", 1) {
+        Some(def) => fuse_each(graph, steps, constants, fixed, |site, i| {
+            quantized_matmul(site, i, def)
+        }),
+        None => steps,
+    };
+    let steps = fuse_each(graph, steps, constants, fixed, quantized_conv);
+    let steps = fuse_each(graph, steps, constants, fixed, quantized_add);
+    let steps = fuse_each(graph, steps, constants, fixed, move_codes);
+    fuse_each(graph, steps, constants, fixed, round_trip)
 }
 
 /// The operators that only move elements: on codes they give the codes of their result.
 const MOVEMENTS: [&str; 5] = ["Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"];
 
-/// Runs each movement of a dequantized activation that only a `QuantizeLinear` of the same scale
-/// and zero point reads on the codes themselves (see the module documentation): the
-/// `QuantizeLinear` leaves the plan, and the `DequantizeLinear` when nothing else reads it.
-fn move_codes<'m>(
+/// What a fusion rule sees: the steps, who reads and makes each value, the fixed constants.
+struct Site<'a, 'm> {
+    graph: &'a Graph,
+    steps: &'a [Step<'m>],
+    uses: &'a Uses,
+    constant: &'a Fixed<'a>,
+}
+
+impl Site<'_, '_> {
+    /// The `DequantizeLinear` step making `name` (see [`dequantized_activation`]).
+    fn dequantized(&self, name: &str) -> Option<(usize, Dequantized)> {
+        dequantized_activation(self.steps, self.uses, self.constant, name)
+    }
+
+    /// The `QuantizeLinear` step alone reading `name` (see [`quantize_reader`]).
+    fn quantized(&self, name: &str) -> Option<(usize, [String; 3])> {
+        quantize_reader(self.steps, self.uses, self.constant, name)
+    }
+
+    /// `step` when `name`, which it makes, is read by nothing else: a producer the fused step
+    /// takes in.
+    fn only_for(&self, name: &str, step: usize) -> Option<usize> {
+        (self.uses.readers.get(name) == Some(&1)).then_some(step)
+    }
+}
+
+/// The step that replaces a rule's step, and the steps it takes in.
+struct Fused<'m> {
+    step: Step<'m>,
+    gone: Vec<usize>,
+}
+
+/// Applies `rule` at every step: each step it fuses is replaced, and the steps the fused ones
+/// take in leave the plan.
+fn fuse_each<'m>(
     graph: &Graph,
     steps: Vec<Step<'m>>,
     constants: &HashMap<String, Tensor>,
     fixed: &HashSet<String>,
+    rule: impl for<'a> Fn(&Site<'a, 'm>, usize) -> Option<Fused<'m>>,
 ) -> Vec<Step<'m>> {
     let uses = Uses::of(graph, &steps, constants);
     let constant = Fixed { constants, fixed };
+    let site = Site {
+        graph,
+        steps: &steps,
+        uses: &uses,
+        constant: &constant,
+    };
     let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
     let mut gone: HashSet<usize> = HashSet::new();
-    for (i, step) in steps.iter().enumerate() {
-        let node: &Node = &step.node;
-        if !MOVEMENTS.iter().any(|op| is_op(step, op)) || node.outputs.len() != 1 {
-            continue;
+    for i in 0..steps.len() {
+        if let Some(fused) = rule(&site, i) {
+            replaced.insert(i, fused.step);
+            gone.extend(fused.gone);
         }
-        let Some(x) = node.inputs.first() else {
-            continue;
-        };
-        let Some((dq, d)) = dequantized_activation(&steps, &uses, &constant, x) else {
-            continue;
-        };
-        let Some((j, [scale, zero, codes])) =
-            quantize_reader(&steps, &uses, &constant, &node.outputs[0])
-        else {
-            continue;
-        };
-        // `QuantizeLinear(DequantizeLinear(c))` is `c` when both take one scale `s` and one
-        // zero point: `(c - z) * s / s` is within `255 * 2^-23` of the integer `c - z` while
-        // `s` is normal and `255 s` finite, so it rounds back to it.
-        let same = |a: &str, b: &str| {
-            constant
+    }
+    replace_steps(steps, replaced, &gone)
+}
+
+/// A step running the fused kernel `def` as `node` in place of `step`.
+fn fused_step<'m>(step: &Step<'m>, node: Node, def: &'static OpDef) -> Step<'m> {
+    let mut fused = with_node(step, node, StepKind::Op(def));
+    fused.schema = None;
+    fused
+}
+
+/// A movement of a dequantized activation that only a `QuantizeLinear` of the same scale and
+/// zero point reads, run on the codes themselves (see the module documentation): the
+/// `QuantizeLinear` leaves the plan, and the `DequantizeLinear` when nothing else reads it.
+fn move_codes<'m>(site: &Site<'_, 'm>, i: usize) -> Option<Fused<'m>> {
+    let step = &site.steps[i];
+    let node: &Node = &step.node;
+    if !MOVEMENTS.iter().any(|op| is_op(step, op)) || node.outputs.len() != 1 {
+        return None;
+    }
+    let x = node.inputs.first()?;
+    let (dq, d) = site.dequantized(x)?;
+    let (j, [scale, zero, codes]) = site.quantized(&node.outputs[0])?;
+    // `QuantizeLinear(DequantizeLinear(c))` is `c` when both take one scale `s` and one zero
+    // point: `(c - z) * s / s` is within `255 * 2^-23` of the integer `c - z` while `s` is
+    // normal and `255 s` finite, so it rounds back to it.
+    let constant = site.constant;
+    let same = |a: &str, b: &str| {
+        constant
+            .get(a)
+            .zip(constant.get(b))
+            .is_some_and(|(a, b)| a == b)
+    };
+    let invertible = constant.get(&scale).is_some_and(|s| {
+        s.as_slice::<f32>()
+            .ok()
+            .and_then(|v| v.first())
+            .is_some_and(|&s| s.is_normal() && (s.abs() * 256.0).is_finite())
+    });
+    if !(same(&scale, &d.scale_name) && same(&zero, &d.zero_name) && invertible) {
+        return None;
+    }
+    let mut moved = node.clone();
+    moved.inputs[0] = d.codes;
+    moved.outputs = vec![codes];
+    let gone = [Some(j), site.only_for(x, dq)]
+        .into_iter()
+        .flatten()
+        .collect();
+    Some(Fused {
+        step: with_node(step, moved, step.kind),
+        gone,
+    })
+}
+
+/// An `Add` of two dequantized activations whose sum only a `QuantizeLinear` reads, run as one
+/// step on the codes (see the module documentation); the `DequantizeLinear`s leave the plan
+/// when nothing else reads them.
+fn quantized_add<'m>(site: &Site<'_, 'm>, i: usize) -> Option<Fused<'m>> {
+    let add = &site.steps[i];
+    let node: &Node = &add.node;
+    if !is_op(add, "Add") || add.opset < 7 || node.inputs.len() != 2 || node.outputs.len() != 1 {
+        return None;
+    }
+    let (dqa, a) = site.dequantized(&node.inputs[0])?;
+    let (dqb, b) = site.dequantized(&node.inputs[1])?;
+    let (j, [scale, zero, codes]) = site.quantized(&node.outputs[0])?;
+    let fused = Node::new(
+        "QuantizedAdd",
+        &node.name,
+        [
+            a.codes,
+            a.scale_name,
+            a.zero_name,
+            b.codes,
+            b.scale_name,
+            b.zero_name,
+            scale,
+            zero,
+        ],
+        [codes],
+    );
+    let inputs = [(dqa, &node.inputs[0]), (dqb, &node.inputs[1])];
+    let producers = inputs
+        .into_iter()
+        .filter_map(|(dq, x)| site.only_for(x, dq));
+    Some(Fused {
+        step: fused_step(add, fused, &QUANTIZED_ADD),
+        gone: std::iter::once(j).chain(producers).collect(),
+    })
+}
+
+/// A `DequantizeLinear` of a `QuantizeLinear`'s codes that nothing else reads, by the same
+/// fixed scale and 8-bit zero point, run as one step over the float values (see the module
+/// documentation).
+fn round_trip<'m>(site: &Site<'_, 'm>, i: usize) -> Option<Fused<'m>> {
+    let dq = &site.steps[i];
+    let codes = dq
+        .node
+        .inputs
+        .first()
+        .filter(|_| is_op(dq, "DequantizeLinear"))?;
+    let q = site.uses.producer_read_once(codes)?;
+    let (quantize, dequantize) = (&site.steps[q].node, &dq.node);
+    let constant = site.constant;
+    let same = |k: usize| {
+        let (a, b) = (&quantize.inputs[k], &dequantize.inputs[k]);
+        a == b
+            || constant
                 .get(a)
                 .zip(constant.get(b))
                 .is_some_and(|(a, b)| a == b)
-        };
-        let invertible = constant.get(&scale).is_some_and(|s| {
-            s.as_slice::<f32>()
-                .ok()
-                .and_then(|v| v.first())
-                .is_some_and(|&s| s.is_normal() && (s.abs() * 256.0).is_finite())
-        });
-        if !(same(&scale, &d.scale_name) && same(&zero, &d.zero_name) && invertible) {
-            continue;
-        }
-        let mut moved = node.clone();
-        moved.inputs[0] = d.codes;
-        moved.outputs = vec![codes];
-        replaced.insert(i, with_node(step, moved, step.kind));
-        gone.insert(j);
-        if uses.readers.get(x.as_str()) == Some(&1) {
-            gone.insert(dq);
-        }
-    }
-    replace_steps(steps, replaced, &gone)
-}
-
-/// Runs each `Add` of two dequantized activations whose sum only a `QuantizeLinear` reads as
-/// one step on the codes (see the module documentation); the `DequantizeLinear`s leave the plan
-/// when nothing else reads them.
-fn fuse_quantized_adds<'m>(
-    graph: &Graph,
-    steps: Vec<Step<'m>>,
-    constants: &HashMap<String, Tensor>,
-    fixed: &HashSet<String>,
-) -> Vec<Step<'m>> {
-    let uses = Uses::of(graph, &steps, constants);
-    let constant = Fixed { constants, fixed };
-    let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
-    let mut gone: HashSet<usize> = HashSet::new();
-    for (i, add) in steps.iter().enumerate() {
-        let node: &Node = &add.node;
-        if !is_op(add, "Add") || add.opset < 7 || node.inputs.len() != 2 || node.outputs.len() != 1
-        {
-            continue;
-        }
-        let operand = |name: &str| dequantized_activation(&steps, &uses, &constant, name);
-        let (Some((dqa, a)), Some((dqb, b))) = (operand(&node.inputs[0]), operand(&node.inputs[1]))
-        else {
-            continue;
-        };
-        let quantize = quantize_reader(&steps, &uses, &constant, &node.outputs[0]);
-        let Some((j, [scale, zero, codes])) = quantize else {
-            continue;
-        };
-        let fused = Node::new(
-            "QuantizedAdd",
-            &node.name,
-            [
-                a.codes,
-                a.scale_name,
-                a.zero_name,
-                b.codes,
-                b.scale_name,
-                b.zero_name,
-                scale,
-                zero,
-            ],
-            [codes],
-        );
-        let mut step = with_node(add, fused, StepKind::Op(&QUANTIZED_ADD));
-        step.schema = None;
-        replaced.insert(i, step);
-        gone.insert(j);
-        for (dq, name) in [(dqa, &node.inputs[0]), (dqb, &node.inputs[1])] {
-            if uses.readers.get(name) == Some(&1) {
-                gone.insert(dq);
-            }
-        }
-    }
-    replace_steps(steps, replaced, &gone)
-}
-
-/// Runs each `DequantizeLinear` of a `QuantizeLinear`'s codes that nothing else reads, by the
-/// same fixed scale and 8-bit zero point, as one step over the float values (see the module
-/// documentation).
-fn fuse_round_trips<'m>(
-    graph: &Graph,
-    steps: Vec<Step<'m>>,
-    constants: &HashMap<String, Tensor>,
-    fixed: &HashSet<String>,
-) -> Vec<Step<'m>> {
-    let uses = Uses::of(graph, &steps, constants);
-    let constant = Fixed { constants, fixed };
-    let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
-    let mut gone: HashSet<usize> = HashSet::new();
-    for (i, dq) in steps.iter().enumerate() {
-        let codes = dq
-            .node
-            .inputs
-            .first()
-            .filter(|_| is_op(dq, "DequantizeLinear"));
-        let Some(q) = codes.and_then(|codes| uses.producer_read_once(codes)) else {
-            continue;
-        };
-        let (quantize, dequantize) = (&steps[q].node, &dq.node);
-        let same = |k: usize| {
-            let (a, b) = (&quantize.inputs[k], &dequantize.inputs[k]);
-            a == b
-                || constant
-                    .get(a)
-                    .zip(constant.get(b))
-                    .is_some_and(|(a, b)| a == b)
-        };
-        if !is_op(&steps[q], "QuantizeLinear")
-            || quantized_output(quantize, &constant).is_none()
-            || dequantized(dequantize, &constant)
-                .is_none_or(|d| d.scale_len != 1 || d.zero_len != 1)
-            || !same(1)
-            || !same(2)
-        {
-            continue;
-        }
-        let mut node: Node = dequantize.as_ref().clone();
-        node.inputs = quantize.inputs.clone();
-        let mut step = with_node(dq, node, StepKind::Op(&QUANTIZE_ROUND_TRIP));
-        step.schema = None;
-        replaced.insert(i, step);
-        gone.insert(q);
-    }
-    replace_steps(steps, replaced, &gone)
-}
-
-/// Runs every `MatMul` / `Gemm` of dequantized 8-bit operands on the codes (see the module
-/// documentation); the activation's `DequantizeLinear` leaves the plan when nothing else reads
-/// its output.
-fn fuse_quantized_matmuls<'m>(
-    graph: &Graph,
-    steps: Vec<Step<'m>>,
-    constants: &HashMap<String, Tensor>,
-    fixed: &HashSet<String>,
-) -> Vec<Step<'m>> {
-    let Some(def) = registry().lookup(CONTRIB, "MatMulIntegerToFloat", 1) else {
-        return steps;
     };
-    let uses = Uses::of(graph, &steps, constants);
-    let constant = Fixed { constants, fixed };
-    let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
-    let mut gone: HashSet<usize> = HashSet::new();
-    for (i, mm) in steps.iter().enumerate() {
-        let Some((a, b, bias)) = matmul_operands(mm, &constant) else {
-            continue;
-        };
-        let Some((dqa, activation)) = dequantized_activation(&steps, &uses, &constant, a) else {
-            continue;
-        };
-        let weights = dequantized_weights(graph, &constant, b);
-        let Some(weights) = weights.filter(|w| {
-            let shape = constant.get(&w.codes).map(|t| t.shape().to_vec());
-            let n = match shape.as_deref() {
-                Some(&[_, n]) => n,
-                _ => return false,
-            };
-            let per_column = |len: usize| len == 1 || (len == n && w.axis_is_last);
-            per_column(w.scale_len) && per_column(w.zero_len)
-        }) else {
-            continue;
-        };
-        let mut node = Node::new(
-            "MatMulIntegerToFloat",
-            &mm.node.name,
-            [
-                activation.codes,
-                weights.codes,
-                activation.scale_name,
-                weights.scale_name,
-                activation.zero_name,
-                weights.zero_name,
-            ],
-            mm.node.outputs.clone(),
-        )
-        .with_domain(CONTRIB);
-        if let Some(bias) = bias {
-            node.inputs.push(bias.to_owned());
-        }
-        let mut step = with_node(mm, node, StepKind::Op(def));
-        step.schema = None;
-        replaced.insert(i, step);
-        if uses.readers.get(a) == Some(&1) {
-            gone.insert(dqa);
-        }
+    if !is_op(&site.steps[q], "QuantizeLinear")
+        || quantized_output(quantize, constant).is_none()
+        || dequantized(dequantize, constant).is_none_or(|d| d.scale_len != 1 || d.zero_len != 1)
+        || !same(1)
+        || !same(2)
+    {
+        return None;
     }
-    replace_steps(steps, replaced, &gone)
+    let mut node: Node = dequantize.as_ref().clone();
+    node.inputs = quantize.inputs.clone();
+    Some(Fused {
+        step: fused_step(dq, node, &QUANTIZE_ROUND_TRIP),
+        gone: vec![q],
+    })
 }
 
-/// Runs every `Conv` of a dequantized activation and constant dequantized weights on the
-/// codes (see the module documentation), as [`fuse_quantized_matmuls`] does for products.
-fn fuse_quantized_convs<'m>(
-    graph: &Graph,
-    steps: Vec<Step<'m>>,
-    constants: &HashMap<String, Tensor>,
-    fixed: &HashSet<String>,
-) -> Vec<Step<'m>> {
-    let uses = Uses::of(graph, &steps, constants);
-    let constant = Fixed { constants, fixed };
-    let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
-    let mut gone: HashSet<usize> = HashSet::new();
-    for (i, conv) in steps.iter().enumerate() {
-        let node: &Node = &conv.node;
-        if !is_op(conv, "Conv") || node.outputs.len() != 1 || node.inputs.len() < 2 {
-            continue;
-        }
-        let (x, w) = (node.inputs[0].as_str(), node.inputs[1].as_str());
-        let Some((dqx, activation)) = dequantized_activation(&steps, &uses, &constant, x) else {
-            continue;
+/// A `MatMul` / `Gemm` of dequantized 8-bit operands, run on the codes by `def`
+/// (`MatMulIntegerToFloat`; see the module documentation); the activation's
+/// `DequantizeLinear` leaves the plan when nothing else reads its output.
+fn quantized_matmul<'m>(site: &Site<'_, 'm>, i: usize, def: &'static OpDef) -> Option<Fused<'m>> {
+    let mm = &site.steps[i];
+    let constant = site.constant;
+    let (a, b, bias) = matmul_operands(mm, constant)?;
+    let (dqa, activation) = site.dequantized(a)?;
+    let weights = dequantized_weights(site.graph, constant, b).filter(|w| {
+        let shape = constant.get(&w.codes).map(|t| t.shape().to_vec());
+        let n = match shape.as_deref() {
+            Some(&[_, n]) => n,
+            _ => return false,
         };
-        let weights = dequantized_weights(graph, &constant, w);
-        // Per tensor, or per output channel (axis 0 of the weights).
-        let Some((weights, c_out)) = weights.and_then(|q| {
-            let c_out = *constant.get(&q.codes)?.shape().first()?;
-            let per_channel = |len: usize| len == 1 || (len == c_out && q.axis == 0);
-            (per_channel(q.scale_len) && per_channel(q.zero_len)).then_some((q, c_out))
-        }) else {
-            continue;
-        };
-        let bias = match node.inputs.get(2).filter(|b| !b.is_empty()) {
-            None => None,
-            Some(b) => match constant.get(b) {
-                Some(t) if t.dtype() == DataType::Float && t.shape() == [c_out] => Some(b),
-                _ => continue,
-            },
-        };
-        let mut fused = node.clone();
-        fused.inputs = vec![
-            activation.codes,
-            weights.codes,
-            activation.scale_name,
-            weights.scale_name,
-            activation.zero_name,
-            weights.zero_name,
-        ];
-        fused.inputs.extend(bias.cloned());
-        // A `QuantizeLinear` alone reading the output takes the codes straight from the sums.
-        let quantize = quantize_reader(&steps, &uses, &constant, &node.outputs[0]);
-        if let Some((j, [scale, zero, codes])) = quantize {
-            fused.inputs.resize(7, String::new());
-            fused.inputs.extend([scale, zero]);
-            fused.outputs = vec![codes];
-            gone.insert(j);
-        }
-        let mut step = with_node(conv, fused, StepKind::Op(&CONV_INTEGER_TO_FLOAT));
-        step.schema = None;
-        replaced.insert(i, step);
-        if uses.readers.get(x) == Some(&1) {
-            gone.insert(dqx);
-        }
+        let per_column = |len: usize| len == 1 || (len == n && w.axis_is_last);
+        per_column(w.scale_len) && per_column(w.zero_len)
+    })?;
+    let mut node = Node::new(
+        "MatMulIntegerToFloat",
+        &mm.node.name,
+        integer_operands(activation, weights),
+        mm.node.outputs.clone(),
+    )
+    .with_domain(CONTRIB);
+    if let Some(bias) = bias {
+        node.inputs.push(bias.to_owned());
     }
-    replace_steps(steps, replaced, &gone)
+    Some(Fused {
+        step: fused_step(mm, node, def),
+        gone: site.only_for(a, dqa).into_iter().collect(),
+    })
+}
+
+/// The first inputs of a product of codes (`MatMulIntegerToFloat`'s order): both codes, both
+/// scales, both zero points.
+fn integer_operands(activation: Dequantized, weights: Dequantized) -> [String; 6] {
+    [
+        activation.codes,
+        weights.codes,
+        activation.scale_name,
+        weights.scale_name,
+        activation.zero_name,
+        weights.zero_name,
+    ]
+}
+
+/// A `Conv` of a dequantized activation and constant dequantized weights, run on the codes
+/// (see the module documentation), as [`quantized_matmul`] does for products.
+fn quantized_conv<'m>(site: &Site<'_, 'm>, i: usize) -> Option<Fused<'m>> {
+    let conv = &site.steps[i];
+    let node: &Node = &conv.node;
+    if !is_op(conv, "Conv") || node.outputs.len() != 1 || node.inputs.len() < 2 {
+        return None;
+    }
+    let constant = site.constant;
+    let (x, w) = (node.inputs[0].as_str(), node.inputs[1].as_str());
+    let (dqx, activation) = site.dequantized(x)?;
+    // Per tensor, or per output channel (axis 0 of the weights).
+    let (weights, c_out) = dequantized_weights(site.graph, constant, w).and_then(|q| {
+        let c_out = *constant.get(&q.codes)?.shape().first()?;
+        let per_channel = |len: usize| len == 1 || (len == c_out && q.axis == 0);
+        (per_channel(q.scale_len) && per_channel(q.zero_len)).then_some((q, c_out))
+    })?;
+    let bias = match node.inputs.get(2).filter(|b| !b.is_empty()) {
+        None => None,
+        Some(b) => match constant.get(b) {
+            Some(t) if t.dtype() == DataType::Float && t.shape() == [c_out] => Some(b),
+            _ => return None,
+        },
+    };
+    let mut fused = node.clone();
+    fused.inputs = integer_operands(activation, weights).to_vec();
+    fused.inputs.extend(bias.cloned());
+    let mut gone: Vec<usize> = site.only_for(x, dqx).into_iter().collect();
+    // A `QuantizeLinear` alone reading the output takes the codes straight from the sums.
+    if let Some((j, [scale, zero, codes])) = site.quantized(&node.outputs[0]) {
+        fused.inputs.resize(7, String::new());
+        fused.inputs.extend([scale, zero]);
+        fused.outputs = vec![codes];
+        gone.push(j);
+    }
+    Some(Fused {
+        step: fused_step(conv, fused, &CONV_INTEGER_TO_FLOAT),
+        gone,
+    })
 }
 
 /// The step alone reading `name` when it is a `QuantizeLinear` to 8-bit codes by one fixed scale
