@@ -31,7 +31,7 @@ use super::conv::ConvShape;
 use super::igemm::{Bytes, Level, PackedA};
 use super::window::inside;
 use crate::error::{Error, Result};
-use crate::tensor::{try_vec, Scratch};
+use crate::tensor::{try_vec, try_with_capacity, Scratch};
 
 /// Grid columns of a tile: the 32 `i32` lanes of two registers.
 pub(super) const COLS: usize = 32;
@@ -171,7 +171,7 @@ impl Grid {
         // A last tile reads up to `COLS - 1` columns past the output's and a grid row more.
         let plane = area.checked_add(width + COLS).ok_or_else(too_large)?;
         let mut phases = Vec::new();
-        let mut taps = Vec::with_capacity(kh * kw);
+        let mut taps = try_with_capacity(kh * kw)?;
         for ky in 0..kh {
             for kx in 0..kw {
                 let phase = ((ky * dh) % sh, (kx * dw) % sw);
