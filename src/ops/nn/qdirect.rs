@@ -67,7 +67,12 @@ pub(super) fn applies(w: &[usize], group: usize, level: Level) -> bool {
         let _ = level;
         false
     };
-    vnni && group == 1 && matches!(w.len(), 3 | 4) && w[1] > 0 && w[1].is_multiple_of(4)
+    let kernel = w.get(2..).unwrap_or_default();
+    vnni && group == 1
+        && matches!(w.len(), 3 | 4)
+        && w[1] > 0
+        && w[1].is_multiple_of(4)
+        && kernel.iter().all(|&k| k > 0)
 }
 
 /// A convolution's filters packed for the direct kernel: shifted into `u8` with the zero-point
