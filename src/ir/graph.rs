@@ -16,6 +16,9 @@ use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::NodeIndexable;
 
 use super::{canonical_domain, AttrValue, Attribute, NameMap, StoredTensor, ValueInfo};
+
+/// The names defined in one scope of a graph being checked, borrowed from it.
+pub(crate) type LocalNames<'a> = HashSet<&'a str, foldhash::fast::RandomState>;
 use crate::error::{Error, Result};
 
 /// A node's index in its graph. Stays valid while other nodes are added or removed.
@@ -486,7 +489,7 @@ impl Graph {
     }
 
     /// Every value and node name used in this graph and its subgraphs (for unique naming).
-    pub fn collect_names(&self, names: &mut HashSet<String>) {
+    pub fn collect_names<S: std::hash::BuildHasher>(&self, names: &mut HashSet<String, S>) {
         names.extend(self.inputs.iter().map(|v| v.name.clone()));
         names.extend(self.outputs.iter().map(|v| v.name.clone()));
         names.extend(self.value_info.iter().map(|v| v.name.clone()));
@@ -502,10 +505,26 @@ impl Graph {
         }
     }
 
-    /// Checks the graph's invariants: no cycle, every input defined (by a node, a graph input, an
-    /// initializer or, for subgraphs, the enclosing scopes in `outer`), each value defined once,
-    /// graph outputs defined, and subgraphs valid in turn.
-    pub fn validate(&self, outer: &HashSet<String>) -> Result<()> {
+    /// Checks the graph's invariants: no cycle, every input defined (by a node, a graph input or
+    /// an initializer), each value defined once, graph outputs defined, and subgraphs valid in
+    /// turn (reading the enclosing scopes' values as well as their own).
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::ir::{Graph, Node};
+    /// let mut g = Graph::new("g");
+    /// g.add_node(Node::new("Relu", "r", ["x"], ["y"]));
+    /// let err = g.validate().unwrap_err().to_string();
+    /// assert_eq!(err, "graph 'g': node 'r' (Relu) reads 'x', which nothing defines");
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        self.validate_in(&[])
+    }
+
+    /// [`Graph::validate`] for a graph nested in `outer`, the values defined before it in each
+    /// enclosing scope, outermost first. The scopes are borrowed, not copied: a graph with many
+    /// subgraphs is checked in time linear in its size.
+    pub(crate) fn validate_in(&self, outer: &[&LocalNames]) -> Result<()> {
         let fail = |reason: String| {
             Err(Error::InvalidGraph {
                 graph: self.name.clone(),
@@ -525,17 +544,20 @@ impl Graph {
             let name = stuck.map(|n| n.name.clone()).unwrap_or_default();
             return fail(format!("node '{name}' is on a cycle"));
         }
-        let mut defined: HashSet<String> = outer.clone();
-        let mut defined_here: HashSet<&str> = HashSet::new();
+        // Values defined in this graph so far; the enclosing scopes' are read through `outer`.
+        let mut defined = LocalNames::default();
+        let is_defined = |defined: &LocalNames, name: &str| {
+            defined.contains(name) || outer.iter().any(|s| s.contains(name))
+        };
         // An initializer may share its name with a graph input (it is the input's default), but
         // two inputs, or two initializers, of one name leave the value ambiguous.
-        let mut inputs = HashSet::new();
+        let mut inputs = LocalNames::default();
         for name in self.inputs.iter().map(|v| v.name.as_str()) {
             if !name.is_empty() && !inputs.insert(name) {
                 return fail(format!("graph input '{name}' is defined twice"));
             }
         }
-        let mut initializers = HashSet::new();
+        let mut initializers = LocalNames::default();
         let stored = self
             .initializers
             .iter()
@@ -546,10 +568,8 @@ impl Graph {
                 return fail(format!("initializer '{name}' is defined twice"));
             }
         }
-        for name in inputs.into_iter().chain(initializers) {
-            defined.insert(name.to_owned());
-            defined_here.insert(name);
-        }
+        defined.extend(inputs);
+        defined.extend(initializers);
         for id in order {
             let node = self.node(*id);
             for input in node.inputs.iter().filter(|i| !i.is_empty()) {
@@ -560,7 +580,7 @@ impl Graph {
                         node.qualified_op()
                     ));
                 }
-                if !defined.contains(input) {
+                if !is_defined(&defined, input) {
                     return fail(format!(
                         "node '{}' ({}) reads '{input}', which nothing defines",
                         node.name,
@@ -568,21 +588,23 @@ impl Graph {
                     ));
                 }
             }
-            for g in node.subgraphs() {
-                g.validate(&defined)?;
+            if node.subgraphs().next().is_some() {
+                let scopes: Vec<&LocalNames> = outer.iter().copied().chain([&defined]).collect();
+                for g in node.subgraphs() {
+                    g.validate_in(&scopes)?;
+                }
             }
             for output in node.outputs.iter().filter(|o| !o.is_empty()) {
-                if !defined_here.insert(output) {
+                if !defined.insert(output) {
                     return fail(format!(
                         "value '{output}' is defined twice (again by node '{}')",
                         node.name
                     ));
                 }
-                defined.insert(output.clone());
             }
         }
         for output in &self.outputs {
-            if !defined.contains(&output.name) {
+            if !is_defined(&defined, &output.name) {
                 return fail(format!(
                     "graph output '{}' is not defined by anything",
                     output.name
@@ -719,7 +741,7 @@ mod tests {
         assert_eq!(op_order(&g), ["a1", "a2", "b"]);
         let b = g.producer("z").unwrap();
         assert_eq!(g.users("y"), vec![b]);
-        g.validate(&HashSet::new()).unwrap();
+        g.validate().unwrap();
     }
 
     #[test]
@@ -736,7 +758,7 @@ mod tests {
     fn validate_names_the_problem() {
         let (mut g, _) = chain();
         g.add_node(Node::new("Relu", "bad", ["nope"], ["w"]));
-        let err = g.validate(&HashSet::new()).unwrap_err().to_string();
+        let err = g.validate().unwrap_err().to_string();
         assert_eq!(
             err,
             "graph 'g': node 'bad' (Relu) reads 'nope', which nothing defines"
@@ -744,13 +766,13 @@ mod tests {
 
         let (mut g, _) = chain();
         g.add_node(Node::new("Relu", "dup", ["x"], ["y"]));
-        let err = g.validate(&HashSet::new()).unwrap_err().to_string();
+        let err = g.validate().unwrap_err().to_string();
         assert!(err.contains("value 'y' is defined twice"), "{err}");
 
         let mut g = Graph::new("g");
         g.add_node(Node::new("Relu", "p", ["q_out"], ["p_out"]));
         g.add_node(Node::new("Relu", "q", ["p_out"], ["q_out"]));
-        let err = g.validate(&HashSet::new()).unwrap_err().to_string();
+        let err = g.validate().unwrap_err().to_string();
         assert_eq!(err, "graph 'g': node 'p' is on a cycle");
     }
 

@@ -227,7 +227,7 @@ impl Model {
             .map(|f| (f.domain.as_str(), f.name.as_str()))
             .collect();
         check_domains(&self.graph, &self.opset_imports, &local)?;
-        self.graph.validate(&HashSet::new())?;
+        self.graph.validate()?;
         let mut seen = HashSet::new();
         for f in &self.functions {
             let key = (&f.domain, &f.name, &f.overload);
@@ -238,8 +238,7 @@ impl Model {
                 )));
             }
             check_domains(&f.body, &f.opset_imports, &local)?;
-            let inputs: HashSet<String> = f.body.inputs.iter().map(|v| v.name.clone()).collect();
-            f.body.validate(&inputs)?;
+            f.body.validate()?;
         }
         Ok(())
     }
@@ -302,9 +301,9 @@ fn check_domains(
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct UniqueNames {
-    used: HashSet<String>,
+    used: HashSet<String, foldhash::fast::RandomState>,
     /// Next suffix to try per base, so generating many names from one base stays linear.
-    next: std::collections::HashMap<String, usize>,
+    next: NameMap<usize>,
 }
 
 impl UniqueNames {
@@ -312,6 +311,19 @@ impl UniqueNames {
     pub fn new(used: impl IntoIterator<Item = String>) -> UniqueNames {
         UniqueNames {
             used: used.into_iter().collect(),
+            next: Default::default(),
+        }
+    }
+
+    /// A generator that avoids every value and node name of `model` (as [`Model::names`]).
+    pub fn for_model(model: &Model) -> UniqueNames {
+        let mut used = HashSet::default();
+        model.graph.collect_names(&mut used);
+        for f in &model.functions {
+            f.body.collect_names(&mut used);
+        }
+        UniqueNames {
+            used,
             next: Default::default(),
         }
     }

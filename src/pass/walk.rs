@@ -126,7 +126,7 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
     let signatures = signatures(model, &functions);
     let mut walker = Walker {
         rule,
-        names: UniqueNames::new(model.names()),
+        names: UniqueNames::for_model(model),
         functions,
         ir_version: model.ir_version,
         model_opset: model.opset("").unwrap_or(1),
