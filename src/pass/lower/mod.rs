@@ -96,7 +96,8 @@ pub enum Pattern {
     Broadcast,
     /// One axis, block dimensions only: `Gather`.
     Blocks,
-    /// One axis, shared dimensions only: `GatherElements`.
+    /// One axis, shared dimensions only (or any dimensions before opset 12):
+    /// `GatherElements`.
     Elements,
     /// Everything else: `GatherND` with batch dimensions.
     Nd,
@@ -353,7 +354,7 @@ pub(super) fn lower_node(
             }
         }
     }
-    let pattern = choose(&roles, k);
+    let pattern = choose(&roles, k, site.opset);
     if pattern == Pattern::Broadcast && grows(&x.dims, &logical) && site.opset < 8 {
         return Err(format!(
             "Expand needs opset 8; the graph imports opset {}",
@@ -508,7 +509,7 @@ mod tests {
         // The rewrite of Gather(data[4,3], idx[2,5], axis=0): input [4,1,3], indices [2,5,1].
         let r = roles(&k(&[4, 1, 3]), &k(&[2, 5, 1]), &[0]);
         assert_eq!(r, [Axis, Index, Input]);
-        assert_eq!(choose(&r, 1), Pattern::Blocks);
+        assert_eq!(choose(&r, 1, 13), Pattern::Blocks);
         // GatherElements with symbolic batch.
         let r = roles(
             &[n.clone(), Dim::Known(5)],
@@ -516,7 +517,7 @@ mod tests {
             &[1],
         );
         assert_eq!(r, [Batch, Axis]);
-        assert_eq!(choose(&r, 1), Pattern::Elements);
+        assert_eq!(choose(&r, 1, 13), Pattern::Elements);
         // GatherND with a batch dim and a trailing block.
         let r = roles(
             &[n.clone(), Dim::Known(10), Dim::Known(4)],
@@ -524,10 +525,12 @@ mod tests {
             &[1],
         );
         assert_eq!(r, [Batch, Axis, Input]);
-        assert_eq!(choose(&r, 1), Pattern::Nd);
+        assert_eq!(choose(&r, 1, 13), Pattern::Nd);
+        // The same before GatherND has batch dimensions.
+        assert_eq!(choose(&r, 1, 11), Pattern::Elements);
         // Both known 1.
         assert_eq!(roles(&k(&[1, 3]), &k(&[1, 2]), &[1]), [Unit, Axis]);
-        assert_eq!(choose(&[Unit, Unit], 0), Pattern::Broadcast);
+        assert_eq!(choose(&[Unit, Unit], 0, 13), Pattern::Broadcast);
     }
 
     #[test]

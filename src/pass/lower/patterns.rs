@@ -71,21 +71,30 @@ impl Lowerer<'_, '_> {
         self.mask_output(out, mask)
     }
 
-    /// One axis, shared dimensions only: `GatherElements` on both operands broadcast to each
-    /// other's batch sizes.
+    /// One axis: `GatherElements` on both operands broadcast to the output's shape off the
+    /// axis: the input over the batch and index dimensions, the indices over the batch and
+    /// input dimensions (only batch dimensions exist unless the opset lacks `GatherND` with
+    /// batch dimensions, see [`super::roles::choose`]).
     pub(super) fn elements(&mut self, x: &Val, i: &Val) -> Val {
         let axis = self.spec.axes[0];
         let (i, mask) = self.single_axis_modes(i);
-        let batch: Vec<Option<usize>> = (0..self.rank())
-            .map(|d| (self.roles[d] == Role::Batch).then_some(d))
-            .collect();
-        let xe = if self.batch_differs(&x.dims, self.logical) {
-            self.expand(x, &i, &batch, "input")
+        // Which dims of `v` take their size from the other operand; whether any may differ.
+        let pick = |this: &Self, v: &[Dim], other: &[Dim], grow: Role| {
+            let dims: Vec<Option<usize>> = (0..this.rank())
+                .map(|d| (this.roles[d] == Role::Batch || this.roles[d] == grow).then_some(d))
+                .collect();
+            let differs = this.batch_differs(v, other) || this.roles.contains(&grow);
+            (dims, differs)
+        };
+        let (x_dims, x_grows) = pick(self, &x.dims, self.logical, Role::Index);
+        let xe = if x_grows {
+            self.expand(x, &i, &x_dims, "input")
         } else {
             x.clone()
         };
-        let ie = if self.batch_differs(&i.dims, &x.dims) {
-            self.expand(&i, x, &batch, "indices")
+        let (i_dims, i_grows) = pick(self, &i.dims, &x.dims, Role::Input);
+        let ie = if i_grows {
+            self.expand(&i, x, &i_dims, "indices")
         } else {
             i
         };

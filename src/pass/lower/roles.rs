@@ -32,13 +32,18 @@ pub(super) fn roles(x: &[Dim], logical: &[Dim], axes: &[usize]) -> Vec<Role> {
         .collect()
 }
 
-/// The cheapest pattern for these roles.
-pub(super) fn choose(roles: &[Role], axis_count: usize) -> Pattern {
+/// The cheapest pattern for these roles that the standard operators of `opset` have.
+///
+/// One axis with batch dimensions and block (input or index) dimensions is a `GatherND` with
+/// batch dimensions, which opset 11 lacks; there `GatherElements` does the same over operands
+/// expanded to the output's shape (dearer: the indices are materialised at the output's size).
+pub(super) fn choose(roles: &[Role], axis_count: usize, opset: i64) -> Pattern {
     let has = |r: Role| roles.contains(&r);
     match axis_count {
         0 => Pattern::Broadcast,
         1 if !has(Role::Batch) => Pattern::Blocks,
         1 if !has(Role::Input) && !has(Role::Index) => Pattern::Elements,
+        1 if opset < 12 => Pattern::Elements,
         _ => Pattern::Nd,
     }
 }
