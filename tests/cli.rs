@@ -225,6 +225,31 @@ fn verify_proves_a_rewrite_bit_for_bit() {
     assert!(random.status.success(), "{}", stderr(&random));
 }
 
+/// `verify MODEL` with no other argument proves the rewrite of every fixture: the draws find
+/// index ranges through edge lists, scatters and function calls, and sizes the models take.
+#[test]
+fn verify_with_no_arguments_proves_every_fixture() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut models: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("model.onnx"))
+        .filter(|p| p.is_file())
+        .collect();
+    models.sort();
+    assert!(models.len() >= 30, "fixtures are missing");
+    for model in &models {
+        let out = multigather(&["verify", model.to_str().unwrap(), "--json"]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            model.display(),
+            stderr(&out)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["identical"], true, "{}", model.display());
+    }
+}
+
 #[test]
 fn verify_fails_with_exit_1_when_the_rewritten_model_differs() {
     // A rewritten model whose embedding table was tampered with: a failed proof, not an error.

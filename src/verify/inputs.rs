@@ -11,12 +11,15 @@
 //!    meets a known size above 1 in a broadcasting operator, in the contracted axis of `MatMul` /
 //!    `Gemm` or in the kept axes of `Concat`); otherwise 1. Unknown dims are 1.
 //! 2. **Index inputs.** An integer input that reaches the indices of a gather (`Gather`,
-//!    `GatherElements`, `GatherND`, `GatherMultiaxis`) through operators that keep its values
-//!    (`Identity`, `Cast`, `Reshape`, `Flatten`, `Squeeze`, `Unsqueeze`, `Expand`, `Transpose`,
-//!    `Tile`, `Concat`, and `Add` / `Sub` of a constant, which shift them) is drawn within the
-//!    indexed dimension, negative values included where the operator's opset allows them
-//!    (`[-d, d)`, or `[0, d)` for `Gather` before opset 11). When several gathers take it, the
-//!    ranges are intersected. Other integers are drawn in `[-100, 100)` (unsigned `[0, 200)`),
+//!    `GatherElements`, `GatherND`, `GatherMultiaxis`) or a scatter (`Scatter`,
+//!    `ScatterElements`, `ScatterND`: the segment sums of graph networks) through operators
+//!    that keep its values (`Identity`, `Cast`, `Reshape`, `Flatten`, `Squeeze`, `Unsqueeze`,
+//!    `Expand`, `Transpose`, `Tile`, `Concat`, `Where`, `Add` / `Sub` of a constant, which shift
+//!    them, and those that select some of them: `Slice`, `Split` and the data of a gather, as
+//!    when a row of an `edge_index` is taken) is drawn within the indexed dimension, negative
+//!    values included where the operator's opset allows them (`[-d, d)`; `[0, d)` for `Gather`
+//!    before opset 11 and for the scatters). Calls of model-local functions are followed into
+//!    their bodies. When several take it, the ranges are intersected. Other integers are drawn in `[-100, 100)` (unsigned `[0, 200)`),
 //!    floats in `[-1, 1)`.
 //! 3. **When the model fails on them** ([`draw_runnable`]): the dims that rule 1 left at 1 and
 //!    that are not only the first axis of inputs of rank 2 or more (a batch) take, together,
@@ -651,9 +654,12 @@ fn index_bounds(
     let mut found: HashMap<String, Bound> = HashMap::new();
     let opset = model.opset("").unwrap_or(1);
     let mut scopes = vec![&model.graph];
-    collect_bounds(model, &mut scopes, env, sizes, opset, &mut found);
+    collect_bounds(model, &mut scopes, env, sizes, opset, 0, &mut found);
     found
 }
+
+/// How deep calls of model-local functions are followed (recursive ones end there).
+const CALL_DEPTH: usize = 16;
 
 fn collect_bounds(
     model: &Model,
@@ -661,6 +667,7 @@ fn collect_bounds(
     env: &TypeEnv,
     sizes: &HashMap<String, usize>,
     opset: i64,
+    calls: usize,
     found: &mut HashMap<String, Bound>,
 ) {
     let Some(&graph) = scopes.last() else { return };
@@ -668,8 +675,13 @@ fn collect_bounds(
         for sub in node.subgraphs() {
             let inner = TypeEnv::infer(sub, &model.opset_imports, env);
             scopes.push(sub);
-            collect_bounds(model, scopes, &inner, sizes, opset, found);
+            collect_bounds(model, scopes, &inner, sizes, opset, calls, found);
             scopes.pop();
+        }
+        if calls < CALL_DEPTH {
+            for (argument, bound) in call_bounds(model, node, env, sizes, calls + 1) {
+                trace(&argument, bound, scopes, 0, found);
+            }
         }
         let Some(bound) = gather_bound(node, env, sizes, opset) else {
             continue;
@@ -680,7 +692,53 @@ fn collect_bounds(
     }
 }
 
-/// The range of a gather's indices, one per coordinate, if its data's indexed dims are known.
+/// When `node` calls a model-local function: the ranges the gathers of its body want of the
+/// call's arguments (the body typed from this call site).
+fn call_bounds(
+    model: &Model,
+    node: &Node,
+    env: &TypeEnv,
+    sizes: &HashMap<String, usize>,
+    calls: usize,
+) -> Vec<(String, Bound)> {
+    let Some(f) = model
+        .functions
+        .iter()
+        .find(|f| f.domain == node.domain && f.name == node.op_type && f.overload == node.overload)
+    else {
+        return Vec::new();
+    };
+    let types: Vec<_> = node.inputs.iter().map(|i| env.get(i).cloned()).collect();
+    let body_env = TypeEnv::infer_with(
+        &f.body,
+        &f.opset_imports,
+        &TypeEnv::default(),
+        crate::infer::Formals::Given(&types),
+    );
+    let opset = crate::ir::opset_version(&f.opset_imports, "").unwrap_or(1);
+    // The body is the outermost scope of its own walk: what reaches its inputs is recorded.
+    let mut formals = HashMap::new();
+    collect_bounds(
+        model,
+        &mut vec![&f.body],
+        &body_env,
+        sizes,
+        opset,
+        calls,
+        &mut formals,
+    );
+    formals
+        .into_iter()
+        .filter_map(|(formal, bound)| {
+            let j = f.body.inputs.iter().position(|i| i.name == formal)?;
+            let argument = node.inputs.get(j).filter(|a| !a.is_empty())?;
+            Some((argument.clone(), bound))
+        })
+        .collect()
+}
+
+/// The range of a gather's (or a scatter's) indices, one per coordinate, if its data's indexed
+/// dims are known.
 fn gather_bound(
     node: &Node,
     env: &TypeEnv,
@@ -688,7 +746,13 @@ fn gather_bound(
     opset: i64,
 ) -> Option<Bound> {
     let data = env.dims(node.inputs.first()?)?;
-    let negatives = !(node.op_type == "Gather" && opset < 11);
+    // Negative indices count from the end from opset 11; scatters are drawn non-negative, as
+    // some runtimes' `ScatterND` take no negative index.
+    let negatives = match node.op_type.as_str() {
+        "Gather" => opset >= 11,
+        "Scatter" | "ScatterND" => false,
+        _ => true,
+    };
     let size = |axis: i64| -> Option<(i64, i64)> {
         let r = data.len() as i64;
         let a = if axis < 0 { axis + r } else { axis };
@@ -701,11 +765,11 @@ fn gather_bound(
     };
     let (coords, what): (Vec<(i64, i64)>, String) =
         match (canonical_domain(&node.domain), node.op_type.as_str()) {
-            ("", "Gather" | "GatherElements") => {
+            ("", "Gather" | "GatherElements" | "Scatter" | "ScatterElements") => {
                 let axis = node.attr_int("axis", 0).ok()?;
                 (vec![size(axis)?], format!("axis {axis}"))
             }
-            ("", "GatherND") => {
+            ("", "GatherND" | "ScatterND") => {
                 let batch = node.attr_int("batch_dims", 0).ok()?;
                 // The depth as the drawn inputs will have it.
                 let depth = env.dims(node.inputs.get(1)?)?.last()?;
@@ -786,7 +850,9 @@ fn trace_node(
     depth: usize,
     found: &mut HashMap<String, Bound>,
 ) {
-    if !is_onnx_domain(&node.domain) || node.outputs.first().map(String::as_str) != Some(value) {
+    let first_output = node.outputs.first().map(String::as_str) == Some(value);
+    // `Split` passes its values on through every output; the others through their first.
+    if !is_onnx_domain(&node.domain) || !(first_output || node.op_type == "Split") {
         return;
     }
     let first = |b: Bound, found: &mut HashMap<String, Bound>| {
@@ -801,8 +867,14 @@ fn trace_node(
     };
     match node.op_type.as_str() {
         "Identity" | "Cast" => first(bound, found),
-        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Expand" | "Transpose" | "Tile" => {
-            first(flat, found)
+        // Moved, repeated or selected values of the first input (a row of an edge list taken
+        // by `Gather` or `Slice`, say).
+        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Expand" | "Transpose" | "Tile"
+        | "Slice" | "Split" | "Gather" | "GatherElements" | "GatherND" => first(flat, found),
+        "Where" => {
+            for input in node.inputs.iter().skip(1) {
+                trace(input, flat.clone(), scopes, depth + 1, found);
+            }
         }
         "Concat" => {
             for input in &node.inputs {
