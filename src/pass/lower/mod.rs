@@ -59,7 +59,9 @@
 //! Nodes whose operands have unknown ranks, whose element type no standard gather accepts (float8,
 //! the packed 2/4/6-bit types; bfloat16 before opset 13), or whose rule needs a newer opset
 //! (`GatherElements` and `GatherND` 11, `GatherND` with batch dimensions 12, modes `zero` and
-//! `clamp` 9) are left as they are and reported with the reason. When no `GatherMultiaxis` is
+//! `clamp` 9) are left as they are and reported with the reason. Before opset 12, one axis with
+//! batch and block dimensions takes the `elements` rule over operands expanded to the output's
+//! shape instead of `nd`, so a model that held a standard gather at its opset lowers at it. When no `GatherMultiaxis` is
 //! left anywhere, the `multigather` opset import goes, from the model and from every function.
 //!
 //! The files, by concern: `roles.rs` (each dimension's role and the pattern the roles choose),
