@@ -347,16 +347,19 @@ mod tests {
         f32s(&[batch, m, n], &out)
     }
 
+    /// A product case: attributes, A's and B's stored shapes, and the order each is read in.
+    type Case = (
+        &'static [(&'static str, i64)],
+        [usize; 3],
+        [usize; 3],
+        [usize; 3],
+        [usize; 3],
+    );
+
     #[test]
     fn transposes_and_batch_moves_match_the_definition() {
         // Each case: attributes, A's and B's stored shapes, and how each is read.
-        let cases: &[(
-            &[(&str, i64)],
-            [usize; 3],
-            [usize; 3],
-            [usize; 3],
-            [usize; 3],
-        )] = &[
+        let cases: &[Case] = &[
             (&[], [2, 3, 4], [2, 4, 5], [0, 1, 2], [0, 1, 2]),
             (&[("transA", 1)], [2, 4, 3], [1, 4, 5], [0, 2, 1], [0, 1, 2]),
             (&[("transB", 1)], [1, 3, 4], [2, 5, 4], [0, 1, 2], [0, 2, 1]),
