@@ -39,6 +39,10 @@ Left out because onnxruntime's CPU kernels refuse them: Attention's 4-D (Megatro
 MultiHeadAttention's packed QKV / KV layouts (implemented; see docs/conformance.md for what
 the unit tests cover). Each line prints the largest |difference| of the outputs.
 BiasAdd is left out: onnxruntime implements it for CUDA only (its unit test is the check).
+The operators of models saved by onnxruntime's graph optimizer: FusedMatMul and TransposeMatMul
+(alpha, transA/transB, transBatchA/transBatchB, 1-D operands, broadcast batches), FusedGemm with
+each activation onnxruntime fuses into a Gemm (its `activation_*` attributes), NhwcMaxPool on
+uint8 and int8 (pads, strides, dilations, ceil_mode, auto_pad; exact).
 """
 import os
 import subprocess
@@ -579,6 +583,47 @@ def lstm_cases():
         quantised[f"dynamic_quantize_lstm_{name}"] = onnx.load(dst)
         floats[f"dynamic_quantize_lstm_{name}"] = model
     return quantised, floats
+
+
+def optimizer_cases():
+    """The operators onnxruntime's graph optimizer writes into a saved model (CPU provider):
+    FusedMatMul (and TransposeMatMul) with every transpose and batch move, FusedGemm with the
+    activations GemmActivationFusion fuses, and NhwcMaxPool on uint8 and int8."""
+    u8, i8 = TensorProto.UINT8, TensorProto.INT8
+    fmm = lambda a, b, op="FusedMatMul", **attrs: node_case(op, [("a", a), ("b", b)], **attrs)
+    gemm = lambda act, **attrs: node_case(
+        "FusedGemm", [("a", [3, 4]), ("b", [5, 4]), ("c", [5])], transB=1, alpha=0.5, beta=2.0,
+        activation=act, **attrs)
+    pool = lambda dtype, **attrs: node_case("NhwcMaxPool", [("x", [2, 7, 6, 3], dtype)],
+                                            out_types=[dtype], **attrs)
+    return {
+        "fused_matmul_alpha": fmm([2, 3, 4], [4, 5], alpha=0.125),
+        "fused_matmul_trans_a_b_broadcast": fmm([2, 1, 4, 3], [3, 5, 4], transA=1, transB=1),
+        "fused_matmul_vectors": fmm([4], [4, 5], transA=1, alpha=2.0),
+        "fused_matmul_trans_batch_a": fmm([3, 2, 4], [2, 4, 5], transBatchA=1),
+        "fused_matmul_trans_batch_a_trans_a": fmm([4, 2, 3], [2, 4, 5], transBatchA=1, transA=1),
+        "fused_matmul_trans_batch_b_trans_b": fmm([2, 3, 4], [5, 2, 4], transBatchB=1, transB=1),
+        "fused_matmul_trans_batch_both_4d": fmm([3, 2, 2, 4], [4, 2, 2, 5], transBatchA=1,
+                                                transBatchB=1, alpha=0.5),
+        "transpose_matmul": fmm([2, 4, 3], [2, 4, 5], op="TransposeMatMul", transA=1),
+        "fused_gemm_relu": gemm("Relu"),
+        "fused_gemm_leaky_relu": gemm("LeakyRelu", activation_alpha=0.2),
+        "fused_gemm_sigmoid": gemm("Sigmoid"),
+        "fused_gemm_tanh": gemm("Tanh"),
+        "fused_gemm_elu": gemm("Elu", activation_alpha=0.7),
+        "fused_gemm_selu": gemm("Selu", activation_alpha=1.5, activation_gamma=1.1),
+        "fused_gemm_hard_sigmoid": gemm("HardSigmoid", activation_alpha=0.3, activation_beta=0.4),
+        "fused_gemm_softplus": gemm("Softplus"),
+        "fused_gemm_softsign": gemm("Softsign"),
+        "fused_gemm_thresholded_relu": gemm("ThresholdedRelu", activation_alpha=0.3),
+        "nhwc_max_pool_u8": pool(u8, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        "nhwc_max_pool_i8_ceil_dilated": pool(i8, kernel_shape=[2, 2], dilations=[2, 1],
+                                              ceil_mode=1),
+        "nhwc_max_pool_u8_same_upper": pool(u8, kernel_shape=[2, 3], auto_pad="SAME_UPPER"),
+    }
+
+
+CASES.update(optimizer_cases())
 
 
 LSTM_CASES, FLOAT_LSTMS = lstm_cases()

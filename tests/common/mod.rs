@@ -37,3 +37,33 @@ pub fn all_models() -> Vec<PathBuf> {
     }
     models
 }
+
+/// Runs the fixture `fixtures/<name>/model.onnx` on its `test_data_set_0` inputs and checks
+/// the outputs against the ones recorded there (`close_enough`); then rewrites its gathers,
+/// checks that `rewritten` of them were, and that the rewritten model computes the same bits.
+/// Returns the rewritten model, for the caller's checks of what the rewrite left alone.
+pub fn check_recorded_fixture(name: &str, rewritten: usize) -> multigather::ir::Model {
+    use multigather::interp::Session;
+    use multigather::io::files::{read_inputs_dir, read_outputs_dir};
+    use multigather::pass::{GatherToMultiaxis, RewriteConfig};
+    use multigather::verify::close_enough;
+
+    let dir = fixtures_dir().join(name);
+    let mut model = multigather::io::load(dir.join("model.onnx")).unwrap();
+    let data = dir.join("test_data_set_0");
+    let inputs = read_inputs_dir(&model.graph, &data).unwrap();
+    let expected = read_outputs_dir(&data).unwrap();
+    let got = Session::new(&model).run(inputs.clone()).unwrap();
+    assert_eq!(got.len(), expected.len());
+    for (k, (want, (_, got))) in expected.iter().zip(&got).enumerate() {
+        close_enough(want, got).unwrap_or_else(|why| panic!("{name}, output {k}: {why}"));
+    }
+    let report = GatherToMultiaxis::rewrite(&mut model, RewriteConfig::default()).unwrap();
+    assert_eq!(report.rewritten, rewritten, "{name}");
+    let after = Session::new(&model).run(inputs).unwrap();
+    assert_eq!(
+        after, got,
+        "{name}: the rewritten model computes other bits"
+    );
+    model
+}

@@ -13,12 +13,18 @@
 //! models); another type is an error naming it. The kernels reuse the engine's vectorised loops (`ops::vector`): the
 //! GELUs are one pass of [`super::vector::par_map`], the normalisations one pass per row.
 //!
+//! The operators of a model saved by onnxruntime's graph optimizer (`fused`: `FusedMatMul`,
+//! `TransposeMatMul`, `FusedGemm`; `nhwc`: the 8-bit `NhwcMaxPool`) run on the default domain's
+//! kernels (`FusedConv` lives with `Conv` in `nn`).
+//!
 //! `SimplifiedLayerNormalization` (RMS normalisation) is registered in the default domain too,
 //! where onnxruntime defines it.
 
 mod activations;
 mod attention;
 mod embed_norm;
+mod fused;
+mod nhwc;
 mod qgemm;
 mod qlinear;
 mod qsoftmax;
@@ -44,7 +50,24 @@ const SIMPLIFIED_LAYER_NORM: OpDef = OpDef::new(
 .with_infer(activations::infer_like_input)
 .with_prepare(prepare::<TrailingNorm>);
 
+/// `FusedMatMul`, also registered under its older name `TransposeMatMul`.
+const fn fused_matmul(name: &'static str) -> OpDef {
+    OpDef::new(name, 1, 2..=2, 1..=1, fused::eval_fused_matmul)
+        .with_infer(fused::infer_fused_matmul)
+        .with_prepare(prepare::<fused::FusedMatMulAttrs>)
+        .in_domain(DOMAIN)
+}
+
 pub(super) const DEFS: &[OpDef] = &[
+    fused_matmul("FusedMatMul"),
+    fused_matmul("TransposeMatMul"),
+    OpDef::new("NhwcMaxPool", 1, 1..=1, 1..=1, nhwc::eval_nhwc_max_pool)
+        .with_infer(nhwc::infer_nhwc_max_pool)
+        .in_domain(DOMAIN),
+    OpDef::new("FusedGemm", 1, 2..=3, 1..=1, fused::eval_fused_gemm)
+        .with_infer(fused::infer_fused_gemm)
+        .with_prepare(prepare::<super::nn::GemmAttrs>)
+        .in_domain(DOMAIN),
     OpDef::new("Gelu", 1, 1..=1, 1..=1, activations::eval_gelu)
         .with_infer(activations::infer_like_input)
         .in_domain(DOMAIN),

@@ -152,7 +152,10 @@ impl Shape {
     }
 }
 
-pub(super) fn eval_gemm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+pub(in crate::ops) fn eval_gemm(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
     let (a, b, c) = (
         required(inputs, 0)?,
         required(inputs, 1)?,
@@ -182,7 +185,7 @@ pub(super) fn eval_gemm(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
     Ok(vec![y])
 }
 
-pub(super) fn infer_gemm(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+pub(in crate::ops) fn infer_gemm(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let elem = ctx.input(0).and_then(|t| t.elem);
     Ok(vec![tensor_type(elem, Some(gemm_dims(ctx, 0, 1)?))])
 }

@@ -195,7 +195,7 @@ pub(super) fn eval_matmul(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
 }
 
 /// The output dims of `A @ B` from what is known of the operands.
-pub(super) fn matmul_dims(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
+pub(in crate::ops) fn matmul_dims(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
     if a.is_empty() || b.is_empty() {
         return None;
     }

@@ -47,12 +47,14 @@ use conv_transpose::{eval_conv_transpose, infer_conv_transpose};
 use deform_conv::{eval_deform_conv, infer_deform_conv};
 use det::{eval_det, infer_det};
 use einsum::{eval_einsum, infer_einsum};
-use gemm::{eval_gemm, infer_gemm};
 use grid::{eval_affine_grid, eval_grid_sample, infer_affine_grid, infer_grid_sample};
 use linear_attention::{eval_linear_attention, infer_linear_attention};
 use loss::{eval_nll_loss, eval_softmax_ce_loss, infer_loss};
 use lrn::eval_lrn;
 use matmul::{eval_matmul, infer_matmul};
+// The products `com.microsoft.FusedGemm` and `FusedMatMul` build on.
+pub(in crate::ops) use gemm::{eval_gemm, infer_gemm};
+pub(in crate::ops) use matmul::matmul_dims;
 use nms::{eval_nms, infer_nms};
 use norm::{
     eval_batch_norm, eval_group_norm, eval_instance_norm, eval_layer_norm, eval_lp_norm, eval_mvn,
@@ -175,6 +177,12 @@ pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("LayerNormalization", 17, 2..=3, 1..=3, eval_layer_norm)
         .with_infer(infer_layer_norm)
         .with_prepare(prepare::<norm::LayerNormAttrs>),
+    // Before opset 17, onnxruntime's own definition in the default domain (the same operator,
+    // which its LayerNormFusion writes into saved models of any opset).
+    OpDef::new("LayerNormalization", 1, 2..=3, 1..=3, eval_layer_norm)
+        .with_infer(infer_layer_norm)
+        .with_prepare(prepare::<norm::LayerNormAttrs>)
+        .until(16),
     OpDef::new("GroupNormalization", 18, 3..=3, 1..=1, eval_group_norm)
         .with_infer(infer_same_as_input)
         .with_prepare(prepare::<norm::GroupNormAttrs>),
