@@ -6,8 +6,8 @@
 //!
 //! Then two scale cases that were once quadratic: loading a model with N unused model-local
 //! functions (N = 20k and 100k; the checks rebuilt the set of functions for every one), and
-//! lowering a rewritten chain of N gathers, and a star of N gathers reading one value (N = 10k
-//! to 80k). Both must grow linearly.
+//! lowering a rewritten chain of N gathers, a star of N gathers reading one value and N gathers
+//! each in an `If` branch (N = 10k to 80k). All must grow linearly.
 //!
 //! Run with `cargo bench --bench rewrite`, or `cargo bench --bench rewrite -- functions lowering`
 //! for some sections only (`chain`, `external`, `functions`, `lowering`). Prints one line per
@@ -213,11 +213,55 @@ fn star(n: usize) -> Model {
     Model::new(g, 13)
 }
 
-/// Lowering a rewritten chain of N gathers, then a star of N gathers reading one value (see
-/// [`star`]), back to standard ONNX.
+/// A chain of N `If` nodes, each gathering in one branch: the shape that made typing
+/// quadratic while every subgraph's environment copied its enclosing scope's.
+fn branches(n: usize) -> Model {
+    let mut g = Graph::new("branches");
+    let dims = vec![Dim::Known(4), Dim::Known(3)];
+    let ty = Type::tensor(DataType::Float, dims);
+    g.inputs.push(ValueInfo::new("x0", ty.clone()));
+    g.inputs.push(ValueInfo::new("c", Type::tensor(DataType::Bool, vec![])));
+    g.initializers
+        .push(StoredTensor::from_i64s(Some("rows"), &[4], &[3, 1, 0, 2]));
+    for k in 0..n {
+        let (x, y) = (format!("x{k}"), format!("x{}", k + 1));
+        let branch = |name: &str, node: Node, out: &str| {
+            let mut b = Graph::new(name);
+            b.add_node(node);
+            b.outputs.push(ValueInfo::new(out, ty.clone()));
+            AttrValue::Graph(Box::new(b))
+        };
+        let (t, e) = (format!("t{k}"), format!("e{k}"));
+        let then = branch(
+            "then",
+            Node::new("Gather", &format!("g{k}"), [x.as_str(), "rows"], [t.as_str()]),
+            &t,
+        );
+        let other = branch(
+            "else",
+            Node::new("Identity", &format!("i{k}"), [x.as_str()], [e.as_str()]),
+            &e,
+        );
+        g.add_node(
+            Node::new("If", &format!("if{k}"), ["c"], [y.as_str()])
+                .with_attr("then_branch", then)
+                .with_attr("else_branch", other),
+        );
+    }
+    g.outputs.push(ValueInfo::new(&format!("x{n}"), ty));
+    Model::new(g, 13)
+}
+
+/// Lowering a rewritten chain of N gathers, a star of N gathers reading one value (see
+/// [`star`]) and N gathers in `If` branches (see [`branches`]) back to standard ONNX.
 fn lowering() {
     println!("{:>8} {:>10} {:>12}", "gathers", "lower", "lower/node");
-    for (shape, make) in [("chain", chain as fn(usize) -> Model), ("star", star)] {
+    let shapes = [
+        ("chain", chain as fn(usize) -> Model),
+        ("star", star),
+        ("branches", branches),
+    ];
+    for (shape, make) in shapes {
         println!("{shape}:");
         lower_cases(make);
     }

@@ -16,9 +16,15 @@ use crate::tensor::Tensor;
 
 /// The known type of each value in scope, and the declarations that contradict what was
 /// inferred.
+///
+/// A subgraph's environment reads its enclosing scopes' through a reference instead of a copy,
+/// so typing a graph with many subgraphs stays linear in its size.
 #[derive(Clone, Debug, Default)]
-pub struct TypeEnv {
+pub struct TypeEnv<'o> {
     types: crate::ir::NameMap<TensorType>,
+    /// Names this scope defines: what an enclosing scope knows of them does not apply here.
+    own: std::collections::HashSet<String, foldhash::fast::RandomState>,
+    outer: Option<&'o TypeEnv<'o>>,
     contradictions: Vec<String>,
 }
 
@@ -34,10 +40,22 @@ pub enum Formals<'a> {
     Given(&'a [Option<TensorType>]),
 }
 
-impl TypeEnv {
+impl TypeEnv<'static> {
+    /// The scope outside a model's main graph and its function bodies: nothing is known there.
+    pub fn empty() -> &'static TypeEnv<'static> {
+        static EMPTY: std::sync::OnceLock<TypeEnv<'static>> = std::sync::OnceLock::new();
+        EMPTY.get_or_init(TypeEnv::default)
+    }
+}
+
+impl<'o> TypeEnv<'o> {
     /// The known type of `name`, if any.
     pub fn get(&self, name: &str) -> Option<&TensorType> {
-        self.types.get(name)
+        match self.types.get(name) {
+            Some(t) => Some(t),
+            None if self.own.contains(name) => None,
+            None => self.outer?.get(name),
+        }
     }
 
     /// The rank of `name`, if known.
@@ -58,7 +76,7 @@ impl TypeEnv {
             return;
         }
         let ty = normalized(&ty);
-        let merged = match self.types.get(name) {
+        let merged = match self.get(name) {
             Some(old) => merge(old, &ty),
             None => ty,
         };
@@ -70,6 +88,9 @@ impl TypeEnv {
     /// shadow outer names).
     fn shadow(&mut self, name: &str) {
         self.types.remove(name);
+        if self.outer.is_some() {
+            self.own.insert(name.to_owned());
+        }
     }
 
     /// Declarations of the graph just inferred (`value_info`, outputs, formal parameters) that
@@ -95,11 +116,11 @@ impl TypeEnv {
     /// g.value_info.push(ValueInfo::new("r", Type::tensor(DataType::Float, known(&[3, 2, 2]))));
     /// g.add_node(Node::new("Reshape", "r", ["x", "s"], ["r"]));
     /// let imports = [OpsetImport { domain: None, version: 13 }];
-    /// let env = TypeEnv::infer(&g, &imports, &TypeEnv::default());
+    /// let env = TypeEnv::infer(&g, &imports, TypeEnv::empty());
     /// assert_eq!(env.dims("r"), Some(known(&[3, 4]).as_slice()));
     /// assert_eq!(env.contradictions().len(), 1);
     /// ```
-    pub fn infer(graph: &Graph, imports: &[OpsetImport], outer: &TypeEnv) -> TypeEnv {
+    pub fn infer(graph: &Graph, imports: &[OpsetImport], outer: &'o TypeEnv<'o>) -> TypeEnv<'o> {
         TypeEnv::infer_with(graph, imports, outer, Formals::Declared)
     }
 
@@ -114,12 +135,13 @@ impl TypeEnv {
     pub fn infer_with(
         graph: &Graph,
         imports: &[OpsetImport],
-        outer: &TypeEnv,
+        outer: &'o TypeEnv<'o>,
         formals: Formals,
-    ) -> TypeEnv {
+    ) -> TypeEnv<'o> {
+        let nothing_outside = outer.types.is_empty() && outer.outer.is_none();
         let mut env = TypeEnv {
-            types: outer.types.clone(),
-            contradictions: Vec::new(),
+            outer: (!nothing_outside).then_some(outer),
+            ..TypeEnv::default()
         };
         for v in &graph.inputs {
             env.shadow(&v.name);
@@ -337,12 +359,12 @@ fn scan_layout<'n>(node: &'n Node, attr: &str) -> (usize, &'n [i64]) {
 }
 
 /// A `Loop` body's formal parameters, and the body's types under them.
-fn loop_formals(
+fn loop_formals<'o>(
     node: &Node,
     body: &Graph,
     imports: &[OpsetImport],
-    env: &TypeEnv,
-) -> (Vec<Option<TensorType>>, TypeEnv) {
+    env: &'o TypeEnv<'o>,
+) -> (Vec<Option<TensorType>>, TypeEnv<'o>) {
     let scalar = |elem| Some(TensorType::new(elem, Vec::new()));
     let fixed = vec![
         scalar(crate::DataType::Int64),
@@ -360,12 +382,12 @@ fn loop_formals(
 
 /// A `Scan` body's formal parameters (states, then scan input slices), and the body's types
 /// under them.
-fn scan_formals(
+fn scan_formals<'o>(
     node: &Node,
     body: &Graph,
     imports: &[OpsetImport],
-    env: &TypeEnv,
-) -> (Vec<Option<TensorType>>, TypeEnv) {
+    env: &'o TypeEnv<'o>,
+) -> (Vec<Option<TensorType>>, TypeEnv<'o>) {
     let (states, axes) = scan_layout(node, "scan_input_axes");
     let initial: Vec<Option<TensorType>> = node.inputs[..states]
         .iter()
@@ -398,15 +420,15 @@ fn scan_formals(
 /// carried value keeps only what its body output (at `first_output + k`) provably shares with
 /// it, until nothing changes. Formals are `before ++ carried ++ after`. Returns the formals and
 /// the body's types under them.
-fn carried_invariant(
+fn carried_invariant<'o>(
     body: &Graph,
     imports: &[OpsetImport],
-    env: &TypeEnv,
+    env: &'o TypeEnv<'o>,
     before: &[Option<TensorType>],
     after: &[Option<TensorType>],
     mut carried: Vec<Option<TensorType>>,
     first_output: usize,
-) -> (Vec<Option<TensorType>>, TypeEnv) {
+) -> (Vec<Option<TensorType>>, TypeEnv<'o>) {
     // Each round that changes something removes a dim, a rank or an element type, so the
     // bound is never reached on a well-formed body; past it nothing is assumed.
     for _ in 0..32 {

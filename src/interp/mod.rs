@@ -362,7 +362,7 @@ impl<'m> Session<'m> {
     pub fn check(&self) -> Result<()> {
         self.output_keys()?;
         let imports = &self.model.opset_imports;
-        let env = TypeEnv::infer(&self.model.graph, imports, &TypeEnv::default());
+        let env = TypeEnv::infer(&self.model.graph, imports, TypeEnv::empty());
         let mut seen = HashSet::new();
         self.check_graph(&self.model.graph, imports, &env, &mut seen, 0)
     }
@@ -404,7 +404,7 @@ impl<'m> Session<'m> {
                     let body = TypeEnv::infer_with(
                         &f.body,
                         imports,
-                        &TypeEnv::default(),
+                        TypeEnv::empty(),
                         Formals::Given(&formals),
                     );
                     self.check_graph(&f.body, imports, &body, seen, depth + 1)?

@@ -43,7 +43,7 @@ pub(crate) struct Site<'a> {
     /// The graph holding the node, as it is before the node is replaced.
     pub graph: &'a Graph,
     /// The types known at the node.
-    pub env: &'a TypeEnv,
+    pub env: &'a TypeEnv<'a>,
     /// The graph's name for reports: the main graph's name, `graph/node.attribute` for
     /// subgraphs, `function domain.name` for function bodies.
     pub scope: &'a str,
@@ -137,7 +137,7 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
         &mut model.graph,
         &scope,
         &imports,
-        &TypeEnv::default(),
+        TypeEnv::empty(),
         Formals::Declared,
         false,
     );
@@ -162,7 +162,7 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
             &mut f.body,
             &scope,
             &imports,
-            &TypeEnv::default(),
+            TypeEnv::empty(),
             Formals::Given(&types),
             true,
         );
@@ -199,7 +199,7 @@ pub(crate) fn signatures(
     each_graph(
         &model.graph,
         &model.opset_imports,
-        &TypeEnv::default(),
+        TypeEnv::empty(),
         Formals::Declared,
         &mut |node, env| record(node, env, &mut calls),
     );
@@ -243,7 +243,7 @@ pub(crate) fn signatures(
         each_graph(
             &f.body,
             &f.opset_imports,
-            &TypeEnv::default(),
+            TypeEnv::empty(),
             Formals::Given(&formals),
             &mut |node, env| record(node, env, &mut calls),
         );

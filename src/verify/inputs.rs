@@ -144,7 +144,7 @@ impl Drawn {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn draw_inputs(model: &Model, options: &DrawOptions) -> Result<Drawn> {
-    let env = TypeEnv::infer(&model.graph, &model.opset_imports, &TypeEnv::default());
+    let env = TypeEnv::infer(&model.graph, &model.opset_imports, TypeEnv::empty());
     let dims = choose_dims(model, &env, options);
     draw_with(model, &env, options, dims)
 }
@@ -194,7 +194,7 @@ pub fn draw_runnable<T>(
     options: &DrawOptions,
     mut run: impl FnMut(&[(String, Tensor)]) -> Result<T>,
 ) -> Result<Attempt<T>> {
-    let env = TypeEnv::infer(&model.graph, &model.opset_imports, &TypeEnv::default());
+    let env = TypeEnv::infer(&model.graph, &model.opset_imports, TypeEnv::empty());
     let dims = choose_dims(model, &env, options);
     let first = draw_with(model, &env, options, dims.clone())?;
     let error = match run(&first.inputs) {
@@ -712,7 +712,7 @@ fn call_bounds(
     let body_env = TypeEnv::infer_with(
         &f.body,
         &f.opset_imports,
-        &TypeEnv::default(),
+        TypeEnv::empty(),
         crate::infer::Formals::Given(&types),
     );
     let opset = crate::ir::opset_version(&f.opset_imports, "").unwrap_or(1);

@@ -480,7 +480,7 @@ fn check_support(
 struct Lowerer<'a, 'e> {
     e: Emitter<'e>,
     graph: &'a Graph,
-    env: &'a TypeEnv,
+    env: &'a TypeEnv<'a>,
     /// `Shape` values already emitted, by the value they measure.
     shapes: HashMap<String, String>,
     /// Values built here that only reshape another value, by name.
