@@ -142,7 +142,7 @@ mod tests {
         attrs
             .iter()
             .fold(Node::new("Add", "a", ["a", "b"], ["c"]), |n, (k, v)| {
-                n.with_attr(*k, AttrValue::Int(*v))
+                n.with_attr(k, AttrValue::Int(*v))
             })
     }
 
