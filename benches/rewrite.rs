@@ -220,7 +220,8 @@ fn branches(n: usize) -> Model {
     let dims = vec![Dim::Known(4), Dim::Known(3)];
     let ty = Type::tensor(DataType::Float, dims);
     g.inputs.push(ValueInfo::new("x0", ty.clone()));
-    g.inputs.push(ValueInfo::new("c", Type::tensor(DataType::Bool, vec![])));
+    g.inputs
+        .push(ValueInfo::new("c", Type::tensor(DataType::Bool, vec![])));
     g.initializers
         .push(StoredTensor::from_i64s(Some("rows"), &[4], &[3, 1, 0, 2]));
     for k in 0..n {
@@ -234,7 +235,12 @@ fn branches(n: usize) -> Model {
         let (t, e) = (format!("t{k}"), format!("e{k}"));
         let then = branch(
             "then",
-            Node::new("Gather", &format!("g{k}"), [x.as_str(), "rows"], [t.as_str()]),
+            Node::new(
+                "Gather",
+                &format!("g{k}"),
+                [x.as_str(), "rows"],
+                [t.as_str()],
+            ),
             &t,
         );
         let other = branch(

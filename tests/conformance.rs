@@ -10,33 +10,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use multigather::interp::Session;
-use multigather::io::files::{read_inputs_dir, read_outputs_dir};
-use multigather::verify::close_enough;
+mod common;
 
-/// Runs one test directory; the error says which data set and output failed.
-fn run_test(dir: &Path) -> Result<(), String> {
-    let model = multigather::io::load(dir.join("model.onnx")).map_err(|e| e.to_string())?;
-    let session = Session::new(&model);
-    let mut sets: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    sets.sort();
-    for set in sets {
-        let inputs = read_inputs_dir(&model.graph, &set).map_err(|e| e.to_string())?;
-        let expected = read_outputs_dir(&set).map_err(|e| e.to_string())?;
-        let actual = session.run(inputs).map_err(|e| e.to_string())?;
-        for (k, want) in expected.iter().enumerate() {
-            let (_, got) = actual.get(k).ok_or(format!("output {k} missing"))?;
-            close_enough(want, got)
-                .map_err(|why| format!("{}: output {k}: {why}", set.display()))?;
-        }
-    }
-    Ok(())
-}
+use common::run_node_test as run_test;
 
 #[test]
 fn committed_node_tests_pass_and_are_in_the_manifest() {

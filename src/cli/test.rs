@@ -171,19 +171,20 @@ fn data_sets(dir: &Path) -> Result<Vec<PathBuf>, String> {
 /// The main graph's outputs that a random draw reaches: the outputs of a node that draws (or
 /// whose subgraphs hold one that does), and everything computed from them. A `Dropout` draws only
 /// in training: with a `training_mode` input that is not a constant false (opset 12 on), or
-/// `is_test = 0` (before opset 7); otherwise it is an identity and its outputs are compared.
+/// `is_test = 0`, that attribute's default (before opset 7); otherwise it is an identity and its
+/// outputs are compared.
 fn random_outputs(model: &multigather::ir::Model) -> HashSet<String> {
     use multigather::ir::{is_onnx_domain, Graph, Node};
-    fn draws(node: &Node, graph: &Graph) -> bool {
+    fn draws(node: &Node, graph: &Graph, opset: i64) -> bool {
         if !is_onnx_domain(&node.domain) || !multigather::ops::is_random(&node.op_type) {
             return node
                 .subgraphs()
-                .any(|g| g.nodes_unordered().any(|n| draws(n, g)));
+                .any(|g| g.nodes_unordered().any(|n| draws(n, g, opset)));
         }
         if node.op_type != "Dropout" {
             return true;
         }
-        if node.attr_int("is_test", 1).is_ok_and(|t| t == 0) {
+        if opset < 7 && node.attr_int("is_test", 0).is_ok_and(|t| t == 0) {
             return true;
         }
         match node.inputs.get(2).filter(|i| !i.is_empty()) {
@@ -195,9 +196,10 @@ fn random_outputs(model: &multigather::ir::Model) -> HashSet<String> {
         }
     }
     let graph = &model.graph;
+    let opset = model.opset("").unwrap_or(1);
     let mut tainted: HashSet<String> = HashSet::new();
     for (_, node) in graph.nodes() {
-        let reached = draws(node, graph) || node.inputs.iter().any(|i| tainted.contains(i));
+        let reached = draws(node, graph, opset) || node.inputs.iter().any(|i| tainted.contains(i));
         if reached {
             tainted.extend(node.outputs.iter().filter(|o| !o.is_empty()).cloned());
         }

@@ -4,6 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+use multigather::interp::Session;
+use multigather::io::files::{read_inputs_dir, read_outputs_dir};
+use multigather::verify::close_enough;
+
 /// Every `.onnx` file under `dir`, sorted, recursively.
 pub fn models_under(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -43,10 +47,7 @@ pub fn all_models() -> Vec<PathBuf> {
 /// checks that `rewritten` of them were, and that the rewritten model computes the same bits.
 /// Returns the rewritten model, for the caller's checks of what the rewrite left alone.
 pub fn check_recorded_fixture(name: &str, rewritten: usize) -> multigather::ir::Model {
-    use multigather::interp::Session;
-    use multigather::io::files::{read_inputs_dir, read_outputs_dir};
     use multigather::pass::{GatherToMultiaxis, RewriteConfig};
-    use multigather::verify::close_enough;
 
     let dir = fixtures_dir().join(name);
     let mut model = multigather::io::load(dir.join("model.onnx")).unwrap();
@@ -66,4 +67,30 @@ pub fn check_recorded_fixture(name: &str, rewritten: usize) -> multigather::ir::
         "{name}: the rewritten model computes other bits"
     );
     model
+}
+
+/// Runs one node-test directory (`model.onnx` and `test_data_set_N/`) in the interpreter and
+/// compares every output within the tolerance of the conformance tests; the error says which data
+/// set and output failed.
+pub fn run_node_test(dir: &Path) -> Result<(), String> {
+    let model = multigather::io::load(dir.join("model.onnx")).map_err(|e| e.to_string())?;
+    let session = Session::new(&model);
+    let mut sets: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    sets.sort();
+    for set in sets {
+        let inputs = read_inputs_dir(&model.graph, &set).map_err(|e| e.to_string())?;
+        let expected = read_outputs_dir(&set).map_err(|e| e.to_string())?;
+        let actual = session.run(inputs).map_err(|e| e.to_string())?;
+        for (k, want) in expected.iter().enumerate() {
+            let (_, got) = actual.get(k).ok_or(format!("output {k} missing"))?;
+            close_enough(want, got)
+                .map_err(|why| format!("{}: output {k}: {why}", set.display()))?;
+        }
+    }
+    Ok(())
 }

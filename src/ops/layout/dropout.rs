@@ -3,6 +3,8 @@
 //!
 //! Spec: <https://onnx.ai/onnx/operators/onnx__Dropout.html>.
 //!
+//! Before opset 7 the attribute `is_test` chooses: 0, its default, is training mode (with the
+//! attribute `ratio`); from opset 7 to 11 there is no training mode.
 //! From opset 12 `training_mode` is an input; a true value with a non-zero `ratio` drops each
 //! element with probability `ratio` and scales the rest by `1 / (1 - ratio)`, drawing from the
 //! seeded stream of the random operators (`ops::random`): the same on every run, not numpy's
@@ -34,11 +36,12 @@ pub(super) fn eval_dropout(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Res
     let data = required(inputs, 0)?;
     let ratio = match optional(inputs, 1) {
         Some(r) => real_values(r)?.first().copied().unwrap_or(0.5),
+        None if ctx.opset < 12 => f64::from(ctx.node.attr_float("ratio", 0.5)?),
         None => 0.5,
     };
     let training = match optional(inputs, 2) {
         Some(t) => nonzero_flags(t)?.first() == Some(&true),
-        None => false,
+        None => ctx.opset < 7 && ctx.node.attr_int("is_test", 0)? == 0,
     };
     if training && ratio != 0.0 {
         if !(0.0..=1.0).contains(&ratio) {

@@ -8,7 +8,7 @@
 //! (opset 28): right shifts are arithmetic, and a shift that is negative or reaches the width
 //! leaves only the sign fill. `Pow` takes an exponent of any numeric type and computes in
 //! `f64`. Comparisons return `bool`; `Equal` (and the others) also compare `bool` and `string`
-//! tensors. Opset 1 to 6 forms (the `broadcast`/`axis` attributes) are not registered.
+//! tensors. The opset 1 to 6 forms (the `broadcast`/`axis` attributes) are in `legacy.rs`.
 
 use crate::error::Result;
 use crate::ops::halves::{self, Widen};

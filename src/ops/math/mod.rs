@@ -7,8 +7,8 @@
 //! kernels compute in (`f32` for `f16`/`bf16`, rounded once when stored), dispatch over the numeric
 //! types, and the broadcasting shape functions.
 //!
-//! Not registered: the opset 1-6 forms of the binary operators (`broadcast`/`axis` attributes),
-//! which predate multidirectional broadcasting.
+//! The opset 1-6 forms of the binary operators (`broadcast`/`axis` attributes), which predate
+//! multidirectional broadcasting, align B to A ([`legacy`]) and run the current kernels.
 
 use super::attrs::Alpha1;
 use super::{prepare, OpDef};
@@ -18,6 +18,7 @@ mod binary;
 mod cast;
 mod common;
 mod cumsum;
+mod legacy;
 mod reduce;
 mod softmax;
 mod topk;
@@ -38,6 +39,19 @@ use unary::{eval_num_unary, num_unary_in_place};
 use variadic::eval_fold;
 
 const ANY: usize = usize::MAX;
+
+/// The opset 1-6 form of a binary operator: `$kernel` (its kernel from opset 7) on B aligned to
+/// A by the `broadcast`/`axis` rule, the output typed as A (`$infer`).
+macro_rules! legacy_binary {
+    ($op:literal, $kernel:expr, $infer:expr) => {
+        OpDef::new($op, 1, 2..=2, 1..=1, |c, i| {
+            legacy::eval_legacy(c, i, $kernel)
+        })
+        .with_infer($infer)
+        .with_prepare(prepare::<legacy::LegacyBroadcast>)
+        .until(6)
+    };
+}
 
 pub(super) const DEFS: &[OpDef] = &[
     // Unary, floating point.
@@ -159,7 +173,31 @@ pub(super) const DEFS: &[OpDef] = &[
         .with_in_place(binary::arith_in_place::<binary::Div>),
     OpDef::new("Mod", 10, 2..=2, 1..=1, eval_mod).with_infer(infer_broadcast),
     OpDef::new("Pow", 7, 2..=2, 1..=1, eval_pow).with_infer(infer_broadcast),
-    OpDef::new("PRelu", 1, 2..=2, 1..=1, eval_prelu).with_infer(infer_broadcast),
+    OpDef::new("PRelu", 7, 2..=2, 1..=1, eval_prelu).with_infer(infer_broadcast),
+    OpDef::new("PRelu", 1, 2..=2, 1..=1, |c, i| {
+        legacy::eval_legacy_prelu(c, i, eval_prelu)
+    })
+    .with_infer(infer_like_input)
+    .until(6),
+    legacy_binary!("Add", eval_arith::<binary::Add>, infer_like_input),
+    legacy_binary!("Sub", eval_arith::<binary::Sub>, infer_like_input),
+    legacy_binary!("Mul", eval_arith::<binary::Mul>, infer_like_input),
+    legacy_binary!("Div", eval_arith::<binary::Div>, infer_like_input),
+    legacy_binary!("Pow", eval_pow, infer_like_input),
+    legacy_binary!("And", eval_logic::<binary::And>, infer_like_input_bool),
+    legacy_binary!("Or", eval_logic::<binary::Or>, infer_like_input_bool),
+    legacy_binary!("Xor", eval_logic::<binary::Xor>, infer_like_input_bool),
+    legacy_binary!(
+        "Equal",
+        eval_compare::<binary::Equal>,
+        infer_like_input_bool
+    ),
+    legacy_binary!(
+        "Greater",
+        eval_compare::<binary::Greater>,
+        infer_like_input_bool
+    ),
+    legacy_binary!("Less", eval_compare::<binary::Less>, infer_like_input_bool),
     // Bitwise.
     OpDef::new("BitShift", 11, 2..=2, 1..=1, eval_bit_shift).with_infer(infer_broadcast),
     OpDef::new(

@@ -10,9 +10,11 @@
 //!
 //! Every variance is the population variance, and statistics accumulate in `f64` whatever the
 //! element type (at least the precision any `stash_type` asks for). `BatchNormalization` runs in
-//! inference mode except at opset 14+ with `training_mode`, which normalizes with the batch
-//! statistics and also returns the updated running mean and variance; the training outputs of
-//! opsets before 14 are unsupported. Its parameters may be per channel or, for the `spatial = 0`
+//! inference mode except at opset 14+ with `training_mode` and before opset 7 with `is_test = 0`
+//! (that attribute's default), which normalize with the batch statistics; opset 14 also returns
+//! the updated running mean and variance. The training outputs of opsets before 14 (mean,
+//! variance, saved mean and variance) are unsupported. `consumed_inputs` (opset 1) is a hint with
+//! no effect on the result and is ignored. Its parameters may be per channel or, for the `spatial = 0`
 //! form of opsets before 9, per element of a sample. `GroupNormalization` takes `scale` and
 //! `bias` per group (opset 18) or per channel (21); which one is read from their length.
 
@@ -140,7 +142,12 @@ pub(super) struct BatchNormAttrs {
 impl Attributes for BatchNormAttrs {
     fn parse(node: &crate::ir::Node, opset: i64) -> Result<BatchNormAttrs> {
         Ok(BatchNormAttrs {
-            training: opset >= 14 && node.attr_int("training_mode", 0)? != 0,
+            // Before opset 7, `is_test = 0` (the default) is training mode.
+            training: match opset {
+                ..=6 => node.attr_int("is_test", 0)? == 0,
+                7..=13 => false,
+                _ => node.attr_int("training_mode", 0)? != 0,
+            },
             epsilon: Epsilon5::parse(node, opset)?,
             momentum: node.attr_float("momentum", 0.9)?,
         })
