@@ -107,20 +107,17 @@ fn verify_compares_sequences_of_a_rewritten_model_tensor_by_tensor() {
     assert_eq!(comparisons[0].dtype, "seq(tensor(float))");
     assert_eq!(comparisons[0].shape, [3]);
     // One element of one tensor changed: one mismatch, named by its tensor.
-    let mut changed = got.clone();
-    let Value::Sequence(rows) = &changed[0].1 else {
+    let Value::Sequence(rows) = &got[0].1 else {
         panic!()
     };
+    let mut changed = got.clone();
     let mut tensors = rows.tensors().to_vec();
     tensors[2] = floats(&[1, 2], vec![3.0, 4.5]);
     changed[0].1 = Value::Sequence(Sequence::new(None, tensors).unwrap());
     let c = &compare_values(&want, &changed)[0];
     assert!(!c.identical);
     assert_eq!((c.mismatches, c.max_abs_diff), (1, Some(0.5)));
-    assert!(
-        c.problem.as_deref().unwrap().starts_with("tensor 2"),
-        "{c:?}"
-    );
+    assert!(c.problem.as_deref().unwrap().starts_with("tensor 2"), "{c:?}");
     // A shorter sequence is not identical either.
     changed[0].1 = Value::Sequence(Sequence::new(None, rows.tensors()[..2].to_vec()).unwrap());
     assert!(!compare_values(&want, &changed)[0].identical);

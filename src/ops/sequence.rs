@@ -432,9 +432,9 @@ mod tests {
             Node::new("ConcatFromSequence", "n", ["s"], ["o"]).with_attr("axis", AttrValue::Int(0));
         let out = run(&node, eval_concat, &[Some(&s)]).unwrap();
         assert_eq!(out.as_tensor().unwrap().shape(), &[4]);
-        let node = node
-            .with_attr("new_axis", AttrValue::Int(1))
-            .with_attr("axis", AttrValue::Int(-1));
+        let node = Node::new("ConcatFromSequence", "n", ["s"], ["o"])
+            .with_attr("axis", AttrValue::Int(-1))
+            .with_attr("new_axis", AttrValue::Int(1));
         let out = run(&node, eval_concat, &[Some(&s)]).unwrap();
         let t = out.as_tensor().unwrap();
         assert_eq!(
