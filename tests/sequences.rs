@@ -117,7 +117,10 @@ fn verify_compares_sequences_of_a_rewritten_model_tensor_by_tensor() {
     let c = &compare_values(&want, &changed)[0];
     assert!(!c.identical);
     assert_eq!((c.mismatches, c.max_abs_diff), (1, Some(0.5)));
-    assert!(c.problem.as_deref().unwrap().starts_with("tensor 2"), "{c:?}");
+    assert!(
+        c.problem.as_deref().unwrap().starts_with("tensor 2"),
+        "{c:?}"
+    );
     // A shorter sequence is not identical either.
     changed[0].1 = Value::Sequence(Sequence::new(None, rows.tensors()[..2].to_vec()).unwrap());
     assert!(!compare_values(&want, &changed)[0].identical);
