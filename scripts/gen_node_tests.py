@@ -5,8 +5,9 @@ usage: python scripts/gen_node_tests.py OUT [SUBSTRING ...]
 
 The cases come from the installed onnx package (onnx.backend.test.case.node), so the suite
 follows the onnx version in use. With substrings, only tests whose name contains one of them are
-written. Cases whose inputs or outputs are not plain tensors (sequences, maps, optionals) are left
-out. Prints the number of tests written.
+written. Sequences and optionals are written as serialized `SequenceProto` / `OptionalProto`
+(`numpy_helper.from_list` / `from_optional`, as onnx's own `backend-test-tools generate-data`
+does); cases with map inputs or outputs are left out. Prints the number of tests written.
 """
 import os
 import sys
@@ -17,8 +18,16 @@ import onnx.backend.test.case.node as node_cases
 from onnx import TensorProto, numpy_helper
 
 
-def serialize(value, name):
-    """A test value as serialized TensorProto bytes; TypeError when it is not a tensor."""
+def serialize(value, name, decl):
+    """A test value as the serialized proto its declared type `decl` (a TypeProto) calls for:
+    SequenceProto, OptionalProto or TensorProto; TypeError when it is none of them."""
+    kind = decl.WhichOneof("value")
+    if kind == "sequence_type":
+        return numpy_helper.from_list(list(value), name).SerializeToString()
+    if kind == "optional_type":
+        return numpy_helper.from_optional(value, name).SerializeToString()
+    if kind != "tensor_type":
+        raise TypeError(f"{name} is a {kind}")
     if isinstance(value, TensorProto):
         return value.SerializeToString()
     if isinstance(value, np.ndarray) or np.isscalar(value):
@@ -27,16 +36,18 @@ def serialize(value, name):
 
 
 def files_of(case):
-    """The files of one test directory, or None when a value is not a plain tensor."""
+    """The files of one test directory, or None when a value is a map (or of no known type)."""
     graph = case.model.graph
-    if any(not v.type.HasField("tensor_type") for v in [*graph.input, *graph.output]):
+    kinds = ("tensor_type", "sequence_type", "optional_type")
+    if any(v.type.WhichOneof("value") not in kinds for v in [*graph.input, *graph.output]):
         return None
     files = {"model.onnx": case.model.SerializeToString()}
     for n, (inputs, outputs) in enumerate(case.data_sets):
         for kind, values, decls in (("input", inputs, graph.input), ("output", outputs, graph.output)):
             for k, value in enumerate(values):
                 try:
-                    files[f"test_data_set_{n}/{kind}_{k}.pb"] = serialize(value, decls[k].name)
+                    blob = serialize(value, decls[k].name, decls[k].type)
+                    files[f"test_data_set_{n}/{kind}_{k}.pb"] = blob
                 except (TypeError, ValueError, AttributeError, IndexError):
                     return None
     return files

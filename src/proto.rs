@@ -311,6 +311,168 @@ fn map_values(values: Option<pb::SequenceProto>, count: usize) -> Result<Vec<f32
         .collect()
 }
 
+/// `OptionalProto.DataType`'s `UNDEFINED` (an empty optional), `TENSOR` and `SEQUENCE`.
+const OPTIONAL_EMPTY: i32 = 0;
+const OPTIONAL_TENSOR: i32 = 1;
+const OPTIONAL_SEQUENCE: i32 = 3;
+
+/// Encodes a value as the ONNX test data holds one: a tensor as a `TensorProto`, a sequence as
+/// a `SequenceProto` of tensors, an optional as an `OptionalProto` (an empty one with element
+/// type `UNDEFINED`, as `onnx.numpy_helper.from_optional(None)` writes it), `ZipMap`'s maps as a
+/// `SequenceProto` of `MapProto`s ([`encode_sequence_of_maps`]).
+///
+/// # Example
+/// ```
+/// use multigather::ir::{Sequence, Type, TypeKind, Value};
+/// use multigather::proto::{decode_value, encode_value};
+/// use multigather::{DataType, Tensor};
+/// let t = Tensor::from_vec(DataType::Int32, &[2], vec![4i32, -1])?;
+/// let seq = Value::Sequence(Sequence::new(None, vec![t.clone(), t])?);
+/// let opt = Value::Optional(Some(Box::new(seq.clone())));
+/// let declared = Type::from(TypeKind::Optional(None));
+/// let (name, back) = decode_value(encode_value("o", &opt)?.into(), Some(&declared))?;
+/// assert_eq!((name.as_deref(), back), (Some("o"), opt));
+/// let declared = Type::from(TypeKind::Sequence(None));
+/// assert_eq!(decode_value(encode_value("s", &seq)?.into(), Some(&declared))?.1, seq);
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub fn encode_value(name: &str, value: &ir::Value) -> Result<Vec<u8>> {
+    let bytes = match value {
+        ir::Value::Tensor(t) => encode_tensor(&ir::tensor_to_stored(name, t)?),
+        ir::Value::Maps(maps) => return encode_sequence_of_maps(name, maps),
+        ir::Value::Sequence(seq) => sequence_back(name, seq)?.encode_to_vec(),
+        ir::Value::Optional(o) => optional_back(name, o.as_deref())?.encode_to_vec(),
+    };
+    if bytes.len() > PROTOBUF_LIMIT {
+        return Err(Error::Limit(format!(
+            "value '{name}' takes more than the 2 GiB a protobuf message holds"
+        )));
+    }
+    Ok(bytes)
+}
+
+fn sequence_back(name: &str, seq: &ir::Sequence) -> Result<pb::SequenceProto> {
+    let mut tensor_values = Vec::new();
+    tensor_values
+        .try_reserve(seq.len())
+        .map_err(|_| Error::Limit(format!("sequence '{name}' is too large to encode")))?;
+    for t in seq.tensors() {
+        tensor_values.push(tensor_back(&ir::tensor_to_stored("", t)?, &|_| None));
+    }
+    Ok(pb::SequenceProto {
+        name: non_empty(name),
+        elem_type: Some(SEQUENCE_OF_TENSORS),
+        tensor_values,
+        ..Default::default()
+    })
+}
+
+fn optional_back(name: &str, inner: Option<&ir::Value>) -> Result<pb::OptionalProto> {
+    let mut o = pb::OptionalProto {
+        name: non_empty(name),
+        elem_type: Some(OPTIONAL_EMPTY),
+        ..Default::default()
+    };
+    match inner {
+        None => {}
+        Some(ir::Value::Tensor(t)) => {
+            o.elem_type = Some(OPTIONAL_TENSOR);
+            o.tensor_value = Some(tensor_back(&ir::tensor_to_stored("", t)?, &|_| None));
+        }
+        Some(ir::Value::Sequence(seq)) => {
+            o.elem_type = Some(OPTIONAL_SEQUENCE);
+            o.sequence_value = Some(sequence_back("", seq)?);
+        }
+        Some(other) => {
+            return Err(Error::Unsupported(format!(
+                "an optional holding a {}",
+                other.kind()
+            )))
+        }
+    }
+    Ok(o)
+}
+
+/// Decodes a value of the declared type `declared` (a tensor when `None`): a `TensorProto`, a
+/// `SequenceProto` of tensors (or, for `seq(map(...))`, of maps: [`decode_sequence_of_maps`]),
+/// or an `OptionalProto` holding nothing, a tensor or a sequence of tensors. A protobuf file
+/// does not say which message it holds, so the declared type decides. Returns the name the
+/// message gives its value.
+pub fn decode_value(bytes: Bytes, declared: Option<&Type>) -> Result<(Option<String>, ir::Value)> {
+    let decode_error = |e: prost::DecodeError| Error::Decode(e.to_string());
+    match declared.map(|t| &t.kind) {
+        Some(TypeKind::Sequence(Some(inner))) if matches!(inner.kind, TypeKind::Map { .. }) => {
+            let (name, maps) = decode_sequence_of_maps(bytes)?;
+            Ok((name, ir::Value::Maps(maps)))
+        }
+        Some(TypeKind::Sequence(_)) => {
+            let s = pb::SequenceProto::decode(bytes).map_err(decode_error)?;
+            let name = s.name.clone().filter(|n| !n.is_empty());
+            Ok((name, ir::Value::Sequence(sequence_value(s)?)))
+        }
+        Some(TypeKind::Optional(_)) => {
+            let o = pb::OptionalProto::decode(bytes).map_err(decode_error)?;
+            let name = o.name.clone().filter(|n| !n.is_empty());
+            let shown = name.clone().unwrap_or_else(|| "<unnamed>".into());
+            let inner = match o.elem_type.unwrap_or(OPTIONAL_EMPTY) {
+                OPTIONAL_EMPTY => None,
+                OPTIONAL_TENSOR => {
+                    let t = o.tensor_value.ok_or_else(|| {
+                        Error::tensor(&shown, "an optional tensor without its tensor")
+                    })?;
+                    Some(ir::Value::Tensor(tensor_value(t)?))
+                }
+                OPTIONAL_SEQUENCE => {
+                    let s = o.sequence_value.ok_or_else(|| {
+                        Error::tensor(&shown, "an optional sequence without its sequence")
+                    })?;
+                    Some(ir::Value::Sequence(sequence_value(s)?))
+                }
+                other => {
+                    return Err(Error::Unsupported(format!(
+                        "optional '{shown}' of element type {other}: optionals of tensors and \
+                         sequences are read"
+                    )))
+                }
+            };
+            Ok((name, ir::Value::Optional(inner.map(Box::new))))
+        }
+        _ => {
+            let t = decode_tensor(bytes)?;
+            let name = t.name.clone().filter(|n| !n.is_empty());
+            Ok((name, ir::Value::Tensor(ir::stored_to_tensor(&t)?)))
+        }
+    }
+}
+
+/// A decoded `TensorProto` as a runtime tensor.
+fn tensor_value(t: pb::TensorProto) -> Result<crate::tensor::Tensor> {
+    let t = tensor(t)?;
+    t.check_size()?;
+    ir::stored_to_tensor(&t)
+}
+
+/// A `SequenceProto` of tensors (an empty one may leave its element type undefined).
+fn sequence_value(s: pb::SequenceProto) -> Result<ir::Sequence> {
+    let shown = s.name.clone().unwrap_or_else(|| "<unnamed>".into());
+    let elem = s.elem_type.unwrap_or(0);
+    let others = !s.sequence_values.is_empty()
+        || !s.map_values.is_empty()
+        || !s.optional_values.is_empty()
+        || !s.sparse_tensor_values.is_empty();
+    if (elem != SEQUENCE_OF_TENSORS && elem != 0) || others {
+        return Err(Error::Unsupported(format!(
+            "sequence '{shown}' of element type {elem}: sequences of tensors are read"
+        )));
+    }
+    let tensors = s
+        .tensor_values
+        .into_iter()
+        .map(tensor_value)
+        .collect::<Result<Vec<_>>>()?;
+    ir::Sequence::new(None, tensors).map_err(|e| Error::tensor(&shown, e.to_string()))
+}
+
 struct Decoder {
     limits: DecodeLimits,
     nodes: usize,

@@ -58,14 +58,16 @@ impl Rng {
     }
 }
 
-/// Named input tensors, in the order a run takes them.
-pub type Feeds = Vec<(String, Tensor)>;
+/// Named inputs (tensors, and sequences or optionals given as they are), in the order a run
+/// takes them.
+pub type Feeds = Vec<(String, Value)>;
 
 /// Inputs on which a symbolic dim that several inputs declare takes different sizes: the first
 /// input that declares it has it at least 2 (a size of 1 is repeated to 2), the others have it
 /// cut to 1, with the names of the dims so split; `None` when no dim is shared or the graph has
 /// no operator whose meaning ties sizes across its operands (`GatherElements`, `GatherND`).
-/// Repeating and cutting keep every value one the draw made, so indices stay in range.
+/// Repeating and cutting keep every value one the draw made, so indices stay in range. Inputs
+/// that are not tensors are passed on as they are.
 ///
 /// A shared `dim_param` is a declaration that runtimes do not enforce: onnxruntime and the
 /// interpreter run a feed with `H = 3` in one input and `H = 1` in another. A rewrite must keep
@@ -82,17 +84,18 @@ pub type Feeds = Vec<(String, Tensor)>;
 /// g.inputs.push(ValueInfo::new("i", Type::tensor(DataType::Int64, vec![Dim::Known(2), h()])));
 /// g.add_node(Node::new("GatherElements", "pick", ["x", "i"], ["y"]));
 /// let feeds = vec![
-///     ("x".to_string(), Tensor::zeros(DataType::Float, &[5, 3])?),
-///     ("i".to_string(), Tensor::zeros(DataType::Int64, &[2, 3])?),
+///     ("x".to_string(), Tensor::zeros(DataType::Float, &[5, 3])?.into()),
+///     ("i".to_string(), Tensor::zeros(DataType::Int64, &[2, 3])?.into()),
 /// ];
 /// let (apart, split) = multigather::verify::dims_fed_apart(&g, &feeds).unwrap();
-/// assert_eq!((apart[0].1.shape(), apart[1].1.shape()), (&[5, 3][..], &[2, 1][..]));
+/// let shape = |k: usize| apart[k].1.as_tensor().unwrap().shape().to_vec();
+/// assert_eq!((shape(0), shape(1)), (vec![5, 3], vec![2, 1]));
 /// assert_eq!(split, ["H"]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn dims_fed_apart(
     graph: &crate::ir::Graph,
-    inputs: &[(String, Tensor)],
+    inputs: &[(String, Value)],
 ) -> Option<(Feeds, Vec<String>)> {
     let ties = graph.nodes_unordered().any(|n| {
         crate::ir::is_onnx_domain(&n.domain)
@@ -113,7 +116,10 @@ pub fn dims_fed_apart(
     // Each shared dim: the input (and axis) that declares it first.
     let mut first: HashMap<&str, (usize, usize)> = HashMap::new();
     let mut shared: HashSet<&str> = HashSet::new();
-    for (k, (name, tensor)) in inputs.iter().enumerate() {
+    for (k, (name, value)) in inputs.iter().enumerate() {
+        let Some(tensor) = value.as_tensor() else {
+            continue;
+        };
         let Some(dims) = declared(name).filter(|d| d.len() == tensor.rank()) else {
             continue;
         };
@@ -132,7 +138,11 @@ pub fn dims_fed_apart(
     }
     let mut split: Vec<String> = Vec::new();
     let mut out = Vec::with_capacity(inputs.len());
-    for (k, (name, tensor)) in inputs.iter().enumerate() {
+    for (k, (name, given)) in inputs.iter().enumerate() {
+        let Value::Tensor(tensor) = given else {
+            out.push((name.clone(), given.clone()));
+            continue;
+        };
         let mut value = tensor.clone();
         for (axis, dim) in declared(name).unwrap_or_default().iter().enumerate() {
             let crate::ir::Dim::Symbolic(sym) = dim else {
@@ -148,9 +158,9 @@ pub fn dims_fed_apart(
                 }
                 continue;
             }
-            if shape[axis] > 1
-                || inputs[first[sym.as_str()].0].1.shape()[first[sym.as_str()].1] == 1
-            {
+            let (at, first_axis) = first[sym.as_str()];
+            let first_size = inputs[at].1.as_tensor().map(|t| t.shape()[first_axis]);
+            if shape[axis] > 1 || first_size == Some(1) {
                 shape[axis] = 1;
                 value = value.crop(&shape).ok()?;
                 if !split.contains(sym) {
@@ -158,7 +168,7 @@ pub fn dims_fed_apart(
                 }
             }
         }
-        out.push((name.clone(), value));
+        out.push((name.clone(), Value::Tensor(value)));
     }
     (!split.is_empty()).then_some((out, split))
 }
@@ -220,23 +230,35 @@ pub fn compare(
         .collect()
 }
 
-/// Like [`compare`], for outputs as users see them (`Session::run_values`): a sequence of maps
-/// is identical to another when both hold the same keys in the same order and their values
-/// agree bit for bit; its comparison's `dtype` is its type (`seq(map(int64, float))`) and its
-/// `shape` the `[N, C]` of its values.
+/// Like [`compare`], for outputs as users see them (`Session::run_values`). A sequence is
+/// identical to another when both hold as many tensors, of one element type, each identical
+/// bit for bit to its counterpart; its comparison's `dtype` is its type
+/// (`seq(tensor(float))`), its `shape` `[N]`, and `mismatches` and `max_abs_diff` add up
+/// and take the largest over its tensors. An optional is identical to another when both are
+/// empty or both hold identical values. A sequence of maps is identical to another when both
+/// hold the same keys in the same order and their values agree bit for bit; its comparison's
+/// `dtype` is its type (`seq(map(int64, float))`) and its `shape` the `[N, C]` of its values.
 ///
 /// # Example
 /// ```
-/// use multigather::ir::{MapKeys, SequenceOfMaps, Value};
+/// use multigather::ir::{MapKeys, Sequence, SequenceOfMaps, Value};
 /// use multigather::{DataType, Tensor};
 /// let values = Tensor::from_vec(DataType::Float, &[1, 2], vec![0.25f32, 0.75])?;
 /// let a = Value::Maps(SequenceOfMaps::new(MapKeys::Int64(vec![4, 7]), values.clone())?);
-/// let b = Value::Maps(SequenceOfMaps::new(MapKeys::Int64(vec![4, 8]), values)?);
+/// let b = Value::Maps(SequenceOfMaps::new(MapKeys::Int64(vec![4, 8]), values.clone())?);
 /// let c = multigather::verify::compare_values(&[("y".into(), a.clone())], &[("y".into(), b)]);
 /// assert!(!c[0].identical);
 /// assert!(c[0].problem.as_deref().unwrap().contains("keys"));
 /// let c = multigather::verify::compare_values(&[("y".into(), a.clone())], &[("y".into(), a)]);
 /// assert!(c[0].identical);
+/// // Sequences compare tensor by tensor.
+/// let other = Tensor::from_vec(DataType::Float, &[1, 2], vec![0.25f32, 0.5])?;
+/// let s = Value::Sequence(Sequence::new(None, vec![values.clone(), values.clone()])?);
+/// let t = Value::Sequence(Sequence::new(None, vec![values, other])?);
+/// let c = multigather::verify::compare_values(&[("s".into(), s)], &[("s".into(), t)]);
+/// assert!(!c[0].identical);
+/// assert_eq!((c[0].mismatches, c[0].dtype.as_str()), (1, "seq(tensor(float))"));
+/// assert!(c[0].problem.as_deref().unwrap().contains("tensor 1"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn compare_values(
@@ -246,39 +268,138 @@ pub fn compare_values(
     expected
         .iter()
         .enumerate()
-        .map(|(i, (name, want))| {
-            let got = actual.get(i).map(|(_, v)| v);
-            match (want, got) {
-                (Value::Tensor(w), Some(Value::Tensor(g))) => compare_one(name, w, Some(g)),
-                (Value::Tensor(w), None) => compare_one(name, w, None),
-                (Value::Maps(w), got) => {
-                    let mut c = compare_one(name, w.values(), None);
-                    c.dtype = w.type_text();
-                    c.problem = match got {
-                        None => c.problem,
-                        Some(g @ Value::Tensor(_)) => {
-                            Some(format!("{} vs {}", want.type_text(), g.type_text()))
-                        }
-                        Some(Value::Maps(g)) if g.keys() != w.keys() => {
-                            Some(format!("keys {} vs {}", keys_text(w), keys_text(g)))
-                        }
-                        Some(Value::Maps(g)) => {
-                            let dtype = std::mem::take(&mut c.dtype);
-                            c = compare_one(name, w.values(), Some(g.values()));
-                            c.dtype = dtype;
-                            c.problem
-                        }
-                    };
+        .map(|(i, (name, want))| compare_value(name, want, actual.get(i).map(|(_, v)| v)))
+        .collect()
+}
+
+/// One output of [`compare_values`].
+fn compare_value(name: &str, want: &Value, got: Option<&Value>) -> OutputComparison {
+    let differs = |mut c: OutputComparison, got: &Value| {
+        c.identical = false;
+        c.problem = Some(format!("{} vs {}", want.type_text(), got.type_text()));
+        c
+    };
+    match (want, got) {
+        (Value::Tensor(w), Some(Value::Tensor(g))) => compare_one(name, w, Some(g)),
+        (Value::Tensor(w), None) => compare_one(name, w, None),
+        (Value::Tensor(w), Some(g)) => differs(compare_one(name, w, None), g),
+        (Value::Maps(w), got) => {
+            let mut c = compare_one(name, w.values(), None);
+            c.dtype = w.type_text();
+            c.problem = match got {
+                None => c.problem,
+                Some(Value::Maps(g)) if g.keys() != w.keys() => {
+                    Some(format!("keys {} vs {}", keys_text(w), keys_text(g)))
+                }
+                Some(Value::Maps(g)) => {
+                    let dtype = std::mem::take(&mut c.dtype);
+                    c = compare_one(name, w.values(), Some(g.values()));
+                    c.dtype = dtype;
+                    c.problem
+                }
+                Some(g) => Some(format!("{} vs {}", want.type_text(), g.type_text())),
+            };
+            c
+        }
+        (Value::Sequence(w), got) => {
+            let mut c = OutputComparison {
+                name: name.to_owned(),
+                dtype: w.type_text(),
+                shape: vec![w.len()],
+                identical: false,
+                mismatches: w.tensors().iter().map(Tensor::len).sum(),
+                max_abs_diff: None,
+                problem: None,
+            };
+            let g = match got {
+                None => {
+                    c.problem = Some("missing from the second run".into());
+                    return c;
+                }
+                Some(Value::Sequence(g)) => g,
+                Some(g) => return differs(c, g),
+            };
+            let elems_differ = matches!((w.elem(), g.elem()), (Some(a), Some(b)) if a != b);
+            if w.len() != g.len() || elems_differ {
+                c.problem = Some(format!(
+                    "{}[{}] vs {}[{}]",
+                    w.type_text(),
+                    w.len(),
+                    g.type_text(),
+                    g.len()
+                ));
+                return c;
+            }
+            c.identical = true;
+            c.mismatches = 0;
+            for (k, (a, b)) in w.tensors().iter().zip(g.tensors()).enumerate() {
+                let one = compare_one(name, a, Some(b));
+                c.identical &= one.identical;
+                c.mismatches += one.mismatches;
+                c.max_abs_diff = match (c.max_abs_diff, one.max_abs_diff) {
+                    (Some(x), Some(y)) if x.is_nan() || y.is_nan() => Some(f64::NAN),
+                    (Some(x), Some(y)) => Some(x.max(y)),
+                    (x, y) => x.or(y),
+                };
+                if c.problem.is_none() && !one.identical {
+                    let why = one.problem.unwrap_or_else(|| {
+                        format!("{} of {} elements differ", one.mismatches, a.len())
+                    });
+                    c.problem = Some(format!("tensor {k}: {why}"));
+                }
+            }
+            c
+        }
+        (Value::Optional(w), got) => {
+            let g = match got {
+                Some(Value::Optional(g)) => g,
+                None => {
+                    let mut c = compare_value(name, want, Some(want));
+                    c.identical = false;
+                    c.problem = Some("missing from the second run".into());
+                    return c;
+                }
+                Some(g) => {
+                    let inner = w.as_deref().map(|w| compare_value(name, w, None));
+                    let c = inner.unwrap_or_else(|| empty_optional(name));
+                    return differs(c, g);
+                }
+            };
+            match (w.as_deref(), g.as_deref()) {
+                (None, None) => empty_optional(name),
+                (Some(w), Some(g)) => {
+                    let mut c = compare_value(name, w, Some(g));
+                    c.dtype = format!("optional({})", c.dtype);
                     c
                 }
-                (Value::Tensor(w), Some(g)) => {
-                    let mut c = compare_one(name, w, None);
-                    c.problem = Some(format!("{} vs {}", want.type_text(), g.type_text()));
+                (Some(w), None) => {
+                    let mut c = compare_value(name, w, None);
+                    c.dtype = format!("optional({})", c.dtype);
+                    c.problem = Some("present vs empty".into());
+                    c
+                }
+                (None, Some(_)) => {
+                    let mut c = empty_optional(name);
+                    c.identical = false;
+                    c.problem = Some("empty vs present".into());
                     c
                 }
             }
-        })
-        .collect()
+        }
+    }
+}
+
+/// The comparison of two empty optionals: identical.
+fn empty_optional(name: &str) -> OutputComparison {
+    OutputComparison {
+        name: name.to_owned(),
+        dtype: "optional()".into(),
+        shape: Vec::new(),
+        identical: true,
+        mismatches: 0,
+        max_abs_diff: None,
+        problem: None,
+    }
 }
 
 /// The keys of a sequence of maps for messages: `[4, 7]`, `["a", "b"]` (the first 8).
@@ -295,7 +416,9 @@ fn keys_text(maps: &SequenceOfMaps) -> String {
 }
 
 /// Checks an output as users see it against the expected one: tensors by [`close_enough`];
-/// sequences of maps must hold as many maps, the same keys (in any order: a map has none), and
+/// sequences must hold as many tensors, each within [`close_enough`] of its counterpart (and of
+/// one element type, where both sides know theirs); optionals must both be empty, or hold
+/// values that pass; sequences of maps must hold as many maps, the same keys (in any order: a map has none), and
 /// for each key a value within the float [`Tolerance`].
 ///
 /// # Example
@@ -317,6 +440,33 @@ pub fn close_enough_values(expected: &Value, actual: &Value) -> std::result::Res
     let (want, got) = match (expected, actual) {
         (Value::Tensor(w), Value::Tensor(g)) => return close_enough(w, g),
         (Value::Maps(w), Value::Maps(g)) => (w, g),
+        (Value::Sequence(w), Value::Sequence(g)) => {
+            let elems_differ = matches!((w.elem(), g.elem()), (Some(a), Some(b)) if a != b);
+            if w.len() != g.len() || elems_differ {
+                return Err(format!(
+                    "expected {}[{}], got {}[{}]",
+                    w.type_text(),
+                    w.len(),
+                    g.type_text(),
+                    g.len()
+                ));
+            }
+            for (k, (a, b)) in w.tensors().iter().zip(g.tensors()).enumerate() {
+                close_enough(a, b).map_err(|why| format!("tensor {k}: {why}"))?;
+            }
+            return Ok(());
+        }
+        (Value::Optional(w), Value::Optional(g)) => {
+            return match (w.as_deref(), g.as_deref()) {
+                (None, None) => Ok(()),
+                (Some(w), Some(g)) => close_enough_values(w, g),
+                _ => Err(format!(
+                    "expected {}, got {}",
+                    expected.type_text(),
+                    actual.type_text()
+                )),
+            }
+        }
         _ => {
             return Err(format!(
                 "expected {}, got {}",

@@ -1,7 +1,7 @@
 //! `ZipMap`'s sequence of maps at every edge where users see it: `multigather run --output-dir`
 //! writes a `SequenceProto` of `MapProto`s, `multigather test` reads the recorded ones and
 //! compares them key by key, `verify` compares the maps of both runs, and what the interpreter
-//! cannot hold (a sequence or map other than `ZipMap`'s output) is a one-line error.
+//! cannot hold (a map, or a sequence of maps other than `ZipMap`'s output) is a one-line error.
 //!
 //! The fixtures (`fixtures/zipmap/{strings,int64}`, written by `fixtures/zipmap/generate.py`) hold
 //! onnxruntime's outputs: a `LinearClassifier` behind a Gather, its scores through `ZipMap`.
@@ -59,7 +59,7 @@ fn zipmap_fixtures_run_as_sequences_of_maps_matching_onnxruntime() {
         };
         assert_eq!(keys, [None, Some(want_keys)], "{case}");
         let got = session.run_values(inputs).unwrap();
-        let recorded = read_output_values(&data, &[false, true]).unwrap();
+        let recorded = read_output_values(&data, &session.output_types().unwrap()).unwrap();
         for (k, (want, (_, got))) in recorded.iter().zip(&got).enumerate() {
             close_enough_values(want, got).unwrap_or_else(|why| panic!("{case} output {k}: {why}"));
         }
@@ -94,13 +94,14 @@ fn zipmap_run_output_dir_writes_sequence_protos_that_test_reads_back() {
             "{case}: {stdout}"
         );
         // What `run` wrote is what the recorded outputs say, read the way `test` reads them.
-        let written = read_output_values(&out, &[false, true]).unwrap();
-        let recorded = read_output_values(&data, &[false, true]).unwrap();
+        let declared = [None, Some(seq_of_maps())];
+        let written = read_output_values(&out, &declared).unwrap();
+        let recorded = read_output_values(&data, &declared).unwrap();
         for (want, got) in recorded.iter().zip(&written) {
             close_enough_values(want, got).unwrap();
         }
         // A sequence of maps read as a tensor is an error naming the file, not a tensor.
-        let err = read_output_values(&out, &[false, false]).unwrap_err();
+        let err = read_output_values(&out, &[None, None]).unwrap_err();
         assert!(err.to_string().contains("output_1.pb"), "{err}");
         std::fs::remove_dir_all(&out).ok();
     }
@@ -234,8 +235,8 @@ fn zipmap_edges_refuse_what_the_interpreter_cannot_hold() {
                 vec![declared("maps", seq_of_maps()), declared("x", seq_of_maps())],
                 vec![],
             ),
-            "graph output 'x' is declared a sequence; the interpreter holds no sequence but \
-             ZipMap's output",
+            "graph output 'x' is declared a sequence of maps; the interpreter holds no sequence \
+             of maps but ZipMap's output",
         ),
         (
             "sequence input",
@@ -244,8 +245,8 @@ fn zipmap_edges_refuse_what_the_interpreter_cannot_hold() {
                 vec![declared("maps", seq_of_maps())],
                 vec![declared("s", seq_of_maps())],
             ),
-            "graph input 's' is declared a sequence; the interpreter holds no sequence but \
-             ZipMap's output",
+            "graph input 's' is declared a sequence of maps; the interpreter holds no sequence \
+             of maps but ZipMap's output",
         ),
     ];
     for (what, model, want) in cases {

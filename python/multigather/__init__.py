@@ -137,11 +137,43 @@ def _encode(inputs: Mapping[str, np.ndarray]) -> List[tuple]:
     ]
 
 
-def run(model: ModelLike, inputs: Mapping[str, np.ndarray]) -> Dict[str, Any]:
+def _encode_values(inputs: Mapping[str, Any]) -> List[tuple]:
+    """``(name, bytes, kind)`` for the native ``run``: a list is a sequence of tensors, ``None``
+    an empty optional, anything else a tensor (a tensor or a list fed to an input declared
+    optional is a present optional)."""
+    encoded = []
+    for name, value in inputs.items():
+        if value is None:
+            encoded.append((name, numpy_helper.from_optional(None, name).SerializeToString(),
+                            "optional"))
+        elif isinstance(value, list):
+            tensors = [np.asarray(v) for v in value]
+            encoded.append((name, numpy_helper.from_list(tensors, name).SerializeToString(),
+                            "sequence"))
+        else:
+            encoded.append((name, numpy_helper.from_array(np.asarray(value), name)
+                            .SerializeToString(), "tensor"))
+    return encoded
+
+
+def _decode_value(data: bytes, kind: str) -> Any:
+    """An output of the native ``run`` as Python values (see ``run``)."""
+    if kind == "maps":
+        return _sequence_of_maps(data)
+    if kind == "sequence":
+        return numpy_helper.to_list(onnx.SequenceProto.FromString(data))
+    if kind == "optional":
+        return numpy_helper.to_optional(onnx.OptionalProto.FromString(data))
+    return numpy_helper.to_array(onnx.TensorProto.FromString(data))
+
+
+def run(model: ModelLike, inputs: Mapping[str, Any]) -> Dict[str, Any]:
     """Runs a model (original or rewritten) in multigather's reference interpreter.
 
-    Outputs are numpy arrays, except ``ZipMap``'s sequence of maps, which is a list of dicts
-    (class label to float probability) as onnxruntime returns it.
+    Inputs are numpy arrays, lists of arrays for sequences, and ``None`` for an empty optional.
+    Outputs are numpy arrays, lists of arrays for sequences, the held value or ``None`` for an
+    optional, and ``ZipMap``'s sequence of maps a list of dicts (class label to float
+    probability), as onnxruntime returns them.
 
     >>> from onnx import helper, TensorProto
     >>> node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
@@ -163,13 +195,20 @@ def run(model: ModelLike, inputs: Mapping[str, np.ndarray]) -> Dict[str, Any]:
     ...     helper.make_opsetid("ai.onnx.ml", 1)])
     >>> run(model, {"p": np.array([[0.25, 0.75]], np.float32)})["z"]
     [{'no': 0.25, 'yes': 0.75}]
+    >>> split = helper.make_node("SplitToSequence", ["x"], ["parts"], axis=0)
+    >>> at = helper.make_node("SequenceAt", ["parts", "k"], ["last"])
+    >>> seq = helper.make_tensor_sequence_value_info("parts", TensorProto.FLOAT, None)
+    >>> graph = helper.make_graph([split, at], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+    ...      helper.make_tensor_value_info("k", TensorProto.INT64, [])],
+    ...     [seq, helper.make_tensor_value_info("last", TensorProto.FLOAT, None)])
+    >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    >>> out = run(model, {"x": np.array([1, 2, 3], np.float32), "k": np.array(-1)})
+    >>> out["parts"], out["last"]
+    ([array([1.], dtype=float32), array([2.], dtype=float32), array([3.], dtype=float32)], array([3.], dtype=float32))
     """
-    outputs = _native.run(_source(model), _encode(inputs))
-    return {
-        name: _sequence_of_maps(data) if maps else numpy_helper.to_array(
-            onnx.TensorProto.FromString(data))
-        for name, data, maps in outputs
-    }
+    outputs = _native.run(_source(model), _encode_values(inputs))
+    return {name: _decode_value(data, kind) for name, data, kind in outputs}
 
 
 def _sequence_of_maps(data: bytes) -> List[Dict[Any, float]]:

@@ -19,7 +19,7 @@ use clap::Parser;
 use multigather::interp::Session;
 use multigather::io::{ExternalPolicy, SaveOptions};
 use multigather::ir::Model;
-use multigather::ir::{stored_to_tensor, tensor_to_stored, Value};
+use multigather::ir::{stored_to_tensor, Type, TypeKind, Value};
 use multigather::pass::{
     DefineMultiaxisFunctions, GatherKind, GatherToMultiaxis, LowerMultiaxis, RewriteConfig,
 };
@@ -180,37 +180,61 @@ fn decode(inputs: Vec<(String, Vec<u8>)>) -> Result<Vec<(String, Tensor)>, multi
         .collect()
 }
 
-/// Runs a model in the interpreter; inputs are `(name, TensorProto bytes)`, outputs
-/// `(name, bytes, is_sequence_of_maps)`: a `TensorProto`, or for `ZipMap`'s output a
-/// `SequenceProto` of `MapProto`s.
+/// Values from `(name, bytes, kind)` triples: `kind` is `tensor` (a `TensorProto`), `sequence`
+/// (a `SequenceProto`) or `optional` (an `OptionalProto`).
+fn decode_values(
+    inputs: Vec<(String, Vec<u8>, String)>,
+) -> Result<Vec<(String, Value)>, multigather::Error> {
+    inputs
+        .into_iter()
+        .map(|(name, b, kind)| {
+            let declared = match kind.as_str() {
+                "tensor" => None,
+                "sequence" => Some(Type::from(TypeKind::Sequence(None))),
+                "optional" => Some(Type::from(TypeKind::Optional(None))),
+                other => {
+                    return Err(multigather::Error::Eval(format!(
+                        "input '{name}' of unknown kind '{other}'"
+                    )))
+                }
+            };
+            let (_, value) = proto::decode_value(bytes::Bytes::from(b), declared.as_ref())?;
+            Ok((name, value))
+        })
+        .collect()
+}
+
+/// Runs a model in the interpreter; inputs are `(name, bytes, kind)` (see [`decode_values`]),
+/// outputs `(name, bytes, kind)`: `tensor` (a `TensorProto`), `sequence` (a `SequenceProto`),
+/// `optional` (an `OptionalProto`) or `maps` (`ZipMap`'s output, a `SequenceProto` of
+/// `MapProto`s).
 #[pyfunction]
 fn run(
     py: Python<'_>,
     source: Source,
-    inputs: Vec<(String, Vec<u8>)>,
-) -> PyResult<Vec<(String, Py<PyBytes>, bool)>> {
+    inputs: Vec<(String, Vec<u8>, String)>,
+) -> PyResult<Vec<(String, Py<PyBytes>, &'static str)>> {
     let outputs = py
         .detach(|| -> Result<_, multigather::Error> {
             let model = load(&source)?;
-            let outputs = Session::new(&model).run_values(decode(inputs)?)?;
+            let outputs = Session::new(&model).run_values(decode_values(inputs)?)?;
             outputs
                 .into_iter()
-                .map(|(name, value)| match value {
-                    Value::Tensor(t) => {
-                        let encoded = proto::encode_tensor(&tensor_to_stored(&name, &t)?);
-                        Ok((name, encoded, false))
-                    }
-                    Value::Maps(maps) => {
-                        let encoded = proto::encode_sequence_of_maps(&name, &maps)?;
-                        Ok((name, encoded, true))
-                    }
+                .map(|(name, value)| {
+                    let kind = match &value {
+                        Value::Tensor(_) => "tensor",
+                        Value::Maps(_) => "maps",
+                        Value::Sequence(_) => "sequence",
+                        Value::Optional(_) => "optional",
+                    };
+                    Ok((name.clone(), proto::encode_value(&name, &value)?, kind))
                 })
                 .collect::<Result<Vec<_>, multigather::Error>>()
         })
         .map_err(err)?;
     Ok(outputs
         .into_iter()
-        .map(|(name, b, maps)| (name, PyBytes::new(py, &b).unbind(), maps))
+        .map(|(name, b, kind)| (name, PyBytes::new(py, &b).unbind(), kind))
         .collect())
 }
 
@@ -243,10 +267,13 @@ fn verify(
                     (m, report.rewritten)
                 }
             };
-            let inputs = match inputs {
+            let inputs: Vec<(String, Value)> = match inputs {
                 Some(given) => decode(given)?,
                 None => random_inputs(&original, seed, &dims)?,
-            };
+            }
+            .into_iter()
+            .map(|(name, t)| (name, Value::Tensor(t)))
+            .collect();
             let expected = Session::new(&original).run_values(inputs.clone())?;
             let actual = Session::new(&rewritten).run_values(inputs)?;
             let outputs = compare_values(&expected, &actual);

@@ -130,6 +130,47 @@ def test_fixture_rewritten_runs_in_onnxruntime_bit_for_bit(ort, path, threads):
             assert ort_bytes(w, code) == ort_bytes(g, code)
 
 
+def test_run_takes_and_returns_sequences_and_optionals_as_onnxruntime_does():
+    """Sequences come back as lists of arrays and optionals as the held value (or None), as
+    onnxruntime returns them; sequence inputs are lists, an empty optional is None."""
+    import onnxruntime as ort
+
+    seq = helper.make_tensor_sequence_value_info
+    insert = helper.make_node("SequenceInsert", ["s", "x"], ["longer"])
+    split = helper.make_node("SplitToSequence", ["x"], ["rows"], axis=0)
+    length = helper.make_node("SequenceLength", ["longer"], ["n"])
+    graph = helper.make_graph(
+        [insert, split, length], "g",
+        [seq("s", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [seq("longer", TensorProto.FLOAT, None), seq("rows", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("n", TensorProto.INT64, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    s = [np.ones(4, np.float32)]
+    got = multigather.run(model, {"s": s, "x": x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"s": s, "x": x})
+    for name, theirs in zip(("longer", "rows"), want[:2]):
+        assert isinstance(got[name], list) and len(got[name]) == len(theirs)
+        for mine, t in zip(got[name], theirs):
+            np.testing.assert_array_equal(mine, t)
+    assert int(got["n"]) == int(want[2]) == 2
+
+    has = helper.make_node("OptionalHasElement", ["o"], ["has"])
+    same = helper.make_node("Identity", ["o"], ["same"])
+    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    graph = helper.make_graph(
+        [has, same], "g", [helper.make_value_info("o", opt)],
+        [helper.make_tensor_value_info("has", TensorProto.BOOL, []),
+         helper.make_value_info("same", opt)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    got = multigather.run(model, {"o": np.array([1.0, 2.0], np.float32)})
+    assert bool(got["has"]) and list(got["same"]) == [1.0, 2.0]
+    got = multigather.run(model, {"o": None})
+    assert not bool(got["has"]) and got["same"] is None
+
+
 def test_run_returns_zipmap_output_as_onnxruntimes_list_of_dicts():
     """ZipMap's sequence of maps comes back as onnxruntime returns it: a list of dicts, string
     keys as str and int keys as int, values as float; the committed fixtures hold both."""

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use multigather::interp::{Profile, Session};
-use multigather::io::files::{read_inputs_dir, read_tensor, write_value_pb};
+use multigather::io::files::{read_input_values, read_tensor, write_value_pb};
 use multigather::ir::{Model, SequenceOfMaps, Value};
 use multigather::Tensor;
 use serde::Serialize;
@@ -153,17 +153,18 @@ struct OutputSummary {
     shape: Vec<usize>,
 }
 
-/// Reads the inputs of `--inputs DIR` and `--input NAME=FILE` (the latter override the former).
-pub fn read_inputs(model: &Model, given: &Inputs) -> Result<Vec<(String, Tensor)>> {
+/// Reads the inputs of `--inputs DIR` and `--input NAME=FILE` (the latter override the former):
+/// tensors, and in a directory the sequences and optionals of the inputs declared so.
+pub fn read_inputs(model: &Model, given: &Inputs) -> Result<Vec<(String, Value)>> {
     let mut inputs = match &given.dir {
-        Some(dir) => read_inputs_dir(&model.graph, dir)
+        Some(dir) => read_input_values(&model.graph, dir)
             .with_context(|| format!("reading inputs from {}", dir.display()))?,
         None => Vec::new(),
     };
     for (name, file) in &given.files {
         let (_, tensor) = read_tensor(file)?;
         inputs.retain(|(n, _)| n != name);
-        inputs.push((name.clone(), tensor));
+        inputs.push((name.clone(), Value::Tensor(tensor)));
     }
     Ok(inputs)
 }
@@ -213,6 +214,21 @@ pub fn run(options: Run) -> Result<Outcome> {
                 dtype: m.type_text(),
                 shape: vec![m.len()],
             },
+            Value::Sequence(seq) => OutputSummary {
+                name: name.clone(),
+                dtype: seq.type_text(),
+                shape: vec![seq.len()],
+            },
+            Value::Optional(Some(inner)) => OutputSummary {
+                name: name.clone(),
+                dtype: format!("optional({})", inner.type_text()),
+                shape: Vec::new(),
+            },
+            Value::Optional(None) => OutputSummary {
+                name: name.clone(),
+                dtype: "optional()".into(),
+                shape: Vec::new(),
+            },
         })
         .collect();
     let profile = profiled.then(|| ProfileSummary::of(&session.profile()));
@@ -250,11 +266,27 @@ pub fn run(options: Run) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// The first few elements of a value, for the summary on stdout.
+/// The first few elements of a value, for the summary on stdout; of a sequence, the first few
+/// tensors with their shapes: `[float[2] [1, 2], float[1] [3]]`.
 fn preview(v: &Value) -> String {
+    const SHOWN: usize = 3;
     match v {
         Value::Tensor(t) => preview_tensor(t),
         Value::Maps(m) => preview_maps(m),
+        Value::Sequence(seq) => {
+            let mut items: Vec<String> = seq
+                .tensors()
+                .iter()
+                .take(SHOWN)
+                .map(|t| format!("{}{:?} {}", t.dtype(), t.shape(), preview_tensor(t)))
+                .collect();
+            if seq.len() > SHOWN {
+                items.push("...".into());
+            }
+            format!("[{}]", items.join(", "))
+        }
+        Value::Optional(Some(inner)) => preview(inner),
+        Value::Optional(None) => "empty".into(),
     }
 }
 

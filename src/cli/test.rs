@@ -1,7 +1,8 @@
 //! `multigather test`: runs ONNX test-data directories (`model.onnx` + `test_data_set_N/` with
 //! `input_K.pb` and `output_K.pb`) and compares the outputs within the usual tolerances (exact
-//! for integers, booleans and strings; `ZipMap`'s sequences of maps, read from `SequenceProto`
-//! files, key by key with the float tolerance).
+//! for integers, booleans and strings; sequences and optionals, read from `SequenceProto` and
+//! `OptionalProto` files, element by element; `ZipMap`'s sequences of maps, read from
+//! `SequenceProto` files, key by key with the float tolerance).
 //!
 //! Each test prints one line — `ok`, `FAIL` with the reason, or `skip` when the model uses an
 //! operator this build does not support — and the run ends with `N passed, M failed, K skipped`.
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use multigather::interp::Session;
-use multigather::io::files::{read_inputs_dir, read_output_values};
+use multigather::io::files::{read_input_values, read_output_values};
 use multigather::ir::Value;
 use multigather::verify::close_enough_values;
 
@@ -235,14 +236,9 @@ fn run_set(
         multigather::Error::Unsupported(w) => SetError::Unsupported(w),
         other => SetError::Fail(format!("{set_name}: {other}")),
     };
-    let inputs = read_inputs_dir(&model.graph, set).map_err(fail)?;
-    let maps: Vec<bool> = session
-        .output_keys()
-        .map_err(fail)?
-        .iter()
-        .map(Option::is_some)
-        .collect();
-    let expected = read_output_values(set, &maps).map_err(fail)?;
+    let inputs = read_input_values(&model.graph, set).map_err(fail)?;
+    let declared = session.output_types().map_err(fail)?;
+    let expected = read_output_values(set, &declared).map_err(fail)?;
     if expected.is_empty() {
         return Err(SetError::Fail(format!(
             "{set_name}: no output_K.pb, so nothing was compared"

@@ -1,4 +1,5 @@
-//! The reference interpreter: runs a model's graph on tensors, node by node, in execution order.
+//! The reference interpreter: runs a model's graph node by node, in execution order, on values:
+//! tensors, sequences of tensors and optionals ([`Value`]).
 //!
 //! Why one file: planning and the run loop share the private `Plan`, `Step` and `Frame`; planning
 //! in a file of its own is the natural cut, once the run loop and its thread pool settle.
@@ -8,7 +9,11 @@
 //! runs), the initializers converted to tensors once, and for each node the values whose last use
 //! it is, so they are freed as soon as possible.
 //!
-//! Values live in frames. A subgraph (`If` / `Loop` / `Scan` body) runs in a frame whose parent is
+//! Values live in frames, as [`Value`]s: a step of a tensor operator unwraps each input to its
+//! tensor (a sequence there is an error naming the input) and its outputs are stored as they
+//! come, so the tensor path costs one match per input; operators with a kernel on values
+//! ([`OpDef::values`]: the sequence operators, the optionals, `Identity`, `If`, `Loop`) see
+//! them as they are. Values live in frames. A subgraph (`If` / `Loop` / `Scan` body) runs in a frame whose parent is
 //! the frame of the node that holds it, so outer-scope values are visible; a model-local function
 //! runs in a fresh frame that sees only its inputs, with the attribute references of its body
 //! bound from the call site (or the function's defaults). `multigather.GatherMultiaxis` always
@@ -179,8 +184,8 @@ type PlanKey = (usize, usize, usize);
 /// run loop indexes vectors and never hashes a name.
 struct Plan<'m> {
     steps: Vec<Step<'m>>,
-    /// Initializers (and values folded at planning) as tensors, by name.
-    constants: HashMap<String, Tensor>,
+    /// Initializers (and values folded at planning), by name: always tensors.
+    constants: HashMap<String, Value>,
     /// The slot of each name the graph defines at run time (its inputs and its steps' outputs).
     slots: HashMap<String, usize>,
     /// The slot of each graph input, in order.
@@ -231,6 +236,26 @@ impl Step<'_> {
             })
             .map_err(Error::Eval)
     }
+
+    /// [`Step::check_types`] on values: a tensor's element type, or a present optional's
+    /// tensor's; sequences and empty optionals are not checked (their formal inputs are not).
+    fn check_value_types(&self, inputs: &[Option<&Value>]) -> Result<()> {
+        let Some(schema) = self.schema else {
+            return Ok(());
+        };
+        schema
+            .check_with(&self.node.inputs, inputs.len(), |i| {
+                inputs[i].and_then(Value::elem_type)
+            })
+            .map_err(Error::Eval)
+    }
+}
+
+/// What a step computed: tensors from a tensor kernel, values from the others. Kept apart so
+/// the tensor path stores its outputs without building another vector.
+enum Outputs {
+    Tensors(Vec<Tensor>),
+    Values(Vec<Value>),
 }
 
 /// Where a step's input is found.
@@ -240,8 +265,8 @@ enum Source {
     Omitted,
     /// A value of this frame.
     Slot(usize),
-    /// A constant of this plan (sharing the plan's payload).
-    Constant(Tensor),
+    /// A constant of this plan (a tensor sharing the plan's payload).
+    Constant(Value),
     /// A value of an enclosing scope, by name.
     Outer(String),
 }
@@ -254,7 +279,7 @@ enum StepKind<'m> {
 
 /// The values of one running graph, by slot; `parent` is the enclosing scope of a subgraph.
 struct Frame<'f, 'm> {
-    values: Vec<Option<Tensor>>,
+    values: Vec<Option<Value>>,
     plan: Arc<Plan<'m>>,
     parent: Option<&'f Frame<'f, 'm>>,
 }
@@ -262,7 +287,7 @@ struct Frame<'f, 'm> {
 impl<'f, 'm> Frame<'f, 'm> {
     /// The value `name` as this scope sees it: its own values, its constants, then the
     /// enclosing scopes'.
-    fn get(&self, name: &str) -> Option<&Tensor> {
+    fn get(&self, name: &str) -> Option<&Value> {
         match self.plan.slots.get(name) {
             Some(&slot) => self.values[slot].as_ref(),
             None => self
@@ -273,12 +298,30 @@ impl<'f, 'm> Frame<'f, 'm> {
         }
     }
 
-    /// The inputs of `step` from position `from` on.
+    /// The inputs of `step` from position `from` on, which must be tensors.
     fn inputs<'a>(&'a self, step: &'a Step<'_>, from: usize) -> Result<Vec<Option<&'a Tensor>>> {
         let names = step.node.inputs.iter().skip(from);
         step.inputs[from.min(step.inputs.len())..]
             .iter()
             .zip(names)
+            .map(|(source, name)| match self.source(source) {
+                Some(None) => Ok(None),
+                Some(Some(Value::Tensor(t))) => Ok(Some(t)),
+                Some(Some(other)) => Err(Error::Eval(format!(
+                    "input '{name}' is a {}, where {} takes a tensor",
+                    other.kind(),
+                    step.node.op_type
+                ))),
+                None => Err(Error::Eval(format!("input '{name}' is not defined"))),
+            })
+            .collect()
+    }
+
+    /// The inputs of `step`, of any kind.
+    fn values<'a>(&'a self, step: &'a Step<'_>) -> Result<Vec<Option<&'a Value>>> {
+        step.inputs
+            .iter()
+            .zip(&step.node.inputs)
             .map(|(source, name)| {
                 self.source(source)
                     .ok_or_else(|| Error::Eval(format!("input '{name}' is not defined")))
@@ -286,7 +329,7 @@ impl<'f, 'm> Frame<'f, 'm> {
             .collect()
     }
 
-    fn source<'a>(&'a self, source: &'a Source) -> Option<Option<&'a Tensor>> {
+    fn source<'a>(&'a self, source: &'a Source) -> Option<Option<&'a Value>> {
         match source {
             Source::Omitted => Some(None),
             Source::Slot(slot) => self.values[*slot].as_ref().map(Some),
@@ -357,8 +400,9 @@ impl<'m> Session<'m> {
     /// ([`constraints`]); what only a run can tell is checked when the step runs.
     ///
     /// It also refuses what the interpreter cannot hold at the graph's edges: a graph input or
-    /// output declared as a sequence or map other than `ZipMap`'s output, and a node other
-    /// than `Identity` that reads `ZipMap`'s output (see [`Session::run_values`]).
+    /// output declared as a map, or a sequence of anything but tensors, other than `ZipMap`'s
+    /// output, and a node other than `Identity` that reads `ZipMap`'s output (see
+    /// [`Session::run_values`]).
     pub fn check(&self) -> Result<()> {
         self.output_keys()?;
         let imports = &self.model.opset_imports;
@@ -440,19 +484,37 @@ impl<'m> Session<'m> {
     }
 
     /// Runs the main graph. `inputs` bind graph inputs by name (initializers may be overridden);
-    /// returns every graph output, by name, in order.
+    /// returns every graph output, by name, in order. Every output must be a tensor: a model
+    /// that returns sequences or optionals runs with [`Session::run_values`].
     pub fn run(&self, inputs: Vec<(String, Tensor)>) -> Result<Vec<(String, Tensor)>> {
+        let inputs = inputs
+            .into_iter()
+            .map(|(n, t)| (n, Value::Tensor(t)))
+            .collect();
+        self.run_main(inputs)?
+            .into_iter()
+            .map(|(name, v)| match v {
+                Value::Tensor(t) => Ok((name, t)),
+                other => Err(Error::Eval(format!(
+                    "output '{name}' is a {}; Session::run_values returns it",
+                    other.kind()
+                ))),
+            })
+            .collect()
+    }
+
+    /// Runs the main graph on `inputs` of any kind, by name; returns its outputs in order.
+    fn run_main(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
         let graph = &self.model.graph;
-        let mut values: Vec<Option<Tensor>> = Vec::new();
+        let mut values: Vec<Option<Value>> = Vec::new();
         values.resize_with(graph.inputs.len(), || None);
-        for (name, t) in inputs {
+        for (name, v) in inputs {
             let Some(position) = graph.inputs.iter().position(|v| v.name == name) else {
                 return Err(Error::Eval(format!(
                     "the model has no input named '{name}'"
                 )));
             };
-            check_declared(&name, graph.inputs[position].tensor_type(), &t)?;
-            values[position] = Some(t);
+            values[position] = Some(edges::bind_input(&graph.inputs[position], v)?);
         }
         let work = || {
             let outputs =
@@ -482,9 +544,12 @@ impl<'m> Session<'m> {
         }
     }
 
-    /// Runs the main graph like [`Session::run`] and returns its outputs as users see them: a
-    /// tensor, or for `ZipMap`'s output (held as the `[N, C]` tensor of its values inside the
-    /// run) the [`crate::ir::SequenceOfMaps`] with the node's class labels as keys.
+    /// Runs the main graph like [`Session::run`], on inputs of any kind (tensors, or
+    /// [`Value`]s: sequences and optionals; a tensor or a sequence given for an input declared
+    /// optional is a present optional), and returns its outputs as users see them: a tensor, a
+    /// sequence, an optional, or for `ZipMap`'s output (held as the `[N, C]` tensor of its
+    /// values inside the run) the [`crate::ir::SequenceOfMaps`] with the node's class labels as
+    /// keys.
     ///
     /// # Example
     /// ```
@@ -507,9 +572,13 @@ impl<'m> Session<'m> {
     /// assert_eq!(maps.row(0), Some(&[0.25f32, 0.75][..]));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn run_values(&self, inputs: Vec<(String, Tensor)>) -> Result<Vec<(String, Value)>> {
+    pub fn run_values<V: Into<Value>>(
+        &self,
+        inputs: Vec<(String, V)>,
+    ) -> Result<Vec<(String, Value)>> {
         let keys = self.output_keys()?;
-        edges::to_values(self.run(inputs)?, keys)
+        let inputs = inputs.into_iter().map(|(n, v)| (n, v.into())).collect();
+        edges::to_values(self.run_main(inputs)?, keys)
     }
 
     /// For each output of the main graph, the keys of the maps [`Session::run_values`] returns
@@ -522,6 +591,25 @@ impl<'m> Session<'m> {
         }
         let keys = edges::output_keys(self.model)?;
         Ok(self.output_keys.get_or_init(|| keys))
+    }
+
+    /// The type each output of the main graph is read and written as in files (see
+    /// [`crate::io::files::read_output_values`]): its declared type, and for `ZipMap`'s
+    /// sequence of maps (which may be undeclared) `seq(map)`. An error for what the interpreter
+    /// cannot hold (see [`Session::check`]).
+    pub fn output_types(&self) -> Result<Vec<Option<crate::ir::Type>>> {
+        let keys = self.output_keys()?;
+        Ok(self
+            .model
+            .graph
+            .outputs
+            .iter()
+            .zip(keys)
+            .map(|(o, keys)| match keys {
+                Some(_) => Some(edges::sequence_of_maps()),
+                None => o.ty.clone(),
+            })
+            .collect())
     }
 
     fn plan(
@@ -634,7 +722,7 @@ impl<'m> Session<'m> {
             } else if let Some(&slot) = slots.get(name) {
                 Source::Slot(slot)
             } else if let Some(t) = constants.get(name) {
-                Source::Constant(t.clone())
+                Source::Constant(Value::Tensor(t.clone()))
             } else {
                 Source::Outer(name.clone())
             }
@@ -707,6 +795,10 @@ impl<'m> Session<'m> {
             .chain(steps.iter().flat_map(|s| &s.node.outputs))
             .chain(constants.keys().filter(|name| !fixed.contains(*name)))
             .cloned()
+            .collect();
+        let constants = constants
+            .into_iter()
+            .map(|(name, t)| (name, Value::Tensor(t)))
             .collect();
         Ok(Plan {
             steps,
@@ -782,18 +874,18 @@ impl<'m> Session<'m> {
         &self,
         graph: &'m Graph,
         imports: &'m [OpsetImport],
-        inputs: Vec<Option<Tensor>>,
+        inputs: Vec<Option<Value>>,
         parent: Option<&Frame<'_, 'm>>,
         call: Option<(&'m Node, &'m Function)>,
         depth: usize,
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<Vec<Value>> {
         if depth > MAX_CALL_DEPTH {
             return Err(Error::Limit(format!(
                 "subgraphs and function calls nest deeper than {MAX_CALL_DEPTH}"
             )));
         }
         let plan = self.plan(graph, imports, call, parent)?;
-        let mut values: Vec<Option<Tensor>> = Vec::new();
+        let mut values: Vec<Option<Value>> = Vec::new();
         values.resize_with(plan.slots.len(), || None);
         let mut given = inputs.into_iter();
         for (v, &slot) in graph.inputs.iter().zip(&plan.input_slots) {
@@ -824,16 +916,37 @@ impl<'m> Session<'m> {
         let mut times = Vec::with_capacity(if timed { plan.steps.len() } else { 0 });
         for step in &plan.steps {
             let start = timed.then(Instant::now);
-            let donated = step.donates.and_then(|slot| frame.values[slot].take());
+            let donated = match step.donates {
+                Some(slot) => match frame.values[slot].take() {
+                    Some(Value::Tensor(t)) => Some(t),
+                    // Not a tensor: put back, for the step to name it.
+                    other => {
+                        frame.values[slot] = other;
+                        None
+                    }
+                },
+                None => None,
+            };
             let outputs = self
                 .run_step(step, imports, &frame, depth, donated)
                 .map_err(|e| at_node(&step.node, e))?;
             if let Some(start) = start {
                 times.push(start.elapsed());
             }
-            for (&slot, t) in step.outputs.iter().zip(outputs) {
-                if let Some(slot) = slot {
-                    frame.values[slot] = Some(t);
+            match outputs {
+                Outputs::Tensors(tensors) => {
+                    for (&slot, t) in step.outputs.iter().zip(tensors) {
+                        if let Some(slot) = slot {
+                            frame.values[slot] = Some(Value::Tensor(t));
+                        }
+                    }
+                }
+                Outputs::Values(values) => {
+                    for (&slot, v) in step.outputs.iter().zip(values) {
+                        if let Some(slot) = slot {
+                            frame.values[slot] = Some(v);
+                        }
+                    }
                 }
             }
             for &slot in &step.frees {
@@ -909,7 +1022,7 @@ impl<'m> Session<'m> {
         frame: &Frame<'_, 'm>,
         depth: usize,
         donated: Option<Tensor>,
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<Outputs> {
         let node: &Node = &step.node;
         let outputs = match step.kind {
             StepKind::Op(def) => {
@@ -927,6 +1040,12 @@ impl<'m> Session<'m> {
                     prepared: step.prepared.as_deref(),
                     memo: step.memo.as_ref(),
                 };
+                if let Some(values) = def.values {
+                    let inputs = frame.values(step)?;
+                    step.check_value_types(&inputs)?;
+                    let outputs = values(&ctx, &inputs)?;
+                    return Ok(Outputs::Values(check_outputs(node, outputs)?));
+                }
                 match (donated, def.in_place) {
                     (Some(x), Some(in_place)) => {
                         let rest = frame.inputs(step, 1)?;
@@ -943,7 +1062,7 @@ impl<'m> Session<'m> {
                 }
             }
             StepKind::Call(f) => {
-                let inputs = frame.inputs(step, 0)?;
+                let inputs = frame.values(step)?;
                 let bound = (0..f.body.inputs.len())
                     .map(|i| inputs.get(i).copied().flatten().cloned())
                     .collect();
@@ -958,17 +1077,18 @@ impl<'m> Session<'m> {
                         ))
                     }
                 };
-                self.run_graph(
+                let outputs = self.run_graph(
                     &f.body,
                     function_imports(f, imports),
                     bound,
                     None,
                     Some((site, f)),
                     depth + 1,
-                )?
+                )?;
+                return Ok(Outputs::Values(check_outputs(node, outputs)?));
             }
         };
-        check_outputs(node, outputs)
+        Ok(Outputs::Tensors(check_outputs(node, outputs)?))
     }
 }
 
@@ -980,7 +1100,7 @@ fn with_first<'a>(first: &'a Tensor, rest: &[Option<&'a Tensor>]) -> Vec<Option<
 }
 
 /// The first outputs of a kernel, as many as `node` names; an error if it made fewer.
-fn check_outputs(node: &Node, outputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+fn check_outputs<T>(node: &Node, outputs: Vec<T>) -> Result<Vec<T>> {
     let want = node.outputs.len();
     if outputs.len() < want {
         return Err(Error::Eval(format!(
@@ -1096,7 +1216,7 @@ fn fold_constants<'m>(
 fn outer_constant<'a>(mut frame: Option<&'a Frame<'_, '_>>, name: &str) -> Option<&'a Tensor> {
     while let Some(f) = frame {
         if f.plan.fixed.contains(name) {
-            return f.plan.constants.get(name);
+            return f.plan.constants.get(name).and_then(Value::as_tensor);
         }
         if f.plan.variables.contains(name) {
             return None;
@@ -1119,7 +1239,7 @@ struct Scope<'s, 'f, 'm> {
 }
 
 impl SubgraphRunner for Scope<'_, '_, '_> {
-    fn run_subgraph(&self, graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    fn run_subgraph(&self, graph: &Graph, inputs: Vec<Value>) -> Result<Vec<Value>> {
         // The graph is an attribute of a node of the session's model (kernels only pass their
         // own node's graphs), so it lives as long as the model; find it there to get that
         // lifetime rather than trusting the caller.
@@ -1236,38 +1356,6 @@ fn bind_refs(node: &Node, site: &Node, f: &Function) -> Result<Node> {
     }
     bound.attributes = attributes;
     Ok(bound)
-}
-
-/// Checks a fed tensor against a graph input's declared type: element type, rank, known dims.
-fn check_declared(name: &str, declared: Option<&crate::ir::TensorType>, t: &Tensor) -> Result<()> {
-    let Some(declared) = declared else {
-        return Ok(());
-    };
-    if let Some(elem) = declared.elem {
-        if elem != t.dtype() {
-            return Err(Error::Eval(format!(
-                "input '{name}' is declared {elem} but a {} tensor was given",
-                t.dtype()
-            )));
-        }
-    }
-    if let Some(shape) = &declared.shape {
-        let fits = shape.rank() == t.rank()
-            && shape
-                .dims
-                .iter()
-                .zip(t.shape())
-                .all(|(d, &n)| d.known().is_none_or(|k| k == n as i64));
-        if !fits {
-            let dims: Vec<String> = shape.dims.iter().map(ToString::to_string).collect();
-            return Err(Error::Eval(format!(
-                "input '{name}' is declared with shape [{}] but shape {:?} was given",
-                dims.join(","),
-                t.shape()
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// A sparse initializer as a dense runtime tensor: zeros (empty strings) everywhere but at its

@@ -1,10 +1,13 @@
 //! Tensors in files: serialized `TensorProto` (`.pb`, the ONNX test-data format) and numpy `.npy`,
-//! and a directory of inputs matched to a graph's inputs; `ZipMap`'s sequences of maps as
-//! serialized `SequenceProto`s of `MapProto`s.
+//! and a directory of inputs matched to a graph's inputs; sequences and optionals as serialized
+//! `SequenceProto`s and `OptionalProto`s, and `ZipMap`'s sequences of maps as `SequenceProto`s
+//! of `MapProto`s, as the ONNX test data holds them.
 //!
 //! Inputs in a directory are matched by name first (`NAME.pb` / `NAME.npy`, or a `.pb` whose
 //! tensor carries the name of a graph input), then by position: `input_K.pb` binds the K-th graph
-//! input that has no initializer, as in the ONNX test-data layout.
+//! input that has no initializer, as in the ONNX test-data layout. A protobuf file does not say
+//! which message it holds: a file whose name (`NAME.pb`, `input_K.pb`) binds it to an input
+//! declared a sequence or an optional is read as one; every other file as a tensor.
 
 use std::path::Path;
 
@@ -12,10 +15,8 @@ use bytes::Bytes;
 
 use super::{read_input, write_atomic, LoadOptions, Origin};
 use crate::error::{Error, Result};
-use crate::ir::{stored_to_tensor, tensor_to_stored, Graph, Value};
-use crate::proto::{
-    decode_sequence_of_maps, decode_tensor, encode_sequence_of_maps, encode_tensor,
-};
+use crate::ir::{stored_to_tensor, tensor_to_stored, Graph, Type, TypeKind, Value};
+use crate::proto::{decode_tensor, decode_value, encode_tensor, encode_value};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -82,8 +83,41 @@ pub fn write_tensor_pb(path: &Path, name: &str, t: &Tensor) -> Result<()> {
     write_atomic(path, &encode_tensor(&stored))
 }
 
-/// The inputs of `graph` found in `dir`, in the graph's input order.
+/// The inputs of `graph` found in `dir`, in the graph's input order, which must be tensors
+/// ([`read_input_values`] reads sequences and optionals too).
 pub fn read_inputs_dir(graph: &Graph, dir: &Path) -> Result<Vec<(String, Tensor)>> {
+    read_input_values(graph, dir)?
+        .into_iter()
+        .map(|(name, v)| match v {
+            Value::Tensor(t) => Ok((name, t)),
+            other => Err(Error::InvalidTensor {
+                tensor: dir.display().to_string(),
+                reason: format!("input '{name}' is a {}, not a tensor", other.kind()),
+            }),
+        })
+        .collect()
+}
+
+/// The inputs of `graph` found in `dir`, in the graph's input order: tensors, and the
+/// sequences and optionals of the inputs declared so (see the module's documentation).
+///
+/// # Example
+/// ```
+/// use multigather::io::files::{read_input_values, write_value_pb};
+/// use multigather::ir::{Graph, Sequence, Type, TypeKind, Value, ValueInfo};
+/// use multigather::{DataType, Tensor};
+/// let dir = std::env::temp_dir().join(format!("mg-doc-seq-in-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let mut g = Graph::new("g");
+/// g.inputs.push(ValueInfo::new("s", Type::from(TypeKind::Sequence(None))));
+/// let t = Tensor::from_vec(DataType::Float, &[1], vec![2.5f32])?;
+/// let seq = Value::Sequence(Sequence::new(None, vec![t])?);
+/// write_value_pb(&dir.join("input_0.pb"), "s", &seq)?;
+/// assert_eq!(read_input_values(&g, &dir)?, vec![("s".to_string(), seq)]);
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub fn read_input_values(graph: &Graph, dir: &Path) -> Result<Vec<(String, Value)>> {
     let feedable: Vec<&str> = graph
         .inputs
         .iter()
@@ -96,7 +130,7 @@ pub fn read_inputs_dir(graph: &Graph, dir: &Path) -> Result<Vec<(String, Tensor)
         .filter(|p| p.extension().is_some_and(|e| e == "pb" || e == "npy"))
         .collect();
     entries.sort();
-    let mut found: Vec<(String, Tensor)> = Vec::new();
+    let mut found: Vec<(String, Value)> = Vec::new();
     for path in entries {
         let stem = path
             .file_stem()
@@ -105,11 +139,38 @@ pub fn read_inputs_dir(graph: &Graph, dir: &Path) -> Result<Vec<(String, Tensor)
         if stem.starts_with("output_") {
             continue;
         }
-        let (name, tensor) = read_tensor_from(&path, Origin::Listed)?;
         let by_position = stem
             .strip_prefix("input_")
             .and_then(|k| k.parse::<usize>().ok())
             .and_then(|k| feedable.get(k).copied());
+        // A file its name binds to an input declared a sequence or an optional is read as one.
+        let by_stem = graph
+            .inputs
+            .iter()
+            .map(|v| v.name.as_str())
+            .find(|n| *n == stem)
+            .or(by_position);
+        let container = by_stem
+            .and_then(|n| graph.inputs.iter().find(|v| v.name == n))
+            .and_then(|v| v.ty.as_ref())
+            .filter(|t| is_container(t))
+            .filter(|_| path.extension().is_some_and(|e| e == "pb"));
+        let (name, value) = match container {
+            Some(declared) => {
+                let bytes = read_input(&path, max_tensor_file(), Origin::Listed)?;
+                let (_, value) = decode_value(Bytes::from(bytes), Some(declared)).map_err(|e| {
+                    Error::InvalidTensor {
+                        tensor: path.display().to_string(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                (by_stem.map(str::to_owned), value)
+            }
+            None => {
+                let (name, tensor) = read_tensor_from(&path, Origin::Listed)?;
+                (name, Value::Tensor(tensor))
+            }
+        };
         let target = [name.as_deref(), Some(stem.as_str())]
             .into_iter()
             .flatten()
@@ -127,10 +188,15 @@ pub fn read_inputs_dir(graph: &Graph, dir: &Path) -> Result<Vec<(String, Tensor)
                 reason: format!("a second file for input '{target}'"),
             });
         }
-        found.push((target.to_owned(), tensor));
+        found.push((target.to_owned(), value));
     }
     found.sort_by_key(|(n, _)| graph.inputs.iter().position(|v| &v.name == n));
     Ok(found)
+}
+
+/// Whether a declared type is read from a `SequenceProto` or an `OptionalProto`.
+fn is_container(t: &Type) -> bool {
+    matches!(t.kind, TypeKind::Sequence(_) | TypeKind::Optional(_))
 }
 
 /// The expected outputs of an ONNX test-data set: `output_K.pb` in order. The numbers must run
@@ -143,52 +209,53 @@ pub fn read_outputs_dir(dir: &Path) -> Result<Vec<Tensor>> {
         .collect()
 }
 
-/// Like [`read_outputs_dir`], for a model some of whose outputs are sequences of maps
-/// (`ZipMap`'s, see `interp::Session::output_keys`): `output_K.pb` is read as a serialized
-/// `SequenceProto` of `MapProto`s where `sequences_of_maps[K]` is true, as a `TensorProto`
-/// elsewhere.
+/// Like [`read_outputs_dir`], for outputs of any kind: `output_K.pb` is read as the message of
+/// `declared[K]`, the type of output `K` (a tensor where it is `None` or past the end): a
+/// `SequenceProto` of tensors for a sequence, of `MapProto`s for a sequence of maps (`ZipMap`'s,
+/// see `interp::Session::output_keys`), an `OptionalProto` for an optional.
 ///
 /// # Example
 /// ```
 /// use multigather::io::files::{read_output_values, write_value_pb};
-/// use multigather::ir::{MapKeys, SequenceOfMaps, Value};
+/// use multigather::ir::{MapKeys, SequenceOfMaps, Type, TypeKind, Value};
 /// use multigather::{DataType, Tensor};
 /// let dir = std::env::temp_dir().join(format!("mg-doc-maps-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
 /// let values = Tensor::from_vec(DataType::Float, &[1, 2], vec![0.25f32, 0.75])?;
 /// let maps = Value::Maps(SequenceOfMaps::new(MapKeys::Int64(vec![4, 7]), values)?);
 /// write_value_pb(&dir.join("output_0.pb"), "y", &maps)?;
-/// assert_eq!(read_output_values(&dir, &[true])?, vec![maps]);
-/// assert!(read_output_values(&dir, &[false]).is_err());
+/// let map = Type::from(TypeKind::Map { key: None, value: None });
+/// let declared = Type::from(TypeKind::Sequence(Some(Box::new(map))));
+/// assert_eq!(read_output_values(&dir, &[Some(declared)])?, vec![maps]);
+/// assert!(read_output_values(&dir, &[None]).is_err());
 /// # std::fs::remove_dir_all(&dir).ok();
 /// # Ok::<(), multigather::Error>(())
 /// ```
-pub fn read_output_values(dir: &Path, sequences_of_maps: &[bool]) -> Result<Vec<Value>> {
+pub fn read_output_values(dir: &Path, declared: &[Option<Type>]) -> Result<Vec<Value>> {
     numbered_outputs(dir)?
         .iter()
         .enumerate()
         .map(|(k, path)| {
-            if !sequences_of_maps.get(k).copied().unwrap_or(false) {
+            let Some(declared) = declared.get(k).and_then(Option::as_ref) else {
                 return Ok(Value::Tensor(read_tensor_from(path, Origin::Listed)?.1));
-            }
+            };
             let bytes = read_input(path, max_tensor_file(), Origin::Listed)?;
-            let (_, maps) =
-                decode_sequence_of_maps(Bytes::from(bytes)).map_err(|e| Error::InvalidTensor {
+            let (_, value) = decode_value(Bytes::from(bytes), Some(declared)).map_err(|e| {
+                Error::InvalidTensor {
                     tensor: path.display().to_string(),
                     reason: e.to_string(),
-                })?;
-            Ok(Value::Maps(maps))
+                }
+            })?;
+            Ok(value)
         })
         .collect()
 }
 
-/// Writes an output value atomically: a tensor as a serialized `TensorProto`, a sequence of
-/// maps as a serialized `SequenceProto` of `MapProto`s (as the ONNX test data holds one).
+/// Writes a value atomically, as the ONNX test data holds it: a tensor as a serialized
+/// `TensorProto`, a sequence as a `SequenceProto`, an optional as an `OptionalProto`, a
+/// sequence of maps as a `SequenceProto` of `MapProto`s.
 pub fn write_value_pb(path: &Path, name: &str, value: &Value) -> Result<()> {
-    match value {
-        Value::Tensor(t) => write_tensor_pb(path, name, t),
-        Value::Maps(maps) => write_atomic(path, &encode_sequence_of_maps(name, maps)?),
-    }
+    write_atomic(path, &encode_value(name, value)?)
 }
 
 /// The `output_K.pb` files of `dir`, in order; a gap in the numbers is an error.

@@ -26,7 +26,7 @@ pub use stored::{
     element_count, stored_to_tensor, tensor_to_stored, ExternalData, Payload, StoredTensor,
 };
 pub use types::{broadcast_dim, same_dim, Dim, Shape, TensorType, Type, TypeKind, ValueInfo};
-pub use value::{MapKeys, SequenceOfMaps, Value};
+pub use value::{MapKeys, Sequence, SequenceOfMaps, Value};
 
 use crate::error::{Error, Result};
 

@@ -7,21 +7,27 @@
 //! Bodies run through [`EvalCtx::run_subgraph`], which gives them the enclosing scope. Scan
 //! opset 8 has a leading batch axis on every state and scan input and an optional
 //! `sequence_lens` input: each batch entry is scanned on its own, for its length, and scan
-//! outputs of shorter entries are padded with zeros, as onnxruntime does. Sequence-typed loop
-//! values are not supported.
+//! outputs of shorter entries are padded with zeros, as onnxruntime does.
+//!
+//! `If` and `Loop` run on values of any kind ([`OpDef::values`]): a branch may return a
+//! sequence or an optional, and a loop-carried value may be one (its type may even change from
+//! an optional to what it holds between iterations, as in onnx's `loop16_seq_none`). A `Loop`
+//! scan output must be a tensor, as the specification says: a body that returns anything else
+//! there is an error. `Scan`'s states and scan values are tensors by its specification; its body
+//! may still use sequences inside.
 
 use crate::error::{Error, Result};
-use crate::ir::Graph;
+use crate::ir::{Graph, Value};
 use crate::tensor::Tensor;
 use crate::tensor::{try_vec, try_with_capacity};
 use crate::DataType;
 
-use super::util::{optional, required, scalar_i64};
-use super::{EvalCtx, OpDef};
+use super::util::{optional, scalar_i64};
+use super::{on_tensors, EvalCtx, OpDef};
 
 pub(super) const DEFS: &[OpDef] = &[
-    OpDef::new("If", 1, 1..=1, 1..=usize::MAX, eval_if),
-    OpDef::new("Loop", 1, 2..=usize::MAX, 1..=usize::MAX, eval_loop),
+    OpDef::new("If", 1, 1..=1, 1..=usize::MAX, if_tensors).with_values(eval_if),
+    OpDef::new("Loop", 1, 2..=usize::MAX, 1..=usize::MAX, loop_tensors).with_values(eval_loop),
     OpDef::new("Scan", 8, 2..=usize::MAX, 1..=usize::MAX, eval_scan_batched).until(8),
     OpDef::new("Scan", 9, 1..=usize::MAX, 1..=usize::MAX, eval_scan),
 ];
@@ -39,27 +45,58 @@ fn truth(t: &Tensor, what: &str) -> Result<bool> {
     })
 }
 
-fn eval_if(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let cond = truth(required(inputs, 0)?, "the condition")?;
-    let branch = if cond { "then_branch" } else { "else_branch" };
+/// Input `i` of a value kernel, when given: a tensor (`what` names it in the error otherwise).
+fn tensor_input<'v>(
+    inputs: &[Option<&'v Value>],
+    i: usize,
+    what: &str,
+) -> Result<Option<&'v Tensor>> {
+    match inputs.get(i).copied().flatten() {
+        None => Ok(None),
+        Some(Value::Tensor(t)) => Ok(Some(t)),
+        Some(other) => Err(Error::Eval(format!(
+            "{what} is a {}, not a tensor",
+            other.kind()
+        ))),
+    }
+}
+
+fn if_tensors(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    on_tensors(eval_if, ctx, inputs)
+}
+
+fn eval_if(ctx: &EvalCtx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+    let cond = tensor_input(inputs, 0, "the condition")?
+        .ok_or_else(|| Error::Eval("required input 0 is missing".into()))?;
+    let branch = if truth(cond, "the condition")? {
+        "then_branch"
+    } else {
+        "else_branch"
+    };
     let graph = ctx.node.attr_graph(branch)?;
-    ctx.run_subgraph(graph, Vec::new())
+    ctx.run_subgraph_values(graph, Vec::new())
+}
+
+fn loop_tensors(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    on_tensors(eval_loop, ctx, inputs)
 }
 
 /// `Loop(M, cond, v...)`: the body takes `(iteration, cond, v...)` and returns
 /// `(cond, v..., scan...)`; the node returns the final `v...` and each scan output stacked along
 /// a new first axis.
-fn eval_loop(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+fn eval_loop(ctx: &EvalCtx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
     let body = ctx.node.attr_graph("body")?;
-    let max_trip = optional(inputs, 0).map(scalar_i64).transpose()?;
-    let mut cond = optional(inputs, 1)
+    let max_trip = tensor_input(inputs, 0, "the trip count")?
+        .map(scalar_i64)
+        .transpose()?;
+    let mut cond = tensor_input(inputs, 1, "the loop condition")?
         .map(|t| truth(t, "the loop condition"))
         .transpose()?
         .unwrap_or(true);
-    let mut carried: Vec<Tensor> = inputs[2..]
+    let mut carried: Vec<Value> = inputs[2..]
         .iter()
-        .map(|t| {
-            t.cloned()
+        .map(|v| {
+            v.cloned()
                 .ok_or_else(|| Error::Eval("an omitted loop-carried value".into()))
         })
         .collect::<Result<_>>()?;
@@ -78,24 +115,42 @@ fn eval_loop(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor
     let mut i: i64 = 0;
     while cond && max_trip.is_none_or(|m| i < m) {
         let mut args = Vec::with_capacity(2 + n_carried);
-        args.push(Tensor::scalar(DataType::Int64, i)?);
-        args.push(Tensor::scalar(DataType::Bool, 1u8)?);
+        args.push(Value::Tensor(Tensor::scalar(DataType::Int64, i)?));
+        args.push(Value::Tensor(Tensor::scalar(DataType::Bool, 1u8)?));
         args.append(&mut carried);
-        let mut out = ctx.run_subgraph(body, args)?.into_iter();
+        let mut out = ctx.run_subgraph_values(body, args)?.into_iter();
         let c = out
             .next()
             .ok_or_else(|| Error::Eval("the body returned no condition".into()))?;
-        cond = truth(&c, "the body's condition output")?;
+        let c = c
+            .as_tensor()
+            .ok_or_else(|| Error::Eval(format!("the body's condition output is a {}", c.kind())))?;
+        cond = truth(c, "the body's condition output")?;
         carried.extend(out.by_ref().take(n_carried));
-        for (s, t) in scans.iter_mut().zip(out) {
-            s.push(t);
+        for ((s, v), decl) in scans
+            .iter_mut()
+            .zip(out)
+            .zip(&body.outputs[1 + n_carried..])
+        {
+            match v {
+                Value::Tensor(t) => s.push(t),
+                other => {
+                    return Err(Error::Eval(format!(
+                        "scan output '{}' is a {}: a Loop's scan outputs must be tensors",
+                        decl.name,
+                        other.kind()
+                    )))
+                }
+            }
         }
         i += 1;
     }
     let mut outputs = carried;
     for (k, parts) in scans.into_iter().enumerate() {
         let output = &body.outputs[1 + n_carried + k];
-        outputs.push(stack(&parts, 0, || empty_scan_output(body, output))?);
+        outputs.push(Value::Tensor(stack(&parts, 0, || {
+            empty_scan_output(body, output)
+        })?));
     }
     Ok(outputs)
 }

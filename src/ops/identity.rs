@@ -1,19 +1,15 @@
-//! `Identity` (opset 1+), `Constant` (1+), and `OptionalHasElement` / `OptionalGetElement`
-//! (15+) on plain tensors: values that need no computation.
+//! `Identity` (opset 1+) and `Constant` (1+): values that need no computation.
 //!
 //! Specs: <https://onnx.ai/onnx/operators/onnx__Identity.html>,
 //! <https://onnx.ai/onnx/operators/onnx__Constant.html>.
 //!
-//! `Constant` takes its value from exactly one of `value` (a tensor), `value_float(s)`,
-//! `value_int(s)` and `value_string(s)`; `sparse_value` is not supported.
-//!
-//! The interpreter has no optional values: an optional input is a tensor or omitted, so
-//! `OptionalHasElement` says whether its input is given and `OptionalGetElement` passes a given
-//! tensor on (an omitted one is an error, as reading an empty optional is).
+//! `Identity` passes any value on (a tensor, a sequence, an optional: opset 14 on). `Constant`
+//! takes its value from exactly one of `value` (a tensor), `value_float(s)`, `value_int(s)` and
+//! `value_string(s)`; `sparse_value` is not supported.
 
 use crate::error::Result;
 use crate::ir::stored_to_tensor;
-use crate::ir::{AttrValue, Dim, Shape, TensorType};
+use crate::ir::{AttrValue, Dim, Shape, TensorType, Value};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -21,34 +17,24 @@ use super::util::required;
 use super::{EvalCtx, InferCtx, OpDef};
 
 pub(super) const DEFS: &[OpDef] = &[
-    OpDef::new("Identity", 1, 1..=1, 1..=1, eval_identity).with_infer(infer_identity),
+    OpDef::new("Identity", 1, 1..=1, 1..=1, eval_identity)
+        .with_infer(infer_identity)
+        .with_values(identity_values),
     OpDef::new("Constant", 1, 0..=0, 1..=1, eval_constant).with_infer(infer_constant),
-    OpDef::new("OptionalHasElement", 15, 0..=1, 1..=1, eval_has_element)
-        .with_infer(infer_has_element),
-    OpDef::new("OptionalGetElement", 15, 1..=1, 1..=1, eval_get_element).with_infer(infer_identity),
 ];
-
-fn eval_has_element(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let given = inputs.first().is_some_and(Option::is_some);
-    Ok(vec![Tensor::scalar(DataType::Bool, u8::from(given))?])
-}
-
-fn infer_has_element(_: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    Ok(vec![TensorType::new(DataType::Bool, Vec::new())])
-}
-
-fn eval_get_element(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    match inputs.first().copied().flatten() {
-        Some(t) => Ok(vec![t.clone()]),
-        None => Err(ctx.error("the optional input is empty")),
-    }
-}
 
 fn eval_identity(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     Ok(vec![required(inputs, 0)?.clone()])
 }
 
-fn infer_identity(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+fn identity_values(_: &EvalCtx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+    match inputs.first().copied().flatten() {
+        Some(v) => Ok(vec![v.clone()]),
+        None => Err(crate::Error::Eval("required input 0 is missing".into())),
+    }
+}
+
+pub(super) fn infer_identity(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     Ok(vec![ctx.input(0).cloned().unwrap_or_default()])
 }
 

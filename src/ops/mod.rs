@@ -15,15 +15,23 @@
 //! the interpreter parses it once per plan, and the shape function and the kernel read it with
 //! [`InferCtx::attrs`] and [`EvalCtx::attrs`].
 //!
+//! Operators that take or make values other than tensors (the sequence operators, the
+//! optionals, and those that pass any value on: `Identity`, `If`, `Loop`) also have a kernel on
+//! [`Value`]s ([`OpDef::values`], a [`ValuesFn`]), which the interpreter runs instead of
+//! [`OpDef::eval`]; their `eval` serves what only has tensors (constant folding,
+//! [`eval_node`]). Every other kernel sees tensors: the interpreter unwraps each input once, and
+//! a sequence where a tensor operator expects a tensor is an error naming the input.
+//!
 //! Design note: `If`, `Loop` and `Scan` are operators like any other; their kernels run their
-//! bodies through [`EvalCtx::run_subgraph`], which the interpreter provides.
+//! bodies through [`EvalCtx::run_subgraph`] (or [`EvalCtx::run_subgraph_values`], for bodies
+//! that take or return sequences and optionals), which the interpreter provides.
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
-use crate::ir::{canonical_domain, display_domain, Dim, Graph, Node, TensorType};
+use crate::ir::{canonical_domain, display_domain, Dim, Graph, Node, TensorType, Value};
 use crate::tensor::Tensor;
 
 pub mod constraints;
@@ -42,8 +50,10 @@ mod math;
 mod minifloat;
 mod ml;
 mod nn;
+mod optional;
 mod random;
 mod rnn;
+mod sequence;
 mod signal;
 mod strings;
 pub(crate) mod vector;
@@ -58,6 +68,10 @@ pub use random::is_random;
 
 /// A kernel: runs one node on its inputs and returns one tensor per output.
 pub type EvalFn = fn(&EvalCtx<'_>, &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
+
+/// A kernel on values of any kind (tensors, sequences, optionals; `None` for an omitted input):
+/// returns one value per output ([`OpDef::values`]).
+pub type ValuesFn = fn(&EvalCtx<'_>, &[Option<&Value>]) -> Result<Vec<Value>>;
 
 /// A kernel that may write its output over input 0, which the interpreter hands over (with the
 /// other inputs, from input 1 on) when the value dies at this node: returns the outputs, or
@@ -140,8 +154,12 @@ pub struct OpDef {
     pub outputs: RangeInclusive<usize>,
     /// The shape function, where one is written.
     pub infer: Option<InferFn>,
-    /// The kernel.
+    /// The kernel on tensors.
     pub eval: EvalFn,
+    /// The kernel on values of any kind, for operators that take or make sequences or
+    /// optionals: the interpreter runs it instead of `eval`, which then serves the callers
+    /// that only have tensors (constant folding, [`eval_node`]) or refuses.
+    pub values: Option<ValuesFn>,
     /// The kernel that reuses input 0's buffer, for operators whose output can have input 0's
     /// shape and type.
     pub in_place: Option<InPlaceFn>,
@@ -167,6 +185,7 @@ impl OpDef {
             outputs,
             infer: None,
             eval,
+            values: None,
             in_place: None,
             prepare: None,
         }
@@ -175,6 +194,12 @@ impl OpDef {
     /// The same definition with a kernel that can reuse its input's buffer.
     pub const fn with_in_place(mut self, in_place: InPlaceFn) -> OpDef {
         self.in_place = Some(in_place);
+        self
+    }
+
+    /// The same definition with a kernel on values of any kind ([`OpDef::values`]).
+    pub const fn with_values(mut self, values: ValuesFn) -> OpDef {
+        self.values = Some(values);
         self
     }
 
@@ -277,13 +302,35 @@ impl Memo {
 
 /// Runs a subgraph of the node being evaluated, with the node's scope visible.
 pub(crate) trait SubgraphRunner {
-    fn run_subgraph(&self, graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>>;
+    fn run_subgraph(&self, graph: &Graph, inputs: Vec<Value>) -> Result<Vec<Value>>;
 }
 
 impl<'a> EvalCtx<'a> {
     /// Runs `graph` (a graph attribute of this node) with its formal inputs bound to `inputs` in
-    /// order; values of the enclosing scopes are visible. Returns the graph's outputs in order.
+    /// order; values of the enclosing scopes are visible. Returns the graph's outputs in order,
+    /// which must be tensors.
     pub fn run_subgraph(&self, graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let outputs = self
+            .runner
+            .run_subgraph(graph, inputs.into_iter().map(Value::Tensor).collect())?;
+        outputs
+            .into_iter()
+            .zip(&graph.outputs)
+            .map(|(v, o)| {
+                v.into_tensor().map_err(|v| {
+                    Error::Eval(format!(
+                        "output '{}' of subgraph '{}' is a {} where a tensor is expected",
+                        o.name,
+                        graph.name,
+                        v.kind()
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// [`EvalCtx::run_subgraph`] for bodies that take or return values of any kind.
+    pub fn run_subgraph_values(&self, graph: &Graph, inputs: Vec<Value>) -> Result<Vec<Value>> {
         self.runner.run_subgraph(graph, inputs)
     }
 
@@ -354,12 +401,33 @@ impl<'a> InferCtx<'a> {
     }
 }
 
+/// Runs the value kernel `f` on tensors, for the tensor kernel of an operator whose values
+/// kernel also serves tensors (`If`, `Loop`): an output that is not a tensor is an error.
+pub(crate) fn on_tensors(
+    f: ValuesFn,
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let values: Vec<Option<Value>> = inputs
+        .iter()
+        .map(|t| t.cloned().map(Value::Tensor))
+        .collect();
+    let refs: Vec<Option<&Value>> = values.iter().map(Option::as_ref).collect();
+    f(ctx, &refs)?
+        .into_iter()
+        .map(|v| {
+            v.into_tensor()
+                .map_err(|v| ctx.error(format!("an output is a {}, not a tensor", v.kind())))
+        })
+        .collect()
+}
+
 /// A runner for kernels evaluated outside a graph (tests, constant folding): a subgraph is an
 /// error.
 pub(crate) struct NoSubgraphs;
 
 impl SubgraphRunner for NoSubgraphs {
-    fn run_subgraph(&self, graph: &Graph, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    fn run_subgraph(&self, graph: &Graph, _inputs: Vec<Value>) -> Result<Vec<Value>> {
         Err(Error::Unsupported(format!(
             "subgraph '{}' outside a running graph",
             graph.name
@@ -482,8 +550,10 @@ const FAMILIES: &[&[OpDef]] = &[
     math::DEFS,
     ml::DEFS,
     nn::DEFS,
+    optional::DEFS,
     random::DEFS,
     rnn::DEFS,
+    sequence::DEFS,
     signal::DEFS,
     strings::DEFS,
 ];

@@ -35,7 +35,7 @@ use serde::Serialize;
 use super::Rng;
 use crate::error::{Error, Result};
 use crate::infer::TypeEnv;
-use crate::ir::{canonical_domain, is_onnx_domain, Dim, Graph, Model, Node};
+use crate::ir::{canonical_domain, is_onnx_domain, Dim, Graph, Model, Node, Value};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -46,8 +46,9 @@ pub struct DrawOptions {
     pub seed: u64,
     /// Sizes of symbolic dims (`--dim NAME=VALUE`).
     pub dims: HashMap<String, usize>,
-    /// Inputs given as they are (`--input NAME=FILE`, `--inputs DIR`).
-    pub given: Vec<(String, Tensor)>,
+    /// Inputs given as they are (`--input NAME=FILE`, `--inputs DIR`): tensors, and the
+    /// sequences and optionals no rule draws.
+    pub given: Vec<(String, Value)>,
 }
 
 /// One input of a run: given, or drawn with which shape and values.
@@ -76,7 +77,7 @@ pub struct DimChoice {
 /// The inputs of a run, in the graph's input order, and how each was chosen.
 #[derive(Clone, Debug, Default)]
 pub struct Drawn {
-    pub inputs: Vec<(String, Tensor)>,
+    pub inputs: Vec<(String, Value)>,
     pub choices: Vec<InputChoice>,
     pub dims: Vec<DimChoice>,
 }
@@ -139,7 +140,7 @@ impl Drawn {
 /// let drawn = draw_inputs(&Model::new(g, 13), &options)?;
 /// assert_eq!(drawn.choices[1].shape, [8]);
 /// assert_eq!(drawn.choices[1].range.as_deref(), Some("[-5, 5)"));
-/// let ids = drawn.inputs[1].1.as_slice::<i64>()?;
+/// let ids = drawn.inputs[1].1.as_tensor().unwrap().as_slice::<i64>()?;
 /// assert!(ids.iter().all(|&v| (-5..5).contains(&v)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -182,7 +183,7 @@ pub enum Attempt<T> {
 /// g.inputs.push(ValueInfo::new("x", Type::tensor(DataType::Float, vec![Dim::Symbolic("n".into())])));
 /// let model = Model::new(g, 13);
 /// let attempt = draw_runnable(&model, &DrawOptions::default(), |inputs| {
-///     let n = inputs[0].1.shape()[0];
+///     let n = inputs[0].1.as_tensor().unwrap().shape()[0];
 ///     if n < 4 { Err(Error::Eval(format!("window of 4 does not fit in {n}"))) } else { Ok(n) }
 /// })?;
 /// let Attempt::Ran { result, tried, .. } = attempt else { panic!() };
@@ -192,7 +193,7 @@ pub enum Attempt<T> {
 pub fn draw_runnable<T>(
     model: &Model,
     options: &DrawOptions,
-    mut run: impl FnMut(&[(String, Tensor)]) -> Result<T>,
+    mut run: impl FnMut(&[(String, Value)]) -> Result<T>,
 ) -> Result<Attempt<T>> {
     let env = TypeEnv::infer(&model.graph, &model.opset_imports, TypeEnv::empty());
     let dims = choose_dims(model, &env, options);
@@ -279,7 +280,12 @@ pub fn random_inputs(
         dims: dims.clone(),
         given: Vec::new(),
     };
-    Ok(draw_inputs(model, &options)?.inputs)
+    // Nothing is given, so every input is drawn, and drawn inputs are tensors.
+    Ok(draw_inputs(model, &options)?
+        .inputs
+        .into_iter()
+        .filter_map(|(name, v)| v.into_tensor().ok().map(|t| (name, t)))
+        .collect())
 }
 
 /// The graph inputs a run needs (not initializers), in order.
@@ -293,8 +299,11 @@ fn runtime_inputs(graph: &Graph) -> impl Iterator<Item = &crate::ir::ValueInfo> 
 /// Rule 1: the size of every symbolic dim of the inputs, with where it came from.
 fn choose_dims(model: &Model, env: &TypeEnv, options: &DrawOptions) -> Vec<DimChoice> {
     let graph = &model.graph;
-    let given: HashMap<&str, &Tensor> =
-        options.given.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let given: HashMap<&str, &Tensor> = options
+        .given
+        .iter()
+        .filter_map(|(n, v)| Some((n.as_str(), v.as_tensor()?)))
+        .collect();
     let mut from_inputs: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for input in runtime_inputs(graph) {
         let (Some(t), Some(dims)) = (given.get(input.name.as_str()), declared_dims(input)) else {
@@ -522,16 +531,17 @@ fn draw_with(
         ..Drawn::default()
     };
     for input in runtime_inputs(graph) {
-        if let Some((_, t)) = options.given.iter().find(|(n, _)| *n == input.name) {
+        if let Some((_, v)) = options.given.iter().find(|(n, _)| *n == input.name) {
+            let (dtype, shape) = described(v);
             drawn.choices.push(InputChoice {
                 name: input.name.clone(),
-                dtype: t.dtype().to_string(),
-                shape: t.shape().to_vec(),
+                dtype,
+                shape,
                 drawn: false,
                 range: None,
                 reason: None,
             });
-            drawn.inputs.push((input.name.clone(), t.clone()));
+            drawn.inputs.push((input.name.clone(), v.clone()));
             continue;
         }
         let ty = input.tensor_type().ok_or_else(|| {
@@ -562,7 +572,9 @@ fn draw_with(
             range,
             reason: bound.map(|b| b.reasons.join(", ")),
         });
-        drawn.inputs.push((input.name.clone(), tensor));
+        drawn
+            .inputs
+            .push((input.name.clone(), Value::Tensor(tensor)));
     }
     // Inputs given that the graph does not declare are passed on, for the run to refuse.
     for (name, t) in &options.given {
@@ -571,6 +583,21 @@ fn draw_with(
         }
     }
     Ok(drawn)
+}
+
+/// A given value's type and shape as an [`InputChoice`] shows them: a tensor's element type and
+/// shape, a sequence's type and length, an optional's type.
+fn described(v: &Value) -> (String, Vec<usize>) {
+    match v {
+        Value::Tensor(t) => (t.dtype().to_string(), t.shape().to_vec()),
+        Value::Sequence(s) => (s.type_text(), vec![s.len()]),
+        Value::Maps(m) => (m.type_text(), vec![m.len()]),
+        Value::Optional(Some(inner)) => {
+            let (inner, shape) = described(inner);
+            (format!("optional({inner})"), shape)
+        }
+        Value::Optional(None) => ("optional()".into(), Vec::new()),
+    }
 }
 
 fn resolve(d: &Dim, sizes: &HashMap<String, usize>) -> usize {
@@ -1077,7 +1104,7 @@ mod tests {
         let drawn = draw_inputs(&Model::new(g, opset), &DrawOptions::default()).unwrap();
         let i = drawn.choices.iter().find(|c| c.name == "i").unwrap();
         let values = drawn.inputs.iter().find(|(n, _)| n == "i").unwrap();
-        let values = values.1.as_slice::<i64>().unwrap();
+        let values = values.1.as_tensor().unwrap().as_slice::<i64>().unwrap();
         // The values are in the range the report gives.
         if let Some((lo, hi)) = i
             .range

@@ -71,10 +71,15 @@ pub fn check_recorded_fixture(name: &str, rewritten: usize) -> multigather::ir::
 
 /// Runs one node-test directory (`model.onnx` and `test_data_set_N/`) in the interpreter and
 /// compares every output within the tolerance of the conformance tests; the error says which data
-/// set and output failed.
+/// set and output failed. Sequences and optionals are read from their `SequenceProto` /
+/// `OptionalProto` files and compared element by element.
 pub fn run_node_test(dir: &Path) -> Result<(), String> {
+    use multigather::io::files::{read_input_values, read_output_values};
+    use multigather::verify::close_enough_values;
+
     let model = multigather::io::load(dir.join("model.onnx")).map_err(|e| e.to_string())?;
     let session = Session::new(&model);
+    let declared = session.output_types().map_err(|e| e.to_string())?;
     let mut sets: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| e.to_string())?
         .flatten()
@@ -83,12 +88,12 @@ pub fn run_node_test(dir: &Path) -> Result<(), String> {
         .collect();
     sets.sort();
     for set in sets {
-        let inputs = read_inputs_dir(&model.graph, &set).map_err(|e| e.to_string())?;
-        let expected = read_outputs_dir(&set).map_err(|e| e.to_string())?;
-        let actual = session.run(inputs).map_err(|e| e.to_string())?;
+        let inputs = read_input_values(&model.graph, &set).map_err(|e| e.to_string())?;
+        let expected = read_output_values(&set, &declared).map_err(|e| e.to_string())?;
+        let actual = session.run_values(inputs).map_err(|e| e.to_string())?;
         for (k, want) in expected.iter().enumerate() {
             let (_, got) = actual.get(k).ok_or(format!("output {k} missing"))?;
-            close_enough(want, got)
+            close_enough_values(want, got)
                 .map_err(|why| format!("{}: output {k}: {why}", set.display()))?;
         }
     }

@@ -15,8 +15,8 @@
 //!
 //! Design note: only inputs are checked. Outputs are what the kernels make, and attributes that
 //! fix an output type (`Cast.to`) are the kernels' to read. A formal input that takes no tensor
-//! (a sequence or a map) is left unchecked; an `optional(tensor(X))` input accepts `X`, as the
-//! interpreter holds a present optional as its tensor.
+//! (a sequence or a map) is left unchecked; an `optional(tensor(X))` input accepts `X`: the check
+//! sees a present optional's tensor (`ir::Value::elem_type`).
 
 use std::sync::OnceLock;
 

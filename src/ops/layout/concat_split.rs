@@ -42,12 +42,22 @@ pub(super) fn eval_concat(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
         return Err(ctx.error("inputs must have rank 1 or more"));
     }
     let axis = normalize_axis(ctx.attrs::<ConcatAxis>()?.0, rank)?;
+    Ok(vec![concat(&parts, axis)?])
+}
+
+/// `parts` (at least one, of one rank) joined along `axis` (in `[0, rank)`): `Concat`'s kernel,
+/// which `ConcatFromSequence` shares.
+pub(crate) fn concat(parts: &[&Tensor], axis: usize) -> Result<Tensor> {
+    let Some(&first) = parts.first() else {
+        return Err(Error::Eval("nothing to concatenate".into()));
+    };
+    let rank = first.rank();
     let mut total = 0usize;
-    for p in &parts {
+    for p in parts {
         let same =
             p.rank() == rank && (0..rank).all(|d| d == axis || p.shape()[d] == first.shape()[d]);
         if !same {
-            return Err(ctx.error(format!(
+            return Err(Error::Eval(format!(
                 "shapes {:?} and {:?} differ off axis {axis}",
                 first.shape(),
                 p.shape()
@@ -57,7 +67,9 @@ pub(super) fn eval_concat(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
         total = total
             .checked_add(p.shape()[axis])
             .filter(|&t| t <= i64::MAX as usize)
-            .ok_or_else(|| ctx.error(format!("the sizes along axis {axis} add up past 2^63-1")))?;
+            .ok_or_else(|| {
+                Error::Eval(format!("the sizes along axis {axis} add up past 2^63-1"))
+            })?;
     }
     let mut shape = first.shape().to_vec();
     shape[axis] = total;
@@ -67,15 +79,15 @@ pub(super) fn eval_concat(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
         .filter(|_| dtype != crate::DataType::String)
     {
         if parts.iter().all(|p| p.dtype() == dtype) {
-            if let Some(out) = concat_rows(&parts, axis, &shape, w)? {
-                return Ok(vec![out]);
+            if let Some(out) = concat_rows(parts, axis, &shape, w)? {
+                return Ok(out);
             }
         }
     }
-    let mut out = Writer::new(dtype, &shape, &parts)?;
+    let mut out = Writer::new(dtype, &shape, parts)?;
     if shape.contains(&0) {
         // Nothing to copy, however many empty rows the other dims make.
-        return Ok(vec![out.finish()?]);
+        return out.finish();
     }
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
@@ -85,7 +97,7 @@ pub(super) fn eval_concat(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
             out.copy(i, o * run, run)?;
         }
     }
-    Ok(vec![out.finish()?])
+    out.finish()
 }
 
 /// `Concat` of elements `w` bytes wide: each row of the output (the elements past `axis`, a
@@ -279,10 +291,17 @@ pub(super) fn eval_split(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resul
             ctx.node.outputs.len()
         )));
     }
+    split(data, axis, &sizes)
+}
+
+/// `data` cut along `axis` (in `[0, rank)`) into pieces of `sizes`, which add up to the dim:
+/// `Split`'s kernel, which `SplitToSequence` shares.
+pub(crate) fn split(data: &Tensor, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
+    let shape = data.shape();
     let st = strides(shape);
     let mut start = 0;
     let mut outputs = Vec::with_capacity(sizes.len());
-    for size in sizes {
+    for &size in sizes {
         let axes: Vec<AxisRead> = (0..shape.len())
             .map(|d| match d == axis {
                 true => AxisRead::map(size, st[d], move |i| Some(start + i)),

@@ -38,6 +38,8 @@ mod unique;
 use super::attrs::{Axes, Axis};
 use super::{prepare, OpDef};
 
+pub(super) use concat_split::{concat, split};
+
 const ANY: usize = usize::MAX;
 
 pub(super) const DEFS: &[OpDef] = &[
