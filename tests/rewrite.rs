@@ -443,8 +443,11 @@ mod cases {
         let opset = model.opset("").unwrap();
         let registry = multigather::ops::registry();
         let graph = &model.graph;
-        let env =
-            multigather::infer::TypeEnv::infer(graph, &model.opset_imports, &Default::default());
+        let env = multigather::infer::TypeEnv::infer(
+            graph,
+            &model.opset_imports,
+            multigather::infer::TypeEnv::empty(),
+        );
         for (_, n) in graph.nodes() {
             if n.domain == "multigather" {
                 continue;
