@@ -254,7 +254,7 @@ fn branches(n: usize) -> Model {
                 .with_attr("else_branch", other),
         );
     }
-    g.outputs.push(ValueInfo::new(&format!("x{n}"), ty));
+    g.outputs.push(ValueInfo::new(format!("x{n}"), ty));
     Model::new(g, 13)
 }
 
