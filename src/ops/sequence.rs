@@ -28,7 +28,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::{Sequence, Value};
-use crate::tensor::Tensor;
+use crate::tensor::{try_with_capacity, Tensor};
 use crate::DataType;
 
 use super::layout::{concat, split};
@@ -176,18 +176,23 @@ fn eval_split(ctx: &EvalCtx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>
     let axis = normalize_axis(ctx.node.attr_int("axis", 0)?, data.rank())?;
     let len = data.shape()[axis];
     let given = tensor(inputs, 1)?;
+    // One entry per piece: as many as the axis is long, which an empty tensor does not bound.
+    let pieces = |chunk: usize| -> Result<Vec<usize>> {
+        let mut sizes = try_with_capacity(len.div_ceil(chunk))?;
+        sizes.extend(std::iter::repeat_n(chunk, len / chunk));
+        if len % chunk != 0 {
+            sizes.push(len % chunk);
+        }
+        Ok(sizes)
+    };
     let sizes: Vec<usize> = match given {
-        None => vec![1; len],
+        None => pieces(1)?,
         Some(s) if s.rank() == 0 => {
             let chunk = usize::try_from(scalar_i64(s)?)
                 .ok()
                 .filter(|&c| c > 0)
                 .ok_or_else(|| ctx.error("a scalar split must be positive"))?;
-            let mut sizes = vec![chunk; len / chunk];
-            if len % chunk != 0 {
-                sizes.push(len % chunk);
-            }
-            sizes
+            pieces(chunk)?
         }
         Some(s) if s.rank() == 1 => to_i64s(s)?
             .into_iter()
@@ -423,6 +428,15 @@ mod tests {
             seq.get(1).unwrap().as_slice::<i64>().unwrap(),
             &[1, 3, 5, 7, 9]
         );
+    }
+
+    #[test]
+    fn splitting_an_empty_tensor_of_a_huge_axis_is_an_error_not_an_abort() {
+        // No element, so the tensor exists; one piece per index of the axis would not.
+        let x = Value::Tensor(Tensor::zeros(DataType::Float, &[1 << 61, 0]).unwrap());
+        let node = Node::new("SplitToSequence", "n", ["x"], ["o"]);
+        let err = run(&node, eval_split, &[Some(&x)]).unwrap_err().to_string();
+        assert!(err.contains("memory") || err.contains("large"), "{err}");
     }
 
     #[test]
