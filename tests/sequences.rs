@@ -320,25 +320,24 @@ fn run_writes_sequence_protos_that_test_reads_back() {
         panic!("{written:?}")
     };
     assert_eq!(rows.get(2).unwrap(), &floats(&[1, 2], vec![5.0, 6.0]));
-    let test = Command::new(bin)
-        .arg("test")
-        .arg(dir.join("case"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&test.stdout);
-    assert!(
-        test.status.success() && stdout.contains("1 passed"),
-        "{stdout}"
-    );
+    // `multigather test` on the case: whether it passed, and what it printed.
+    let test = || {
+        let out = Command::new(bin)
+            .arg("test")
+            .arg(dir.join("case"))
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, stdout) = test();
+    assert!(ok && stdout.contains("1 passed"), "{stdout}");
     // A recorded sequence one tensor short fails, naming the output.
     let short = Sequence::new(None, rows.tensors()[..2].to_vec()).unwrap();
     write_value_pb(&data.join("output_0.pb"), "rows", &Value::Sequence(short)).unwrap();
-    let test = Command::new(bin)
-        .arg("test")
-        .arg(dir.join("case"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&test.stdout);
+    let (_, stdout) = test();
     assert!(
         stdout.contains("FAIL") && stdout.contains("output 'rows'"),
         "{stdout}"
