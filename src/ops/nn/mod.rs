@@ -26,6 +26,7 @@ mod matmul;
 mod nms;
 mod norm;
 mod pool;
+mod qcodes;
 mod qconv;
 mod qdirect;
 mod qmatmul;

@@ -36,6 +36,7 @@ use super::super::EvalCtx;
 use super::common::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::conv::{coord, ConvShape};
 use super::igemm::{self, Bytes, Level, PackedA, PackedB, EXACT_K};
+use super::qcodes;
 use super::qdirect::{self, Segment, COLS};
 use super::qmatmul::{code_byte, requantize_offset, requantize_run, scales, single, Sums};
 use super::quant::{code, Code};
@@ -51,6 +52,8 @@ enum Epilogue {
         bias: Vec<f64>,
         zy: f64,
         dtype: DataType,
+        /// The largest `|sum|` the convolution can make: `K x 255 x 255`.
+        reach: f64,
     },
     /// `f32(sum) * scale[c] + bias[c]` (a `Conv` of dequantized codes), quantized by
     /// `QuantizeLinear`'s arithmetic when `codes` gives its scale, zero point and 8-bit type.
@@ -75,8 +78,10 @@ fn per_channel<T: Copy>(v: &[T], c: usize, none: T) -> T {
 enum Channel {
     /// Stores them as `int32`.
     Sums,
-    /// Requantizes them by `(mult, bias, zy)` into the code range.
-    Requantize((f64, f64, f64), (f64, f64)),
+    /// Requantizes them by `(mult, bias, zy)` into the code range; `bounded` when every
+    /// `sum + bias` fits `i32` and every `(sum + bias) * mult` lies within `±2^30`, so the
+    /// products convert to `i32` exactly and saturate there.
+    Requantize((f64, f64, f64), (f64, f64), bool),
     /// Scales them by `s`, adds `b`, and quantizes by `codes`, if given.
     Float(f32, f32, Option<(f32, f32, DataType)>),
 }
@@ -91,9 +96,13 @@ impl Channel {
                 bias,
                 zy,
                 dtype,
+                reach,
             }) => {
-                let params = (per_channel(mult, c, 0.0), per_channel(bias, c, 0.0), *zy);
-                Channel::Requantize(params, code_range(*dtype))
+                let (m, b) = (per_channel(mult, c, 0.0), per_channel(bias, c, 0.0));
+                let largest = reach + b.abs();
+                // False for a NaN or infinite multiplier.
+                let bounded = largest < 2f64.powi(31) && largest * m.abs() < 2f64.powi(30);
+                Channel::Requantize((m, b, *zy), code_range(*dtype), bounded)
             }
             Some(Epilogue::Float { scale, bias, codes }) => Channel::Float(
                 per_channel(scale, c, 1.0),
@@ -229,7 +238,7 @@ impl PlaneSink<'_> {
                 let dst = unsafe { slots::<i32>(self.ptr, at, sums.len()) };
                 copy(dst, sums);
             }
-            Channel::Requantize(params, range) => {
+            Channel::Requantize(params, range, _) => {
                 let dst = unsafe { slots::<u8>(self.ptr, at, sums.len()) };
                 requantize_run(sums, params, range, dst);
             }
@@ -323,11 +332,31 @@ impl qdirect::Rows for PlaneSink<'_> {
                 }
             }
         }
-        // SAFETY (every `place`): the caller's promise, and the output's element type is the
-        // one each epilogue writes (`finish`'s choice of type).
+        // SAFETY (every `place` and `store`): the caller's promise, and the output's element
+        // type is the one each epilogue writes (`finish`'s choice of type); `requantize` is
+        // given a finite multiplier, and the caller's CPU runs AVX-512 (the kernel's level).
         match Channel::of(self.epilogue, c) {
             Channel::Sums => unsafe { place(self.ptr, base, sums, at) },
-            Channel::Requantize(params, range) => {
+            #[cfg(target_arch = "x86_64")]
+            Channel::Requantize((m, b, zy), (lo, _), true) => unsafe {
+                // `bounded`: the bias is an integer within `i32`, the zero point an 8-bit code.
+                let params = (m, b as i32, zy as i32);
+                let codes = qcodes::x86::requantize_bounded(sums, params, lo < 0.0);
+                qcodes::x86::store(self.ptr.wrapping_add(base), codes, at);
+            },
+            #[cfg(target_arch = "x86_64")]
+            Channel::Requantize(params, range, _) if params.0.is_finite() => unsafe {
+                let codes = qcodes::x86::requantize(sums, params, range);
+                qcodes::x86::store(self.ptr.wrapping_add(base), codes, at);
+            },
+            #[cfg(target_arch = "x86_64")]
+            Channel::Float(s, b, Some((ys, zy, dtype))) => unsafe {
+                let range = code_range(dtype);
+                let range = (range.0 as f32, range.1 as f32);
+                let codes = qcodes::x86::quantize(sums, (s, b), (ys, zy), range);
+                qcodes::x86::store(self.ptr.wrapping_add(base), codes, at);
+            },
+            Channel::Requantize(params, range, _) => {
                 let codes = each(sums, |v| code_byte(v, params, range));
                 unsafe { place(self.ptr, base, &codes, at) };
             }
@@ -740,6 +769,7 @@ pub(super) fn eval_qlinear_conv(
             bias: bias.iter().map(|&b| b as f64).collect(),
             zy: zy as f64,
             dtype: y_zero.dtype(),
+            reach: ((shape.c_in / shape.group).saturating_mul(shape.geo.taps()) * 255 * 255) as f64,
         }
     });
     let x = (x, Some(x_zero));
@@ -985,14 +1015,25 @@ mod tests {
         .with_attr("pads", AttrValue::Ints(vec![1, 0, 1, 2]))
         .with_attr("strides", AttrValue::Ints(vec![1, 2]));
         let f = |v: Vec<f32>| Tensor::from_vec(DataType::Float, &[v.len()], v).unwrap();
-        for (dt, zy) in [(DataType::Uint8, 0x70u8), (DataType::Int8, 0xf0)] {
-            let x = bytes(dt, &[2, 3, 6, 7], 11);
-            let w = bytes(DataType::Int8, &[4, 3, 3, 2], 12);
+        // Three input channels run the im2col kernel, eight the direct one (where the CPU has
+        // AVX-512 VNNI); the second filter's multiplier is too large for the bounded epilogue.
+        let cases = [(DataType::Uint8, 0x70u8), (DataType::Int8, 0xf0)]
+            .into_iter()
+            .flat_map(|case| {
+                [
+                    (case, 3usize, 0.015f32),
+                    (case, 8, 0.015),
+                    (case, 8, 6000.0),
+                ]
+            });
+        for ((dt, zy), c_in, sw1) in cases {
+            let x = bytes(dt, &[2, c_in, 6, 7], 11);
+            let w = bytes(DataType::Int8, &[4, c_in, 3, 2], 12);
             let zx = Tensor::from_bytes(dt, &[], &[0x81]).unwrap();
             let zw = Tensor::from_bytes(DataType::Int8, &[4], &[0, 1, 0xff, 3]).unwrap();
             let zy = Tensor::from_bytes(dt, &[], &[zy]).unwrap();
             let (sx, sy) = (f(vec![0.02]), f(vec![0.3]));
-            let sw = f(vec![0.01, 0.015, 0.02, 0.005]);
+            let sw = f(vec![0.01, sw1, 0.02, 0.005]);
             let b = Tensor::from_vec(DataType::Int32, &[4], vec![-900i32, 5, 40000, 7]).unwrap();
             let inputs = [&x, &sx, &zx, &w, &sw, &zw, &sy, &zy, &b].map(Some);
             let got = crate::ops::eval_node(&node, 10, &inputs).unwrap().remove(0);
@@ -1008,7 +1049,7 @@ mod tests {
             let zx = if dt == DataType::Int8 { -127 } else { 0x81 };
             let sums = reference_conv(&shape, &x, zx, &w, &[0, 1, -1, 3]).unwrap();
             let plane = shape.geo.out_plane();
-            let mult: Vec<f64> = [0.01f32, 0.015, 0.02, 0.005]
+            let mult: Vec<f64> = [0.01f32, sw1, 0.02, 0.005]
                 .iter()
                 .map(|&s| (0.02f32 * s / 0.3f32) as f64)
                 .collect();
@@ -1023,7 +1064,8 @@ mod tests {
                 &shape.out_shape,
             )
             .unwrap();
-            assert_eq!(got.as_bytes().unwrap(), want.as_bytes().unwrap(), "{dt:?}");
+            let what = format!("{dt:?}, {c_in} channels, w_scale {sw1}");
+            assert_eq!(got.as_bytes().unwrap(), want.as_bytes().unwrap(), "{what}");
         }
     }
 

@@ -53,7 +53,8 @@ pub(super) trait Rows: Sync {
     /// columns, through the segments that lie in the output.
     ///
     /// # Safety
-    /// Concurrent calls store disjoint segments; every segment lies in the output plane.
+    /// Concurrent calls store disjoint segments; every segment lies in the output plane; the
+    /// CPU runs the direct kernel's level (AVX-512F, BW, VL, DQ and VNNI).
     unsafe fn finish(&self, image: usize, channel: usize, sums: &[i32; COLS], at: &[Segment]);
 }
 
@@ -451,8 +452,8 @@ mod x86 {
     use std::ops::Range;
 
     /// # Safety
-    /// As `super::tiles_of`, on a CPU with AVX-512F, AVX-512BW and AVX-512 VNNI.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    /// As `super::tiles_of`, on a CPU with AVX-512F, BW, VL, DQ and VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
     pub(super) unsafe fn tiles<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>) {
         let grid = t.grid;
         let group_bytes = grid.group_len() * 4;
