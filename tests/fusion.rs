@@ -541,6 +541,28 @@ fn a_convolution_of_dequantized_codes_runs_on_the_codes() {
 }
 
 #[test]
+fn an_activation_two_convolutions_read_as_codes_is_not_dequantized() {
+    for per_channel in [false, true] {
+        let (one, feeds) = qdq_conv(per_channel);
+        let mut two = one.clone();
+        two.graph.add_node(
+            Node::new("Conv", "conv2", ["xd", "wd", "b"], ["y2"])
+                .with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1])),
+        );
+        two.graph
+            .outputs
+            .push(ValueInfo::new("y2", Type::tensor(DataType::Float, vec![])));
+        let (alone, _) = run(&one, &feeds, false);
+        let (both, ops) = run(&two, &feeds, false);
+        // Both convolutions read the codes, so the activation's dequantization leaves the plan.
+        assert!(!ops.iter().any(|op| op == "DequantizeLinear"), "{ops:?}");
+        assert_eq!(ops.iter().filter(|op| *op == "Conv").count(), 2, "{ops:?}");
+        assert_eq!(both[0], alone[0], "per channel {per_channel}");
+        assert_eq!(both[1], alone[0], "per channel {per_channel}");
+    }
+}
+
+#[test]
 fn a_quantize_alone_reading_a_convolution_of_codes_takes_its_codes_from_the_sums() {
     for per_channel in [false, true] {
         let (alone, feeds) = qdq_conv_to(per_channel, &["yq"]);

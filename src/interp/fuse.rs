@@ -41,6 +41,8 @@
 //!   dequantized activation whose result only a `QuantizeLinear` of the same scale and zero
 //!   point reads moves the codes instead (onnxruntime's QDQ propagation does the same): the
 //!   round trip gives back each code exactly (see `move_codes`), so the codes are the same.
+//! - A `DequantizeLinear` whose output the fused steps left unread (two fused convolutions of
+//!   one activation) leaves the plan.
 //! - A `DequantizeLinear` of a `QuantizeLinear`'s codes that nothing else reads, by the same
 //!   fixed scale and 8-bit zero point (the round trip a QDQ model makes between two float
 //!   operators), runs as one pass over the float values (`ops::QUANTIZE_ROUND_TRIP`) with the
@@ -194,7 +196,33 @@ pub(super) fn fuse<'m>(
     let steps = fuse_each(graph, steps, constants, fixed, quantized_conv);
     let steps = fuse_each(graph, steps, constants, fixed, quantized_add);
     let steps = fuse_each(graph, steps, constants, fixed, move_codes);
-    fuse_each(graph, steps, constants, fixed, round_trip)
+    let steps = fuse_each(graph, steps, constants, fixed, round_trip);
+    drop_unread_dequantizations(graph, steps, constants)
+}
+
+/// The steps without the `DequantizeLinear`s whose output nothing reads any more: an
+/// activation that two fused steps read as codes (a residual's input feeding two
+/// convolutions) is dequantized by neither, but each rule only takes in a producer it reads
+/// alone.
+fn drop_unread_dequantizations<'m>(
+    graph: &Graph,
+    steps: Vec<Step<'m>>,
+    constants: &HashMap<String, Tensor>,
+) -> Vec<Step<'m>> {
+    let uses = Uses::of(graph, &steps, constants);
+    let gone: HashSet<usize> = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, step)| is_op(step, "DequantizeLinear"))
+        .filter(|(_, step)| {
+            step.node
+                .outputs
+                .iter()
+                .all(|o| !uses.readers.contains_key(o))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    replace_steps(steps, HashMap::new(), &gone)
 }
 
 /// The operators that only move elements: on codes they give the codes of their result.
