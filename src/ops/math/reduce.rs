@@ -41,13 +41,36 @@ pub(super) enum Kind {
     SumSquare,
 }
 
-/// Where each input element goes: the output element it reduces into, the output count and shape,
-/// and how many input elements each output reduces.
+/// What a reduction reduces: the input's shape with the reduced axes kept as 1, the output count
+/// and shape, how many input elements each output reduces, and the reduced axes.
 struct Plan {
-    targets: Vec<usize>,
+    input: Vec<usize>,
+    kept: Vec<usize>,
+    axes: Vec<usize>,
     out_len: usize,
     out_shape: Vec<usize>,
     count: usize,
+}
+
+impl Plan {
+    /// Where each input element goes: the output element it reduces into.
+    fn targets(&self) -> Vec<usize> {
+        broadcast_offsets(&self.kept, &self.input)
+    }
+
+    /// `[outer, reduced, inner]` when the reduced axes are one run of consecutive axes: the
+    /// input is then `outer` blocks of `reduced` rows of `inner` elements, each block reducing
+    /// into one row of the output.
+    fn blocks(&self) -> Option<[usize; 3]> {
+        let (&first, &last) = (self.axes.first()?, self.axes.last()?);
+        (last - first + 1 == self.axes.len()).then(|| {
+            [
+                self.input[..first].iter().product(),
+                self.count,
+                self.input[last + 1..].iter().product(),
+            ]
+        })
+    }
 }
 
 /// The attributes of a reduction: `axes` (read only when the node has no axes input),
@@ -120,26 +143,94 @@ fn plan(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], shape: &[usize]) -> Resul
             .collect()
     };
     Ok(Plan {
-        targets: broadcast_offsets(&kept, shape),
+        input: shape.to_vec(),
         out_len: kept.iter().product(),
         count: axes.iter().map(|&j| shape[j]).product(),
+        kept,
+        axes,
         out_shape,
     })
+}
+
+/// The identity of reduction `kind`: where its accumulators start.
+fn identity<A: Arith>(kind: Kind, lowest: A, highest: A) -> A {
+    match kind {
+        Kind::Prod => A::ONE,
+        Kind::Max => lowest,
+        Kind::Min => highest,
+        _ => A::ZERO,
+    }
+}
+
+/// One step of reduction `kind`: the accumulator `a` after element `v` (for `LogSumExp`, the
+/// exponential of the element less its output's shift).
+#[inline(always)]
+fn step<A: Arith>(kind: Kind, a: A, v: A) -> A {
+    match kind {
+        Kind::Sum | Kind::Mean | Kind::LogSum | Kind::LogSumExp => a.add(v),
+        Kind::Prod => a.mul(v),
+        Kind::Max if a.is_nan() || v < a => a,
+        Kind::Min if a.is_nan() || v > a => a,
+        Kind::Max | Kind::Min => v,
+        Kind::L1 => a.add(v.abs()),
+        Kind::L2 | Kind::SumSquare => a.add(v.mul(v)),
+    }
+}
+
+/// Reduction `kind` of `float` elements in blocks (see [`Plan::blocks`]), accumulated in `f64`:
+/// each output's elements are taken in the order the general loop takes them, so the results
+/// are its bits, without an index per element. `None` for `LogSumExp`, which shifts first.
+fn reduce_blocks(
+    kind: Kind,
+    x: &[f32],
+    [outer, reduced, inner]: [usize; 3],
+) -> Result<Option<Vec<f64>>> {
+    if kind == Kind::LogSumExp {
+        return Ok(None);
+    }
+    let mut acc = try_vec(
+        outer * inner,
+        identity(kind, f64::NEG_INFINITY, f64::INFINITY),
+    )?;
+    if inner == 0 || reduced == 0 {
+        return Ok(Some(acc));
+    }
+    // Each kind is its own loop, so the step's `match` leaves the loop body.
+    macro_rules! blocks {
+        ($kind:expr) => {
+            for (block, acc) in x
+                .chunks_exact(reduced * inner)
+                .zip(acc.chunks_exact_mut(inner))
+            {
+                for row in block.chunks_exact(inner) {
+                    for (a, &v) in acc.iter_mut().zip(row) {
+                        *a = step($kind, *a, f64::from(v));
+                    }
+                }
+            }
+        };
+    }
+    match kind {
+        Kind::Sum | Kind::Mean | Kind::LogSum => blocks!(Kind::Sum),
+        Kind::Prod => blocks!(Kind::Prod),
+        Kind::Max => blocks!(Kind::Max),
+        Kind::Min => blocks!(Kind::Min),
+        Kind::L1 => blocks!(Kind::L1),
+        Kind::L2 | Kind::SumSquare => blocks!(Kind::SumSquare),
+        Kind::LogSumExp => return Ok(None),
+    }
+    Ok(Some(acc))
 }
 
 /// Runs reduction `kind` of `x` (elements in accumulator type) over `plan`; `lowest` and
 /// `highest` are the element type's extremes (the identities of max and min).
 fn reduce<A: Arith>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> Result<Vec<A>> {
-    let init = match kind {
-        Kind::Prod => A::ONE,
-        Kind::Max => lowest,
-        Kind::Min => highest,
-        _ => A::ZERO,
-    };
+    let init = identity(kind, lowest, highest);
+    let targets = plan.targets();
     // LogSumExp subtracts each output's largest finite element before exponentiating.
     let shift = if kind == Kind::LogSumExp {
         let mut m = try_vec(plan.out_len, f64::NEG_INFINITY)?;
-        for (&o, &v) in plan.targets.iter().zip(x) {
+        for (&o, &v) in targets.iter().zip(x) {
             let v = v.to_real();
             if v.is_finite() && v > m[o] {
                 m[o] = v;
@@ -152,21 +243,20 @@ fn reduce<A: Arith>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> 
         Vec::new()
     };
     let mut acc = try_vec(plan.out_len, init)?;
-    for (&o, &v) in plan.targets.iter().zip(x) {
+    for (&o, &v) in targets.iter().zip(x) {
         let a = acc[o];
         acc[o] = match kind {
-            Kind::Sum | Kind::Mean | Kind::LogSum => a.add(v),
-            Kind::Prod => a.mul(v),
-            Kind::Max if a.is_nan() || v < a => a,
-            Kind::Min if a.is_nan() || v > a => a,
-            Kind::Max | Kind::Min => v,
-            Kind::L1 => a.add(v.abs()),
-            Kind::L2 | Kind::SumSquare => a.add(v.mul(v)),
-            Kind::LogSumExp => a.add(A::from_real((v.to_real() - shift[o]).exp())),
+            Kind::LogSumExp => step(kind, a, A::from_real((v.to_real() - shift[o]).exp())),
+            _ => step(kind, a, v),
         };
     }
-    Ok(match kind {
-        Kind::Mean => acc.iter().map(|a| mean(*a, plan.count)).collect(),
+    Ok(finish(kind, acc, &shift, plan.count))
+}
+
+/// The outputs of reduction `kind` from its accumulators (`shift`: `LogSumExp`'s per output).
+fn finish<A: Arith>(kind: Kind, acc: Vec<A>, shift: &[f64], count: usize) -> Vec<A> {
+    match kind {
+        Kind::Mean => acc.iter().map(|a| mean(*a, count)).collect(),
         Kind::L2 => acc
             .iter()
             .map(|a| A::from_real(a.to_real().sqrt()))
@@ -174,11 +264,11 @@ fn reduce<A: Arith>(kind: Kind, x: &[A], plan: &Plan, lowest: A, highest: A) -> 
         Kind::LogSum => acc.iter().map(|a| A::from_real(a.to_real().ln())).collect(),
         Kind::LogSumExp => acc
             .iter()
-            .zip(&shift)
+            .zip(shift)
             .map(|(a, s)| A::from_real(a.to_real().ln() + s))
             .collect(),
         _ => acc,
-    })
+    }
 }
 
 /// `sum / n`: truncating for integers, 0 for an integer `n` of 0 (and NaN or infinite for a
@@ -204,6 +294,16 @@ fn eval_reduce(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Res
     let is_bool = dtype == DataType::Bool;
     if is_bool && !matches!(kind, Kind::Max | Kind::Min) {
         return Err(bad_type(ctx, dtype));
+    }
+    if let (DataType::Float, Some(blocks)) = (dtype, plan.blocks()) {
+        if let Some(acc) = reduce_blocks(kind, x.as_slice::<f32>()?, blocks)? {
+            let r = finish(kind, acc, &[], plan.count);
+            return Ok(vec![tensor(
+                dtype,
+                shape,
+                r.into_iter().map(|v| v as f32).collect(),
+            )?]);
+        }
     }
     let out = crate::ops::num::dispatch_float!(dtype, T => {
         let v: Vec<f64> = x.as_slice::<T>()?.iter().map(|e| e.to_f64()).collect();
@@ -335,6 +435,73 @@ mod tests {
             node = node.with_attr(k, AttrValue::Int(*v));
         }
         eval_node(&node, opset, &[Some(x), a]).unwrap().remove(0)
+    }
+
+    #[test]
+    fn float_blocks_give_the_bits_of_the_general_loop() {
+        // The general loop accumulates `float` and `double` alike in `f64`; `float` reductions
+        // over consecutive axes take the block loop, so each must equal the `double` result
+        // rounded once.
+        let shape = [2usize, 3, 4, 5];
+        let mut s = 0x9e37_79b9u32;
+        let v: Vec<f32> = (0..120)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                match i {
+                    7 => f32::NAN,
+                    30 => f32::INFINITY,
+                    61 => f32::NEG_INFINITY,
+                    _ => (s % 2001) as f32 / 97.0 - 10.0,
+                }
+            })
+            .collect();
+        let x = Tensor::from_vec(DataType::Float, &shape, v.clone()).unwrap();
+        let d: Vec<f64> = v.iter().map(|&e| f64::from(e)).collect();
+        let xd = Tensor::from_vec(DataType::Double, &shape, d).unwrap();
+        let ops = [
+            "ReduceSum",
+            "ReduceMean",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceLogSum",
+            "ReduceLogSumExp",
+            "ReduceSumSquare",
+        ];
+        let axis_sets: [&[i64]; 8] = [
+            &[1],
+            &[1, 2],
+            &[0],
+            &[3],
+            &[2, 3],
+            &[0, 1, 2, 3],
+            &[0, 2],
+            &[],
+        ];
+        for op in ops {
+            for set in axis_sets {
+                let a = axes(set);
+                let y = run(op, 18, &[("keepdims", 0)], &x, Some(&a));
+                let yd = run(op, 18, &[("keepdims", 0)], &xd, Some(&a));
+                let want: Vec<u32> = yd
+                    .to_vec::<f64>()
+                    .unwrap()
+                    .iter()
+                    .map(|&e| (e as f32).to_bits())
+                    .collect();
+                let got: Vec<u32> = y
+                    .to_vec::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|e| e.to_bits())
+                    .collect();
+                assert_eq!(got, want, "{op} over {set:?}");
+            }
+        }
     }
 
     #[test]
