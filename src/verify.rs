@@ -8,14 +8,18 @@
 //! Random inputs are drawn deterministically from a seed, by rules that make them inputs the model
 //! can take (module `inputs`, [`draw_inputs`]): symbolic dims sized as the graph requires, integer
 //! inputs that reach gather indices drawn within the indexed dimension, and larger sizes searched
-//! when the model fails on the first draw ([`draw_runnable`]).
+//! when the model fails on the first draw ([`draw_runnable`]). Where an `If` condition compares
+//! a graph input with a constant, [`prove_branches`] runs a draw for each branch the constant
+//! names and says which branches ran.
 
+mod branches;
 mod inputs;
 
 use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
+pub use branches::{branch_candidates, prove_branches, BranchProof, IfBranches};
 pub use inputs::{
     draw_inputs, draw_runnable, random_inputs, Attempt, DimChoice, DrawOptions, Drawn, InputChoice,
 };
@@ -270,6 +274,60 @@ pub fn compare_values(
         .enumerate()
         .map(|(i, (name, want))| compare_value(name, want, actual.get(i).map(|(_, v)| v)))
         .collect()
+}
+
+/// Runs `original` and `rewritten` on `feeds` and returns the outputs that differ, each named
+/// `y (what)`; a rewritten model that fails where the original runs differs in every output.
+/// The original's error when it fails on `feeds` (nothing to compare with).
+///
+/// # Example
+/// ```
+/// use multigather::interp::Session;
+/// use multigather::ir::{Dim, Graph, Model, Node, Type, ValueInfo};
+/// use multigather::{DataType, Tensor};
+/// let mut g = Graph::new("g");
+/// g.inputs.push(ValueInfo::new("x", Type::tensor(DataType::Float, vec![Dim::Known(2)])));
+/// g.add_node(Node::new("Relu", "r", ["x"], ["y"]));
+/// g.outputs.push(ValueInfo::untyped("y"));
+/// let model = Model::new(g, 13);
+/// let session = Session::new(&model);
+/// let x = Tensor::from_vec(DataType::Float, &[2], vec![-1.0f32, 2.0])?;
+/// let differ = multigather::verify::compare_fed(&session, &session, vec![("x".into(), x.into())], "x fed");
+/// assert_eq!(differ.ok(), Some(vec![]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn compare_fed(
+    original: &crate::interp::Session,
+    rewritten: &crate::interp::Session,
+    feeds: Feeds,
+    what: &str,
+) -> crate::Result<Vec<OutputComparison>> {
+    let want = original.run_values(feeds.clone())?;
+    let differ = match rewritten.run_values(feeds) {
+        Ok(got) => compare_values(&want, &got),
+        Err(e) => want
+            .iter()
+            .map(|(name, _)| OutputComparison {
+                name: name.clone(),
+                dtype: String::new(),
+                shape: Vec::new(),
+                identical: false,
+                mismatches: 0,
+                max_abs_diff: None,
+                problem: Some(format!(
+                    "the rewritten model fails where the original runs: {e}"
+                )),
+            })
+            .collect(),
+    };
+    Ok(differ
+        .into_iter()
+        .filter(|c| !c.identical)
+        .map(|mut c| {
+            c.name = format!("{} ({what})", c.name);
+            c
+        })
+        .collect())
 }
 
 /// One output of [`compare_values`].

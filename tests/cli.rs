@@ -247,7 +247,80 @@ fn verify_with_no_arguments_proves_every_fixture() {
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["identical"], true, "{}", model.display());
+        // Every `If` of a fixture is decided by an input or a constant: both branches run.
+        for b in v["branches"].as_array().unwrap() {
+            assert!(
+                b["then_branch"].is_string() && b["else_branch"].is_string(),
+                "{}: {b}",
+                model.display()
+            );
+        }
     }
+}
+
+/// `verify ORIGINAL --rewritten FILE EXTRA...`, FILE being `model` saved to a temporary file
+/// named after `tag`.
+fn verify_against(
+    original: &Path,
+    model: &multigather::ir::Model,
+    tag: &str,
+    extra: &[&str],
+) -> Output {
+    let file = std::env::temp_dir().join(format!("mg-cli-{tag}-{}.onnx", std::process::id()));
+    multigather::io::save(model, &file).unwrap();
+    let mut args = vec![
+        "verify",
+        original.to_str().unwrap(),
+        "--rewritten",
+        file.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = multigather(&args);
+    std::fs::remove_file(&file).ok();
+    out
+}
+
+#[test]
+fn verify_runs_each_branch_that_a_sample_rate_constant_names() {
+    // `If(Equal(sr, 16000))`: a draw in [-100, 100) takes only the else branch; the constant
+    // names the draw that takes the other.
+    let model = fixture("if_sample_rate");
+    let out = multigather(&["verify", model.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("If 'check_sr': then_branch ran (sr = 16000), else_branch ran (drawn inputs)"),
+        "{err}"
+    );
+    let out = multigather(&["verify", model.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["branches"],
+        serde_json::json!([{
+            "node": "check_sr",
+            "then_branch": "sr = 16000",
+            "else_branch": "drawn inputs"
+        }])
+    );
+}
+
+#[test]
+fn verify_compares_the_branch_that_only_a_branch_draw_takes() {
+    // A rewritten model whose 16 kHz window was tampered with differs only when sr = 16000.
+    let original = fixture("if_sample_rate");
+    let mut model = multigather::io::load(&original).unwrap();
+    multigather::pass::GatherToMultiaxis::rewrite(&mut model, Default::default()).unwrap();
+    let window = model
+        .graph
+        .initializers
+        .iter_mut()
+        .find(|t| t.name.as_deref() == Some("window_16k"))
+        .unwrap();
+    *window = multigather::ir::StoredTensor::from_i64s(Some("window_16k"), &[4], &[1, 3, 5, 7]);
+    let out = verify_against(&original, &model, "branch", &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(text.contains("output (sr = 16000)"), "{text}");
 }
 
 #[test]
@@ -264,17 +337,7 @@ fn verify_fails_with_exit_1_when_the_rewritten_model_differs() {
         .map(|b| b ^ 0x40)
         .collect::<Vec<u8>>();
     table.payload = multigather::ir::Payload::Raw(bytes.into());
-    let tampered =
-        std::env::temp_dir().join(format!("mg-cli-tampered-{}.onnx", std::process::id()));
-    multigather::io::save(&model, &tampered).unwrap();
-    let out = multigather(&[
-        "verify",
-        original.to_str().unwrap(),
-        "--rewritten",
-        tampered.to_str().unwrap(),
-        "--random",
-    ]);
-    std::fs::remove_file(&tampered).ok();
+    let out = verify_against(&original, &model, "tampered", &["--random"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(text.contains("output"), "{text}");
@@ -707,4 +770,45 @@ fn unsupported_operator_at_an_unnamed_node() {
     assert!(err.contains("not verified by running"), "{err}");
     assert!(err.contains("checked statically only"), "{err}");
     assert!(out_path.exists());
+}
+
+#[test]
+fn lower_to_a_target_opset_without_the_gather_fails_in_one_line_and_writes_nothing() {
+    let dir = std::env::temp_dir().join(format!("mg-cli-target-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rewritten = dir.join("rewritten.onnx");
+    let lowered = dir.join("lowered.onnx");
+    let fixture = fixture("gather_elements_axis1");
+    let out = multigather(&[
+        "rewrite",
+        fixture.to_str().unwrap(),
+        "-o",
+        rewritten.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lower = |to: &str| {
+        multigather(&[
+            "lower",
+            rewritten.to_str().unwrap(),
+            "-o",
+            lowered.to_str().unwrap(),
+            "--target-opset",
+            to,
+        ])
+    };
+    let out = lower("10");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot lower to opset 10: node '")
+            && err.contains("GatherElements needs opset 11"),
+        "{err}"
+    );
+    assert!(!lowered.exists());
+    let out = lower("11");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let model = multigather::io::load(&lowered).unwrap();
+    assert_eq!(model.opset(""), Some(11));
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -5,13 +5,15 @@
 //! idempotent, saved and loaded back unchanged); and the reasons for what is left alone.
 //!
 //! That the lowered models compute what the originals compute is proven by running them in
-//! onnxruntime: `scripts/check_onnxruntime.py`.
+//! onnxruntime: `scripts/check_onnxruntime.py`, and `scripts/check_rewrites.py` for every
+//! fixture. Lowerings to another opset (`LowerConfig::target_opset`) are run here in the
+//! interpreter against the original.
 
 use std::path::Path;
 
 use multigather::ir::{AttrValue, Dim, Function, Graph, Model, Node, OpsetImport, Type, ValueInfo};
 use multigather::pass::{
-    GatherToMultiaxis, LowerMultiaxis, LowerReport, NodeOutcome, RewriteConfig,
+    GatherToMultiaxis, LowerConfig, LowerMultiaxis, LowerReport, NodeOutcome, RewriteConfig,
 };
 use multigather::text::model_to_text;
 use multigather::DataType;
@@ -650,4 +652,103 @@ fn function_bodies_a_single_lowering_is_defined_without_overload() {
     let second = DefineMultiaxisFunctions::define(&mut again).unwrap();
     assert_eq!((second.defined, second.skipped), (0, 0));
     assert_eq!(again, model);
+}
+
+/// The fixture `name` rewritten, then lowered for opset `to`.
+fn lowered_for(name: &str, to: i64) -> (Model, multigather::Result<LowerReport>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+        .join("model.onnx");
+    let original = multigather::io::load(&path).unwrap();
+    let mut lowered = original.clone();
+    GatherToMultiaxis::rewrite(&mut lowered, RewriteConfig::default()).unwrap();
+    let config = LowerConfig {
+        target_opset: Some(to),
+    };
+    let report = LowerMultiaxis::lower_with(&mut lowered, config);
+    if report.is_ok() {
+        let inputs = multigather::verify::random_inputs(&original, 0, &Default::default()).unwrap();
+        let run = |m: &Model| multigather::interp::Session::new(m).run(inputs.clone());
+        let (want, got) = (run(&original).unwrap(), run(&lowered).unwrap());
+        let comparisons = multigather::verify::compare(&want, &got);
+        assert!(comparisons.iter().all(|c| c.identical), "{name} at {to}");
+    }
+    (lowered, report)
+}
+
+#[test]
+fn a_target_opset_lowers_with_the_gathers_of_that_opset() {
+    // (fixture, its opset, target, the gather the lowering uses there)
+    let cases = [
+        ("gather_elements_axis1", 13, 11, "GatherElements"),
+        ("gathernd_batch1", 13, 12, "GatherND"),
+        ("gathernd_batch1", 13, 11, "GatherElements"),
+        ("gather_axis0", 13, 11, "Gather"),
+        ("gather_opset11_negative_indices", 11, 13, "Gather"),
+        ("gather_opset1", 7, 9, "Gather"),
+    ];
+    for (name, from, to, op) in cases {
+        let (lowered, report) = lowered_for(name, to);
+        let report = report.unwrap_or_else(|e| panic!("{name} ({from} -> {to}): {e}"));
+        assert_eq!(report.skipped, 0, "{name}: {}", report.summary());
+        assert_eq!(lowered.opset(""), Some(to), "{name}");
+        assert!(
+            lowered.op_histogram().contains_key(op),
+            "{name}: {:?}",
+            lowered.op_histogram()
+        );
+        assert_eq!(multigather_left(&lowered), None, "{name}");
+    }
+}
+
+#[test]
+fn a_target_opset_without_the_gather_is_an_error_naming_the_node() {
+    let (_, report) = lowered_for("gather_elements_axis1", 10);
+    let error = report.unwrap_err().to_string();
+    assert!(
+        error.contains("cannot lower to opset 10: node '")
+            && error.contains("GatherElements needs opset 11; the graph imports opset 10"),
+        "{error}"
+    );
+    assert!(!error.contains('\n'), "{error}");
+    let (_, report) = lowered_for("gather_axis0", 0);
+    let error = report.unwrap_err().to_string();
+    assert!(
+        error.contains("target opset 0: the default domain has opsets 1 to "),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_target_opset_where_another_node_changes_meaning_is_an_error_naming_it() {
+    // A Squeeze with its axes as an input (opset 13) has no equal at opset 11.
+    let mut g = Graph::new("main");
+    let known = |d: &[i64]| d.iter().map(|&n| Dim::Known(n)).collect::<Vec<_>>();
+    g.inputs.push(ValueInfo::new(
+        "x",
+        Type::tensor(DataType::Float, known(&[1, 3])),
+    ));
+    g.initializers
+        .push(multigather::ir::StoredTensor::from_i64s(
+            Some("axes"),
+            &[1],
+            &[0],
+        ));
+    g.add_node(Node::new("Squeeze", "drop_batch", ["x", "axes"], ["y"]));
+    g.outputs.push(ValueInfo::untyped("y"));
+    let mut model = Model::new(g, 13);
+    let config = LowerConfig {
+        target_opset: Some(11),
+    };
+    let error = LowerMultiaxis::lower_with(&mut model, config)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(
+            "cannot lower to opset 11: node 'drop_batch' (Squeeze) in main: its definition at \
+             opset 11 differs from the one at opset 13"
+        ),
+        "{error}"
+    );
 }

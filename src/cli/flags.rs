@@ -109,6 +109,10 @@ pub struct LowerFlags {
     /// Allow the output to be the input file.
     #[arg(long)]
     pub in_place: bool,
+    /// The default-domain opset of the lowered model (default: the model's own). Fails when a
+    /// GatherMultiaxis cannot be lowered there or another node would not mean the same there.
+    #[arg(long, value_name = "N")]
+    pub target_opset: Option<i64>,
 }
 
 #[derive(clap::Args, Debug)]

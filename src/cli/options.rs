@@ -67,6 +67,8 @@ pub struct Lower {
     pub model: PathBuf,
     /// Where the model is written; not the input unless `--in-place` was given.
     pub output: PathBuf,
+    /// `--target-opset`.
+    pub config: multigather::pass::LowerConfig,
 }
 
 /// Inputs given on the command line: a directory (`--inputs`) and single files
@@ -121,9 +123,15 @@ impl Options {
                 model,
                 output,
                 in_place,
+                target_opset,
             }) => {
                 check_output(&model, &output, in_place)?;
-                Options::Lower(Lower { model, output })
+                let config = multigather::pass::LowerConfig { target_opset };
+                Options::Lower(Lower {
+                    model,
+                    output,
+                    config,
+                })
             }
             Command::Run(flags) => Options::Run(run(flags)?),
             Command::Verify(flags) => Options::Verify(verify(flags)?),

@@ -11,8 +11,8 @@ use multigather::ir::{Model, Value};
 use multigather::pass::{GatherToMultiaxis, RewriteConfig};
 use multigather::tensor::{default_budget, Arena};
 use multigather::verify::{
-    compare_values, dims_fed_apart, draw_runnable, Attempt, DimChoice, DrawOptions, Drawn,
-    InputChoice, OutputComparison,
+    compare_fed, compare_values, dims_fed_apart, draw_runnable, prove_branches, Attempt, DimChoice,
+    DrawOptions, Drawn, IfBranches, InputChoice, OutputComparison,
 };
 use serde::Serialize;
 
@@ -26,6 +26,8 @@ struct Report<'a> {
     inputs: &'a [InputChoice],
     dims: &'a [DimChoice],
     outputs: &'a [OutputComparison],
+    /// The branches of each `If` of the main graph that ran, and on which inputs.
+    branches: &'a [IfBranches],
 }
 
 /// Runs `original` and `rewritten` on the same inputs, given or drawn (see [`run_original`]),
@@ -35,7 +37,7 @@ pub fn prove(
     rewritten: &Model,
     draw: &DrawOptions,
     options: &RunOptions,
-) -> Result<(Drawn, Vec<OutputComparison>)> {
+) -> Result<(Drawn, Vec<OutputComparison>, Vec<IfBranches>)> {
     let model = original;
     let original = Session::with_options(model, options.clone());
     let rewritten = Session::with_options(rewritten, options.clone());
@@ -54,32 +56,13 @@ pub fn prove(
     // Feeds that give a shared symbolic dim different sizes: the rewrite must mean what the
     // original means there too, result or error (`verify::dims_fed_apart`).
     if let Some((apart, split)) = dims_fed_apart(&model.graph, &drawn.inputs) {
-        if let Ok(want) = original.run_values(apart.clone()) {
-            let what = format!("with {} fed apart", split.join(", "));
-            let differ = match rewritten.run_values(apart) {
-                Ok(got) => compare_values(&want, &got),
-                Err(e) => want
-                    .iter()
-                    .map(|(name, _)| OutputComparison {
-                        name: name.clone(),
-                        dtype: String::new(),
-                        shape: Vec::new(),
-                        identical: false,
-                        mismatches: 0,
-                        max_abs_diff: None,
-                        problem: Some(format!(
-                            "the rewritten model fails where the original runs: {e}"
-                        )),
-                    })
-                    .collect(),
-            };
-            comparisons.extend(differ.into_iter().filter(|c| !c.identical).map(|mut c| {
-                c.name = format!("{} ({what})", c.name);
-                c
-            }));
-        }
+        let what = format!("with {} fed apart", split.join(", "));
+        comparisons.extend(compare_fed(&original, &rewritten, apart, &what).unwrap_or_default());
     }
-    Ok((drawn, comparisons))
+    // Draws that take the branches of the `If` nodes the first draw did not take.
+    let branches = prove_branches(model, &original, &rewritten, &drawn.inputs);
+    comparisons.extend(branches.differing);
+    Ok((drawn, comparisons, branches.ifs))
 }
 
 /// Whether `e` says the interpreter lacks an operator (the rewrite may still be right; it
@@ -181,7 +164,7 @@ pub fn run(options: Verify) -> Result<Outcome> {
         dims: options.dims,
         given: super::run::read_inputs(&original, &options.inputs)?,
     };
-    let (drawn, comparisons) = match prove(&original, &rewritten, &draw, &run) {
+    let (drawn, comparisons, branches) = match prove(&original, &rewritten, &draw, &run) {
         Err(e) if is_unsupported(&e) && options.rewritten.is_none() => {
             return Err(e.context(format!(
                 "cannot prove the rewrite by running it ({rewritten_nodes} gathers rewritten and \
@@ -198,6 +181,7 @@ pub fn run(options: Verify) -> Result<Outcome> {
             inputs: &drawn.choices,
             dims: &drawn.dims,
             outputs: &comparisons,
+            branches: &branches,
         };
         output::println_json(&report, true)?;
     } else {
@@ -223,6 +207,9 @@ pub fn run(options: Verify) -> Result<Outcome> {
             for line in drawn.lines() {
                 output::eprintln(&line);
             }
+        }
+        for b in &branches {
+            output::eprintln(&b.line());
         }
         let verdict = if identical { "identical" } else { "DIFFERENT" };
         // What the original was compared with: the rewrite made here, or the file given.

@@ -15,7 +15,7 @@ pub use function_body::{DefineMultiaxisFunctions, FunctionReport};
 pub use gather_to_multiaxis::{
     GatherKind, GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
 };
-pub use lower::{LowerMultiaxis, LowerReport, Pattern};
+pub use lower::{LowerConfig, LowerMultiaxis, LowerReport, Pattern};
 
 use crate::error::{Error, Result};
 use crate::ir::Model;

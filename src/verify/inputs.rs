@@ -1122,6 +1122,24 @@ mod tests {
     }
 
     #[test]
+    fn default_dims_leave_no_indexed_dimension_empty() {
+        // Symbolic and unknown dims of the data default to 1: the indexed axis is never empty,
+        // and the indices are drawn within it.
+        let mut g = Graph::new("g");
+        let data = vec![Dim::Symbolic("n".into()), Dim::Unknown];
+        g.inputs = vec![
+            ValueInfo::new("x", Type::tensor(DataType::Float, data)),
+            ValueInfo::new("i", Type::tensor(DataType::Int64, vec![Dim::Known(3)])),
+            ValueInfo::new("j", Type::tensor(DataType::Int64, vec![Dim::Known(3)])),
+        ];
+        g.add_node(gather("x", "i", 0));
+        g.add_node(Node::new("Gather", "", ["x", "j"], ["z"]).with_attr("axis", AttrValue::Int(1)));
+        let drawn = draw_inputs(&Model::new(g, 13), &DrawOptions::default()).unwrap();
+        assert_eq!(drawn.choices[0].shape, [1, 1]);
+        assert_eq!(drawn.choices[1].range.as_deref(), Some("[-1, 1)"));
+    }
+
+    #[test]
     fn index_ranges_follow_the_values_to_the_gather() {
         let cases: Vec<(&str, i64, Vec<Node>, &str)> = vec![
             ("direct", 13, vec![gather("x", "i", 1)], "[-4, 4)"),

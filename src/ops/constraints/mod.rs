@@ -110,6 +110,22 @@ pub fn lookup(domain: &str, op_type: &str, opset: i64) -> Option<&'static Schema
         .copied()
 }
 
+/// The newest opset version of `domain` that a schema of the table begins at (for the default
+/// domain, the newest opset onnx defines).
+///
+/// # Example
+/// ```
+/// assert!(multigather::ops::constraints::newest_version("") >= 21);
+/// ```
+pub fn newest_version(domain: &str) -> i64 {
+    table::SCHEMAS
+        .iter()
+        .filter(|s| s.domain == domain)
+        .map(|s| s.since)
+        .max()
+        .unwrap_or(1)
+}
+
 impl Schema {
     /// The operator's first version these constraints apply to.
     pub fn since(&self) -> i64 {

@@ -72,6 +72,7 @@
 mod modes;
 mod patterns;
 mod roles;
+mod target;
 mod vals;
 
 use std::collections::{BTreeMap, HashMap};
@@ -83,7 +84,7 @@ use super::emit::{Emitter, Replacement};
 use super::gather_to_multiaxis::uses_domain;
 use super::walk::{label, walk, Change, Rule, Site};
 use super::{NodeOutcome, NodeReport, Pass, ReportingPass};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gather::{GatherSpec, OutOfRange, DOMAIN, OP_TYPE};
 use crate::infer::TypeEnv;
 use crate::ir::{Dim, Graph, Model, Node, TensorType, UniqueNames};
@@ -180,12 +181,74 @@ impl LowerReport {
 /// assert_eq!(model.opset("multigather"), None);
 /// # Ok::<(), multigather::Error>(())
 /// ```
-pub type LowerMultiaxis = ReportingPass<LowerReport>;
+pub type LowerMultiaxis = ReportingPass<LowerReport, LowerConfig>;
+
+/// How [`LowerMultiaxis`] lowers.
+#[derive(Clone, Debug, Default)]
+pub struct LowerConfig {
+    /// The default-domain opset of the lowered model (`None`: the model's own). The lowering
+    /// chooses among the gathers that exist there; the pass fails, naming the node, when a
+    /// `GatherMultiaxis` cannot be lowered at it or another node of the model's graphs does not
+    /// mean the same there (its operator's definition or types change between the two opsets;
+    /// converting such nodes is `onnx.version_converter`'s job). Model-local functions keep
+    /// their own imports.
+    pub target_opset: Option<i64>,
+}
 
 impl LowerMultiaxis {
+    /// A pass that lowers at the model's own opset.
+    pub fn new() -> LowerMultiaxis {
+        LowerMultiaxis::with_config(LowerConfig::default())
+    }
+
+    /// A pass with the given configuration.
+    pub fn with_config(config: LowerConfig) -> LowerMultiaxis {
+        ReportingPass {
+            config,
+            report: LowerReport::default(),
+        }
+    }
+
     /// Runs the pass alone, validated ([`ReportingPass::run_alone`]), and returns its report.
     pub fn lower(model: &mut Model) -> Result<LowerReport> {
         LowerMultiaxis::new().run_alone(model)
+    }
+
+    /// [`LowerMultiaxis::lower`] with a configuration.
+    ///
+    /// # Example
+    /// A `GatherMultiaxis` of one axis in an opset-13 model, lowered for opset 11:
+    /// ```
+    /// use multigather::ir::{AttrValue, Dim, Graph, Model, Node, Type, ValueInfo};
+    /// use multigather::pass::{LowerConfig, LowerMultiaxis};
+    /// use multigather::DataType;
+    ///
+    /// let known = |d: &[i64]| d.iter().map(|&n| Dim::Known(n)).collect::<Vec<_>>();
+    /// let mut g = Graph::new("main");
+    /// g.inputs.push(ValueInfo::new("x", Type::tensor(DataType::Float, known(&[4, 3]))));
+    /// g.inputs.push(ValueInfo::new("i", Type::tensor(DataType::Int64, known(&[4, 2]))));
+    /// g.outputs.push(ValueInfo::untyped("y"));
+    /// g.add_node(
+    ///     Node::new("GatherMultiaxis", "pick", ["x", "i"], ["y"])
+    ///         .with_domain("multigather")
+    ///         .with_attr("axes", AttrValue::Ints(vec![1])),
+    /// );
+    /// let mut model = Model::new(g, 13);
+    /// model.ensure_opset("multigather", 1);
+    /// let config = LowerConfig { target_opset: Some(11) };
+    /// LowerMultiaxis::lower_with(&mut model, config)?;
+    /// assert_eq!(model.opset(""), Some(11));
+    /// assert_eq!(model.op_histogram().get("GatherElements"), Some(&1));
+    ///
+    /// // GatherElements does not exist at opset 10.
+    /// let mut again = model.clone();
+    /// let config = LowerConfig { target_opset: Some(10) };
+    /// let error = LowerMultiaxis::lower_with(&mut again, config).unwrap_err();
+    /// assert!(error.to_string().contains("(GatherElements) in main: the operator does not exist at opset 10"), "{error}");
+    /// # Ok::<(), multigather::Error>(())
+    /// ```
+    pub fn lower_with(model: &mut Model, config: LowerConfig) -> Result<LowerReport> {
+        LowerMultiaxis::with_config(config).run_alone(model)
     }
 }
 
@@ -196,6 +259,10 @@ impl Pass for LowerMultiaxis {
 
     fn run(&mut self, model: &mut Model) -> Result<bool> {
         self.report = LowerReport::default();
+        let retarget = match self.config.target_opset {
+            Some(to) => Some(retarget(model, to)?),
+            None => None,
+        };
         let total = walk(
             model,
             &mut Lowering {
@@ -216,7 +283,89 @@ impl Pass for LowerMultiaxis {
                 f.opset_imports.retain(|o| o.domain() != DOMAIN);
             }
         }
-        Ok(total > 0 || self.report.removed_import)
+        if let Some(blocked) = retarget {
+            check_retargeted(model, &self.report, blocked)?;
+        }
+        Ok(total > 0 || self.report.removed_import || self.config.target_opset.is_some())
+    }
+}
+
+/// The newest default-domain opset a lowering may target: the newest schema version known.
+fn newest_opset() -> i64 {
+    crate::ops::constraints::newest_version("")
+}
+
+/// Checks which nodes keep their meaning at opset `to` (see `target.rs`) and makes `to` the
+/// model's default-domain import; returns the nodes that do not, for [`check_retargeted`].
+fn retarget(model: &mut Model, to: i64) -> Result<Vec<target::Blocked>> {
+    let newest = newest_opset();
+    if !(1..=newest).contains(&to) {
+        return Err(Error::Unsupported(format!(
+            "target opset {to}: the default domain has opsets 1 to {newest}"
+        )));
+    }
+    let from = model.opset("").unwrap_or(1);
+    let mut check = target::AtTarget {
+        from,
+        to,
+        blocked: Vec::new(),
+    };
+    walk(model, &mut check);
+    match model
+        .opset_imports
+        .iter_mut()
+        .find(|o| crate::ir::canonical_domain(o.domain()).is_empty())
+    {
+        Some(import) => import.version = to,
+        None => model.opset_imports.push(crate::ir::OpsetImport {
+            domain: None,
+            version: to,
+        }),
+    }
+    Ok(check.blocked)
+}
+
+/// After a lowering to another opset: an error naming the first node that could not be
+/// lowered there, or the first node that was already in the model and does not mean the same
+/// there (one the lowering did not remove).
+fn check_retargeted(
+    model: &Model,
+    report: &LowerReport,
+    blocked: Vec<target::Blocked>,
+) -> Result<()> {
+    let to = model.opset("").unwrap_or(1);
+    if let Some((node, reason)) = report.nodes.iter().find_map(|n| match &n.outcome {
+        NodeOutcome::Skipped { reason } => Some((n, reason)),
+        _ => None,
+    }) {
+        return Err(Error::Unsupported(format!(
+            "cannot lower to opset {to}: node '{}' ({}) in {}: {reason}",
+            node.node, node.op, node.scope
+        )));
+    }
+    let mut kept = std::collections::HashSet::new();
+    collect_outputs(&model.graph, &mut kept);
+    match blocked
+        .into_iter()
+        .find(|b| kept.contains(&(b.output.as_str(), b.op.as_str())))
+    {
+        Some(b) => Err(Error::Unsupported(format!(
+            "cannot lower to opset {to}: {}",
+            b.why
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The first output and op type of every node of `graph` and its subgraphs.
+fn collect_outputs<'g>(graph: &'g Graph, out: &mut std::collections::HashSet<(&'g str, &'g str)>) {
+    for node in graph.nodes_unordered() {
+        if let Some(first) = node.outputs.first() {
+            out.insert((first.as_str(), node.op_type.as_str()));
+        }
+        for sub in node.subgraphs() {
+            collect_outputs(sub, out);
+        }
     }
 }
 
