@@ -9,7 +9,8 @@
 //! 1. **Sizes of symbolic dims.** First match wins: `--dim NAME=VALUE`; the size a given input
 //!    has where its declaration names the dim; the size the graph requires (a symbolic dim that
 //!    meets a known size above 1 in a broadcasting operator, in the contracted axis of `MatMul` /
-//!    `Gemm` or in the kept axes of `Concat`); otherwise 1. Unknown dims are 1.
+//!    `Gemm` or in the kept axes of `Concat`); otherwise 1. A dim an input leaves unnamed is
+//!    named `INPUT[AXIS]` (`--dim 'input[1]=512'`) and chosen the same way.
 //! 2. **Index inputs.** An integer input that reaches the indices of a gather (`Gather`,
 //!    `GatherElements`, `GatherND`, `GatherMultiaxis`) or a scatter (`Scatter`,
 //!    `ScatterElements`, `ScatterND`: the segment sums of graph networks) through operators
@@ -25,7 +26,8 @@
 //!    that are not only the first axis of inputs of rank 2 or more (a batch) take, together,
 //!    the sizes 2, 4, 8, … up to the first power of two at least the product of the strides of
 //!    the convolutions and pools and at least their largest kernel extent (64 when the graph has
-//!    neither), at most 4096, until the model runs. The search stops early on a failure that
+//!    neither), at most 4096, until the model runs; then, when there are several, each alone
+//!    with the others at 1 (a recurrent state's unnamed batch axis must stay the input's). The search stops early on a failure that
 //!    larger sizes cannot cure (an unsupported operator, the memory budget).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -210,10 +212,19 @@ pub fn draw_runnable<T>(
     };
     let free = searchable_dims(model, &dims);
     let mut tried = vec![1];
-    if !free.is_empty() {
+    // All free dims together, then (when there are several) each alone, the others left at 1:
+    // an unnamed batch axis that is not an input's first one must keep the size of the others.
+    let alone: Vec<&[String]> = match free.len() {
+        0 | 1 => Vec::new(),
+        _ => free.chunks(1).collect(),
+    };
+    for group in std::iter::once(free.as_slice()).chain(alone) {
+        if group.is_empty() {
+            continue;
+        }
         for size in candidate_sizes(&model.graph) {
             let mut dims = dims.clone();
-            for d in dims.iter_mut().filter(|d| free.contains(&d.name)) {
+            for d in dims.iter_mut().filter(|d| group.contains(&d.name)) {
                 d.size = size;
                 d.source = "searched".into();
             }
@@ -227,10 +238,11 @@ pub fn draw_runnable<T>(
                         drawn,
                         result,
                         tried,
-                    })
+                    });
                 }
                 Err(e) if !may_depend_on_sizes(&e) => break,
-                Err(_) => tried.push(size),
+                Err(_) if !tried.contains(&size) => tried.push(size),
+                Err(_) => {}
             }
         }
     }
@@ -325,7 +337,7 @@ fn choose_dims(model: &Model, env: &TypeEnv, options: &DrawOptions) -> Vec<DimCh
     let mut seen = HashSet::new();
     for input in runtime_inputs(graph) {
         for d in declared_dims(input).unwrap_or_default() {
-            let Dim::Symbolic(s) = d else { continue };
+            let Dim::Symbolic(s) = &d else { continue };
             if !seen.insert(s.clone()) {
                 continue;
             }
@@ -348,11 +360,20 @@ fn choose_dims(model: &Model, env: &TypeEnv, options: &DrawOptions) -> Vec<DimCh
     out
 }
 
-fn declared_dims(input: &crate::ir::ValueInfo) -> Option<&[Dim]> {
-    input
-        .tensor_type()
-        .and_then(|t| t.shape.as_ref())
-        .map(|s| s.dims.as_slice())
+/// The dims an input declares, with each dim it leaves unnamed (neither a size nor a name)
+/// named `INPUT[AXIS]`, so that unnamed dims are chosen, searched and set by `--dim` as named
+/// ones are.
+fn declared_dims(input: &crate::ir::ValueInfo) -> Option<Vec<Dim>> {
+    let dims = &input.tensor_type()?.shape.as_ref()?.dims;
+    Some(
+        dims.iter()
+            .enumerate()
+            .map(|(k, d)| match d {
+                Dim::Unknown => Dim::Symbolic(format!("{}[{k}]", input.name)),
+                d => d.clone(),
+            })
+            .collect(),
+    )
 }
 
 /// Symbolic dims the graph ties to a known size above 1: operands of a broadcasting operator
@@ -439,16 +460,16 @@ fn required_sizes(graph: &Graph, env: &TypeEnv) -> BTreeMap<String, (usize, Stri
 
 /// Rule 3: the dims left at their default that are not only a batch axis.
 fn searchable_dims(model: &Model, dims: &[DimChoice]) -> Vec<String> {
-    let mut batch_only: HashMap<&str, bool> = HashMap::new();
+    let mut batch_only: HashMap<String, bool> = HashMap::new();
     for input in runtime_inputs(&model.graph) {
         let Some(declared) = declared_dims(input) else {
             continue;
         };
-        for (k, d) in declared.iter().enumerate() {
+        let rank = declared.len();
+        for (k, d) in declared.into_iter().enumerate() {
             if let Dim::Symbolic(s) = d {
-                let batch = k == 0 && declared.len() >= 2;
-                let entry = batch_only.entry(s.as_str()).or_insert(true);
-                *entry &= batch;
+                let entry = batch_only.entry(s).or_insert(true);
+                *entry &= k == 0 && rank >= 2;
             }
         }
     }
@@ -553,8 +574,8 @@ fn draw_with(
         let elem = ty.elem.ok_or_else(|| {
             Error::Unsupported(format!("input '{}' has no element type", input.name))
         })?;
-        let shape: Vec<usize> = match &ty.shape {
-            Some(s) => s.dims.iter().map(|d| resolve(d, &sizes)).collect(),
+        let shape: Vec<usize> = match declared_dims(input) {
+            Some(dims) => dims.iter().map(|d| resolve(d, &sizes)).collect(),
             None => {
                 return Err(Error::Unsupported(format!(
                     "input '{}' has an unknown rank; give its value with --input {}=FILE",
@@ -1198,6 +1219,49 @@ mod tests {
         for (name, opset, nodes, want) in cases {
             assert_eq!(range_of_i(opset, nodes).as_deref(), Some(want), "{name}");
         }
+    }
+
+    #[test]
+    fn unnamed_dims_are_named_by_their_input_and_searched_one_at_a_time() {
+        // A signal `x[batch, samples]` and a state `s[2, batch, 4]`, both batches unnamed: the
+        // model runs when the samples reach 8 and the two batches agree.
+        let mut g = Graph::new("g");
+        let unknown = |dims: Vec<Dim>| Type::tensor(DataType::Float, dims);
+        g.inputs.push(ValueInfo::new(
+            "x",
+            unknown(vec![Dim::Unknown, Dim::Unknown]),
+        ));
+        g.inputs.push(ValueInfo::new(
+            "s",
+            unknown(vec![Dim::Known(2), Dim::Unknown, Dim::Known(4)]),
+        ));
+        let model = Model::new(g, 13);
+        let run = |inputs: &[(String, Value)]| {
+            let shape = |i: usize| inputs[i].1.as_tensor().unwrap().shape().to_vec();
+            let (x, s) = (shape(0), shape(1));
+            if x[1] >= 8 && x[0] == s[1] {
+                Ok((x, s))
+            } else {
+                Err(Error::Eval(format!("{x:?} and {s:?} do not fit")))
+            }
+        };
+        let Attempt::Ran { result, drawn, .. } =
+            draw_runnable(&model, &DrawOptions::default(), run).unwrap()
+        else {
+            panic!("no draw ran");
+        };
+        assert_eq!(result, (vec![1, 8], vec![2, 1, 4]));
+        let names: Vec<&str> = drawn.dims.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["x[0]", "x[1]", "s[1]"]);
+        // `--dim` sets an unnamed dim by that name.
+        let options = DrawOptions {
+            dims: [("x[1]".to_string(), 16)].into_iter().collect(),
+            ..DrawOptions::default()
+        };
+        let Attempt::Ran { result, .. } = draw_runnable(&model, &options, run).unwrap() else {
+            panic!("no draw ran");
+        };
+        assert_eq!(result, (vec![1, 16], vec![2, 1, 4]));
     }
 
     #[test]
