@@ -9,8 +9,12 @@
 //! can take (module `inputs`, [`draw_inputs`]): symbolic dims sized as the graph requires, integer
 //! inputs that reach gather indices drawn within the indexed dimension, and larger sizes searched
 //! when the model fails on the first draw ([`draw_runnable`]).
+//!
+//! [`prove`] is the whole proof of a rewrite (checks, draw, size search, budget, comparison)
+//! that the command line and the Python package both call (module `prove`).
 
 mod inputs;
+mod prove;
 
 use std::collections::{HashMap, HashSet};
 
@@ -19,6 +23,7 @@ use serde::Serialize;
 pub use inputs::{
     draw_inputs, draw_runnable, random_inputs, Attempt, DimChoice, DrawOptions, Drawn, InputChoice,
 };
+pub use prove::{prove, prove_rewrite, Proof};
 
 use crate::ir::{SequenceOfMaps, Value};
 use crate::tensor::Tensor;
