@@ -289,8 +289,11 @@ fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
     py.detach(|| match cli::run(args) {
         Ok(cli::Outcome::Success) => 0,
         Ok(cli::Outcome::CheckFailed) => 1,
+        // As the binary: a reader that went away (`| head`) ends the command quietly, and the
+        // error line has a model's control characters escaped.
+        Err(e) if cli::output::is_closed_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            cli::output::eprintln(&format!("error: {e:#}"));
             2
         }
     })
