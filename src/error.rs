@@ -74,6 +74,10 @@ pub enum Error {
         pass: &'static str,
         cause: Box<Error>,
     },
+    /// A step of proving a rewrite failed (`running the original model`, `drawing random
+    /// inputs`); the step is part of the message (see `verify::prove`).
+    #[error("{step}: {cause}")]
+    Proof { step: String, cause: Box<Error> },
 }
 
 impl Error {
@@ -91,6 +95,34 @@ impl Error {
         Error::InvalidTensor {
             tensor: tensor.to_owned(),
             reason: reason.into(),
+        }
+    }
+
+    /// This error as the cause of a failed step of a proof ([`Error::Proof`]).
+    pub fn in_step(self, step: impl Into<String>) -> Error {
+        Error::Proof {
+            step: step.into(),
+            cause: Box::new(self),
+        }
+    }
+
+    /// Whether this error says the interpreter lacks an operator or construct, directly or as
+    /// the cause of a step of a proof: the model may be right, it cannot be run here.
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::Error;
+    /// let e = Error::Unsupported("operator NoSuchOp".into());
+    /// let e = e.in_step("running the original model");
+    /// assert!(e.is_unsupported());
+    /// assert_eq!(e.to_string(), "running the original model: unsupported: operator NoSuchOp");
+    /// assert!(!Error::Eval("bad".into()).in_step("running the rewritten model").is_unsupported());
+    /// ```
+    pub fn is_unsupported(&self) -> bool {
+        match self {
+            Error::Unsupported(_) => true,
+            Error::Proof { cause, .. } => cause.is_unsupported(),
+            _ => false,
         }
     }
 

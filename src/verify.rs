@@ -11,9 +11,13 @@
 //! when the model fails on the first draw ([`draw_runnable`]). Where an `If` condition compares
 //! a graph input with a constant, [`prove_branches`] runs a draw for each branch the constant
 //! names and says which branches ran.
+//!
+//! [`prove`] is the whole proof of a rewrite (checks, draw, size search, budget, comparison)
+//! that the command line and the Python package both call (module `prove`).
 
 mod branches;
 mod inputs;
+mod prove;
 
 use std::collections::{HashMap, HashSet};
 
@@ -23,6 +27,7 @@ pub use branches::{branch_candidates, prove_branches, BranchProof, IfBranches};
 pub use inputs::{
     draw_inputs, draw_runnable, random_inputs, Attempt, DimChoice, DrawOptions, Drawn, InputChoice,
 };
+pub use prove::{prove, prove_rewrite, Proof};
 
 use crate::ir::{SequenceOfMaps, Value};
 use crate::tensor::Tensor;

@@ -255,6 +255,59 @@ fn verify_with_no_arguments_proves_every_fixture() {
                 model.display()
             );
         }
+        // The command line prints the library's proof (verdict, draws, dims, comparisons), as
+        // the Python package returns it (`python/tests/test_verify_faces.py`).
+        let proof = library_proof(model).unwrap();
+        assert_eq!(
+            v,
+            serde_json::to_value(&proof).unwrap(),
+            "{}",
+            model.display()
+        );
+    }
+}
+
+/// The proof `multigather verify MODEL` makes, made by the library.
+fn library_proof(model: &Path) -> multigather::Result<multigather::verify::Proof> {
+    let original = multigather::io::load(model)?;
+    let draw = multigather::verify::DrawOptions::default();
+    multigather::verify::prove_rewrite(&original, &draw, &Default::default())
+}
+
+/// When a proof fails, the command line's error line is the library's error: an operator the
+/// interpreter lacks, and a model no drawn size runs (a `Reshape` of `x[n]` to `[3]`, which no
+/// searched size, a power of two, satisfies).
+#[test]
+fn verify_prints_the_library_error_when_a_proof_fails() {
+    use multigather::ir::{Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Graph::new("main");
+    let n = vec![Dim::Symbolic("n".into())];
+    g.inputs.push(ValueInfo::new(
+        "x",
+        Type::tensor(multigather::DataType::Float, n),
+    ));
+    g.outputs.push(ValueInfo::untyped("z"));
+    g.initializers
+        .push(StoredTensor::from_i64s(Some("shape"), &[1], &[3]));
+    g.add_node(Node::new("Reshape", "r", ["x", "shape"], ["z"]));
+    let no_draw = dir.path().join("no_draw.onnx");
+    multigather::io::save(&Model::new(g, 13), &no_draw).unwrap();
+    for (model, wanted) in [
+        (
+            model_with_an_unknown_operator(dir.path()),
+            "cannot prove the rewrite by running it (1 gathers rewritten",
+        ),
+        (
+            no_draw,
+            "running the original model on drawn inputs x float[1] with n=1 (also tried n = ",
+        ),
+    ] {
+        let message = library_proof(&model).unwrap_err().to_string();
+        assert!(message.starts_with(wanted), "{message}");
+        let out = multigather(&["verify", model.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(stderr(&out).trim_end(), format!("error: {message}"));
     }
 }
 
@@ -299,7 +352,8 @@ fn verify_runs_each_branch_that_a_sample_rate_constant_names() {
         serde_json::json!([{
             "node": "check_sr",
             "then_branch": "sr = 16000",
-            "else_branch": "drawn inputs"
+            "else_branch": "drawn inputs",
+            "failed": null
         }])
     );
 }

@@ -33,7 +33,10 @@ from . import _native
 from ._native import Error
 
 __all__ = [
+    "DimChoice",
+    "IfBranches",
     "Error",
+    "InputChoice",
     "OutputComparison",
     "VerifyReport",
     "get_library_path",
@@ -238,12 +241,51 @@ class OutputComparison:
 
 
 @dataclass(frozen=True)
+class InputChoice:
+    """One input of the runs: given (``drawn`` false), or drawn with which shape and range."""
+
+    name: str
+    dtype: str
+    shape: List[int]
+    drawn: bool
+    range: Optional[str]
+    reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class DimChoice:
+    """The size chosen for one symbolic dimension, and where it came from."""
+
+    name: str
+    size: int
+    source: str
+
+
+@dataclass(frozen=True)
+class IfBranches:
+    """The branches of one ``If`` of the main graph that the proof ran, each with the inputs it
+    ran on (``None``: no draw took it), and why a branch a draw takes did not run."""
+
+    node: str
+    then_branch: Optional[str]
+    else_branch: Optional[str]
+    failed: Optional[str]
+
+
+@dataclass(frozen=True)
 class VerifyReport:
-    """The result of :func:`verify`: ``identical`` is true when every output agrees bit for bit."""
+    """The result of :func:`verify`: ``identical`` is true when every output agrees bit for bit.
+
+    The fields are those of ``multigather verify --json``: ``inputs`` says how each input was
+    chosen, ``dims`` the sizes of the symbolic dimensions of the drawn ones and ``branches``
+    which branches of the main graph's ``If`` nodes ran."""
 
     identical: bool
     rewritten_nodes: int
     outputs: List[OutputComparison] = field(default_factory=list)
+    inputs: List[InputChoice] = field(default_factory=list)
+    dims: List[DimChoice] = field(default_factory=list)
+    branches: List[IfBranches] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return self.identical
@@ -256,12 +298,16 @@ def verify(
     random: bool = False,
     seed: int = 0,
     dims: Optional[Mapping[str, int]] = None,
+    max_memory: Optional[int] = None,
 ) -> VerifyReport:
     """Runs ``original`` and ``rewritten`` on the same inputs and compares every output bit for bit.
 
-    Without ``rewritten`` the original is rewritten in memory. Inputs are ``inputs``, or drawn
-    at random (``random=True`` or no ``inputs``; gather indices in range) with ``seed`` and the
-    sizes of symbolic dimensions in ``dims``.
+    This is ``multigather verify``: one library function proves for both, with the same checks,
+    draws, size search, memory budget (``max_memory`` bytes; by default the machine's memory)
+    and comparison, so both give the same verdict on the same inputs. Without ``rewritten``
+    the original is rewritten in memory. Inputs are ``inputs``; the ones not given are drawn
+    (``random=True`` or no ``inputs``; gather indices in range) with ``seed`` and the sizes of
+    symbolic dimensions in ``dims``, larger sizes searched while the original fails on them.
 
     >>> from onnx import helper, TensorProto
     >>> node = helper.make_node("GatherND", ["x", "i"], ["y"])
@@ -283,12 +329,16 @@ def verify(
             None if inputs is None else _encode(inputs),
             seed,
             dict(dims or {}),
+            max_memory,
         )
     )
     return VerifyReport(
         identical=report["identical"],
         rewritten_nodes=report["rewritten_nodes"],
         outputs=[OutputComparison(**o) for o in report["outputs"]],
+        inputs=[InputChoice(**i) for i in report["inputs"]],
+        dims=[DimChoice(**d) for d in report["dims"]],
+        branches=[IfBranches(**b) for b in report["branches"]],
     )
 
 

@@ -28,5 +28,6 @@ def verify(
     inputs: Optional[List[Tuple[str, bytes]]],
     seed: int,
     dims: Dict[str, int],
+    max_memory: Optional[int] = None,
 ) -> str: ...
 def main(argv: List[str]) -> int: ...

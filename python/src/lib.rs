@@ -16,14 +16,14 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::Parser;
-use multigather::interp::Session;
+use multigather::interp::{RunOptions, Session};
 use multigather::io::{ExternalPolicy, SaveOptions};
 use multigather::ir::Model;
 use multigather::ir::{stored_to_tensor, Type, TypeKind, Value};
 use multigather::pass::{
     DefineMultiaxisFunctions, GatherKind, GatherToMultiaxis, LowerMultiaxis, RewriteConfig,
 };
-use multigather::verify::{compare_values, random_inputs};
+use multigather::verify::{prove, prove_rewrite, DrawOptions, Proof};
 use multigather::{proto, Tensor};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -238,10 +238,12 @@ fn run(
         .collect())
 }
 
-/// Runs `original` and `rewritten` (or the original rewritten in memory) on the same inputs
-/// (given, or drawn at random) and compares every output bit for bit; returns the report JSON.
+/// Proves a rewrite with the library's `verify::prove` (or `prove_rewrite`, when `rewritten`
+/// is not given), as `multigather verify` does: the same checks, draws, size search, memory
+/// budget and comparison. Inputs not given are drawn with `seed` and the sizes in `dims`.
+/// Returns the proof as JSON, the object `multigather verify --json` prints.
 #[pyfunction]
-#[pyo3(signature = (original, rewritten, inputs, seed, dims))]
+#[pyo3(signature = (original, rewritten, inputs, seed, dims, max_memory=None))]
 fn verify(
     py: Python<'_>,
     original: Source,
@@ -249,42 +251,29 @@ fn verify(
     inputs: Option<Vec<(String, Vec<u8>)>>,
     seed: u64,
     dims: HashMap<String, usize>,
+    max_memory: Option<usize>,
 ) -> PyResult<String> {
-    #[derive(serde::Serialize)]
-    struct Report {
-        identical: bool,
-        rewritten_nodes: usize,
-        outputs: Vec<multigather::verify::OutputComparison>,
-    }
-    let report = py
-        .detach(|| -> Result<Report, multigather::Error> {
+    let proof = py
+        .detach(|| -> Result<Proof, multigather::Error> {
             let original = load(&original)?;
-            let (rewritten, rewritten_nodes) = match &rewritten {
-                Some(source) => (load(source)?, 0),
-                None => {
-                    let mut m = original.clone();
-                    let report = GatherToMultiaxis::rewrite(&mut m, RewriteConfig::default())?;
-                    (m, report.rewritten)
-                }
+            let rewritten = rewritten.as_ref().map(load).transpose()?;
+            let given = decode(inputs.unwrap_or_default())?
+                .into_iter()
+                .map(|(name, t)| (name, Value::Tensor(t)))
+                .collect();
+            let draw = DrawOptions { seed, dims, given };
+            let options = RunOptions {
+                threads: None,
+                max_memory,
+                ..RunOptions::default()
             };
-            let inputs: Vec<(String, Value)> = match inputs {
-                Some(given) => decode(given)?,
-                None => random_inputs(&original, seed, &dims)?,
+            match &rewritten {
+                Some(rewritten) => prove(&original, rewritten, &draw, &options),
+                None => prove_rewrite(&original, &draw, &options),
             }
-            .into_iter()
-            .map(|(name, t)| (name, Value::Tensor(t)))
-            .collect();
-            let expected = Session::new(&original).run_values(inputs.clone())?;
-            let actual = Session::new(&rewritten).run_values(inputs)?;
-            let outputs = compare_values(&expected, &actual);
-            Ok(Report {
-                identical: outputs.iter().all(|c| c.identical),
-                rewritten_nodes,
-                outputs,
-            })
         })
         .map_err(err)?;
-    serde_json::to_string(&report).map_err(err)
+    serde_json::to_string(&proof).map_err(err)
 }
 
 /// The command line (`multigather ARGS...`); returns the exit code. `argv[0]` is the program.
@@ -300,8 +289,11 @@ fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
     py.detach(|| match cli::run(args) {
         Ok(cli::Outcome::Success) => 0,
         Ok(cli::Outcome::CheckFailed) => 1,
+        // As the binary: a reader that went away (`| head`) ends the command quietly, and the
+        // error line has a model's control characters escaped.
+        Err(e) if cli::output::is_closed_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            cli::output::eprintln(&format!("error: {e:#}"));
             2
         }
     })

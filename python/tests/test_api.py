@@ -92,6 +92,20 @@ def test_console_script(tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
 
 
+def test_console_script_ends_quietly_on_a_closed_pipe():
+    # As the binary: a reader that went away (`multigather inspect m.onnx | head`) has all it
+    # wanted, so the command ends with 0 and prints no error.
+    exe = shutil.which("multigather")
+    assert exe, "the console script is not on PATH"
+    model = os.path.join(REPO, "fixtures", "gather_chain", "model.onnx")
+    child = subprocess.Popen([exe, "inspect", model], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    child.stdout.close()
+    err = child.stderr.read()
+    assert child.wait() == 0, err
+    assert b"error" not in err
+
+
 def test_library_path_is_loadable(ort):
     path = multigather.get_library_path()
     assert os.path.isfile(path)

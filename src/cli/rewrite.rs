@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use multigather::interp::RunOptions;
 use multigather::pass::{DefineMultiaxisFunctions, GatherToMultiaxis};
-use multigather::verify::DrawOptions;
+use multigather::verify::{prove, DrawOptions};
 
 use super::options::{Rewrite, RewriteStdout};
 use super::{output, Outcome};
@@ -17,7 +17,7 @@ pub fn run(options: Rewrite) -> Result<Outcome> {
     let report = GatherToMultiaxis::rewrite(&mut model, options.config)
         .with_context(|| format!("rewriting {}", options.model.display()))?;
     if let Some(original) = original.as_ref().filter(|_| options.verify) {
-        let proved = super::verify::prove(
+        let proved = prove(
             original,
             &model,
             &DrawOptions::default(),
@@ -26,7 +26,7 @@ pub fn run(options: Rewrite) -> Result<Outcome> {
         let comparisons = match proved {
             // The interpreter lacks an operator: the rewrite is written, checked statically
             // only, and the message says so.
-            Err(e) if super::verify::is_unsupported(&e) => {
+            Err(e) if e.is_unsupported() => {
                 output::eprintln(&format!(
                     "not verified by running ({e:#}); the rewrite is written, checked \
                      statically only"
@@ -38,7 +38,7 @@ pub fn run(options: Rewrite) -> Result<Outcome> {
                     .context(
                         "verifying the rewrite (`multigather verify` takes --dim and --input)",
                     )?
-                    .1,
+                    .outputs,
             ),
         };
         let proved = comparisons.is_some();

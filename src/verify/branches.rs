@@ -37,7 +37,6 @@ pub struct IfBranches {
     pub else_branch: Option<String>,
     /// Why a branch did not run although a draw takes it: the original model fails on that
     /// draw (`else_branch: sr = 16001: node ...`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
 }
 
