@@ -39,6 +39,7 @@ operators as written): the table prints the largest difference relative to the o
 Prints the CPU, then one line per model and thread count; exits 1 when a model fails to run or
 disagrees, after printing every row.
 """
+import argparse
 import json
 import os
 import subprocess
@@ -226,24 +227,17 @@ def names(value):
 
 
 def main():
-    args = sys.argv[1:]
-    repeat, threads, skip, only = 10, [1, 2], set(), set(TOLERANCE)
-    for flag in ("--repeat", "--threads", "--skip", "--only"):
-        if flag in args:
-            i = args.index(flag)
-            value = args[i + 1]
-            del args[i:i + 2]
-            if flag == "--repeat":
-                repeat = int(value)
-            elif flag == "--threads":
-                threads = [int(t) for t in value.split(",")]
-            elif flag == "--skip":
-                skip = names(value)
-            else:
-                only = names(value)
-    if len(args) != 1:
-        sys.exit(__doc__)
-    out = args[0]
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dir", help="where the models, inputs and outputs are written (reused)")
+    parser.add_argument("--repeat", type=int, default=10, help="runs per engine; medians (10)")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
+    parser.add_argument("--skip", type=names, default=set(), help="rows to leave out")
+    parser.add_argument("--only", type=names, default=set(TOLERANCE), help="rows to run")
+    args = parser.parse_args()
+    repeat, skip, only = args.repeat, args.skip, args.only
+    threads = [int(t) for t in args.threads.split(",")]
+    out = args.dir
     os.makedirs(out, exist_ok=True)
     rows = [name for name in TOLERANCE if name in only and name not in skip]
     paths = {name: model_path(name, out) for name in rows}
