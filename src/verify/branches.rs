@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::{compare_fed, Feeds, OutputComparison};
 use crate::interp::{RunOptions, Session};
 use crate::ir::{is_onnx_domain, stored_to_tensor, Graph, Model, Value, ValueInfo};
-use crate::tensor::Tensor;
+use crate::tensor::{try_vec, Tensor};
 use crate::DataType;
 
 /// The branches of one `If` of the main graph that a proof ran, each with the inputs it ran on
@@ -281,7 +281,7 @@ fn filled(like: &Tensor, value: f64) -> Option<Tensor> {
             if v as f64 != value {
                 return None;
             }
-            Tensor::from_vec(like.dtype(), shape, vec![v; count]).ok()
+            Tensor::from_vec(like.dtype(), shape, try_vec(count, v).ok()?).ok()
         }};
     }
     match like.dtype() {
@@ -296,7 +296,7 @@ fn filled(like: &Tensor, value: f64) -> Option<Tensor> {
         DataType::Uint16 => fill!(u16),
         DataType::Uint8 => fill!(u8),
         DataType::Bool if value == 0.0 || value == 1.0 => {
-            Tensor::from_vec(DataType::Bool, shape, vec![value as u8; count]).ok()
+            Tensor::from_vec(DataType::Bool, shape, try_vec(count, value as u8).ok()?).ok()
         }
         _ => None,
     }
