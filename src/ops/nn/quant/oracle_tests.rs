@@ -12,8 +12,10 @@ fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
 /// A value of the input to quantize: ordinary, a tie after scaling, or special.
 fn x_value() -> impl proptest::strategy::Strategy<Value = f32> {
     use proptest::prelude::*;
+    // Float ranges come from integers: proptest's own float range sampler trips a debug
+    // assertion of its own on some seeds.
     prop_oneof![
-        -300.0f32..300.0,
+        (-300_000_000i32..300_000_000).prop_map(|k| k as f32 * 1e-6),
         (-300i32..300).prop_map(|k| k as f32 + 0.5),
         (-70000i32..70000).prop_map(|k| k as f32 * 0.25),
         Just(f32::NAN),
@@ -196,7 +198,7 @@ proptest::proptest! {
 fn prop_scale() -> impl proptest::strategy::Strategy<Value = f32> {
     use proptest::prelude::*;
     prop_oneof![
-        4 => 0.001f32..4.0,
+        4 => (1_000u32..4_000_000).prop_map(|k| k as f32 * 1e-6),
         1 => Just(0.5f32),
         1 => Just(1e-40f32),
         1 => Just(-0.75f32),
