@@ -218,11 +218,12 @@ pub fn draw_runnable<T>(
         0 | 1 => Vec::new(),
         _ => free.chunks(1).collect(),
     };
-    for group in std::iter::once(free.as_slice()).chain(alone) {
+    let sizes = candidate_sizes(&model.graph);
+    'search: for group in std::iter::once(free.as_slice()).chain(alone) {
         if group.is_empty() {
             continue;
         }
-        for size in candidate_sizes(&model.graph) {
+        for &size in &sizes {
             let mut dims = dims.clone();
             for d in dims.iter_mut().filter(|d| group.contains(&d.name)) {
                 d.size = size;
@@ -240,7 +241,8 @@ pub fn draw_runnable<T>(
                         tried,
                     });
                 }
-                Err(e) if !may_depend_on_sizes(&e) => break,
+                // No size cures it, for this group or another.
+                Err(e) if !may_depend_on_sizes(&e) => break 'search,
                 Err(_) if !tried.contains(&size) => tried.push(size),
                 Err(_) => {}
             }
