@@ -769,7 +769,9 @@ pub(super) fn eval_qlinear_conv(
             bias: bias.iter().map(|&b| b as f64).collect(),
             zy: zy as f64,
             dtype: y_zero.dtype(),
-            reach: ((shape.c_in / shape.group).saturating_mul(shape.geo.taps()) * 255 * 255) as f64,
+            reach: (shape.c_in / shape.group)
+                .saturating_mul(shape.geo.taps())
+                .saturating_mul(255 * 255) as f64,
         }
     });
     let x = (x, Some(x_zero));
