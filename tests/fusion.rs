@@ -772,3 +772,267 @@ fn a_movement_between_a_dequantize_and_a_quantize_of_one_scale_moves_the_codes()
         assert_eq!(ops.len(), 3, "{ops:?}");
     }
 }
+
+/// How the float output of a dynamically quantized product ends.
+#[derive(Clone, Copy, Debug)]
+enum ScaledEnd {
+    /// `Mul` by the scales, then `Add` of a bias per column.
+    Bias,
+    /// `Add(bias, Mul(scales, sums))`: the operands the other way round.
+    BiasFirst,
+    /// A bias `[rows, 1]`, which broadcasts over columns (the operators run in turn).
+    BiasPerRow,
+    /// No bias: the `Mul` ends it.
+    NoBias,
+    /// Scales one per column.
+    ScalePerColumn,
+    /// The scaled product is a graph output too: the `Add` stays a step of its own.
+    ProductSeen,
+}
+
+/// `DynamicQuantizeLinear(x) -> MatMulInteger(., w) -> Cast -> Mul(scales) [-> Add(bias)]`,
+/// the form `onnxruntime.quantization.quantize_dynamic` writes, on a batch `[2, 6, 40]`.
+fn dynamic_product(end: ScaledEnd) -> (Model, Vec<(String, Tensor)>) {
+    let (batch, m, k, n) = (2, 6, 40, 35);
+    let known = |shape: &[usize]| shape.iter().map(|&d| Dim::Known(d as i64)).collect();
+    let mut g = Graph::new("dynamic_product");
+    g.inputs.push(ValueInfo::new(
+        "x",
+        Type::tensor(DataType::Float, known(&[batch, m, k])),
+    ));
+    g.outputs
+        .push(ValueInfo::new("y", Type::tensor(DataType::Float, vec![])));
+    if matches!(end, ScaledEnd::ProductSeen) {
+        g.outputs.push(ValueInfo::new(
+            "scaled",
+            Type::tensor(DataType::Float, vec![]),
+        ));
+    }
+    let w: Vec<i8> = values(k * n, 7, 255.0, 0.0)
+        .into_iter()
+        .map(|v| v as i8)
+        .collect();
+    let w_scale_shape: &[usize] = match end {
+        ScaledEnd::ScalePerColumn => &[n],
+        _ => &[],
+    };
+    let w_scales: Vec<f32> = values(w_scale_shape.iter().product(), 8, 0.01, 0.02)
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+    let bias_shape: &[usize] = match end {
+        ScaledEnd::BiasPerRow => &[m, 1],
+        _ => &[n],
+    };
+    let bias = tensor(
+        DataType::Float,
+        bias_shape,
+        values(bias_shape.iter().product(), 9, 2.0, 0.0),
+    );
+    let constants = [
+        ("w", Tensor::from_vec(DataType::Int8, &[k, n], w).unwrap()),
+        (
+            "w_zero",
+            Tensor::from_vec(DataType::Int8, &[], vec![3i8]).unwrap(),
+        ),
+        (
+            "w_scale",
+            Tensor::from_vec(DataType::Float, w_scale_shape, w_scales).unwrap(),
+        ),
+        ("bias", bias),
+    ];
+    for (name, t) in &constants {
+        g.initializers.push(tensor_to_stored(name, t).unwrap());
+    }
+    g.add_node(Node::new(
+        "DynamicQuantizeLinear",
+        "dql",
+        ["x"],
+        ["xq", "x_scale", "x_zero"],
+    ));
+    g.add_node(Node::new(
+        "Mul",
+        "scales",
+        ["x_scale", "w_scale"],
+        ["scale"],
+    ));
+    g.add_node(Node::new(
+        "MatMulInteger",
+        "product",
+        ["xq", "w", "x_zero", "w_zero"],
+        ["sums"],
+    ));
+    let mut cast = Node::new("Cast", "cast", ["sums"], ["sums_f"]);
+    cast.set_attr("to", AttrValue::Int(DataType::Float as i64));
+    g.add_node(cast);
+    let scaled = match end {
+        ScaledEnd::NoBias => "y",
+        _ => "scaled",
+    };
+    g.add_node(Node::new(
+        "Mul",
+        "scale_sums",
+        ["sums_f", "scale"],
+        [scaled],
+    ));
+    match end {
+        ScaledEnd::NoBias => {}
+        ScaledEnd::BiasFirst => {
+            g.add_node(Node::new("Add", "add", ["bias", "scaled"], ["y"]));
+        }
+        _ => {
+            g.add_node(Node::new("Add", "add", ["scaled", "bias"], ["y"]));
+        }
+    }
+    let x = tensor(
+        DataType::Float,
+        &[batch, m, k],
+        values(batch * m * k, 4, 6.0, 0.5),
+    );
+    (Model::new(g, 13), vec![("x".into(), x)])
+}
+
+#[test]
+fn a_dynamically_quantized_product_is_scaled_as_it_leaves_the_kernel_with_the_same_bits() {
+    use ScaledEnd::*;
+    for end in [
+        Bias,
+        BiasFirst,
+        BiasPerRow,
+        NoBias,
+        ScalePerColumn,
+        ProductSeen,
+    ] {
+        let (model, feeds) = dynamic_product(end);
+        let (fused, fused_ops) = run(&model, &feeds, false);
+        let (plain, plain_ops) = run(&model, &feeds, true);
+        assert!(plain_ops.iter().any(|op| op == "Cast"), "{plain_ops:?}");
+        assert!(
+            fused_ops
+                .iter()
+                .any(|op| op.ends_with("MatMulIntegerScaled")),
+            "{end:?}: {fused_ops:?}"
+        );
+        assert!(
+            !fused_ops
+                .iter()
+                .any(|op| op == "Cast" || op == "MatMulInteger"),
+            "{end:?}: {fused_ops:?}"
+        );
+        let adds = fused_ops.iter().filter(|op| *op == "Add").count();
+        assert_eq!(adds, usize::from(matches!(end, ProductSeen)), "{end:?}");
+        let bits = |ts: &[Tensor]| -> Vec<Vec<u32>> {
+            ts.iter()
+                .map(|t| {
+                    t.as_slice::<f32>()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect()
+                })
+                .collect()
+        };
+        assert_eq!(bits(&fused), bits(&plain), "{end:?}");
+        assert_eq!(fused[0].shape(), plain[0].shape(), "{end:?}");
+        // A second run reads the packing the first kept; two threads store disjoint rows.
+        let (again, _) = run(&model, &feeds, false);
+        assert_eq!(bits(&again), bits(&plain), "{end:?}");
+        let (threaded, _) = run_on(&model, &feeds, 2, false);
+        assert_eq!(bits(&threaded), bits(&plain), "{end:?}");
+    }
+}
+
+/// The exact GELU `Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)` of an `elem` input `x_shape`,
+/// the `Div`'s divisor of shape `divisor_shape`; with `erf_seen`, the `Erf`'s result is a
+/// graph output too.
+fn gelu(
+    elem: DataType,
+    x_shape: &[usize],
+    divisor_shape: &[usize],
+    erf_seen: bool,
+) -> (Model, Vec<(String, Tensor)>) {
+    let known = |shape: &[usize]| shape.iter().map(|&d| Dim::Known(d as i64)).collect();
+    let mut g = Graph::new("gelu");
+    g.inputs
+        .push(ValueInfo::new("x", Type::tensor(elem, known(x_shape))));
+    g.outputs
+        .push(ValueInfo::new("y", Type::tensor(elem, vec![])));
+    if erf_seen {
+        g.outputs
+            .push(ValueInfo::new("e", Type::tensor(elem, vec![])));
+    }
+    let divisors = divisor_shape.iter().product();
+    let constants = [
+        (
+            "sqrt2",
+            tensor(
+                elem,
+                divisor_shape,
+                values(divisors, 3, 0.2, std::f64::consts::SQRT_2),
+            ),
+        ),
+        ("one", tensor(elem, &[], vec![1.0])),
+        ("half", tensor(elem, &[1], vec![0.5])),
+    ];
+    for (name, t) in &constants {
+        g.initializers.push(tensor_to_stored(name, t).unwrap());
+    }
+    g.add_node(Node::new("Div", "div", ["x", "sqrt2"], ["d"]));
+    g.add_node(Node::new("Erf", "erf", ["d"], ["e"]));
+    g.add_node(Node::new("Add", "add", ["e", "one"], ["a"]));
+    g.add_node(Node::new("Mul", "mul", ["x", "a"], ["m"]));
+    g.add_node(Node::new("Mul", "half", ["m", "half"], ["y"]));
+    let n = x_shape.iter().product();
+    let x = tensor(elem, x_shape, values(n, 11, 12.0, 0.3));
+    (Model::new(g, 17), vec![("x".into(), x)])
+}
+
+#[test]
+fn a_chain_of_element_wise_steps_is_one_pass_with_the_same_bits() {
+    let float = DataType::Float;
+    // (input type, x, divisor, Erf seen, steps left when fused)
+    type Case = (DataType, &'static [usize], &'static [usize], bool, usize);
+    let cases: [Case; 6] = [
+        // One pass: x and single values; large enough for blocks and threads.
+        (float, &[3, 40_000], &[], false, 1),
+        (float, &[7, 300], &[1, 1], false, 1),
+        // The divisor broadcasts along rows: the operators run in turn, in one step.
+        (float, &[7, 300], &[300], false, 1),
+        // A graph output in the middle splits the tree in two.
+        (float, &[7, 300], &[], true, 2),
+        // Doubles run the operators' own kernels.
+        (DataType::Double, &[7, 300], &[], false, 1),
+        // A single element.
+        (float, &[], &[], false, 1),
+    ];
+    let bits = |ts: &[Tensor]| -> Vec<Vec<u64>> {
+        ts.iter()
+            .map(|t| match t.dtype() {
+                DataType::Double => t
+                    .as_slice::<f64>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect(),
+                _ => t
+                    .as_slice::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| u64::from(v.to_bits()))
+                    .collect(),
+            })
+            .collect()
+    };
+    for (elem, x_shape, divisor_shape, erf_seen, fused_steps) in cases {
+        let case = format!("{elem:?} {x_shape:?} / {divisor_shape:?}, Erf seen {erf_seen}");
+        let (model, feeds) = gelu(elem, x_shape, divisor_shape, erf_seen);
+        let (plain, plain_ops) = run(&model, &feeds, true);
+        assert_eq!(plain_ops.len(), 5, "{case}: {plain_ops:?}");
+        for threads in [1, 2] {
+            let (fused, fused_ops) = run_on(&model, &feeds, threads, false);
+            assert_eq!(fused_ops.len(), fused_steps, "{case}: {fused_ops:?}");
+            assert_eq!(bits(&fused), bits(&plain), "{case}, {threads} threads");
+            assert_eq!(fused[0].shape(), plain[0].shape(), "{case}");
+        }
+    }
+}

@@ -167,7 +167,12 @@ fn activations_on_dying_values_rewrite_their_input_in_place() {
         )]
     };
     let chain = activation_chain(n, false);
-    let session = Session::new(&chain);
+    // Unfused: planning would run the `Exp -> Add` pair as one chain step (a fresh output).
+    let unfused = RunOptions {
+        unfused: true,
+        ..RunOptions::default()
+    };
+    let session = Session::with_options(&chain, unfused);
     let in_place = session.run(input()).unwrap();
     // The input was handed over whole and every step wrote over it: no buffer was freed.
     assert_eq!(session.arena().pooled_bytes(), 0);

@@ -33,6 +33,14 @@
 //!   finishes them, with `QuantizeLinear`'s own arithmetic, and leaves the plan: the float
 //!   output is never stored.
 //!
+//! - A `MatMulInteger` whose sums only a `Cast` to `float` reads, whose result only a `Mul`
+//!   reads (by the scales, `a_scale * b_scale`: the dynamic quantization
+//!   `onnxruntime.quantization` writes), and that product only an `Add` (the bias), runs as
+//!   one step (`ops::INTEGER_PRODUCT_SCALED`) in place of the last: each sum is converted,
+//!   scaled and biased as it leaves the integer kernel, one rounding per operator as the graph
+//!   has them — the same bits, and no `int32` or unscaled tensor stored. Scales and biases
+//!   are read at run time; shapes other than one value or one per column run the operators
+//!   in turn.
 //! - An `Add` of two such dequantized activations whose sum only a `QuantizeLinear` of one fixed
 //!   scale and zero point reads (the residual of a QDQ network) runs as one pass over the codes
 //!   (`ops::QUANTIZED_ADD`) with the three operators' own arithmetic: the same codes, and no
@@ -48,8 +56,19 @@
 //!   operators), runs as one pass over the float values (`ops::QUANTIZE_ROUND_TRIP`) with the
 //!   two operators' own arithmetic: the same bits, one memory pass and no codes stored.
 //!
+//! - A tree of element-wise steps (`Add`, `Sub`, `Mul`, `Div`, `Erf`, `Tanh`, `Sigmoid`,
+//!   `Exp`, `Sqrt`) whose inner values each one step of the tree alone reads — the exact GELU
+//!   `Div -> Erf -> Add -> Mul -> Mul` — runs as one step (`ops::ELEMENTWISE_CHAIN`) in place
+//!   of its last, one pass over memory with each operator's own function: the same bits.
+//!   Types and shapes are read at run time; what the one pass does not take (other types,
+//!   broadcasting between shapes) runs the operators in turn.
+//!
 //! Only what is certain fuses: `float` weights, a convolution output nothing else reads (no
 //! other step, no subgraph, not a graph output), and parameters no graph input can override.
+//!
+//! Why one file: every rule reads the plan through the same `Uses` (who makes and reads each
+//! value) and `Fixed` constants and is spliced in by the same `replace_steps`, in an order
+//! where each rule sees the steps the earlier ones left.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -58,7 +77,9 @@ use super::{Step, StepKind};
 use crate::dtype::DataType;
 use crate::ir::{AttrValue, Graph, Node};
 use crate::ops::{
-    registry, Activation, OpDef, CONV_INTEGER_TO_FLOAT, QUANTIZED_ADD, QUANTIZE_ROUND_TRIP,
+    registry, Activation, ChainOp, Instruction, OpDef, Operand, Program, CONV_INTEGER_TO_FLOAT,
+    ELEMENTWISE_CHAIN, INTEGER_PRODUCT_SCALED, MAX_INSTRUCTIONS, PROGRAM, QUANTIZED_ADD,
+    QUANTIZE_ROUND_TRIP,
 };
 use crate::tensor::{try_with_capacity, Tensor};
 
@@ -193,11 +214,13 @@ pub(super) fn fuse<'m>(
         }),
         None => steps,
     };
+    let steps = fuse_each(graph, steps, constants, fixed, scaled_integer_product);
     let steps = fuse_each(graph, steps, constants, fixed, quantized_conv);
     let steps = fuse_each(graph, steps, constants, fixed, quantized_add);
     let steps = fuse_each(graph, steps, constants, fixed, move_codes);
     let steps = fuse_each(graph, steps, constants, fixed, round_trip);
-    drop_unread_dequantizations(graph, steps, constants)
+    let steps = drop_unread_dequantizations(graph, steps, constants);
+    fuse_chains(graph, steps, constants)
 }
 
 /// The steps without the `DequantizeLinear`s whose output nothing reads any more: an
@@ -443,6 +466,82 @@ fn quantized_matmul<'m>(site: &Site<'_, 'm>, i: usize, def: &'static OpDef) -> O
     Some(Fused {
         step: fused_step(mm, node, def),
         gone: site.only_for(a, dqa).into_iter().collect(),
+    })
+}
+
+/// `MatMulInteger -> Cast -> Mul [-> Add]` ending at step `i`, run as one step in its place
+/// (see the module documentation).
+fn scaled_integer_product<'m>(site: &Site<'_, 'm>, i: usize) -> Option<Fused<'m>> {
+    let tail = &site.steps[i];
+    let (mul, bias) = if is_op(tail, "Add") {
+        let inputs = &tail.node.inputs;
+        added(site, i)?;
+        let (k, mul) = (0..2).find_map(|k| {
+            let mul = site.uses.producer_read_once(&inputs[k])?;
+            scaled_sums(site, mul).map(|_| (k, mul))
+        })?;
+        (mul, Some(inputs[1 - k].clone()))
+    } else {
+        // A product an `Add` alone reads is taken in by that `Add`.
+        let read_by_add = tail.node.outputs.first().and_then(|o| {
+            let j = site.uses.only_reader(o)?;
+            added(site, j)
+        });
+        if read_by_add.is_some() {
+            return None;
+        }
+        (i, None)
+    };
+    let (cast, product, scale) = scaled_sums(site, mul)?;
+    let mm: &Node = &site.steps[product].node;
+    let input = |k: usize| mm.inputs.get(k).cloned().unwrap_or_default();
+    let mut inputs = vec![input(0), input(1), input(2), input(3), scale];
+    inputs.extend(bias);
+    let node = Node::new(
+        INTEGER_PRODUCT_SCALED.op_type,
+        &mm.name,
+        inputs,
+        tail.node.outputs.clone(),
+    )
+    .with_domain(INTEGER_PRODUCT_SCALED.domain);
+    let mut gone = vec![product, cast];
+    if mul != i {
+        gone.push(mul);
+    }
+    Some(Fused {
+        step: fused_step(tail, node, &INTEGER_PRODUCT_SCALED),
+        gone,
+    })
+}
+
+/// Step `j` when it is an `Add` of two different values with one output.
+fn added(site: &Site<'_, '_>, j: usize) -> Option<usize> {
+    let node: &Node = &site.steps[j].node;
+    (is_op(&site.steps[j], "Add")
+        && node.inputs.len() == 2
+        && node.inputs[0] != node.inputs[1]
+        && node.outputs.len() == 1)
+        .then_some(j)
+}
+
+/// When step `mul` is a `Mul` of a `Cast` to `float` of a `MatMulInteger`'s sums, each read by
+/// nothing else: the `Cast` step, the `MatMulInteger` step and the other factor (the scale).
+fn scaled_sums(site: &Site<'_, '_>, mul: usize) -> Option<(usize, usize, String)> {
+    let node: &Node = &site.steps[mul].node;
+    if !is_op(&site.steps[mul], "Mul") || node.inputs.len() != 2 || node.outputs.len() != 1 {
+        return None;
+    }
+    (0..2).find_map(|k| {
+        let cast = site.uses.producer_read_once(&node.inputs[k])?;
+        let cast_node: &Node = &site.steps[cast].node;
+        let to_float = cast_node.attr_int("to", 0).ok() == Some(DataType::Float as i64);
+        if !is_op(&site.steps[cast], "Cast") || !to_float || node.inputs[1 - k] == node.inputs[k] {
+            return None;
+        }
+        let product = site.uses.producer_read_once(cast_node.inputs.first()?)?;
+        let one_output = site.steps[product].node.outputs.len() == 1;
+        (is_op(&site.steps[product], "MatMulInteger") && one_output)
+            .then(|| (cast, product, node.inputs[1 - k].clone()))
     })
 }
 
@@ -721,6 +820,110 @@ fn fuse_activations<'m>(
         fused.push((c, i, with_node(conv, node, StepKind::Op(fused_conv))));
     }
     splice(steps, fused)
+}
+
+/// Every tree of element-wise steps whose inner values one step of the tree alone reads, run
+/// as one step in place of its last (see the module documentation).
+fn fuse_chains<'m>(
+    graph: &Graph,
+    steps: Vec<Step<'m>>,
+    constants: &HashMap<String, Tensor>,
+) -> Vec<Step<'m>> {
+    let uses = Uses::of(graph, &steps, constants);
+    // Each chain step opens a tree and takes in the trees making its operands that it alone
+    // reads, as long as the tree stays within the instructions a chain holds.
+    let mut tree_of: Vec<Option<usize>> = vec![None; steps.len()];
+    let mut trees: Vec<Vec<usize>> = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        if chain_op(step).is_none() {
+            continue;
+        }
+        let mut members = vec![i];
+        for input in &step.node.inputs {
+            let Some(t) = uses.producer_read_once(input).and_then(|p| tree_of[p]) else {
+                continue;
+            };
+            if members.len() + trees[t].len() <= MAX_INSTRUCTIONS {
+                members.append(&mut trees[t]);
+            }
+        }
+        for &m in &members {
+            tree_of[m] = Some(trees.len());
+        }
+        trees.push(members);
+    }
+    let mut replaced: HashMap<usize, Step<'m>> = HashMap::new();
+    let mut gone: HashSet<usize> = HashSet::new();
+    for mut members in trees.into_iter().filter(|t| t.len() >= 2) {
+        members.sort_unstable();
+        let Some((tail, program, inputs)) = chain_program(&steps, &uses, &members) else {
+            continue;
+        };
+        let mut node = Node::new(
+            ELEMENTWISE_CHAIN.op_type,
+            &steps[tail].node.name,
+            inputs,
+            steps[tail].node.outputs.clone(),
+        )
+        .with_domain(ELEMENTWISE_CHAIN.domain);
+        node.set_attr(PROGRAM, program.attribute());
+        replaced.insert(tail, fused_step(&steps[tail], node, &ELEMENTWISE_CHAIN));
+        gone.extend(members.into_iter().filter(|&m| m != tail));
+    }
+    replace_steps(steps, replaced, &gone)
+}
+
+/// The operator of a step a chain may hold: a default-domain element-wise operator without
+/// attributes, with its operands and one output.
+fn chain_op(step: &Step<'_>) -> Option<ChainOp> {
+    let StepKind::Op(def) = step.kind else {
+        return None;
+    };
+    let node: &Node = &step.node;
+    let op = ChainOp::of(def.op_type, step.opset).filter(|_| def.domain.is_empty())?;
+    let whole = node.attributes.is_empty()
+        && node.inputs.len() == op.arity()
+        && node.inputs.iter().all(|i| !i.is_empty())
+        && node.outputs.len() == 1
+        && !node.outputs[0].is_empty();
+    whole.then_some(op)
+}
+
+/// The last step of a tree of chain steps (in plan order), its program and the inputs of the
+/// fused node: the values the tree reads from outside, each once.
+fn chain_program(
+    steps: &[Step<'_>],
+    uses: &Uses,
+    members: &[usize],
+) -> Option<(usize, Program, Vec<String>)> {
+    let mut inputs: Vec<String> = Vec::new();
+    let mut instructions = Vec::with_capacity(members.len());
+    for &m in members {
+        let op = chain_op(&steps[m])?;
+        let operands = steps[m]
+            .node
+            .inputs
+            .iter()
+            .map(|name| {
+                let made_here = uses
+                    .producer
+                    .get(name)
+                    .and_then(|p| members.iter().position(|q| q == p));
+                match made_here {
+                    Some(j) => Operand::Result(j),
+                    None => Operand::Input(match inputs.iter().position(|i| i == name) {
+                        Some(k) => k,
+                        None => {
+                            inputs.push(name.clone());
+                            inputs.len() - 1
+                        }
+                    }),
+                }
+            })
+            .collect();
+        instructions.push(Instruction { op, operands });
+    }
+    Some((*members.last()?, Program { instructions }, inputs))
 }
 
 /// Whether `step` runs the operator `op_type` of the default domain.

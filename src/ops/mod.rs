@@ -61,9 +61,14 @@ pub(crate) mod vector;
 pub(crate) use fold::tensor_bytes as value_bytes;
 pub use fold::{foldable, Folder};
 pub use gathers::{gather_multiaxis_dims, logical_indices_dims, multiaxis_attributes};
-pub(crate) use math::Activation;
+pub(crate) use math::{
+    Activation, ChainOp, Instruction, Operand, Program, ELEMENTWISE_CHAIN, MAX_INSTRUCTIONS,
+    PROGRAM,
+};
 pub(crate) use ml::zipmap_keys;
-pub(crate) use nn::{CONV_INTEGER_TO_FLOAT, QUANTIZED_ADD, QUANTIZE_ROUND_TRIP};
+pub(crate) use nn::{
+    CONV_INTEGER_TO_FLOAT, INTEGER_PRODUCT_SCALED, QUANTIZED_ADD, QUANTIZE_ROUND_TRIP,
+};
 pub use random::is_random;
 
 /// A kernel: runs one node on its inputs and returns one tensor per output.

@@ -694,36 +694,35 @@ pub fn tanh(x: f32) -> f32 {
     }
 }
 
-/// The error function: its Taylor series below 0.5, and `1 - erfc` above with the Chebyshev
-/// fit of `erfc` (relative error below 1.2e-7) from Numerical Recipes.
+/// The error function, within 1.3e-7 of the exact value (and 1.8e-7 relative).
 #[inline(always)]
 pub fn erf(x: f32) -> f32 {
-    const TWO_OVER_SQRT_PI: f32 = std::f32::consts::FRAC_2_SQRT_PI;
+    // Below 0.921875, `x P(x²)`; above, `1 - e^Q(|x|)` with `Q` fitting `ln erfc` up to 4, past
+    // which `erf` rounds to 1. Both are least-squares fits on Chebyshev nodes (`P` of degree 5
+    // in relative error, `Q` of degree 8), within 1.3e-7 of `erf` everywhere: no division, one
+    // `exp`.
     let a = x.abs();
     let z = x * x;
-    // x (1 - z/3 + z²/10 - z³/42 + z⁴/216 - z⁵/1320 + z⁶/9360) · 2/√π
-    let mut s = 1.0 / 9360.0;
-    s = s * z - 1.0 / 1320.0;
-    s = s * z + 1.0 / 216.0;
-    s = s * z - 1.0 / 42.0;
-    s = s * z + 1.0 / 10.0;
-    s = s * z - 1.0 / 3.0;
-    let small = TWO_OVER_SQRT_PI * (x + x * z * s);
-    let t = 1.0 / (1.0 + 0.5 * a);
-    let mut p = 0.170_872_77;
-    p = p * t - 0.822_152_23;
-    p = p * t + 1.488_515_9;
-    p = p * t - 1.135_204;
-    p = p * t + 0.278_868_07;
-    p = p * t - 0.186_288_06;
-    p = p * t + 0.096_784_18;
-    p = p * t + 0.374_091_96;
-    p = p * t + 1.000_023_7;
-    p = p * t - 1.265_512_2;
-    let erfc = t * exp(p - z);
-    let big = 1.0 - erfc;
+    let mut p = -6.024_592e-4;
+    p = p * z + 5.000_894e-3;
+    p = p * z - 2.677_295_7e-2;
+    p = p * z + 1.128_204e-1;
+    p = p * z - 3.761_252_5e-1;
+    p = p * z + std::f32::consts::FRAC_2_SQRT_PI;
+    let small = x * p;
+    let t = a.min(4.0);
+    let mut q = 1.613_093_8e-6;
+    q = q * t - 4.557_103e-5;
+    q = q * t + 5.926_004_4e-4;
+    q = q * t - 4.739_412e-3;
+    q = q * t + 2.636_236_5e-2;
+    q = q * t - 1.099_740_2e-1;
+    q = q * t - 6.319_417e-1;
+    q = q * t - 1.130_163_9;
+    q = q * t + 3.025_380_4e-4;
+    let big = 1.0 - exp(q);
     let big = if x < 0.0 { -big } else { big };
-    if a < 0.5 {
+    if a < 0.921_875 {
         small
     } else if x.is_nan() {
         x

@@ -16,6 +16,7 @@ use super::{prepare, OpDef};
 mod argmax;
 mod binary;
 mod cast;
+mod chain;
 mod common;
 mod cumsum;
 mod legacy;
@@ -25,6 +26,8 @@ mod topk;
 mod unary;
 mod variadic;
 
+pub(in crate::ops) use binary::zip_f32;
+pub(crate) use chain::{Instruction, Op as ChainOp, Operand, Program, MAX_INSTRUCTIONS, PROGRAM};
 #[cfg(test)]
 pub(crate) use unary::erf as erf_f64;
 pub(crate) use unary::Activation;
@@ -52,6 +55,18 @@ macro_rules! legacy_binary {
         .until(6)
     };
 }
+
+/// The kernel the interpreter runs for a tree of element-wise steps whose inner values nothing
+/// else reads: the operators in one pass (`interp::fuse`; in no registry table).
+pub(crate) static ELEMENTWISE_CHAIN: OpDef = OpDef::new(
+    "ElementwiseChain",
+    1,
+    1..=usize::MAX,
+    1..=1,
+    chain::eval_chain,
+)
+.with_prepare(prepare::<chain::Program>)
+.in_domain("multigather.fused");
 
 pub(super) const DEFS: &[OpDef] = &[
     // Unary, floating point.

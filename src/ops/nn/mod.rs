@@ -116,6 +116,18 @@ pub(crate) static QUANTIZED_ADD: OpDef =
     OpDef::new("QuantizedAdd", 1, 8..=8, 1..=1, quant::eval_quantized_add)
         .in_domain("multigather.fused");
 
+/// The kernel the interpreter runs for `MatMulInteger -> Cast -> Mul [-> Add]`, the float
+/// output of a dynamically quantized product: the sums scaled as they leave the integer
+/// kernel (`interp::fuse`; in no registry table).
+pub(crate) static INTEGER_PRODUCT_SCALED: OpDef = OpDef::new(
+    "MatMulIntegerScaled",
+    1,
+    5..=6,
+    1..=1,
+    qmatmul::eval_integer_product_scaled,
+)
+.in_domain("multigather.fused");
+
 pub(super) const DEFS: &[OpDef] = &[
     OpDef::new("Attention", 23, 3..=7, 1..=4, eval_attention).with_infer(infer_attention),
     OpDef::new("FlexAttention", 1, 3..=3, 1..=1, eval_flex_attention)

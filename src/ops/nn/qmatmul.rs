@@ -8,6 +8,10 @@
 //! contracted dim keeps `i32` sums exact, else in `f64`, which is exact for 8-bit operands; the
 //! sums are requantized with round-half-to-even and saturation. The shapes line up as `MatMul`'s
 //! ([`Plan`]).
+//!
+//! Why one file: the `int32` sums, their requantisation and their scaled `float` form (the
+//! fused dynamic product) share one packing of B kept per plan (`with_packing`), one folding
+//! of the batch into rows and one test oracle.
 
 use std::mem::MaybeUninit;
 
@@ -22,6 +26,7 @@ use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 use crate::DataType;
 
+use super::super::math::zip_f32;
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
@@ -138,26 +143,55 @@ fn product_kept(
     (b, b_zero, b_input): (&Tensor, Option<&Tensor>, usize),
     transposed: bool,
 ) -> Result<(Plan, Sums)> {
-    let b_shape: Vec<usize> = match (transposed, b.shape()) {
-        (true, &[n, k]) => vec![k, n],
-        (true, other) => {
-            return Err(Error::Eval(format!(
-                "a transposed B must be a matrix, not of shape {other:?}"
-            )))
-        }
-        (false, shape) => shape.to_vec(),
-    };
+    let b_shape = b_shape(b, transposed)?;
     let plan = Plan::new(a.shape(), &b_shape)?;
-    let eight_bit = |t: &Tensor| matches!(t.dtype(), DataType::Int8 | DataType::Uint8);
-    let zeros_ok = [a_zero, b_zero].into_iter().flatten().all(eight_bit);
-    let packable = b_shape.len() == 2 && plan.k <= EXACT_K && plan.folds_into_rows();
-    if !packable || !eight_bit(a) || !eight_bit(b) || !zeros_ok {
+    if !packable(&plan, &b_shape, [Some(a), Some(b), a_zero, b_zero]) {
         if transposed {
             return integer_product(a, a_zero, &transposed_matrix(b)?, b_zero);
         }
         return integer_product(a, a_zero, b, b_zero);
     }
     let level = Level::detect();
+    let za = zeros_i32(a_zero, plan.m, "the zero point of A")?;
+    let zb = zeros_i32(b_zero, plan.n, "the zero point of B")?;
+    // B's bytes are read only through its packing.
+    let sums = with_packing(ctx, (b, b_input, transposed), &plan, level, |packed| {
+        integer_product_with(a, &za, b, &zb, &plan, level, Some(packed))
+    })?;
+    Ok((plan, Sums::I32(sums)))
+}
+
+/// The shape of B as the product sees it: a transposed B (`N x K`) must be a matrix.
+fn b_shape(b: &Tensor, transposed: bool) -> Result<Vec<usize>> {
+    match (transposed, b.shape()) {
+        (true, &[n, k]) => Ok(vec![k, n]),
+        (true, other) => Err(Error::Eval(format!(
+            "a transposed B must be a matrix, not of shape {other:?}"
+        ))),
+        (false, shape) => Ok(shape.to_vec()),
+    }
+}
+
+/// Whether a product of `plan` runs on a B packed once: B a matrix, the batch folding into
+/// A's rows, sums exact in `i32`, and every operand and zero point of 8 bits.
+fn packable(plan: &Plan, b_shape: &[usize], operands: [Option<&Tensor>; 4]) -> bool {
+    let eight_bit = |t: &Tensor| matches!(t.dtype(), DataType::Int8 | DataType::Uint8);
+    b_shape.len() == 2
+        && plan.k <= EXACT_K
+        && plan.folds_into_rows()
+        && operands[..2].iter().all(|t| t.is_some_and(eight_bit))
+        && operands.into_iter().flatten().all(eight_bit)
+}
+
+/// `f` of B's packing for `level`, made on the first run and kept when B (input `b_input`) is
+/// a constant of the plan ([`EvalCtx::remember`]), else made for this run.
+fn with_packing<R>(
+    ctx: &EvalCtx<'_>,
+    (b, b_input, transposed): (&Tensor, usize, bool),
+    plan: &Plan,
+    level: Level,
+    f: impl FnOnce(&PackedB) -> Result<R>,
+) -> Result<R> {
     let pack = || {
         let data = Bytes {
             data: b.as_bytes()?,
@@ -169,19 +203,23 @@ fn product_kept(
             PackedB::new(data, plan.k, plan.n, level)
         }
     };
-    let made;
-    let packed = match ctx.remember(&[b_input], pack)? {
-        Some(kept) => kept,
-        None => {
-            made = pack()?;
-            &made
-        }
-    };
-    let za = zeros_i32(a_zero, plan.m, "the zero point of A")?;
-    let zb = zeros_i32(b_zero, plan.n, "the zero point of B")?;
-    // B's bytes are read only through its packing.
-    let sums = integer_product_with(a, &za, b, &zb, &plan, level, Some(packed))?;
-    Ok((plan, Sums::I32(sums)))
+    match ctx.remember(&[b_input], pack)? {
+        Some(kept) => f(kept),
+        None => f(&pack()?),
+    }
+}
+
+/// The zero points of the rows of all `batches` products folded into one: `za` once, or its
+/// `m` values repeated per product.
+fn folded_zeros(za: &[i32], m: usize, batches: usize) -> Result<Vec<i32>> {
+    if za.len() == 1 {
+        return Ok(za.to_vec());
+    }
+    let mut v = try_vec(batches * m, 0i32)?;
+    for (r, z) in v.iter_mut().enumerate() {
+        *z = za[r % m];
+    }
+    Ok(v)
 }
 
 /// A 2-D tensor of single bytes, transposed.
@@ -240,15 +278,7 @@ fn integer_product_with(
                 &made
             }
         };
-        let za_rows: Vec<i32> = if za.len() == 1 {
-            za.to_vec()
-        } else {
-            let mut v = try_vec(rows, 0i32)?;
-            for (r, z) in v.iter_mut().enumerate() {
-                *z = za[r % m];
-            }
-            v
-        };
+        let za_rows = folded_zeros(za, m, plan.pairs.len())?;
         let a_all = Bytes {
             data: &av[..rows * k],
             signed: sa,
@@ -292,6 +322,147 @@ pub(super) fn eval_matmul_integer(
     let (plan, sums) =
         integer_product_kept(ctx, (a, optional(inputs, 2)), (b, optional(inputs, 3), 1))?;
     Ok(vec![sums.into_int32(&plan.out_shape)?])
+}
+
+/// The kernel the interpreter runs for `MatMulInteger -> Cast(float) -> Mul(scale)
+/// [-> Add(bias)]`, the float output of a dynamically quantized product (`interp::fuse`):
+/// inputs `a, b, a_zero, b_zero, scale, bias`. Each exact sum is converted to `float`, times
+/// its scale, plus its bias, one rounding per operator as the graph has them, as it leaves
+/// the integer kernel: the same bits, and no `int32` or unscaled tensor stored. A scale or
+/// bias that is not one value or one per column, or a product the packed kernel does not
+/// take, runs the operators in turn.
+pub(super) fn eval_integer_product_scaled(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let (a, b) = (required(inputs, 0)?, required(inputs, 1)?);
+    let (a_zero, b_zero) = (optional(inputs, 2), optional(inputs, 3));
+    let (scale, bias) = (required(inputs, 4)?, optional(inputs, 5));
+    let plan = Plan::new(a.shape(), b.shape())?;
+    let columns = |t| per_column(t, &plan.out_shape, plan.n);
+    if packable(&plan, b.shape(), [Some(a), Some(b), a_zero, b_zero]) {
+        let bias_columns = match bias {
+            None => Some(None),
+            Some(t) => columns(t).map(Some),
+        };
+        if let (Some(s), Some(c)) = (columns(scale), bias_columns) {
+            let level = Level::detect();
+            let za = zeros_i32(a_zero, plan.m, "the zero point of A")?;
+            let zb = zeros_i32(b_zero, plan.n, "the zero point of B")?;
+            let rows = plan.pairs.len() * plan.m;
+            let a_rows = Bytes {
+                data: a
+                    .as_bytes()?
+                    .get(..rows * plan.k)
+                    .ok_or_else(|| Error::Eval("A is smaller than its shape".into()))?,
+                signed: a.dtype() == DataType::Int8,
+            };
+            let scale = expanded(s, plan.n)?;
+            let bias = c.map(|c| expanded(c, plan.n)).transpose()?;
+            let out = Tensor::uninit(DataType::Float, &plan.out_shape)?;
+            let y = with_packing(ctx, (b, 1, false), &plan, level, |packed_b| {
+                let za = folded_zeros(&za, plan.m, plan.pairs.len())?;
+                let packed_a = igemm::PackedA::new(a_rows, rows, plan.k, &za, level)?;
+                out.try_fill(|slots: &mut [MaybeUninit<f32>]| {
+                    let sink = ScaledRows {
+                        ptr: slots.as_mut_ptr(),
+                        n: plan.n,
+                        scale: &scale,
+                        bias: bias.as_deref(),
+                    };
+                    igemm::gemm_packed_to(&packed_a, packed_b, &zb, &sink)?;
+                    // SAFETY: the product stores every row segment of its sums.
+                    Ok(unsafe { assume_written(slots) })
+                })
+            })?;
+            return Ok(vec![y]);
+        }
+    }
+    let (plan, sums) = integer_product_kept(ctx, (a, a_zero), (b, b_zero, 1))?;
+    let sums = sums.into_int32(&plan.out_shape)?;
+    let ints = sums.as_slice::<i32>()?;
+    let floats = Tensor::uninit(DataType::Float, sums.shape())?.fill(|d| {
+        for (o, &v) in d.iter_mut().zip(ints) {
+            o.write(v as f32);
+        }
+        // SAFETY: every element was written (the tensors have one shape).
+        unsafe { assume_written(d) }
+    })?;
+    let y = zip_f32(&floats, scale, |x, s| x * s)?;
+    Ok(vec![match bias {
+        Some(c) => zip_f32(&y, c, |x, c| x + c)?,
+        None => y,
+    }])
+}
+
+/// The values of a `float` tensor that broadcasts onto a product's output `out_shape` (of `n`
+/// columns) as one value or one per column.
+fn per_column<'t>(t: &'t Tensor, out_shape: &[usize], n: usize) -> Option<&'t [f32]> {
+    let shape = t.shape();
+    let fits = t.dtype() == DataType::Float
+        && shape.len() <= out_shape.len()
+        && shape.iter().rev().skip(1).all(|&d| d == 1)
+        && (matches!(shape.last(), None | Some(1)) || shape.last() == Some(&n));
+    fits.then(|| t.as_slice::<f32>().ok()).flatten()
+}
+
+/// One value per column: `values` as they are, or their one value repeated `n` times.
+fn expanded(values: &[f32], n: usize) -> Result<Vec<f32>> {
+    if values.len() == n {
+        return Ok(values.to_vec());
+    }
+    Ok(try_vec(n, values[0])?)
+}
+
+/// The sink of [`eval_integer_product_scaled`]: rows of `n` floats, each sum converted, scaled
+/// and biased by its column's values.
+struct ScaledRows<'s> {
+    ptr: *mut MaybeUninit<f32>,
+    n: usize,
+    scale: &'s [f32],
+    bias: Option<&'s [f32]>,
+}
+
+// SAFETY: tasks store disjoint (row, column) segments (`Sink::store`'s contract).
+unsafe impl Send for ScaledRows<'_> {}
+unsafe impl Sync for ScaledRows<'_> {}
+
+impl igemm::Sink for ScaledRows<'_> {
+    unsafe fn store(&self, i: usize, col0: usize, sums: &[i32]) {
+        let cols = col0..col0 + sums.len();
+        // SAFETY: the segment lies in the output (the caller's promise) and is this call's alone.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.n + col0), sums.len()) };
+        let scale = &self.scale[cols.clone()];
+        match self.bias {
+            Some(bias) => scale_bias_run(sums, scale, &bias[cols], dst),
+            None => scale_run(sums, scale, dst),
+        }
+    }
+}
+
+/// `sum as f32 * scale` for each column.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn scale_run(sums: &[i32], scale: &[f32], out: &mut [MaybeUninit<f32>]) {
+    for ((o, &v), &s) in out.iter_mut().zip(sums).zip(scale) {
+        o.write(v as f32 * s);
+    }
+}
+
+/// `sum as f32 * scale + bias` for each column, rounded after each operation.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn scale_bias_run(sums: &[i32], scale: &[f32], bias: &[f32], out: &mut [MaybeUninit<f32>]) {
+    for (((o, &v), &s), &c) in out.iter_mut().zip(sums).zip(scale).zip(bias) {
+        o.write(v as f32 * s + c);
+    }
 }
 
 /// Quantizes exact integer accumulators: `round_half_even(acc * scale(i)) + zero`, saturated to

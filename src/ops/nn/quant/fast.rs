@@ -111,10 +111,13 @@ pub(super) fn range(values: &[f32]) -> (f32, f32) {
     let (mut lo, mut hi) = ([0.0f32; 16], [0.0f32; 16]);
     let chunks = values.chunks_exact(16);
     let tail = chunks.remainder();
+    // A comparison that is false for NaN keeps the lane's extreme, as `f32::min` and `f32::max`
+    // do, and compiles to one `vminps` / `vmaxps` (their NaN fix-ups kept the loop scalar).
+    // Signed zeros may land either way; both give the same scale and zero point.
     for c in chunks {
         for j in 0..16 {
-            lo[j] = lo[j].min(c[j]);
-            hi[j] = hi[j].max(c[j]);
+            lo[j] = if c[j] < lo[j] { c[j] } else { lo[j] };
+            hi[j] = if c[j] > hi[j] { c[j] } else { hi[j] };
         }
     }
     let (mut min, mut max) = (0.0f32, 0.0f32);
