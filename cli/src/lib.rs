@@ -3,7 +3,7 @@
 //! the two behave alike (arguments, messages, exit codes, `SIGBUS` and closed pipes).
 //!
 //! The command line runs in two stages, in the manner of ripgrep: clap parses it into the raw
-//! flags of `flags.rs`, and one conversion (`options.rs`, [`Options::from_args`]) validates and
+//! flags of `flags.rs`, and one conversion (`options.rs`, `Options::from_args`) validates and
 //! types them before anything is loaded. Each subcommand lives in its own file, takes its options
 //! and returns an [`Outcome`]; errors carry context naming the file they concern.
 //!
@@ -128,7 +128,7 @@ pub enum Outcome {
     CheckFailed,
 }
 
-/// Runs one parsed command line: validates it into [`Options`], then runs the command.
+/// Runs one parsed command line: validates it into its options, then runs the command.
 pub fn run(args: Args) -> Result<Outcome> {
     match Options::from_args(args)? {
         Options::Inspect(options) => inspect::run(options),
