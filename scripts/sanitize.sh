@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the gather kernel tests under AddressSanitizer: the unit tests of src/gather/ and of the
+# Runs the gather kernel tests under AddressSanitizer: the unit tests of kernel/src/gather/ and of the
 # interpreter's gather operators (`cargo test --lib gather`) and the property tests
 # (tests/gather_properties.rs), which drive the fast kernel at every SIMD level this CPU has
 # against the scalar reference, with out-of-range and negative indices.
@@ -48,7 +48,7 @@ else
         | grep -o '"executable":"[^"]*"' | sed 's/"executable":"//; s/"$//')
     for bin in $bins; do
         filter=()
-        [[ "$bin" == */multigather-* ]] && filter=(gather)
+        [[ "$bin" == */multigather[-_]* ]] && filter=(gather)
         valgrind --error-exitcode=1 --quiet "$bin" "${filter[@]}" "${extra[@]}"
     done
 fi

@@ -1,6 +1,8 @@
-//! Tidy checks over the source tree, in the manner of rust-analyzer's `tidy.rs`: the library's
-//! modules import only downwards, in the layer order written in ARCHITECTURE.md (section
-//! "Layers"), and the files of one directory never import each other in a circle.
+//! Tidy checks over the source tree, in the manner of rust-analyzer's `tidy.rs`: the crates
+//! depend on each other only downwards, in the crate order written in ARCHITECTURE.md (section
+//! "Crates"); the library's modules (the kernel crate's `kernel/src/` and the core crate's `src/`)
+//! import only downwards, in the layer order written there (section "Layers"); and the files of
+//! one directory never import each other in a circle.
 //!
 //! The checks read the source as text: comments and string literals are blanked, `#[cfg(test)]`
 //! modules are skipped (a test may use a higher layer to drive a lower one), and every path that
@@ -15,14 +17,26 @@ use std::path::{Path, PathBuf};
 /// heading `## Layers`, one line of module names, layers separated by `→` and modules sharing a
 /// layer by `,`. Modules sharing a layer may not import each other either.
 fn layers_from_architecture(text: &str) -> Vec<Vec<String>> {
+    order_under(text, "Layers")
+}
+
+/// The crates, lowest first, as ARCHITECTURE.md writes them under `## Crates`, in the form of
+/// the layers: a crate depends only on crates to its left.
+fn crates_from_architecture(text: &str) -> Vec<Vec<String>> {
+    order_under(text, "Crates")
+}
+
+/// The line of names separated by `→` (and `,` within a step) in the first fenced block after
+/// the heading `## {heading}`.
+fn order_under(text: &str, heading: &str) -> Vec<Vec<String>> {
     let section = text
-        .split_once("\n## Layers")
+        .split_once(&format!("\n## {heading}"))
         .map(|(_, rest)| rest)
-        .expect("ARCHITECTURE.md has a `## Layers` section");
+        .unwrap_or_else(|| panic!("ARCHITECTURE.md has a `## {heading}` section"));
     let block = section
         .split("```")
         .nth(1)
-        .expect("the Layers section opens with a fenced block");
+        .unwrap_or_else(|| panic!("the {heading} section opens with a fenced block"));
     let line = block
         .lines()
         .find(|l| l.contains('→'))
@@ -284,13 +298,20 @@ fn reached_module(reference: &Reference, top: &str, depth: usize) -> Option<Stri
     (module != top).then_some(module)
 }
 
-/// A source file of the library: its path relative to `src/` and its text.
+/// A source file: the source directory of its crate (`src`, `kernel/src`, ...), its path
+/// relative to that directory, and its text.
 struct Source {
+    root: &'static str,
     rel: PathBuf,
     text: String,
 }
 
 impl Source {
+    /// The file's path from the repository root, for messages.
+    fn shown(&self) -> String {
+        format!("{}/{}", self.root, self.rel.display())
+    }
+
     /// The top-level module (`ops` for `ops/nn/conv.rs`, `io` for `io.rs`) and how many module
     /// levels the file sits below it (`ops/nn/conv.rs` is 2, `ops/mod.rs` and `io.rs` are 0).
     fn module(&self) -> (String, usize) {
@@ -306,18 +327,27 @@ impl Source {
     }
 }
 
-/// Every upward (or sideways, within a layer) import in `sources`, one message each.
-fn layer_violations(sources: &[Source], layers: &[Vec<String>]) -> Vec<String> {
-    let rank: BTreeMap<&str, usize> = layers
+/// Each name of an order (layers or crates) with the index of its step, lowest first.
+fn ranks(order: &[Vec<String>]) -> BTreeMap<&str, usize> {
+    order
         .iter()
         .enumerate()
-        .flat_map(|(k, layer)| layer.iter().map(move |m| (m.as_str(), k)))
-        .collect();
-    let order = layers
+        .flat_map(|(k, step)| step.iter().map(move |m| (m.as_str(), k)))
+        .collect()
+}
+
+/// An order as ARCHITECTURE.md writes it, for messages.
+fn shown(order: &[Vec<String>]) -> String {
+    order
         .iter()
-        .map(|l| l.join(", "))
+        .map(|step| step.join(", "))
         .collect::<Vec<_>>()
-        .join(" → ");
+        .join(" → ")
+}
+
+/// Every upward (or sideways, within a layer) import in `sources`, one message each.
+fn layer_violations(sources: &[Source], layers: &[Vec<String>]) -> Vec<String> {
+    let (rank, order) = (ranks(layers), shown(layers));
     let mut problems = Vec::new();
     for source in sources {
         let (top, depth) = source.module();
@@ -326,8 +356,8 @@ fn layer_violations(sources: &[Source], layers: &[Vec<String>]) -> Vec<String> {
         }
         let Some(&own) = rank.get(top.as_str()) else {
             problems.push(format!(
-                "src/{}: module `{top}` is in no layer of ARCHITECTURE.md (layers, lowest first: {order})",
-                source.rel.display()
+                "{}: module `{top}` is in no layer of ARCHITECTURE.md (layers, lowest first: {order})",
+                source.shown()
             ));
             continue;
         };
@@ -344,8 +374,8 @@ fn layer_violations(sources: &[Source], layers: &[Vec<String>]) -> Vec<String> {
             if theirs >= own {
                 let how = if theirs == own { "across" } else { "up" };
                 problems.push(format!(
-                    "src/{}:{}: `{}` goes {how} from layer `{top}` to `{target}` (layers, lowest first: {order})",
-                    source.rel.display(),
+                    "{}:{}: `{}` goes {how} from layer `{top}` to `{target}` (layers, lowest first: {order})",
+                    source.shown(),
                     r.line,
                     r.path.join("::"),
                 ));
@@ -364,6 +394,7 @@ fn sibling_cycles(sources: &[Source]) -> Vec<String> {
         if dir.as_os_str().is_empty() {
             continue;
         }
+        let dir = Path::new(source.root).join(dir);
         let name = sibling_name(&source.rel);
         let code = without_test_items(&blank_comments_and_strings(&source.text));
         let edges = graphs
@@ -389,7 +420,7 @@ fn sibling_cycles(sources: &[Source]) -> Vec<String> {
                 key.dedup();
                 if reported.insert(key) {
                     problems.push(format!(
-                        "src/{}/: the files {} import each other in a circle",
+                        "{}/: the files {} import each other in a circle",
                         dir.display(),
                         cycle.join(" → ")
                     ));
@@ -453,20 +484,34 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option
     visit(graph, start, start, &mut path, &mut seen).then_some(path)
 }
 
-/// Every Rust file under `src/`, sorted by path.
-fn all_sources() -> Vec<Source> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The source directories of the workspace's crates, from the repository root: the kernel
+/// crate, the core crate, the command line, the onnxruntime library and the Python module.
+const SOURCE_ROOTS: [&str; 5] = ["kernel/src", "src", "cli/src", "ort-op/src", "python/src"];
+
+/// The crates whose modules are in the layers: the kernel crate's and the core crate's.
+const LIBRARY_ROOTS: [&str; 2] = ["kernel/src", "src"];
+
+/// Every Rust file under the source directory `root` (one of [`SOURCE_ROOTS`]), sorted by path.
+fn sources_under(root_name: &'static str) -> Vec<Source> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(root_name);
     let mut files = Vec::new();
     let mut dirs = vec![root.clone()];
     while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).expect("src/ is readable") {
+        for entry in std::fs::read_dir(&dir).expect("a source directory is readable") {
             let path = entry.expect("a directory entry").path();
             if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                let rel = path.strip_prefix(&root).expect("under src/").to_path_buf();
+                let rel = path
+                    .strip_prefix(&root)
+                    .expect("under its root")
+                    .to_path_buf();
                 let text = std::fs::read_to_string(&path).expect("a UTF-8 source file");
-                files.push(Source { rel, text });
+                files.push(Source {
+                    root: root_name,
+                    rel,
+                    text,
+                });
             }
         }
     }
@@ -474,12 +519,15 @@ fn all_sources() -> Vec<Source> {
     files
 }
 
+/// Every Rust file of every crate of the workspace.
+fn all_sources() -> Vec<Source> {
+    SOURCE_ROOTS.into_iter().flat_map(sources_under).collect()
+}
+
+/// The library's files: the kernel crate's and the core crate's. The command line and the other
+/// faces use the library by name, from the crates above it.
 fn library_sources() -> Vec<Source> {
-    // The binary (`main.rs`, `cli/`) is the top layer: it uses the library by name.
-    all_sources()
-        .into_iter()
-        .filter(|s| !s.rel.starts_with("cli"))
-        .collect()
+    LIBRARY_ROOTS.into_iter().flat_map(sources_under).collect()
 }
 
 /// Files longer than this many lines say at their top why they are one file.
@@ -499,17 +547,166 @@ fn long_files_without_a_reason(sources: &[Source]) -> Vec<String> {
         })
         .map(|s| {
             format!(
-                "src/{} has {} lines and no `//! Why one file:` paragraph at its top",
-                s.rel.display(),
+                "{} has {} lines and no `//! Why one file:` paragraph at its top",
+                s.shown(),
                 s.text.lines().count()
             )
         })
         .collect()
 }
 
-fn architecture_layers() -> Vec<Vec<String>> {
+/// A crate of the workspace: its package name and the workspace crates it depends on (by path,
+/// in any dependency section: normal, dev, build).
+struct Crate {
+    name: String,
+    uses: Vec<String>,
+}
+
+/// Every crate dependency that does not go to a crate further left in `order` (or whose crate
+/// is in no step of it), one message each.
+fn crate_violations(crates: &[Crate], order: &[Vec<String>]) -> Vec<String> {
+    let (rank, shown) = (ranks(order), shown(order));
+    let mut problems = Vec::new();
+    for krate in crates {
+        let Some(&own) = rank.get(krate.name.as_str()) else {
+            problems.push(format!(
+                "crate `{}` is in no step of ARCHITECTURE.md's crates (lowest first: {shown})",
+                krate.name
+            ));
+            continue;
+        };
+        for used in &krate.uses {
+            if rank.get(used.as_str()).is_none_or(|&theirs| theirs >= own) {
+                problems.push(format!(
+                    "crate `{}` depends on `{used}`, which is not below it (crates, lowest first: {shown})",
+                    krate.name
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The value of the first `key = "value"` line of `manifest` in section `[section]`.
+fn manifest_value(manifest: &str, section: &str, key: &str) -> Option<String> {
+    let mut current = "";
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            current = line;
+        } else if current == format!("[{section}]") {
+            let value = line
+                .strip_prefix(key)
+                .and_then(|rest| rest.trim_start().strip_prefix('='));
+            if let Some(value) = value {
+                return Some(value.trim().trim_matches('"').to_string());
+            }
+        }
+    }
+    None
+}
+
+/// The `path = "..."` of every dependency of `manifest`, in every dependency section.
+fn path_dependencies(manifest: &str) -> Vec<String> {
+    let mut current = "";
+    let mut paths = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            current = line;
+        } else if current.contains("dependencies") {
+            if let Some((_, rest)) = line.split_once("path = \"") {
+                paths.extend(rest.split('"').next().map(str::to_string));
+            }
+        }
+    }
+    paths
+}
+
+/// The workspace's crates, read from the root manifest's `members` and each member's manifest.
+fn workspace_crates() -> Vec<Crate> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |dir: &Path| {
+        std::fs::read_to_string(dir.join("Cargo.toml")).expect("a member's Cargo.toml is readable")
+    };
+    let members = manifest_value(&read(root), "workspace", "members")
+        .expect("the root manifest lists the workspace's members on one line");
+    let dirs: Vec<PathBuf> = members
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(',')
+        .map(|m| m.trim().trim_matches('"'))
+        .filter(|m| !m.is_empty())
+        .map(|m| root.join(m).canonicalize().expect("a member's directory"))
+        .collect();
+    let name_of = |dir: &Path| {
+        manifest_value(&read(dir), "package", "name").expect("a member's manifest names it")
+    };
+    dirs.iter()
+        .map(|dir| Crate {
+            name: name_of(dir),
+            uses: path_dependencies(&read(dir))
+                .iter()
+                .map(|p| name_of(&dir.join(p).canonicalize().expect("a path dependency")))
+                .collect(),
+        })
+        .collect()
+}
+
+fn architecture_text() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md");
-    layers_from_architecture(&std::fs::read_to_string(path).expect("ARCHITECTURE.md is readable"))
+    std::fs::read_to_string(path).expect("ARCHITECTURE.md is readable")
+}
+
+#[test]
+fn crates_depend_down_the_crate_order() {
+    let problems = crate_violations(
+        &workspace_crates(),
+        &crates_from_architecture(&architecture_text()),
+    );
+    assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+}
+
+#[test]
+fn crate_check_cases() {
+    let order = crates_from_architecture(
+        "# A\n\n## Crates\n\n```\nk → core, ort → cli\n```\n\n## Layers\n",
+    );
+    let krate = |name: &str, uses: &[&str]| Crate {
+        name: name.to_string(),
+        uses: uses.iter().map(|u| u.to_string()).collect(),
+    };
+    let cases: &[(Vec<Crate>, &[&str])] = &[
+        (
+            vec![
+                krate("k", &[]),
+                krate("core", &["k"]),
+                krate("cli", &["core", "k"]),
+            ],
+            &[],
+        ),
+        (
+            vec![
+                krate("k", &["core"]),
+                krate("ort", &["core"]),
+                krate("new", &[]),
+            ],
+            &[
+                "crate `k` depends on `core`, which is not below it",
+                "crate `ort` depends on `core`, which is not below it",
+                "crate `new` is in no step of ARCHITECTURE.md's crates",
+            ],
+        ),
+    ];
+    for (crates, expected) in cases {
+        let got = crate_violations(crates, &order);
+        let got: Vec<&str> = got
+            .iter()
+            .map(|m| m.split(" (").next().unwrap_or(m))
+            .collect();
+        assert_eq!(&got, expected);
+    }
+}
+
+fn architecture_layers() -> Vec<Vec<String>> {
+    layers_from_architecture(&architecture_text())
 }
 
 #[test]
@@ -520,7 +717,7 @@ fn imports_go_down_the_layers() {
 
 #[test]
 fn files_of_one_directory_import_each_other_in_no_circle() {
-    let problems = sibling_cycles(&library_sources());
+    let problems = sibling_cycles(&all_sources());
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
 }
 
@@ -532,11 +729,19 @@ fn long_files_say_why_they_are_one_file() {
 
 #[test]
 fn every_module_of_the_library_is_in_a_layer() {
-    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
-        .expect("src/lib.rs is readable");
     let placed: BTreeSet<String> = architecture_layers().into_iter().flatten().collect();
-    let missing: Vec<&str> = lib
-        .lines()
+    let libs: Vec<String> = LIBRARY_ROOTS
+        .iter()
+        .map(|root| {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(root)
+                .join("lib.rs");
+            std::fs::read_to_string(path).expect("the crate's lib.rs is readable")
+        })
+        .collect();
+    let missing: Vec<&str> = libs
+        .iter()
+        .flat_map(|lib| lib.lines())
         .filter_map(|l| {
             l.strip_prefix("pub mod ")
                 .or_else(|| l.strip_prefix("mod "))
@@ -552,6 +757,7 @@ type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
 
 fn source(rel: &str, text: &str) -> Source {
     Source {
+        root: "src",
         rel: PathBuf::from(rel),
         text: text.to_string(),
     }

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_void, CString};
 use std::ptr;
 
-use multigather::DataType;
+use multigather_kernel::DataType;
 use ort_sys::{
     ONNXTensorElementDataType as E, OrtApi, OrtErrorCode, OrtKernelContext, OrtKernelInfo,
     OrtStatus, OrtStatusPtr, OrtTensorTypeAndShapeInfo, OrtValue,
@@ -20,8 +20,8 @@ pub enum Found {
 
 impl Found {
     /// The view the attribute parse shared with the interpreter takes.
-    pub fn raw(&self) -> multigather::gather::RawAttr<'_> {
-        use multigather::gather::RawAttr;
+    pub fn raw(&self) -> multigather_kernel::gather::RawAttr<'_> {
+        use multigather_kernel::gather::RawAttr;
         match self {
             Found::Ints(v) => RawAttr::Ints(v),
             Found::String(s) => RawAttr::String(s),
@@ -161,7 +161,7 @@ impl Api {
             return Some(Found::Other("floats"));
         }
         // Sized by the model: allocated through the budgeted path.
-        let Ok(mut values) = multigather::tensor::try_vec(ints, 0i64) else {
+        let Ok(mut values) = multigather_kernel::tensor::try_vec(ints, 0i64) else {
             return Some(Found::Other("an ints list too long to read"));
         };
         if ints > 0 {
@@ -268,8 +268,8 @@ impl Api {
         // SAFETY: `value` is a live string tensor.
         check(unsafe { (self.0.GetStringTensorDataLength)(value, &mut total) })?;
         let room = |e| self.error(&format!("string input: {e}"));
-        let mut bytes = multigather::tensor::try_vec(total, 0u8).map_err(room)?;
-        let mut offsets = multigather::tensor::try_vec(count, 0usize).map_err(room)?;
+        let mut bytes = multigather_kernel::tensor::try_vec(total, 0u8).map_err(room)?;
+        let mut offsets = multigather_kernel::tensor::try_vec(count, 0usize).map_err(room)?;
         // SAFETY: the buffers hold `total` bytes and `count` offsets.
         check(unsafe {
             (self.0.GetStringTensorContent)(
@@ -280,7 +280,7 @@ impl Api {
                 count,
             )
         })?;
-        let mut strings = multigather::tensor::try_with_capacity(count).map_err(room)?;
+        let mut strings = multigather_kernel::tensor::try_with_capacity(count).map_err(room)?;
         for (i, &start) in offsets.iter().enumerate() {
             let end = offsets.get(i + 1).copied().unwrap_or(total);
             let Some(s) = bytes.get(start..end) else {
@@ -333,48 +333,61 @@ impl Api {
     }
 }
 
-/// The element type for an `ONNXTensorElementDataType` code.
+/// The element type for an `ONNXTensorElementDataType` code. onnxruntime numbers the element
+/// types as ONNX's `TensorProto.DataType` does up to `FLOAT4E2M1` (23); the three after it come
+/// in another order (`UINT2`, `INT2`, `FLOAT8E8M0` are 24, 25, 26 there, 25, 26, 24 in ONNX).
 pub(crate) fn data_type(code: i32) -> Option<DataType> {
-    use DataType as D;
-    let pairs = [
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, D::Float),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, D::Uint8),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8, D::Int8),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16, D::Uint16),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16, D::Int16),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, D::Int32),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, D::Int64),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING, D::String),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL, D::Bool),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16, D::Float16),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE, D::Double),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32, D::Uint32),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64, D::Uint64),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX64, D::Complex64),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX128, D::Complex128),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16, D::Bfloat16),
-        (
-            E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN,
-            D::Float8E4M3FN,
-        ),
-        (
-            E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ,
-            D::Float8E4M3FNUZ,
-        ),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2, D::Float8E5M2),
-        (
-            E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ,
-            D::Float8E5M2FNUZ,
-        ),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT4, D::Uint4),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT4, D::Int4),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT4E2M1, D::Float4E2M1),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT2, D::Uint2),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT2, D::Int2),
-        (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E8M0, D::Float8E8M0),
-    ];
-    pairs
-        .iter()
-        .find(|(e, _)| *e as i32 == code)
-        .map(|&(_, d)| d)
+    const UINT2: i32 = E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT2 as i32;
+    const INT2: i32 = E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT2 as i32;
+    const FLOAT8E8M0: i32 = E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E8M0 as i32;
+    const SAME_AS_ONNX: i32 = E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT4E2M1 as i32;
+    match code {
+        UINT2 => Some(DataType::Uint2),
+        INT2 => Some(DataType::Int2),
+        FLOAT8E8M0 => Some(DataType::Float8E8M0),
+        ..=SAME_AS_ONNX => DataType::from_onnx(code),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_element_type_code_of_onnxruntime_names_its_data_type() {
+        let pairs = [
+            (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, DataType::Float),
+            (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING, DataType::String),
+            (
+                E::ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16,
+                DataType::Bfloat16,
+            ),
+            (
+                E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT4E2M1,
+                DataType::Float4E2M1,
+            ),
+            (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT2, DataType::Uint2),
+            (E::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT2, DataType::Int2),
+            (
+                E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E8M0,
+                DataType::Float8E8M0,
+            ),
+        ];
+        for (code, dtype) in pairs {
+            assert_eq!(data_type(code as i32), Some(dtype), "{code:?}");
+        }
+        assert_eq!(
+            data_type(E::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED as i32),
+            None
+        );
+        // Every code onnxruntime defines names a type of its own.
+        let last = E::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E8M0 as i32;
+        let mut seen = Vec::new();
+        for code in 1..=last {
+            let dtype = data_type(code).expect("a known code");
+            assert!(!seen.contains(&dtype), "{code} repeats {dtype:?}");
+            seen.push(dtype);
+        }
+    }
 }

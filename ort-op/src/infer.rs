@@ -11,7 +11,7 @@
 use std::ffi::{c_void, CStr, CString};
 use std::ptr;
 
-use multigather::gather::GatherSpec;
+use multigather_kernel::gather::GatherSpec;
 use ort_sys::{
     ONNXTensorElementDataType as E, OrtOpAttr, OrtOpAttrType, OrtShapeInferContext,
     OrtTensorTypeAndShapeInfo,
@@ -113,7 +113,7 @@ fn axes(api: Api, ctx: *mut OrtShapeInferContext) -> Option<Vec<i64>> {
     let count = bytes / std::mem::size_of::<i64>();
     // Sized by the model: allocated through the budgeted path (a list too long leaves the
     // output untyped, and the kernel's creation reports the attribute).
-    let mut values = multigather::tensor::try_vec(count, 0i64).ok()?;
+    let mut values = multigather_kernel::tensor::try_vec(count, 0i64).ok()?;
     if count == 0 {
         return Some(values);
     }

@@ -8,12 +8,12 @@
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
-use multigather::gather::fast::{gather_multiaxis_into_on, Indices, RawTensor};
-use multigather::gather::{
+use multigather_kernel::gather::fast::{gather_multiaxis_into_on, Indices, RawTensor};
+use multigather_kernel::gather::{
     gather_multiaxis_with, output_shape, FastOptions, GatherError, GatherSpec, MultiaxisAttributes,
     DOMAIN, OP_TYPE,
 };
-use multigather::{DataType, Tensor};
+use multigather_kernel::{DataType, Tensor};
 use ort_sys::{OrtKernelContext, OrtKernelInfo, OrtValue};
 
 use crate::ffi::{data_type, Api, Found, Result, Status};
@@ -183,10 +183,10 @@ struct Workers {
 }
 
 // SAFETY: the context is only used by `run`, which the kernel calls from the thread that called
-// `compute` (see `multigather::par::Workers`), never from inside a task.
+// `compute` (see `multigather_kernel::par::Workers`), never from inside a task.
 unsafe impl Sync for Workers {}
 
-impl multigather::par::Workers for Workers {
+impl multigather_kernel::par::Workers for Workers {
     fn threads(&self) -> usize {
         static CORES: OnceLock<usize> = OnceLock::new();
         *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

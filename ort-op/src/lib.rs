@@ -24,7 +24,7 @@
 //!   range for axis 1 of size 4`).
 //! - **Threads.** The kernel's parallel tasks (the same cut of the work as in the interpreter:
 //!   output chunks, or column tiles of a staged gather) run on the session's intra-op thread
-//!   pool (`KernelContext_ParallelFor`, through `multigather::par::Workers`). The library starts
+//!   pool (`KernelContext_ParallelFor`, through `multigather_kernel::par::Workers`). The library starts
 //!   no thread of its own, so `intra_op_num_threads = 1` runs every gather on the calling thread.
 //! - **Bindings.** `ort-sys` with `disable-linking`: nothing of onnxruntime is linked or
 //!   downloaded at build time; the API table comes from the runtime that loads the library
@@ -37,7 +37,7 @@ mod kernel;
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr;
 
-use multigather::gather::{DOMAIN, OP_TYPE};
+use multigather_kernel::gather::{DOMAIN, OP_TYPE};
 use ort_sys::{
     ONNXTensorElementDataType as E, OrtApi, OrtApiBase, OrtCustomOp,
     OrtCustomOpInputOutputCharacteristic as Io, OrtKernelContext, OrtKernelInfo, OrtMemType,
@@ -132,7 +132,7 @@ unsafe extern "system" fn default_memory(_: *const OrtCustomOp, _: usize) -> Ort
 }
 
 unsafe extern "system" fn start_version(_: *const OrtCustomOp) -> c_int {
-    multigather::gather::SINCE_VERSION as c_int
+    multigather_kernel::gather::SINCE_VERSION as c_int
 }
 
 unsafe extern "system" fn end_version(_: *const OrtCustomOp) -> c_int {

@@ -8,14 +8,9 @@
 //! is the custom-op library that `get_library_path()` returns (as onnxruntime-extensions does).
 //! [`_native`] names the crate so the linker keeps it.
 
-#[path = "../../src/cli/mod.rs"]
-#[allow(dead_code)]
-mod cli;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use clap::Parser;
 use multigather::interp::{RunOptions, Session};
 use multigather::io::{ExternalPolicy, SaveOptions};
 use multigather::ir::Model;
@@ -49,8 +44,9 @@ fn err(e: impl std::fmt::Display) -> PyErr {
 }
 
 /// Files are read, not mapped: a mapped file truncated by another process would kill the Python
-/// interpreter with `SIGBUS` (the binary has a handler; a library inside another process cannot
-/// install one), where a read comes up short and fails with an error naming the file.
+/// interpreter with `SIGBUS` (the command line installs a handler in a process of its own; a
+/// library inside another program cannot), where a read comes up short and fails with an error
+/// naming the file.
 fn load(source: &Source) -> Result<Model, multigather::Error> {
     match source {
         Source::Bytes(b) => multigather::io::load_bytes(b),
@@ -277,26 +273,11 @@ fn verify(
 }
 
 /// The command line (`multigather ARGS...`); returns the exit code. `argv[0]` is the program.
+/// The binary's own `main`, with its `SIGBUS` handler and closed-pipe handling: the console
+/// script is a process of its own, as the binary is.
 #[pyfunction]
 fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
-    let args = match cli::Args::try_parse_from(argv) {
-        Ok(args) => args,
-        Err(e) => {
-            let _ = e.print();
-            return e.exit_code();
-        }
-    };
-    py.detach(|| match cli::run(args) {
-        Ok(cli::Outcome::Success) => 0,
-        Ok(cli::Outcome::CheckFailed) => 1,
-        // As the binary: a reader that went away (`| head`) ends the command quietly, and the
-        // error line has a model's control characters escaped.
-        Err(e) if cli::output::is_closed_pipe(&e) => 0,
-        Err(e) => {
-            cli::output::eprintln(&format!("error: {e:#}"));
-            2
-        }
-    })
+    py.detach(|| i32::from(multigather_cli::main_status(argv)))
 }
 
 #[pymodule]

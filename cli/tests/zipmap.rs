@@ -20,7 +20,7 @@ const CASES: [&str; 2] = ["strings", "int64"];
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/zipmap")
+        .join("../fixtures/zipmap")
         .join(case)
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn suite() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gather_conformance")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/gather_conformance")
 }
 
 fn multigather(args: &[&std::ffi::OsStr]) -> std::process::Output {

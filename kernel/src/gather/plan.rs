@@ -204,7 +204,7 @@ impl GatherPlan {
     ///
     /// # Example
     /// ```
-    /// use multigather::gather::map::onnx;
+    /// use multigather_kernel::gather::map::onnx;
     /// // ONNX Gather(data[4, 3], indices[2, 2], axis=1): the proposal's third example.
     /// let plan = onnx::gather(2, 2, 1)?;
     /// let shapes = plan.shapes(&[4, 3], &[2, 2])?;
@@ -212,7 +212,7 @@ impl GatherPlan {
     /// assert_eq!(shapes.indices, [1, 2, 2]);
     /// assert_eq!(shapes.gathered, [4, 2, 2]);
     /// assert_eq!(shapes.output, [4, 2, 2]);
-    /// # Ok::<(), multigather::gather::GatherError>(())
+    /// # Ok::<(), multigather_kernel::gather::GatherError>(())
     /// ```
     pub fn shapes(&self, input: &[usize], indices: &[usize]) -> Result<PlanShapes, GatherError> {
         let cropped = match self.crop_input_to_indices {
@@ -236,8 +236,8 @@ impl GatherPlan {
     ///
     /// # Example
     /// ```
-    /// use multigather::gather::map::onnx;
-    /// use multigather::{DataType, Tensor};
+    /// use multigather_kernel::gather::map::onnx;
+    /// use multigather_kernel::{DataType, Tensor};
     /// let data = Tensor::from_vec(DataType::Float, &[3, 2], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])?;
     /// let indices = Tensor::from_vec(DataType::Int64, &[2], vec![2i64, 0])?;
     /// let out = onnx::gather(2, 1, 0)?.apply(&data, &indices)?;

@@ -23,11 +23,11 @@ use super::super::{GatherError, GatherSpec, OutOfRange};
 ///
 /// # Example
 /// ```
-/// use multigather::gather::map::directml;
+/// use multigather_kernel::gather::map::directml;
 /// // DirectML's example 4: input {1,3,3}, indices {1,1,2}, Axis 2, IndexDimensions 2.
 /// let plan = directml::gather(3, 2, 2)?;
 /// assert_eq!(plan.shapes(&[1, 3, 3], &[1, 1, 2])?.output, [3, 1, 2]);
-/// # Ok::<(), multigather::gather::GatherError>(())
+/// # Ok::<(), multigather_kernel::gather::GatherError>(())
 /// ```
 pub fn gather(
     rank: usize,

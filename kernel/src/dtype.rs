@@ -13,7 +13,7 @@ use std::fmt;
 ///
 /// # Example
 /// ```
-/// use multigather::DataType;
+/// use multigather_kernel::DataType;
 /// assert_eq!(DataType::from_onnx(1), Some(DataType::Float));
 /// assert_eq!(DataType::Float16.bits(), 16);
 /// assert_eq!(DataType::Int4.to_string(), "int4");

@@ -17,14 +17,14 @@ use super::{axis_attr, blocks, elements, nd};
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{map::onnx, ShapeOp};
+/// use multigather_kernel::gather::{map::onnx, ShapeOp};
 /// // data (P, Q, R), indices (S, T), axis 1 -> output (P, S, T, R)
 /// let plan = onnx::gather(3, 2, 1)?;
 /// assert_eq!(plan.input, [ShapeOp::Unsqueeze(vec![2])]);
 /// assert_eq!(plan.indices, [ShapeOp::Unsqueeze(vec![0, 3])]);
 /// assert_eq!(plan.spec.axes, [1]);
 /// assert!(plan.output.is_empty());
-/// # Ok::<(), multigather::gather::GatherError>(())
+/// # Ok::<(), multigather_kernel::gather::GatherError>(())
 /// ```
 pub fn gather(data_rank: usize, indices_rank: usize, axis: i64) -> Result<GatherPlan, GatherError> {
     let axis = axis_attr("Gather", "axis", axis, data_rank)?;
@@ -56,13 +56,13 @@ pub fn gather_elements(rank: usize, axis: i64) -> Result<GatherPlan, GatherError
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{map::onnx, ShapeOp};
+/// use multigather_kernel::gather::{map::onnx, ShapeOp};
 /// // Point sampling: data (H, W), indices (N, 2) -> output (N)
 /// let plan = onnx::gather_nd(2, 2, 2, 0)?;
 /// assert!(plan.input.is_empty() && plan.indices.is_empty());
 /// assert_eq!(plan.spec.axes, [0, 1]);
 /// assert_eq!(plan.output, [ShapeOp::Squeeze(vec![1])]);
-/// # Ok::<(), multigather::gather::GatherError>(())
+/// # Ok::<(), multigather_kernel::gather::GatherError>(())
 /// ```
 pub fn gather_nd(
     data_rank: usize,

@@ -133,7 +133,7 @@ impl SimdLevel {
     ///
     /// # Example
     /// ```
-    /// use multigather::gather::SimdLevel;
+    /// use multigather_kernel::gather::SimdLevel;
     /// assert!(SimdLevel::detected() >= SimdLevel::Scalar);
     /// ```
     pub fn detected() -> SimdLevel {
@@ -146,7 +146,7 @@ impl SimdLevel {
     ///
     /// # Example
     /// ```
-    /// use multigather::gather::SimdLevel;
+    /// use multigather_kernel::gather::SimdLevel;
     /// assert!(SimdLevel::preferred() <= SimdLevel::detected());
     /// ```
     pub fn preferred() -> SimdLevel {

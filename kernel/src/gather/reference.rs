@@ -24,8 +24,8 @@ use super::{
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{reference, GatherSpec};
-/// use multigather::{DataType, Tensor};
+/// use multigather_kernel::gather::{reference, GatherSpec};
+/// use multigather_kernel::{DataType, Tensor};
 /// let input = Tensor::from_vec(DataType::Int32, &[2, 3], vec![0i32, 1, 2, 10, 11, 12])?;
 /// // GatherElements along axis 1: one index per output element.
 /// let indices = Tensor::from_vec(DataType::Int64, &[2, 2], vec![2i64, 0, -1, 1])?;

@@ -125,8 +125,8 @@ impl FastOptions {
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{gather_multiaxis, GatherSpec, OutOfRange};
-/// use multigather::{DataType, Tensor};
+/// use multigather_kernel::gather::{gather_multiaxis, GatherSpec, OutOfRange};
+/// use multigather_kernel::{DataType, Tensor};
 /// // 2-D point lookups: coordinates (y, x) folded into the last dimension of the indices.
 /// let image = Tensor::from_vec(DataType::Float, &[2, 3], vec![0.0f32, 1.0, 2.0, 10.0, 11.0, 12.0])?;
 /// let points = Tensor::from_vec(DataType::Int64, &[3, 2], vec![1i64, 2, 0, -1, 7, 0])?;
@@ -238,9 +238,9 @@ pub struct RawTensor<'a> {
 /// # Example
 /// ```
 /// use std::mem::MaybeUninit;
-/// use multigather::gather::fast::{gather_multiaxis_into, FastOptions, Indices, RawTensor};
-/// use multigather::gather::GatherSpec;
-/// use multigather::DataType;
+/// use multigather_kernel::gather::fast::{gather_multiaxis_into, FastOptions, Indices, RawTensor};
+/// use multigather_kernel::gather::GatherSpec;
+/// use multigather_kernel::DataType;
 /// let data: Vec<u32> = vec![0, 1, 2, 10, 11, 12];
 /// let input = RawTensor { dtype: DataType::Uint32, bytes: bytemuck::cast_slice(&data), shape: &[2, 3] };
 /// // Per-row lookups along axis 1, indices [1, 2] broadcast over the rows: output [2, 2].
@@ -250,7 +250,7 @@ pub struct RawTensor<'a> {
 /// gather_multiaxis_into(input, Indices::I64(&[2, 0]), &[1, 2], &spec, &FastOptions::serial(), out_bytes)?;
 /// let out: Vec<u32> = out.iter().map(|x| unsafe { x.assume_init() }).collect();
 /// assert_eq!(out, [2, 0, 12, 10]);
-/// # Ok::<(), multigather::gather::GatherError>(())
+/// # Ok::<(), multigather_kernel::gather::GatherError>(())
 /// ```
 pub fn gather_multiaxis_into(
     input: RawTensor<'_>,
@@ -272,9 +272,9 @@ pub fn gather_multiaxis_into(
 /// # Example
 /// ```
 /// use std::mem::MaybeUninit;
-/// use multigather::gather::fast::{gather_multiaxis_into_on, FastOptions, Indices, RawTensor};
-/// use multigather::gather::GatherSpec;
-/// use multigather::{par, DataType};
+/// use multigather_kernel::gather::fast::{gather_multiaxis_into_on, FastOptions, Indices, RawTensor};
+/// use multigather_kernel::gather::GatherSpec;
+/// use multigather_kernel::{par, DataType};
 /// let data: Vec<u8> = (0..=255).collect();
 /// let input = RawTensor { dtype: DataType::Uint8, bytes: &data, shape: &[256] };
 /// let mut out = [MaybeUninit::new(0u8); 3];
@@ -282,7 +282,7 @@ pub fn gather_multiaxis_into(
 /// let options = FastOptions::default();
 /// gather_multiaxis_into_on(&par::Serial, input, Indices::I32(&[7, -1, 0]), &[3], &spec, &options, &mut out)?;
 /// assert_eq!(out.map(|x| unsafe { x.assume_init() }), [7, 255, 0]);
-/// # Ok::<(), multigather::gather::GatherError>(())
+/// # Ok::<(), multigather_kernel::gather::GatherError>(())
 /// ```
 pub fn gather_multiaxis_into_on(
     workers: &dyn Workers,

@@ -28,8 +28,9 @@
 mod arena;
 pub mod packed;
 
-pub(crate) use arena::WorkerArena;
-pub use arena::{default_budget, try_to_vec, try_vec, try_with_capacity, Arena, Scratch};
+pub use arena::{
+    default_budget, try_to_vec, try_vec, try_with_capacity, Arena, Scratch, WorkerArena,
+};
 
 use std::fmt;
 use std::mem::{ManuallyDrop, MaybeUninit};
@@ -112,7 +113,7 @@ pub enum TensorError {
 ///
 /// # Example
 /// ```
-/// use multigather::{DataType, Tensor};
+/// use multigather_kernel::{DataType, Tensor};
 /// let t = Tensor::from_vec(DataType::Float, &[2, 2], vec![1.0f32, 2.0, 3.0, f32::NAN])?;
 /// assert_eq!(t.shape(), &[2, 2]);
 /// assert_eq!(t.as_slice::<f32>()?[1], 2.0);
@@ -120,7 +121,7 @@ pub enum TensorError {
 /// assert_eq!(t, t.clone());
 /// let t = t.into_shape(&[4])?;
 /// assert_eq!(t.len(), 4);
-/// # Ok::<(), multigather::tensor::TensorError>(())
+/// # Ok::<(), multigather_kernel::tensor::TensorError>(())
 /// ```
 #[derive(Clone)]
 pub struct Tensor {
@@ -245,8 +246,8 @@ impl ByteBuf {
 ///
 /// # Example
 /// ```
-/// assert_eq!(multigather::tensor::human_bytes(3 << 40), "3.0 TiB");
-/// assert_eq!(multigather::tensor::human_bytes(1000), "1000 B");
+/// assert_eq!(multigather_kernel::tensor::human_bytes(3 << 40), "3.0 TiB");
+/// assert_eq!(multigather_kernel::tensor::human_bytes(1000), "1000 B");
 /// ```
 pub fn human_bytes(bytes: usize) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -274,7 +275,7 @@ pub fn human_bytes(bytes: usize) -> String {
 ///
 /// # Example
 /// ```
-/// use multigather::tensor::element_count;
+/// use multigather_kernel::tensor::element_count;
 /// assert_eq!(element_count(&[2, 3]), Some(6));
 /// assert_eq!(element_count(&[1 << 31, 1 << 31, 0]), Some(0));
 /// assert_eq!(element_count(&[1 << 40, 1 << 36, 0]), None);
@@ -495,12 +496,12 @@ impl Tensor {
     ///
     /// # Example
     /// ```
-    /// use multigather::{DataType, Tensor};
+    /// use multigather_kernel::{DataType, Tensor};
     /// let t = Tensor::zeros(DataType::Float, &[4])?;
     /// assert!(t.is_unique());
     /// let view = t.clone();
     /// assert!(!t.is_unique() && !view.is_unique());
-    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// # Ok::<(), multigather_kernel::tensor::TensorError>(())
     /// ```
     pub fn is_unique(&self) -> bool {
         match &self.data {
@@ -635,12 +636,12 @@ impl Tensor {
     ///
     /// # Example
     /// ```
-    /// use multigather::{DataType, Tensor};
+    /// use multigather_kernel::{DataType, Tensor};
     /// let t = Tensor::from_vec(DataType::Int32, &[2, 3], vec![0i32, 1, 2, 3, 4, 5])?;
     /// // Rows in reverse order.
     /// let r = t.take_blocks(&[2, 3], &[3, 0], 3)?;
     /// assert_eq!(r.as_slice::<i32>()?, &[3, 4, 5, 0, 1, 2]);
-    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// # Ok::<(), multigather_kernel::tensor::TensorError>(())
     /// ```
     pub fn take_blocks(
         &self,
@@ -724,10 +725,10 @@ impl Tensor {
     ///
     /// # Example
     /// ```
-    /// use multigather::{DataType, Tensor};
+    /// use multigather_kernel::{DataType, Tensor};
     /// let t = Tensor::from_vec(DataType::Int32, &[2, 3], vec![1i32, 2, 3, 4, 5, 6])?;
     /// assert_eq!(t.crop(&[2, 2])?.as_slice::<i32>()?, &[1, 2, 4, 5]);
-    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// # Ok::<(), multigather_kernel::tensor::TensorError>(())
     /// ```
     pub fn crop(&self, shape: &[usize]) -> Result<Tensor, TensorError> {
         let fits =
@@ -935,7 +936,7 @@ impl UninitTensor {
     /// # Example
     /// ```
     /// use std::mem::MaybeUninit;
-    /// use multigather::{DataType, Tensor};
+    /// use multigather_kernel::{DataType, Tensor};
     /// let out = Tensor::uninit(DataType::Int32, &[3])?;
     /// let t = out.fill(|slots: &mut [MaybeUninit<i32>]| {
     ///     for (i, s) in slots.iter_mut().enumerate() {
@@ -945,7 +946,7 @@ impl UninitTensor {
     ///     unsafe { &mut *(slots as *mut [MaybeUninit<i32>] as *mut [i32]) }
     /// })?;
     /// assert_eq!(t.as_slice::<i32>()?, &[0, 1, 2]);
-    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// # Ok::<(), multigather_kernel::tensor::TensorError>(())
     /// ```
     pub fn fill<T: Pod>(
         mut self,
@@ -985,15 +986,15 @@ impl UninitTensor {
     /// # Example
     /// ```
     /// use std::mem::MaybeUninit;
-    /// use multigather::{DataType, Tensor};
-    /// use multigather::tensor::TensorError;
+    /// use multigather_kernel::{DataType, Tensor};
+    /// use multigather_kernel::tensor::TensorError;
     /// let failed = Tensor::uninit(DataType::Int32, &[2])?.try_fill(
     ///     |_: &mut [MaybeUninit<i32>]| -> Result<&mut [i32], TensorError> {
     ///         Err(TensorError::OutOfMemory { bytes: 8 })
     ///     },
     /// );
     /// assert!(failed.is_err());
-    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// # Ok::<(), multigather_kernel::tensor::TensorError>(())
     /// ```
     pub fn try_fill<T: Pod, E: From<TensorError>>(
         self,

@@ -74,7 +74,7 @@ fn scratch(external: bool) -> tempfile::TempDir {
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
+        .join("../fixtures")
         .join(name)
         .join("model.onnx")
 }

@@ -11,7 +11,7 @@
 ///
 /// # Example
 /// ```
-/// use multigather::tensor::packed;
+/// use multigather_kernel::tensor::packed;
 /// // Two 4-bit elements per byte, first in the low nibble.
 /// assert_eq!(packed::read(&[0x21, 0x43], 4, 2), Some(3));
 /// ```

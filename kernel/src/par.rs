@@ -14,7 +14,7 @@
 //!
 //! # Example
 //! ```
-//! use multigather::par;
+//! use multigather_kernel::par;
 //! use rayon::prelude::*;
 //!
 //! let mut v = vec![1.0f32; 1 << 20];
@@ -116,7 +116,7 @@ where
 /// use rayon::prelude::*;
 /// let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
 /// let sum: u64 = pool.install(|| {
-///     multigather::par::with_workers_awake(|| (0..1_000_000u64).into_par_iter().sum())
+///     multigather_kernel::par::with_workers_awake(|| (0..1_000_000u64).into_par_iter().sum())
 /// });
 /// assert_eq!(sum, 499_999_500_000);
 /// ```
@@ -179,7 +179,7 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
 ///
 /// # Example
 /// ```
-/// use multigather::par::{self, Workers};
+/// use multigather_kernel::par::{self, Workers};
 ///
 /// /// Runs the tasks last to first on the calling thread.
 /// struct Backwards;

@@ -19,12 +19,12 @@ use super::blocks_checked;
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{map::openvino, OutOfRange, ShapeOp};
+/// use multigather_kernel::gather::{map::openvino, OutOfRange, ShapeOp};
 /// // The specification's layer: data (2, 64, 128), indices (2, 32, 21), axis 1, batch_dims 1.
 /// let plan = openvino::gather8(3, 3, 1, 1)?;
 /// assert_eq!(plan.shapes(&[2, 64, 128], &[2, 32, 21])?.output, [2, 32, 21, 128]);
 /// assert_eq!(plan.spec.mode, OutOfRange::Zero);
-/// # Ok::<(), multigather::gather::GatherError>(())
+/// # Ok::<(), multigather_kernel::gather::GatherError>(())
 /// ```
 pub fn gather8(
     data_rank: usize,

@@ -86,11 +86,11 @@ impl OutOfRange {
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{GatherSpec, OutOfRange};
+/// use multigather_kernel::gather::{GatherSpec, OutOfRange};
 /// let spec = GatherSpec::from_attributes(&[-1, 0], "zero", 3)?;
 /// assert_eq!(spec, GatherSpec::new(vec![2, 0]).with_mode(OutOfRange::Zero));
 /// assert_eq!(spec.coordinate_size(), 2);
-/// # Ok::<(), multigather::gather::GatherError>(())
+/// # Ok::<(), multigather_kernel::gather::GatherError>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GatherSpec {
@@ -129,11 +129,11 @@ impl GatherSpec {
     ///
     /// # Example
     /// ```
-    /// use multigather::gather::{GatherSpec, OutOfRange};
+    /// use multigather_kernel::gather::{GatherSpec, OutOfRange};
     /// let spec = GatherSpec::normalized(&[-1, 0], OutOfRange::Clamp, 3)?;
     /// assert_eq!(spec, GatherSpec::new(vec![2, 0]).with_mode(OutOfRange::Clamp));
     /// assert!(GatherSpec::normalized(&[0, -3], OutOfRange::Error, 3).is_err());
-    /// # Ok::<(), multigather::gather::GatherError>(())
+    /// # Ok::<(), multigather_kernel::gather::GatherError>(())
     /// ```
     pub fn normalized(
         axes: &[i64],
@@ -200,13 +200,13 @@ pub enum RawAttr<'a> {
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{MultiaxisAttributes, OutOfRange, RawAttr};
+/// use multigather_kernel::gather::{MultiaxisAttributes, OutOfRange, RawAttr};
 /// let attrs = MultiaxisAttributes::parse(Some(RawAttr::Ints(&[0, 1])), Some(RawAttr::String(b"zero")))?;
 /// assert_eq!((attrs.axes.as_slice(), attrs.mode), (&[0, 1][..], OutOfRange::Zero));
 /// let err = MultiaxisAttributes::parse(Some(RawAttr::Other("int")), None).unwrap_err();
 /// assert_eq!(err.to_string(), "attribute 'axes': expected ints, found int");
 /// assert!(MultiaxisAttributes::parse(Some(RawAttr::Ints(&[0])), Some(RawAttr::String(b"zero\0junk"))).is_err());
-/// # Ok::<(), multigather::gather::GatherError>(())
+/// # Ok::<(), multigather_kernel::gather::GatherError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MultiaxisAttributes {
@@ -351,7 +351,7 @@ pub enum GatherError {
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{check_ranks, GatherSpec, GatherError};
+/// use multigather_kernel::gather::{check_ranks, GatherSpec, GatherError};
 /// assert!(check_ranks(3, 3, &GatherSpec::new(vec![2, 0])).is_ok());
 /// assert_eq!(
 ///     check_ranks(3, 2, &GatherSpec::new(vec![0])),
@@ -387,10 +387,10 @@ pub enum DimSource {
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{output_dim_sources, DimSource, GatherSpec};
+/// use multigather_kernel::gather::{output_dim_sources, DimSource, GatherSpec};
 /// let sources = output_dim_sources(3, 3, &GatherSpec::new(vec![1]))?;
 /// assert_eq!(sources, [DimSource::Broadcast(0), DimSource::Indices(1), DimSource::Broadcast(2)]);
-/// # Ok::<(), multigather::gather::GatherError>(())
+/// # Ok::<(), multigather_kernel::gather::GatherError>(())
 /// ```
 pub fn output_dim_sources(
     input_rank: usize,
@@ -433,14 +433,14 @@ pub fn logical_indices_shape(
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{output_shape, GatherSpec};
+/// use multigather_kernel::gather::{output_shape, GatherSpec};
 /// // The proposal's example: axis 1 comes from the indices, the rest broadcasts.
 /// let spec = GatherSpec::new(vec![1]);
 /// assert_eq!(output_shape(&[4, 2, 1, 2], &[1, 3, 2, 2], &spec)?, [4, 3, 2, 2]);
 /// // Two axes: the coordinate pairs are folded into the last dimension (6 * 2).
 /// let spec = GatherSpec::new(vec![1, 2]);
 /// assert_eq!(output_shape(&[10, 9, 8], &[1, 5, 12], &spec)?, [10, 5, 6]);
-/// # Ok::<(), multigather::gather::GatherError>(())
+/// # Ok::<(), multigather_kernel::gather::GatherError>(())
 /// ```
 pub fn output_shape(
     input: &[usize],
@@ -487,7 +487,7 @@ pub enum Resolved {
 ///
 /// # Example
 /// ```
-/// use multigather::gather::{resolve_index, OutOfRange, Resolved};
+/// use multigather_kernel::gather::{resolve_index, OutOfRange, Resolved};
 /// assert_eq!(resolve_index(-1, 5, OutOfRange::Error), Resolved::At(4));
 /// assert_eq!(resolve_index(5, 5, OutOfRange::Error), Resolved::OutOfRange);
 /// assert_eq!(resolve_index(-20, 5, OutOfRange::Zero), Resolved::Zero);

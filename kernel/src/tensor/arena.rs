@@ -21,8 +21,8 @@
 //!
 //! # Example
 //! ```
-//! use multigather::tensor::{Arena, TensorError};
-//! use multigather::{DataType, Tensor};
+//! use multigather_kernel::tensor::{Arena, TensorError};
+//! use multigather_kernel::{DataType, Tensor};
 //!
 //! let arena = Arena::new(1 << 20, true);
 //! let err = arena.enter(|| Tensor::zeros(DataType::Float, &[1 << 20])).unwrap_err();
@@ -239,21 +239,21 @@ fn physical_memory() -> Option<usize> {
 /// that run's budget and reuse its buffers, and a pool that outlives a session keeps nothing of
 /// it.
 #[derive(Debug, Default)]
-pub(crate) struct WorkerArena(Mutex<Option<Arc<Arena>>>);
+pub struct WorkerArena(Mutex<Option<Arc<Arena>>>);
 
 impl WorkerArena {
     /// A slot holding `arena` for good (for a pool that serves one session only).
-    pub(crate) fn with(arena: &Arc<Arena>) -> Arc<WorkerArena> {
+    pub fn with(arena: &Arc<Arena>) -> Arc<WorkerArena> {
         Arc::new(WorkerArena(Mutex::new(Some(arena.clone()))))
     }
 
     /// Makes this the slot of the calling (worker) thread: a pool's start handler.
-    pub(crate) fn install_on_thread(self: &Arc<Self>) {
+    pub fn install_on_thread(self: &Arc<Self>) {
         WORKERS.with(|w| *w.borrow_mut() = Some(self.clone()));
     }
 
     /// Runs `f` with `arena` in the slot (restoring the previous one after).
-    pub(crate) fn enter<R>(&self, arena: &Arc<Arena>, f: impl FnOnce() -> R) -> R {
+    pub fn enter<R>(&self, arena: &Arc<Arena>, f: impl FnOnce() -> R) -> R {
         struct Restore<'s>(&'s WorkerArena, Option<Arc<Arena>>);
         impl Drop for Restore<'_> {
             fn drop(&mut self) {
@@ -279,10 +279,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 ///
 /// # Example
 /// ```
-/// let v = multigather::tensor::try_vec(3, 0.5f32)?;
+/// let v = multigather_kernel::tensor::try_vec(3, 0.5f32)?;
 /// assert_eq!(v, [0.5, 0.5, 0.5]);
-/// assert!(multigather::tensor::try_vec(usize::MAX / 4, 0u64).is_err());
-/// # Ok::<(), multigather::tensor::TensorError>(())
+/// assert!(multigather_kernel::tensor::try_vec(usize::MAX / 4, 0u64).is_err());
+/// # Ok::<(), multigather_kernel::tensor::TensorError>(())
 /// ```
 pub fn try_vec<T: Clone>(n: usize, fill: T) -> Result<Vec<T>, TensorError> {
     let mut v = try_with_capacity(n)?;
@@ -293,9 +293,9 @@ pub fn try_vec<T: Clone>(n: usize, fill: T) -> Result<Vec<T>, TensorError> {
 /// A copy of `items`, checked and allocated as [`try_vec`] does.
 ///
 /// ```
-/// let v = multigather::tensor::try_to_vec(&[1u8, 2, 3])?;
+/// let v = multigather_kernel::tensor::try_to_vec(&[1u8, 2, 3])?;
 /// assert_eq!(v, [1, 2, 3]);
-/// # Ok::<(), multigather::tensor::TensorError>(())
+/// # Ok::<(), multigather_kernel::tensor::TensorError>(())
 /// ```
 pub fn try_to_vec<T: Clone>(items: &[T]) -> Result<Vec<T>, TensorError> {
     let mut v = try_with_capacity(items.len())?;
@@ -320,11 +320,11 @@ pub fn try_with_capacity<T>(n: usize) -> Result<Vec<T>, TensorError> {
 ///
 /// # Example
 /// ```
-/// use multigather::tensor::Scratch;
+/// use multigather_kernel::tensor::Scratch;
 /// let mut col = Scratch::new(4, 0.0f32)?;
 /// col[1] = 2.5;
 /// assert_eq!(&col[..], &[0.0, 2.5, 0.0, 0.0]);
-/// # Ok::<(), multigather::tensor::TensorError>(())
+/// # Ok::<(), multigather_kernel::tensor::TensorError>(())
 /// ```
 pub struct Scratch<T> {
     words: Vec<MaybeUninit<u64>>,
@@ -354,7 +354,7 @@ impl<T: bytemuck::Pod> Scratch<T> {
     ///
     /// # Example
     /// ```
-    /// use multigather::tensor::Scratch;
+    /// use multigather_kernel::tensor::Scratch;
     /// // SAFETY: the closure writes all four elements.
     /// let squares = unsafe {
     ///     Scratch::new_with(4, |s| {
@@ -364,7 +364,7 @@ impl<T: bytemuck::Pod> Scratch<T> {
     ///     })
     /// }?;
     /// assert_eq!(&squares[..], &[0, 1, 4, 9]);
-    /// # Ok::<(), multigather::tensor::TensorError>(())
+    /// # Ok::<(), multigather_kernel::tensor::TensorError>(())
     /// ```
     pub unsafe fn new_with(
         len: usize,

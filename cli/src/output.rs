@@ -40,7 +40,7 @@ pub fn print(text: &str) -> Result<()> {
         .map_err(|e| StdoutError(e).into())
 }
 
-/// Prints `text` and a newline on standard output (see [`print`]).
+/// Prints `text` and a newline on standard output (see [`print()`]).
 pub fn println(text: &str) -> Result<()> {
     print(&format!("{text}\n"))
 }

@@ -12,7 +12,7 @@ fn multigather(args: &[&str]) -> Output {
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
+        .join("../fixtures")
         .join(name)
         .join("model.onnx")
 }
@@ -229,7 +229,7 @@ fn verify_proves_a_rewrite_bit_for_bit() {
 /// index ranges through edge lists, scatters and function calls, and sizes the models take.
 #[test]
 fn verify_with_no_arguments_proves_every_fixture() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
     let mut models: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path().join("model.onnx"))
