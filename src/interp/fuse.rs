@@ -7,9 +7,9 @@
 //!   normalisation's parameters are all constants, it folds into them:
 //!   `W'[m] = s[m] * W[m]`, `B'[m] = s[m] * (B[m] - mean[m]) + beta[m]`, and the convolution
 //!   writes the normalised output directly (onnxruntime's `ConvBNFusion` does the same). The
-//!   folded values are rounded once from `f64`, so they differ from the unfused result only
-//!   in the last bits; both models of a `verify` are planned alike, so the comparison stays
-//!   bit for bit.
+//!   folded values are rounded once from `f64` to the weights' type (`float` or `float16`),
+//!   so they differ from the unfused result only in the last bits of that type; both models
+//!   of a `verify` are planned alike, so the comparison stays bit for bit.
 //! - An activation (`Relu`, `LeakyRelu`, `Sigmoid`, `Tanh`, `HardSigmoid`, `HardSwish`) that
 //!   alone reads a `float` `Conv`'s output runs inside the convolution, on each piece of the
 //!   output while it is in cache (the kernel of `com.microsoft.FusedConv`). The step keeps the
@@ -76,12 +76,14 @@ use std::collections::{HashMap, HashSet};
 use super::{Step, StepKind};
 use crate::dtype::DataType;
 use crate::ir::{AttrValue, Graph, Node};
+use crate::ops::halves::f16_from_f64;
 use crate::ops::{
     registry, Activation, ChainOp, Instruction, OpDef, Operand, Program, CONV_INTEGER_TO_FLOAT,
     ELEMENTWISE_CHAIN, INTEGER_PRODUCT_SCALED, MAX_INSTRUCTIONS, PROGRAM, QUANTIZED_ADD,
     QUANTIZE_ROUND_TRIP,
 };
 use crate::tensor::{try_with_capacity, Tensor};
+use half::f16;
 
 /// The domain of onnxruntime's contrib operators, where `FusedConv` is registered.
 const CONTRIB: &str = "com.microsoft";
@@ -944,7 +946,8 @@ fn batch_norm_input(step: &Step<'_>) -> Option<String> {
 }
 
 /// The folded weights and bias of `conv` followed by `bn`, when every operand is a fixed
-/// `float` constant of the right shape.
+/// constant of the weights' type (`float` or `float16`) and the right shape. `float16`
+/// values are folded in `f64` and rounded once to `float16`.
 fn fold(
     conv: &Step<'_>,
     bn: &Step<'_>,
@@ -955,44 +958,73 @@ fn fold(
     if !is_op(conv, "Conv") || node.outputs.len() != 1 || !(2..=3).contains(&node.inputs.len()) {
         return None;
     }
-    let constant = |name: &String| -> Option<&Tensor> {
-        fixed
-            .contains(name)
-            .then(|| constants.get(name))
-            .flatten()
-            .filter(|t| t.dtype() == DataType::Float)
+    let w = fixed
+        .contains(&node.inputs[1])
+        .then(|| constants.get(&node.inputs[1]))
+        .flatten()?;
+    let dtype = w.dtype();
+    let values = |t: &Tensor| -> Option<Vec<f64>> {
+        match t.dtype() {
+            _ if t.dtype() != dtype => None,
+            DataType::Float => Some(
+                t.as_slice::<f32>()
+                    .ok()?
+                    .iter()
+                    .map(|&v| f64::from(v))
+                    .collect(),
+            ),
+            DataType::Float16 => Some(
+                t.as_slice::<f16>()
+                    .ok()?
+                    .iter()
+                    .map(|v| v.to_f64())
+                    .collect(),
+            ),
+            _ => None,
+        }
     };
-    let w = constant(&node.inputs[1])?;
+    let constant = |name: &String| -> Option<&Tensor> {
+        fixed.contains(name).then(|| constants.get(name)).flatten()
+    };
     let c_out = *w.shape().first()?;
-    let per_channel = |name: &String| -> Option<&[f32]> {
+    let per_channel = |name: &String| -> Option<Vec<f64>> {
         let t = constant(name)?;
-        (t.shape() == [c_out]).then(|| t.as_slice::<f32>().ok())?
+        (t.shape() == [c_out]).then(|| values(t))?
     };
     let bias = match node.inputs.get(2).filter(|b| !b.is_empty()) {
         Some(b) => Some(per_channel(b)?),
         None => None,
     };
-    let params: Vec<&[f32]> = bn.node.inputs[1..5]
+    let params: Vec<Vec<f64>> = bn.node.inputs[1..5]
         .iter()
         .map(per_channel)
         .collect::<Option<_>>()?;
-    let (scale, beta, mean, var) = (params[0], params[1], params[2], params[3]);
+    let (scale, beta, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
     let epsilon = f64::from(bn.node.attr_float("epsilon", 1e-5).ok()?);
     let mut s: Vec<f64> = try_with_capacity(c_out).ok()?;
-    s.extend((0..c_out).map(|m| f64::from(scale[m]) / (f64::from(var[m]) + epsilon).sqrt()));
-    let weights = w.as_slice::<f32>().ok()?;
+    s.extend((0..c_out).map(|m| scale[m] / (var[m] + epsilon).sqrt()));
+    let weights = values(w)?;
     let per_filter = weights.len() / c_out.max(1);
-    let mut folded_w: Vec<f32> = try_with_capacity(weights.len()).ok()?;
+    let mut folded_w: Vec<f64> = try_with_capacity(weights.len()).ok()?;
     for (filter, &sm) in weights.chunks(per_filter.max(1)).zip(&s) {
-        folded_w.extend(filter.iter().map(|&v| (f64::from(v) * sm) as f32));
+        folded_w.extend(filter.iter().map(|&v| v * sm));
     }
-    let mut folded_b: Vec<f32> = try_with_capacity(c_out).ok()?;
+    let mut folded_b: Vec<f64> = try_with_capacity(c_out).ok()?;
     folded_b.extend((0..c_out).map(|m| {
-        let b = bias.map_or(0.0, |b| f64::from(b[m]));
-        (s[m] * (b - f64::from(mean[m])) + f64::from(beta[m])) as f32
+        let b = bias.as_ref().map_or(0.0, |b| b[m]);
+        s[m] * (b - mean[m]) + beta[m]
     }));
-    Some((
-        Tensor::from_vec(DataType::Float, w.shape(), folded_w).ok()?,
-        Tensor::from_vec(DataType::Float, &[c_out], folded_b).ok()?,
-    ))
+    let rounded = |shape: &[usize], v: Vec<f64>| -> Option<Tensor> {
+        match dtype {
+            DataType::Float16 => {
+                let v: Vec<f16> = v.into_iter().map(f16_from_f64).collect();
+                Tensor::from_vec(dtype, shape, v).ok()
+            }
+            _ => {
+                let v: Vec<f32> = v.into_iter().map(|x| x as f32).collect();
+                Tensor::from_vec(dtype, shape, v).ok()
+            }
+        }
+    };
+    Some((rounded(w.shape(), folded_w)?, rounded(&[c_out], folded_b)?))
 }
