@@ -51,9 +51,7 @@ fn tensor(elem: DataType, shape: &[usize], v: Vec<f64>) -> Tensor {
         DataType::Float16 => Tensor::from_vec(
             elem,
             shape,
-            v.into_iter()
-                .map(|x| half::f16::from_f64(x))
-                .collect::<Vec<_>>(),
+            v.into_iter().map(half::f16::from_f64).collect::<Vec<_>>(),
         ),
         _ => Tensor::from_vec(elem, shape, v.into_iter().map(|x| x as f32).collect()),
     }
