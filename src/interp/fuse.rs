@@ -964,24 +964,14 @@ fn fold(
         .flatten()?;
     let dtype = w.dtype();
     let values = |t: &Tensor| -> Option<Vec<f64>> {
+        let mut v: Vec<f64> = try_with_capacity(t.len()).ok()?;
         match t.dtype() {
-            _ if t.dtype() != dtype => None,
-            DataType::Float => Some(
-                t.as_slice::<f32>()
-                    .ok()?
-                    .iter()
-                    .map(|&v| f64::from(v))
-                    .collect(),
-            ),
-            DataType::Float16 => Some(
-                t.as_slice::<f16>()
-                    .ok()?
-                    .iter()
-                    .map(|v| v.to_f64())
-                    .collect(),
-            ),
-            _ => None,
+            _ if t.dtype() != dtype => return None,
+            DataType::Float => v.extend(t.as_slice::<f32>().ok()?.iter().map(|&x| f64::from(x))),
+            DataType::Float16 => v.extend(t.as_slice::<f16>().ok()?.iter().map(|x| x.to_f64())),
+            _ => return None,
         }
+        Some(v)
     };
     let constant = |name: &String| -> Option<&Tensor> {
         fixed.contains(name).then(|| constants.get(name)).flatten()
@@ -1017,12 +1007,14 @@ fn fold(
     let rounded = |shape: &[usize], v: Vec<f64>| -> Option<Tensor> {
         match dtype {
             DataType::Float16 => {
-                let v: Vec<f16> = v.into_iter().map(f16_from_f64).collect();
-                Tensor::from_vec(dtype, shape, v).ok()
+                let mut out: Vec<f16> = try_with_capacity(v.len()).ok()?;
+                out.extend(v.into_iter().map(f16_from_f64));
+                Tensor::from_vec(dtype, shape, out).ok()
             }
             _ => {
-                let v: Vec<f32> = v.into_iter().map(|x| x as f32).collect();
-                Tensor::from_vec(dtype, shape, v).ok()
+                let mut out: Vec<f32> = try_with_capacity(v.len()).ok()?;
+                out.extend(v.into_iter().map(|x| x as f32));
+                Tensor::from_vec(dtype, shape, out).ok()
             }
         }
     };

@@ -408,10 +408,11 @@ fn per_column<'t>(t: &'t Tensor, out_shape: &[usize], n: usize) -> Option<&'t [f
 
 /// One value per column: `values` as they are, or their one value repeated `n` times.
 fn expanded(values: &[f32], n: usize) -> Result<Vec<f32>> {
+    let mut v = try_vec(n, values[0])?;
     if values.len() == n {
-        return Ok(values.to_vec());
+        v.copy_from_slice(values);
     }
-    Ok(try_vec(n, values[0])?)
+    Ok(v)
 }
 
 /// The sink of [`eval_integer_product_scaled`]: rows of `n` floats, each sum converted, scaled
