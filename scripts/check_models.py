@@ -29,10 +29,38 @@ import time
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 BIN = os.environ.get("MULTIGATHER", "target/release/multigather")
 ort.set_default_logger_severity(3)
+
+
+# Operators whose onnxruntime kernels multiply uint8 activations by int8 weights.
+# (MatMulInteger, ConvInteger and the QLinear products among them: one MLAS kernel.)
+U8S8_OPS = {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "MatMulIntegerToFloat",
+            "DynamicQuantizeMatMul", "QGemm", "QAttention", "DynamicQuantizeLSTM"}
+
+
+def ort_saturates_u8s8():
+    """Whether onnxruntime on this CPU sums u8 x s8 products in saturating 16-bit pairs
+    (vpmaddubsw on AVX2 without VNNI, as its quantization docs warn): then its results for
+    uint8 activations and int8 weights are not exact, and cannot be the oracle."""
+    a = helper.make_tensor_value_info("a", TensorProto.UINT8, [1, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, [1, 1])
+    b = numpy_helper.from_array(np.array([[127], [127]], np.int8), "b")
+    g = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "probe",
+                          [a], [y], [b])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = s.run(None, {"a": np.array([[255, 255]], np.uint8)})[0]
+    return int(got[0, 0]) != 2 * 255 * 127
+
+
+def uses_u8s8(model):
+    """Whether the model has an operator of U8S8_OPS with an int8 weight or input."""
+    int8 = {i.name for i in model.graph.initializer if i.data_type == TensorProto.INT8}
+    int8 |= {v.name for v in model.graph.input if v.type.tensor_type.elem_type == TensorProto.INT8}
+    return any(n.op_type in U8S8_OPS and int8.intersection(n.input) for n in model.graph.node)
 
 
 def make_inputs(model, rng):
