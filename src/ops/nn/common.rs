@@ -217,20 +217,6 @@ pub(super) fn code_range(dtype: DataType) -> (f64, f64) {
     }
 }
 
-/// `x.round_ties_even()` without a call into libm where the target lacks a rounding
-/// instruction: adding and subtracting 2^52 rounds to an integer, ties to even, for every
-/// `|x| < 2^52`; larger values (and infinities, NaN) are returned as they are, as they are
-/// integers already.
-#[inline(always)]
-pub(super) fn round_half_even(x: f64) -> f64 {
-    const TWO_52: f64 = 4_503_599_627_370_496.0;
-    if x.abs() < TWO_52 {
-        ((x.abs() + TWO_52) - TWO_52).copysign(x)
-    } else {
-        x
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,30 +242,5 @@ mod tests {
         let err = zero_at(&z, 3, "zero point").err().unwrap();
         assert!(err.to_string().contains("expected 1 or 3"), "{err}");
         assert_eq!(zero_at(&[], 3, "z").unwrap()(2), 0);
-    }
-
-    #[test]
-    fn round_half_even_is_round_ties_even() {
-        let mut values = vec![0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1e300, -1e-300];
-        values.extend([f64::INFINITY, f64::NEG_INFINITY, 4_503_599_627_370_495.5]);
-        values.extend([
-            2251799813685248.5,
-            -2251799813685247.5,
-            8.5e15,
-            0.49999999999999994,
-        ]);
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..100_000 {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            let x = (s as i64 as f64) / (1u64 << (s % 60)) as f64;
-            values.extend([x, (x * 2.0).round() / 2.0]);
-        }
-        for x in values {
-            let (got, want) = (round_half_even(x), x.round_ties_even());
-            assert_eq!(got.to_bits(), want.to_bits(), "{x:e}");
-        }
-        assert!(round_half_even(f64::NAN).is_nan());
     }
 }

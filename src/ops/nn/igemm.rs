@@ -13,13 +13,15 @@
 //! ([`EXACT_K`] bounds the contracted dim for that).
 //!
 //! B is packed once ([`PackedB`]) into panels of `NR` columns whose elements come in groups of
-//! consecutive k (four bytes, or two `i16` for AVX2); a microkernel sums an `MR x NR` tile in
-//! registers. The level is chosen at run time ([`Level::detect`]):
+//! consecutive k (four bytes, or two `i16` for the portable level); a microkernel sums an
+//! `MR x NR` tile in registers. The level is chosen at run time ([`Level::detect`]):
 //!
 //! - `Avx512Vnni`: `vpdpbusd` on 512-bit registers, 8 x 32 tiles;
 //! - `AvxVnni`: the VEX `vpdpbusd` on 256-bit registers, 6 x 16 tiles;
-//! - `Avx2`: operands widened to `i16` pairs and `vpmaddwd` (exact: `vpmaddubsw` would saturate
-//!   255 x -128 + 255 x -128 in `i16`), 6 x 16 tiles;
+//! - `Avx2`: `vpmaddwd` on `i16` (exact: `vpmaddubsw` would saturate 255 x -128 + 255 x -128
+//!   in `i16`), 6 x 16 tiles summed as two 6 x 8 halves. A is packed widened to `i16`; B keeps
+//!   the bytes of the VNNI levels and is widened in registers as it is read (`vpmovsxbw`), so
+//!   packing an im2col matrix costs what it costs for VNNI and moves half the memory;
 //! - `Portable`: the `i16` pairs of AVX2 in plain loops, 4 x 16 tiles.
 //!
 //! Every level computes the same exact integers; tests compare each with the `f64` product.
@@ -42,7 +44,7 @@ pub(in crate::ops) const EXACT_K: usize = (i32::MAX / (255 * 255)) as usize;
 pub(in crate::ops) enum Level {
     /// Plain loops.
     Portable,
-    /// AVX2 `vpmaddwd` on operands widened to `i16`.
+    /// AVX2 `vpmaddwd` on `i16`: A packed widened, B widened in registers.
     #[cfg(target_arch = "x86_64")]
     Avx2,
     /// AVX-VNNI `vpdpbusd` on 256-bit registers.
@@ -94,7 +96,7 @@ impl Level {
         match self {
             Level::Portable => (4, 16, 2),
             #[cfg(target_arch = "x86_64")]
-            Level::Avx2 => (6, 16, 2),
+            Level::Avx2 => (6, 16, 4),
             #[cfg(target_arch = "x86_64")]
             Level::AvxVnni => (6, 16, 4),
             #[cfg(target_arch = "x86_64")]
@@ -102,12 +104,17 @@ impl Level {
         }
     }
 
-    /// Whether the operands are widened to `i16` pairs.
-    fn wide(self) -> bool {
+    /// Whether A is packed widened to `i16`.
+    fn wide_a(self) -> bool {
         #[cfg(target_arch = "x86_64")]
         if self == Level::Avx2 {
             return true;
         }
+        self.wide_b()
+    }
+
+    /// Whether B is packed widened to `i16` pairs.
+    fn wide_b(self) -> bool {
         self == Level::Portable
     }
 }
@@ -182,7 +189,7 @@ impl PackedB {
         }
         let (_, nr, g) = level.shape();
         let len = packed_len(k, n, level)?;
-        if !level.wide() {
+        if !level.wide_b() {
             let rows = &b.data[..k * n];
             return PackedB::from_rows(k, n, b.signed, level, |kk, out| {
                 copy(out, &rows[kk * n..(kk + 1) * n]);
@@ -216,7 +223,7 @@ impl PackedB {
         }
         let at = |kk: usize, j: usize| bt.data[j * k + kk] ^ flip;
         // SAFETY: `pack_columns` writes every element.
-        let data = if level.wide() {
+        let data = if level.wide_b() {
             Packed::Wide(unsafe {
                 Scratch::new_with(len, |d| {
                     pack_columns(d, k, n, nr, g, |kk, j| i16::from(at(kk, j) as i8))
@@ -243,7 +250,7 @@ impl PackedB {
         let len = packed_len(k, n, level)?;
         let kg = k.div_ceil(g) * g;
         let (shift, flip) = if signed { (0, 0) } else { (-128, 0x80u8) };
-        if level.wide() {
+        if level.wide_b() {
             let mut whole = try_vec(k.saturating_mul(n), 0u8)?;
             for (kk, out) in whole.chunks_exact_mut(n.max(1)).take(k).enumerate() {
                 // SAFETY: `row` writes only initialised bytes.
@@ -522,7 +529,7 @@ fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<
         row_zeros[i] = z;
         row_terms[i] = sum.wrapping_sub(kk.wrapping_mul(z));
     };
-    let data = if level.wide() {
+    let data = if level.wide_a() {
         let mut d = Scratch::new(len, 0i16)?;
         for i in 0..m {
             let mut sum = 0i32;
@@ -729,7 +736,7 @@ unsafe fn run(t: &Task<'_>, blocks: std::ops::Range<usize>, panels: std::ops::Ra
             x86::run_avxvnni(t, a, b, blocks, panels)
         },
         #[cfg(target_arch = "x86_64")]
-        (Level::Avx2, Packed::Wide(a), Packed::Wide(b)) => unsafe {
+        (Level::Avx2, Packed::Wide(a), Packed::Narrow(b)) => unsafe {
             x86::run_avx2(t, a, b, blocks, panels)
         },
         (_, Packed::Wide(a), Packed::Wide(b)) => unsafe {
@@ -931,37 +938,50 @@ mod x86 {
     pub(super) unsafe fn run_avx2(
         t: &Task<'_>,
         a: &[i16],
-        b: &[i16],
+        b: &[u8],
         blocks: Range<usize>,
         panels: Range<usize>,
     ) {
         unsafe {
-            drive::<6, 16, i16, i16>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
+            drive::<6, 16, i16, u8>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
                 tile_avx2(a, lda, b, groups, acc)
             })
         }
     }
 
+    /// A `6 x 16` tile as two `6 x 8` halves (six rows of two accumulators per half, besides
+    /// the two registers of B and A's broadcast, fill the sixteen registers). Per group, a
+    /// half's 32 bytes of B (eight columns of four k) widen into two registers of four columns;
+    /// A's four `i16` of the group are broadcast; `vpmaddwd` leaves each column's sum in two
+    /// adjacent lanes, added pairwise once the tile is done.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn tile_avx2(a: &[i16], lda: usize, b: &[i16], groups: usize, acc: &mut [[i32; 16]; 6]) {
-        assert!(a.len() >= 5 * lda + 2 * groups && b.len() >= groups * 32);
-        let mut c = [[_mm256_setzero_si256(); 2]; 6];
+    fn tile_avx2(a: &[i16], lda: usize, b: &[u8], groups: usize, acc: &mut [[i32; 16]; 6]) {
+        assert!(a.len() >= 5 * lda + 4 * groups && b.len() >= groups * 64);
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        for q in 0..groups {
-            // SAFETY: the assertion above bounds every read.
-            unsafe {
-                let b0 = _mm256_loadu_si256(bp.add(q * 32).cast());
-                let b1 = _mm256_loadu_si256(bp.add(q * 32 + 16).cast());
-                for (r, cr) in c.iter_mut().enumerate() {
-                    let x = ap.add(r * lda + 2 * q).cast::<i32>().read_unaligned();
-                    let av = _mm256_set1_epi32(x);
-                    cr[0] = _mm256_add_epi32(cr[0], _mm256_madd_epi16(av, b0));
-                    cr[1] = _mm256_add_epi32(cr[1], _mm256_madd_epi16(av, b1));
+        for half in 0..2 {
+            let mut c = [[_mm256_setzero_si256(); 2]; 6];
+            for q in 0..groups {
+                // SAFETY: the assertion above bounds every read.
+                unsafe {
+                    let at = bp.add(q * 64 + half * 32);
+                    let b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(at.cast()));
+                    let b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(at.add(16).cast()));
+                    for (r, cr) in c.iter_mut().enumerate() {
+                        let x = ap.add(r * lda + 4 * q).cast::<i64>().read_unaligned();
+                        let av = _mm256_set1_epi64x(x);
+                        cr[0] = _mm256_add_epi32(cr[0], _mm256_madd_epi16(av, b0));
+                        cr[1] = _mm256_add_epi32(cr[1], _mm256_madd_epi16(av, b1));
+                    }
                 }
             }
+            for (row, cr) in acc.iter_mut().zip(&c) {
+                // Columns 0 1 4 5 | 2 3 6 7, then in order.
+                let sums = _mm256_permute4x64_epi64::<0xD8>(_mm256_hadd_epi32(cr[0], cr[1]));
+                // SAFETY: a row holds 16 i32; the half is 8 of them.
+                unsafe { _mm256_storeu_si256(row.as_mut_ptr().add(half * 8).cast(), sums) };
+            }
         }
-        store256(acc, &c);
     }
 
     #[target_feature(enable = "avx2")]
