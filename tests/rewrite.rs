@@ -9,7 +9,7 @@ use multigather::text::model_to_text;
 
 fn gathers_left(model: &Model) -> usize {
     let ops = model.op_histogram();
-    GatherKind::ALL
+    GatherKind::ONNX
         .iter()
         .map(|k| ops.get(k.name()).copied().unwrap_or(0))
         .sum()

@@ -228,7 +228,7 @@ fn verify(flags: VerifyFlags) -> Result<Verify> {
 /// `--ops` values as op kinds (all three when none is given).
 fn kinds(ops: &[String]) -> Result<Vec<GatherKind>> {
     if ops.is_empty() {
-        return Ok(GatherKind::ALL.to_vec());
+        return Ok(GatherKind::ONNX.to_vec());
     }
     ops.iter()
         .map(|o| {

@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 
 use multigather_kernel::gather::fast::{gather_multiaxis_into_on, Indices, RawTensor};
 use multigather_kernel::gather::{
-    gather_multiaxis_with, output_shape, FastOptions, GatherError, GatherSpec, MultiaxisAttributes,
-    DOMAIN, OP_TYPE,
+    gather_multiaxis_with, node_label, output_shape, FastOptions, GatherError, GatherSpec,
+    MultiaxisAttributes, DOMAIN, OP_TYPE,
 };
 use multigather_kernel::{DataType, Tensor};
 use ort_sys::{OrtKernelContext, OrtKernelInfo, OrtValue};
@@ -32,13 +32,12 @@ impl Kernel {
     /// Reads the node's attributes; a missing `axes` or an unknown `mode` is an error now, when
     /// the session is created.
     pub fn new(api: Api, info: *const OrtKernelInfo) -> Result<Kernel> {
-        let label = match api.node_name(info) {
-            Ok(name) if !name.is_empty() => format!("'{name}'"),
-            _ => format!(
-                "producing '{}'",
-                api.output_name(info, 0).unwrap_or_default()
-            ),
+        let name = api.node_name(info).unwrap_or_default();
+        let output = match name.as_str() {
+            "" => api.output_name(info, 0).unwrap_or_default(),
+            _ => String::new(),
         };
+        let label = node_label(&name, Some(&output));
         let fail =
             |reason: String| api.error(&format!("node {label} ({DOMAIN}.{OP_TYPE}): {reason}"));
         let (axes, mode) = (api.attribute(info, "axes"), api.attribute(info, "mode"));

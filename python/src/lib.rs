@@ -113,7 +113,7 @@ fn rewrite(
     in_place: bool,
 ) -> PyResult<(Py<PyBytes>, String)> {
     let kinds = match ops {
-        None => GatherKind::ALL.to_vec(),
+        None => GatherKind::ONNX.to_vec(),
         Some(ops) => ops
             .iter()
             .map(|o| {

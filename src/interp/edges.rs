@@ -222,21 +222,13 @@ fn check_readers(graph: &Graph, zipmap: &Node) -> Result<()> {
                 return Err(Error::Unsupported(format!(
                     "node {} ({}) reads '{value}', the sequence of maps of ZipMap {}; the \
                      interpreter holds that only to return it as a graph output",
-                    label(node),
+                    node.quoted_label(),
                     node.qualified_op(),
-                    label(zipmap)
+                    zipmap.quoted_label()
                 )));
             }
             values.extend(node.outputs.iter().map(String::as_str));
         }
     }
     Ok(())
-}
-
-/// A node in a message: `'name'`, or `producing 'y'` when unnamed.
-fn label(node: &Node) -> String {
-    match (node.name.as_str(), node.outputs.first()) {
-        ("", Some(out)) => format!("producing '{out}'"),
-        (name, _) => format!("'{name}'"),
-    }
 }

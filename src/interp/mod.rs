@@ -822,12 +822,13 @@ impl<'m> Session<'m> {
     ) -> Result<(StepKind<'m>, i64)> {
         let opset = opset_version(imports, &node.domain)
             .or_else(|| opset_version(&self.model.opset_imports, &node.domain));
-        let is_multiaxis =
-            node.domain == crate::gather::DOMAIN && node.op_type == crate::gather::OP_TYPE;
-        if !is_multiaxis {
-            if let Some(f) = self.model.functions.iter().find(|f| {
-                f.domain == node.domain && f.name == node.op_type && f.overload == node.overload
-            }) {
+        if !crate::ops::is_multiaxis(&node.domain, &node.op_type) {
+            if let Some(f) = self
+                .model
+                .functions
+                .iter()
+                .find(|f| f.key() == node.call_key())
+            {
                 // A local function named like a standard operator of the node's opset: ONNX's
                 // inliner calls the function, onnxruntime runs the operator. The model has two
                 // meanings, and a run could only prove one of them.
@@ -1312,10 +1313,7 @@ fn at_node(node: &Node, e: Error) -> Error {
         // Errors that already name a node (a nested graph's, or the loader's) pass through.
         Error::AtNode { .. } | Error::InvalidNode { .. } | Error::Unsupported(_) => e,
         other => Error::AtNode {
-            node: match (node.name.as_str(), node.outputs.first()) {
-                ("", Some(out)) => format!("producing '{out}'"),
-                (name, _) => format!("'{name}'"),
-            },
+            node: node.quoted_label(),
             op: node.qualified_op(),
             cause: Box::new(other),
         },

@@ -14,11 +14,14 @@
 //! Checking at load means a pass never sees such a model, so an invalid input is reported as the
 //! input's fault rather than as a pass that "left an invalid model".
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use crate::error::{Error, Result};
-use crate::ir::{canonical_domain, opset_version, Function, Graph, Model, Node, OpsetImport};
-use crate::ops::registry;
+use crate::ir::{
+    canonical_domain, opset_version, CallGraph, Function, FunctionKey, Graph, Model, Node,
+    OpsetImport,
+};
+use crate::ops::{registry, GatherKind};
 
 /// Runs every check on a decoded model.
 pub(super) fn check_model(model: &Model) -> Result<()> {
@@ -26,7 +29,7 @@ pub(super) fn check_model(model: &Model) -> Result<()> {
     check_recursion(&model.functions)?;
     // Built once for every graph: rebuilding it per function made loading quadratic in the
     // number of functions.
-    let local: HashSet<FunctionKey> = model.functions.iter().map(key).collect();
+    let local: HashSet<FunctionKey> = model.functions.iter().map(Function::key).collect();
     check_nodes(&model.graph, &model.opset_imports, &local)?;
     for f in &model.functions {
         let imports = if f.opset_imports.is_empty() {
@@ -41,17 +44,6 @@ pub(super) fn check_model(model: &Model) -> Result<()> {
     Ok(())
 }
 
-/// How a function is called: domain, name and overload, as the interpreter resolves calls.
-type FunctionKey<'a> = (&'a str, &'a str, Option<&'a str>);
-
-fn key(f: &Function) -> FunctionKey<'_> {
-    (&f.domain, &f.name, f.overload.as_deref())
-}
-
-fn call_key(node: &Node) -> FunctionKey<'_> {
-    (&node.domain, &node.op_type, node.overload.as_deref())
-}
-
 fn qualified(domain: &str, name: &str) -> String {
     if domain.is_empty() {
         name.to_owned()
@@ -62,87 +54,22 @@ fn qualified(domain: &str, name: &str) -> String {
 
 /// Refuses call cycles among model-local functions, naming the cycle.
 fn check_recursion(functions: &[Function]) -> Result<()> {
-    let index: HashMap<FunctionKey, usize> = functions
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (key(f), i))
-        .collect();
-    let callees: Vec<Vec<usize>> = functions
-        .iter()
-        .map(|f| {
-            let mut out = Vec::new();
-            calls(&f.body, &index, &mut out);
-            out
-        })
-        .collect();
-    // Depth-first search with an explicit stack (a hostile model may chain many functions):
-    // a callee still on the stack closes a cycle.
-    #[derive(Clone, Copy, PartialEq)]
-    enum State {
-        New,
-        OnStack,
-        Done,
-    }
-    let mut state = vec![State::New; functions.len()];
-    for start in 0..functions.len() {
-        if state[start] != State::New {
-            continue;
-        }
-        state[start] = State::OnStack;
-        let mut stack = vec![(start, 0usize)];
-        while let Some(top) = stack.last_mut() {
-            let (f, next) = *top;
-            let Some(&callee) = callees[f].get(next) else {
-                state[f] = State::Done;
-                stack.pop();
-                continue;
-            };
-            top.1 += 1;
-            match state[callee] {
-                State::New => {
-                    state[callee] = State::OnStack;
-                    stack.push((callee, 0));
-                }
-                State::OnStack => {
-                    let from = stack.iter().position(|&(g, _)| g == callee).unwrap_or(0);
-                    let name = |i: usize| qualified(&functions[i].domain, &functions[i].name);
-                    let path: Vec<String> = stack[from..]
-                        .iter()
-                        .map(|&(g, _)| name(g))
-                        .chain(std::iter::once(name(callee)))
-                        .collect();
-                    return Err(Error::InvalidModel(format!(
-                        "function '{}' is recursive: {}",
-                        name(callee),
-                        path.join(" calls ")
-                    )));
-                }
-                State::Done => {}
-            }
-        }
-    }
-    Ok(())
+    let Some(cycle) = CallGraph::new(functions).cycle() else {
+        return Ok(());
+    };
+    let name = |i: usize| qualified(&functions[i].domain, &functions[i].name);
+    let path: Vec<String> = cycle.iter().map(|&g| name(g)).collect();
+    Err(Error::InvalidModel(format!(
+        "function '{}' is recursive: {}",
+        path.last().map(String::as_str).unwrap_or_default(),
+        path.join(" calls ")
+    )))
 }
 
-/// The functions (by index) that nodes of `graph` and its subgraphs call.
-fn calls(graph: &Graph, index: &HashMap<FunctionKey, usize>, out: &mut Vec<usize>) {
-    for node in graph.nodes_unordered() {
-        if let Some(&i) = index.get(&call_key(node)) {
-            out.push(i);
-        }
-        for g in node.subgraphs() {
-            calls(g, index, out);
-        }
-    }
-}
-
-/// Attributes whose type is checked at load: the ones the passes and the interpreter's control
-/// flow read. `(domain, op_type, attribute, type name)`. `GatherMultiaxis`'s attributes go
-/// through the parse every engine of the operator shares (`ops::multiaxis_attributes`).
+/// Attributes whose type is checked at load: the ones the interpreter's control flow reads.
+/// `(domain, op_type, attribute, type name)`. The gathers' attributes, which the passes read, go
+/// through their typed parse (`ops::GatherKind::attributes`).
 const TYPED_ATTRIBUTES: &[(&str, &str, &str, &str)] = &[
-    ("", "Gather", "axis", "int"),
-    ("", "GatherElements", "axis", "int"),
-    ("", "GatherND", "batch_dims", "int"),
     ("", "If", "then_branch", "graph"),
     ("", "If", "else_branch", "graph"),
     ("", "Loop", "body", "graph"),
@@ -172,7 +99,7 @@ fn check_node(node: &Node, imports: &[OpsetImport], local: &HashSet<FunctionKey>
             return fail(format!("attribute '{}' is given twice", a.name));
         }
     }
-    if local.contains(&call_key(node)) {
+    if local.contains(&node.call_key()) {
         return Ok(());
     }
     let domain = canonical_domain(&node.domain);
@@ -195,9 +122,12 @@ fn check_node(node: &Node, imports: &[OpsetImport], local: &HashSet<FunctionKey>
         .attributes
         .iter()
         .any(|a| matches!(a.value, crate::ir::AttrValue::Ref { .. }));
-    if domain == crate::gather::DOMAIN && node.op_type == crate::gather::OP_TYPE && !refers {
-        if let Err(e) = crate::ops::multiaxis_attributes(node) {
-            return fail(e.to_string());
+    // A node whose attributes refer to a function's is judged at each call, which binds them.
+    if let Some(kind) = GatherKind::of(node).filter(|_| !refers) {
+        match kind.attributes(node) {
+            Ok(_) => {}
+            Err(Error::InvalidNode { reason, .. }) => return fail(reason),
+            Err(e) => return Err(e),
         }
     }
     let Some(opset) = opset_version(imports, &node.domain) else {

@@ -6,7 +6,9 @@
 //! model saved without changes decodes to the same protobuf message it was read from.
 
 mod attr;
+mod calls;
 mod graph;
+mod naming;
 mod stored;
 mod types;
 mod value;
@@ -17,6 +19,8 @@ use std::path::PathBuf;
 use bytes::Bytes;
 
 pub use attr::{AttrValue, Attribute};
+pub use calls::CallGraph;
+pub use naming::FunctionKey;
 /// A map keyed by value names, for the indexes hashed on every edit and lookup (see the
 /// `foldhash` entry of Cargo.toml).
 pub(crate) type NameMap<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
@@ -230,8 +234,7 @@ impl Model {
         self.graph.validate()?;
         let mut seen = HashSet::new();
         for f in &self.functions {
-            let key = (&f.domain, &f.name, &f.overload);
-            if !seen.insert(key) {
+            if !seen.insert(f.key()) {
                 return Err(Error::InvalidModel(format!(
                     "function '{}' (domain '{}') is defined twice",
                     f.name, f.domain

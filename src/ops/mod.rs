@@ -60,7 +60,10 @@ pub(crate) mod vector;
 
 pub(crate) use fold::tensor_bytes as value_bytes;
 pub use fold::{foldable, Folder};
-pub use gathers::{gather_multiaxis_dims, logical_indices_dims, multiaxis_attributes};
+pub use gathers::{
+    gather_multiaxis_dims, is_multiaxis, logical_indices_dims, multiaxis_attributes,
+    GatherAttributes, GatherKind, SchemaError,
+};
 pub(crate) use math::{
     Activation, ChainOp, Instruction, Operand, Program, ELEMENTWISE_CHAIN, MAX_INSTRUCTIONS,
     PROGRAM,
@@ -447,10 +450,12 @@ pub fn eval_node(node: &Node, opset: i64, inputs: &[Option<&Tensor>]) -> Result<
         .lookup(&node.domain, &node.op_type, opset)
         .ok_or_else(|| {
             let domain = display_domain(&node.domain);
-            let at = match (node.name.as_str(), node.outputs.first()) {
-                ("", Some(out)) => format!("the unnamed node producing '{out}'"),
-                (name, _) => format!("node '{name}'"),
-            };
+            let unnamed = node.name.is_empty() && !node.outputs.is_empty();
+            let at = format!(
+                "{} {}",
+                if unnamed { "the unnamed node" } else { "node" },
+                node.quoted_label()
+            );
             Error::Unsupported(format!(
                 "operator {} ({domain}, opset {opset}) at {at}",
                 node.op_type

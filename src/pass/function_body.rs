@@ -39,7 +39,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::lower::{lower_node, record, Pattern};
-use super::walk::{label, walk, Change, Rule, Site};
+use super::walk::{walk, Change, Rule, Site};
 use super::{emit::Constants, emit::Replacement, NodeOutcome, NodeReport, Pass, ReportingPass};
 use crate::error::Result;
 use crate::gather::{DOMAIN, OP_TYPE};
@@ -48,6 +48,7 @@ use crate::ir::{
     opset_version, AttrValue, Attribute, Function, Graph, Model, Node, OpsetImport, UniqueNames,
     ValueInfo,
 };
+use crate::ops::is_multiaxis;
 use crate::text::graph_to_text;
 
 /// The function inputs and output.
@@ -104,12 +105,12 @@ impl Pass for DefineMultiaxisFunctions {
         let taken = model
             .functions
             .iter()
-            .filter(|f| f.domain == DOMAIN && f.name == OP_TYPE)
+            .filter(|f| is_multiaxis(&f.domain, &f.name))
             .filter_map(|f| f.overload.clone());
         let existing_default = model
             .functions
             .iter()
-            .find(|f| f.domain == DOMAIN && f.name == OP_TYPE && f.overload.is_none())
+            .find(|f| is_multiaxis(&f.domain, &f.name) && f.overload.is_none())
             .map(|f| (function_opset(f), graph_to_text(&f.body)));
         let first_definition = taken.clone().next().is_none() && existing_default.is_none();
         let mut definer = Definer {
@@ -223,7 +224,7 @@ fn rename_calls_in_functions(
 fn rename_calls(graph: &mut Graph, renamed: &HashMap<String, String>) {
     for id in graph.node_ids_unordered() {
         let mut node = graph.node_mut(id);
-        if node.domain == DOMAIN && node.op_type == OP_TYPE {
+        if is_multiaxis(&node.domain, &node.op_type) {
             if let Some(name) = node.overload.as_ref().and_then(|o| renamed.get(o)) {
                 node.op_type = name.clone();
                 node.overload = None;
@@ -336,10 +337,10 @@ impl Definer<'_> {
 
 impl Rule for Definer<'_> {
     fn visit(&mut self, node: &Node, site: &Site, _names: &mut UniqueNames) -> Option<Change> {
-        if node.domain != DOMAIN || node.op_type != OP_TYPE || node.overload.is_some() {
+        if !is_multiaxis(&node.domain, &node.op_type) || node.overload.is_some() {
             return None;
         }
-        let label = label(node);
+        let label = node.label();
         let lowered = self.body(node, site).and_then(|(pattern, body)| {
             let key = (self.opset, graph_to_text(&body));
             match &self.existing_default {
@@ -382,12 +383,12 @@ impl Rule for Definer<'_> {
     }
 
     fn skip(&mut self, node: &Node, scope: &str, reason: &str) {
-        if node.domain == DOMAIN && node.op_type == OP_TYPE && node.overload.is_none() {
+        if is_multiaxis(&node.domain, &node.op_type) && node.overload.is_none() {
             let skipped = NodeOutcome::Skipped {
                 reason: reason.to_owned(),
             };
             let r = &mut *self.report;
-            record(&mut r.nodes, &mut r.skipped, label(node), scope, skipped);
+            record(&mut r.nodes, &mut r.skipped, node.label(), scope, skipped);
         }
     }
 }

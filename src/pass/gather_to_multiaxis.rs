@@ -38,70 +38,22 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::emit::{all_known, Emitter, Replacement};
-use super::walk::{called_function, label, walk, Change, Rule, Site};
+use super::walk::{called_function, walk, Change, Rule, Site};
 use super::{Pass, ReportingPass};
 use crate::error::{Error, Result};
 use crate::gather::map::onnx as rules;
-use crate::gather::{GatherPlan, OutOfRange};
-use crate::ir::is_onnx_domain;
+use crate::gather::{GatherPlan, OutOfRange, DOMAIN};
 use crate::ir::{
     opset_version, AttrValue, Dim, Graph, Model, Node, OpsetImport, StoredTensor, Type,
     UniqueNames, ValueInfo,
 };
+use crate::ops::{GatherKind, SchemaError};
 use crate::DataType;
-
-/// The domain of `GatherMultiaxis`.
-pub const DOMAIN: &str = crate::gather::DOMAIN;
-
-/// The three ONNX gathers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub enum GatherKind {
-    Gather,
-    GatherElements,
-    #[serde(rename = "GatherND")]
-    GatherNd,
-}
-
-impl GatherKind {
-    /// Every kind.
-    pub const ALL: [GatherKind; 3] = [
-        GatherKind::Gather,
-        GatherKind::GatherElements,
-        GatherKind::GatherNd,
-    ];
-
-    /// The kind of a node of the default domain, if it is a gather.
-    pub fn of(node: &Node) -> Option<GatherKind> {
-        if !is_onnx_domain(&node.domain) {
-            return None;
-        }
-        GatherKind::from_name(&node.op_type)
-    }
-
-    /// The kind named by an ONNX op type (`Gather`, `GatherElements`, `GatherND`).
-    pub fn from_name(name: &str) -> Option<GatherKind> {
-        match name {
-            "Gather" => Some(GatherKind::Gather),
-            "GatherElements" => Some(GatherKind::GatherElements),
-            "GatherND" => Some(GatherKind::GatherNd),
-            _ => None,
-        }
-    }
-
-    /// The ONNX op type.
-    pub fn name(self) -> &'static str {
-        match self {
-            GatherKind::Gather => "Gather",
-            GatherKind::GatherElements => "GatherElements",
-            GatherKind::GatherNd => "GatherND",
-        }
-    }
-}
 
 /// What the pass rewrites.
 #[derive(Clone, Debug)]
 pub struct RewriteConfig {
-    /// The op kinds to rewrite.
+    /// The op kinds to rewrite (ONNX gathers; [`GatherKind::Multiaxis`] is what they become).
     pub kinds: Vec<GatherKind>,
     /// Nodes whose name contains one of these texts are left untouched.
     pub skip: Vec<String>,
@@ -110,7 +62,7 @@ pub struct RewriteConfig {
 impl Default for RewriteConfig {
     fn default() -> RewriteConfig {
         RewriteConfig {
-            kinds: GatherKind::ALL.to_vec(),
+            kinds: GatherKind::ONNX.to_vec(),
             skip: Vec::new(),
         }
     }
@@ -281,8 +233,8 @@ struct Rewriter<'a> {
 
 impl Rule for Rewriter<'_> {
     fn visit(&mut self, node: &Node, site: &Site, names: &mut UniqueNames) -> Option<Change> {
-        let kind = GatherKind::of(node)?;
-        let label = label(node);
+        let kind = GatherKind::of(node).filter(|k| k.is_onnx())?;
+        let label = node.label();
         let outcome = if !self.config.kinds.contains(&kind) {
             Err(Skip("its op kind is not selected".to_owned()))
         } else if let Some(p) = self
@@ -343,9 +295,9 @@ impl Rule for Rewriter<'_> {
     }
 
     fn skip(&mut self, node: &Node, scope: &str, reason: &str) {
-        if let Some(kind) = GatherKind::of(node) {
+        if let Some(kind) = GatherKind::of(node).filter(|k| k.is_onnx()) {
             self.report.add(NodeReport {
-                node: label(node),
+                node: node.label(),
                 op: kind.name().to_owned(),
                 scope: scope.to_owned(),
                 outcome: NodeOutcome::Skipped {
@@ -368,72 +320,6 @@ enum Refusal {
 
 use Refusal::{Invalid, Skip};
 
-/// Checks what the operator's schema says about a node regardless of its operands' types: the
-/// operator exists in the opset, takes two inputs and gives one output, and has only the
-/// attributes it defines, of the right type.
-fn check_schema(node: &Node, kind: GatherKind, opset: i64) -> std::result::Result<(), Refusal> {
-    let since = match kind {
-        GatherKind::Gather => 1,
-        GatherKind::GatherElements | GatherKind::GatherNd => 11,
-    };
-    if opset < since {
-        return Err(Invalid(format!(
-            "{} does not exist in opset {opset} (it arrived in opset {since})",
-            kind.name()
-        )));
-    }
-    match node.inputs.as_slice() {
-        [d, i] if !d.is_empty() && !i.is_empty() => {}
-        _ => {
-            return Err(Invalid(format!(
-                "takes 2 inputs, found {}",
-                node.inputs.iter().filter(|i| !i.is_empty()).count()
-            )))
-        }
-    }
-    match node.outputs.as_slice() {
-        [o] if !o.is_empty() => {}
-        _ => {
-            return Err(Invalid(format!(
-                "has 1 output, found {}",
-                node.outputs.len()
-            )))
-        }
-    }
-    let allowed: &[&str] = match kind {
-        GatherKind::Gather | GatherKind::GatherElements => &["axis"],
-        GatherKind::GatherNd if opset >= 12 => &["batch_dims"],
-        GatherKind::GatherNd => &[],
-    };
-    for a in &node.attributes {
-        if !allowed.contains(&a.name.as_str()) {
-            return Err(Invalid(format!(
-                "attribute '{}' is not defined for {} in opset {opset}",
-                a.name,
-                kind.name()
-            )));
-        }
-        match &a.value {
-            AttrValue::Int(_) => {}
-            AttrValue::Ref { name, .. } => {
-                return Err(Skip(format!(
-                    "its attribute '{}' refers to the function attribute '{name}', which each call \
-                     site binds",
-                    a.name
-                )))
-            }
-            other => {
-                return Err(Invalid(format!(
-                    "attribute '{}' must be an int, found {}",
-                    a.name,
-                    other.type_name()
-                )))
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Builds the replacement of one gather node, or says why it cannot.
 fn rewrite_node(
     node: &Node,
@@ -443,7 +329,10 @@ fn rewrite_node(
     names: &mut UniqueNames,
 ) -> std::result::Result<Replacement, Refusal> {
     let (env, opset) = (site.env, site.opset);
-    check_schema(node, kind, opset)?;
+    let attrs = kind.check_schema(node, opset).map_err(|e| match e {
+        SchemaError::Invalid(reason) => Invalid(reason),
+        SchemaError::BoundByCall(reason) => Skip(reason),
+    })?;
     let (data, indices) = (node.inputs[0].as_str(), node.inputs[1].as_str());
     let output = node.outputs[0].as_str();
     let known = |name: &str| -> std::result::Result<(DataType, Vec<Dim>), Refusal> {
@@ -464,17 +353,17 @@ fn rewrite_node(
             "indices '{indices}' are {index_elem}, not int32 or int64"
         )));
     }
-    let attr = |name: &str, default: i64| node.attr_int(name, default).unwrap_or(default);
+    let (axis, batch_dims) = (attrs.axis().unwrap_or(0), attrs.batch_dims().unwrap_or(0));
     let (r, q) = (data_dims.len(), index_dims.len());
     let plan = match kind {
-        GatherKind::Gather => rules::gather(r, q, attr("axis", 0)),
+        GatherKind::Gather => rules::gather(r, q, axis),
         GatherKind::GatherElements => {
             if r != q {
                 return Err(Invalid(format!(
                     "data has rank {r} but indices have rank {q}; they must be equal"
                 )));
             }
-            rules::gather_elements(r, attr("axis", 0))
+            rules::gather_elements(r, axis)
         }
         GatherKind::GatherNd => {
             let depth = match index_dims.last() {
@@ -482,7 +371,7 @@ fn rewrite_node(
                     Some(k) => k as usize,
                     None => {
                         return nd_symbolic_depth(
-                            node,
+                            batch_dims,
                             label,
                             site,
                             names,
@@ -498,8 +387,9 @@ fn rewrite_node(
                     )))
                 }
             };
-            rules::gather_nd(r, q, depth, attr("batch_dims", 0))
+            rules::gather_nd(r, q, depth, batch_dims)
         }
+        GatherKind::Multiaxis => return Err(Skip("it is already a GatherMultiaxis".into())),
     }
     .map_err(|e| match e {
         crate::gather::GatherError::Unsupported { reason, .. } => Skip(reason),
@@ -507,7 +397,7 @@ fn rewrite_node(
     })?;
     plan.ranks(r, q).map_err(|e| Invalid(e.to_string()))?;
     let batch = match kind {
-        GatherKind::GatherNd => attr("batch_dims", 0) as usize,
+        GatherKind::GatherNd => batch_dims as usize,
         _ => 0,
     };
     check_sizes(plan.crop_input_to_indices, batch, &data_dims, &index_dims)?;
@@ -576,7 +466,7 @@ fn proven_equal(a: &Dim, b: &Dim) -> bool {
 /// The `Reshape` makes the depth known inside its branch and, in the last branch, refuses any
 /// depth outside `[1, r-b]` as GatherND does. With `r - b = 1` there is one branch and no `If`.
 fn nd_symbolic_depth(
-    node: &Node,
+    b: i64,
     label: &str,
     site: &Site,
     names: &mut UniqueNames,
@@ -585,7 +475,6 @@ fn nd_symbolic_depth(
     output: &str,
 ) -> std::result::Result<Replacement, Refusal> {
     let (r, q) = (data.2.len(), indices.2.len());
-    let b = node.attr_int("batch_dims", 0).unwrap_or(0);
     let limit = r.min(q);
     if b < 0 || b as usize >= limit {
         return Err(Invalid(format!(
@@ -711,13 +600,14 @@ fn emit(e: &mut Emitter, plan: &GatherPlan, data: Operand, indices: Operand, out
     } else {
         e.fresh("gathered")
     };
+    let multiaxis = GatherKind::Multiaxis;
     let mut node = Node::new(
-        "GatherMultiaxis",
-        &e.node_name("GatherMultiaxis"),
+        multiaxis.name(),
+        &e.node_name(multiaxis.name()),
         [x, i],
         [gathered.clone()],
     )
-    .with_domain(DOMAIN)
+    .with_domain(multiaxis.domain())
     .with_attr(
         "axes",
         AttrValue::Ints(plan.spec.axes.iter().map(|&a| a as i64).collect()),

@@ -11,9 +11,12 @@ mod gather_to_multiaxis;
 mod lower;
 mod walk;
 
+/// The gather family, whose home is [`crate::ops::GatherKind`]: the rewrite's
+/// [`RewriteConfig::kinds`] are its ONNX kinds.
+pub use crate::ops::GatherKind;
 pub use function_body::{DefineMultiaxisFunctions, FunctionReport};
 pub use gather_to_multiaxis::{
-    GatherKind, GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
+    GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
 };
 pub use lower::{LowerConfig, LowerMultiaxis, LowerReport, Pattern};
 

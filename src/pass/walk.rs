@@ -18,23 +18,29 @@ use std::collections::{HashMap, HashSet};
 use super::emit::{Constants, Emitter, Replacement};
 use crate::infer::{join, Formals, TypeEnv};
 use crate::ir::{
-    opset_version, AttrValue, Function, Graph, Model, Node, NodeId, OpsetImport, TensorType,
-    UniqueNames,
+    opset_version, AttrValue, CallGraph, Function, Graph, Model, Node, NodeId, OpsetImport,
+    TensorType, UniqueNames,
 };
 
-/// A model-local function: domain, name, overload.
+/// A model-local function's [`crate::ir::FunctionKey`], owned: the walk keeps the keys while it
+/// edits the model's graphs.
 pub(crate) type FunctionKey = (String, String, Option<String>);
+
+/// The owned form of a key.
+fn owned((domain, name, overload): crate::ir::FunctionKey<'_>) -> FunctionKey {
+    (
+        domain.to_owned(),
+        name.to_owned(),
+        overload.map(str::to_owned),
+    )
+}
 
 /// The function a node calls, if it names one of `functions`.
 pub(crate) fn called_function(
     node: &Node,
     functions: &HashSet<FunctionKey>,
 ) -> Option<FunctionKey> {
-    let key = (
-        node.domain.clone(),
-        node.op_type.clone(),
-        node.overload.clone(),
-    );
+    let key = owned(node.call_key());
     functions.contains(&key).then_some(key)
 }
 
@@ -104,25 +110,12 @@ pub(crate) trait Rule {
     fn contradiction(&mut self, _scope: &str, _text: &str) {}
 }
 
-/// How reports name a node: its name, or its first output's when it has none.
-pub(crate) fn label(node: &Node) -> String {
-    if node.name.is_empty() {
-        node.outputs.first().cloned().unwrap_or_default()
-    } else {
-        node.name.clone()
-    }
-}
-
 /// Runs `rule` over every graph of `model`; returns the number of nodes replaced.
 ///
 /// Function bodies are typed from every call site in the model, collected before any graph is
 /// changed ([`signatures`]).
 pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
-    let functions: HashSet<FunctionKey> = model
-        .functions
-        .iter()
-        .map(|f| (f.domain.clone(), f.name.clone(), f.overload.clone()))
-        .collect();
+    let functions: HashSet<FunctionKey> = model.functions.iter().map(|f| owned(f.key())).collect();
     let signatures = signatures(model, &functions);
     let mut walker = Walker {
         rule,
@@ -148,7 +141,7 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
             continue;
         }
         let scope = format!("function {}.{}", f.domain, f.name);
-        let key = (f.domain.clone(), f.name.clone(), f.overload.clone());
+        let key = owned(f.key());
         let types = match signatures.get(&key) {
             Some(Signature::Consistent(types)) => types.clone(),
             Some(Signature::Conflicting(reason)) => {
@@ -205,38 +198,10 @@ pub(crate) fn signatures(
     );
     // Callers before callees: a function's body is read once every function calling it has
     // been, so its signature is complete by then.
-    let index: HashMap<FunctionKey, usize> = model
-        .functions
-        .iter()
-        .enumerate()
-        .map(|(i, f)| ((f.domain.clone(), f.name.clone(), f.overload.clone()), i))
-        .collect();
-    let callees: Vec<HashSet<usize>> = model
-        .functions
-        .iter()
-        .map(|f| {
-            let mut out = HashSet::new();
-            each_node(&f.body, &mut |n| {
-                if let Some(k) = called_function(n, functions) {
-                    out.extend(index.get(&k).copied());
-                }
-            });
-            out
-        })
-        .collect();
-    let mut callers = vec![0usize; model.functions.len()];
-    for c in &callees {
-        for &j in c {
-            callers[j] += 1;
-        }
-    }
-    let mut ready: Vec<usize> = (0..callers.len()).filter(|&i| callers[i] == 0).collect();
-    let mut done = vec![false; model.functions.len()];
-    while let Some(i) = ready.pop() {
-        done[i] = true;
+    let (order, cyclic) = CallGraph::new(&model.functions).callers_first();
+    for i in order {
         let f = &model.functions[i];
-        let key = (f.domain.clone(), f.name.clone(), f.overload.clone());
-        let formals = match calls.get(&key) {
+        let formals = match calls.get(&owned(f.key())) {
             Some(Signature::Consistent(types)) => types.clone(),
             _ => Vec::new(),
         };
@@ -247,22 +212,12 @@ pub(crate) fn signatures(
             Formals::Given(&formals),
             &mut |node, env| record(node, env, &mut calls),
         );
-        for &j in &callees[i] {
-            callers[j] -= 1;
-            if callers[j] == 0 {
-                ready.push(j);
-            }
-        }
     }
-    for (i, f) in model.functions.iter().enumerate() {
-        if !done[i] {
-            calls.insert(
-                (f.domain.clone(), f.name.clone(), f.overload.clone()),
-                Signature::Conflicting(
-                    "the function is called from a cycle of function calls".into(),
-                ),
-            );
-        }
+    for i in cyclic {
+        calls.insert(
+            owned(model.functions[i].key()),
+            Signature::Conflicting("the function is called from a cycle of function calls".into()),
+        );
     }
     calls
 }
@@ -301,16 +256,6 @@ fn add_call(
         Some(conflicting) => conflicting,
     };
     calls.insert(key, next);
-}
-
-/// Calls `f` on every node of `graph` and of its subgraphs at any depth.
-fn each_node(graph: &Graph, f: &mut dyn FnMut(&Node)) {
-    for (_, n) in graph.nodes() {
-        f(n);
-        for g in n.subgraphs() {
-            each_node(g, f);
-        }
-    }
 }
 
 /// Calls `f` on every node of `graph` and of its subgraphs at any depth, with the types known
@@ -378,8 +323,7 @@ impl Walker<'_> {
             }
             count += self.subgraphs(graph, id, scope, imports, &env, in_function);
             let node = graph.node(id);
-            let multiaxis =
-                node.domain == crate::gather::DOMAIN && node.op_type == crate::gather::OP_TYPE;
+            let multiaxis = crate::ops::is_multiaxis(&node.domain, &node.op_type);
             if !multiaxis && called_function(node, &self.functions).is_some() {
                 continue;
             }

@@ -38,6 +38,7 @@ use super::Rng;
 use crate::error::{Error, Result};
 use crate::infer::TypeEnv;
 use crate::ir::{canonical_domain, is_onnx_domain, Dim, Graph, Model, Node, Value};
+use crate::ops::{GatherAttributes, GatherKind};
 use crate::tensor::Tensor;
 use crate::DataType;
 
@@ -751,11 +752,7 @@ fn call_bounds(
     sizes: &HashMap<String, usize>,
     calls: usize,
 ) -> Vec<(String, Bound)> {
-    let Some(f) = model
-        .functions
-        .iter()
-        .find(|f| f.domain == node.domain && f.name == node.op_type && f.overload == node.overload)
-    else {
+    let Some(f) = model.functions.iter().find(|f| f.key() == node.call_key()) else {
         return Vec::new();
     };
     let types: Vec<_> = node.inputs.iter().map(|i| env.get(i).cloned()).collect();
@@ -813,33 +810,41 @@ fn gather_bound(
         };
         Some((if negatives { -d } else { 0 }, d))
     };
-    let (coords, what): (Vec<(i64, i64)>, String) =
-        match (canonical_domain(&node.domain), node.op_type.as_str()) {
-            ("", "Gather" | "GatherElements" | "Scatter" | "ScatterElements") => {
-                let axis = node.attr_int("axis", 0).ok()?;
-                (vec![size(axis)?], format!("axis {axis}"))
-            }
-            ("", "GatherND" | "ScatterND") => {
-                let batch = node.attr_int("batch_dims", 0).ok()?;
-                // The depth as the drawn inputs will have it.
-                let depth = env.dims(node.inputs.get(1)?)?.last()?;
-                let k = match depth {
-                    Dim::Known(v) if *v >= 0 => *v,
-                    Dim::Symbolic(_) => resolve(depth, sizes) as i64,
-                    _ => return None,
-                };
-                let coords = (0..k.min(64))
-                    .map(|j| size(batch + j))
-                    .collect::<Option<_>>()?;
-                (coords, format!("batch_dims {batch}"))
-            }
-            (crate::gather::DOMAIN, "GatherMultiaxis") => {
-                let axes = node.attr_ints("axes").ok()??;
-                let coords = axes.iter().map(|&a| size(a)).collect::<Option<_>>()?;
-                (coords, format!("axes {axes:?}"))
-            }
+    // The gathers' attributes by their typed parse, the scatters' as the gathers they mirror.
+    let attrs = match GatherKind::of(node) {
+        Some(kind) => kind.attributes(node).ok()?,
+        None => match (canonical_domain(&node.domain), node.op_type.as_str()) {
+            ("", "Scatter" | "ScatterElements") => GatherAttributes::GatherElements {
+                axis: node.attr_int("axis", 0).ok()?,
+            },
+            ("", "ScatterND") => GatherAttributes::GatherNd {
+                batch_dims: node.attr_int("batch_dims", 0).ok()?,
+            },
             _ => return None,
-        };
+        },
+    };
+    let (coords, what): (Vec<(i64, i64)>, String) = match attrs {
+        GatherAttributes::Gather { axis } | GatherAttributes::GatherElements { axis } => {
+            (vec![size(axis)?], format!("axis {axis}"))
+        }
+        GatherAttributes::GatherNd { batch_dims: batch } => {
+            // The depth as the drawn inputs will have it.
+            let depth = env.dims(node.inputs.get(1)?)?.last()?;
+            let k = match depth {
+                Dim::Known(v) if *v >= 0 => *v,
+                Dim::Symbolic(_) => resolve(depth, sizes) as i64,
+                _ => return None,
+            };
+            let coords = (0..k.min(64))
+                .map(|j| size(batch + j))
+                .collect::<Option<_>>()?;
+            (coords, format!("batch_dims {batch}"))
+        }
+        GatherAttributes::Multiaxis(m) => {
+            let coords = m.axes.iter().map(|&a| size(a)).collect::<Option<_>>()?;
+            (coords, format!("axes {:?}", m.axes))
+        }
+    };
     if coords.is_empty() {
         return None;
     }

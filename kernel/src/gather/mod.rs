@@ -40,6 +40,24 @@ pub const OP_TYPE: &str = "GatherMultiaxis";
 /// The version of [`DOMAIN`] that introduced the operator.
 pub const SINCE_VERSION: i64 = 1;
 
+/// How messages name a node: `'NAME'`, or `producing 'OUTPUT'` for a node without a name (by
+/// its first output). The interpreter and the onnxruntime library word their errors
+/// `node LABEL (OP): REASON` with it, so one node is named alike in both.
+///
+/// # Example
+/// ```
+/// use multigather_kernel::gather::node_label;
+/// assert_eq!(node_label("pick", Some("y")), "'pick'");
+/// assert_eq!(node_label("", Some("y")), "producing 'y'");
+/// assert_eq!(node_label("", None), "''");
+/// ```
+pub fn node_label(name: &str, first_output: Option<&str>) -> String {
+    match (name, first_output) {
+        ("", Some(out)) => format!("producing '{out}'"),
+        (name, _) => format!("'{name}'"),
+    }
+}
+
 /// What an index outside `[-d, d-1]` does (`d` is the size of its axis): the `mode` attribute.
 ///
 /// In every mode a negative index `-d <= i <= -1` counts from the end (`i + d`).

@@ -82,12 +82,13 @@ use serde::Serialize;
 use self::roles::{choose, grows, roles, Role};
 use super::emit::{Emitter, Replacement};
 use super::gather_to_multiaxis::uses_domain;
-use super::walk::{label, walk, Change, Rule, Site};
+use super::walk::{walk, Change, Rule, Site};
 use super::{NodeOutcome, NodeReport, Pass, ReportingPass};
 use crate::error::{Error, Result};
 use crate::gather::{GatherSpec, OutOfRange, DOMAIN, OP_TYPE};
 use crate::infer::TypeEnv;
 use crate::ir::{Dim, Graph, Model, Node, TensorType, UniqueNames};
+use crate::ops::is_multiaxis;
 use crate::ops::{gather_multiaxis_dims, logical_indices_dims};
 use crate::DataType;
 
@@ -275,7 +276,7 @@ impl Pass for LowerMultiaxis {
             // A model-local definition of the operator has no callers any more.
             model
                 .functions
-                .retain(|f| !(f.domain == DOMAIN && f.name == OP_TYPE));
+                .retain(|f| !is_multiaxis(&f.domain, &f.name));
             let before = model.opset_imports.len();
             model.opset_imports.retain(|o| o.domain() != DOMAIN);
             self.report.removed_import = model.opset_imports.len() != before;
@@ -376,10 +377,10 @@ struct Lowering<'a> {
 
 impl Rule for Lowering<'_> {
     fn visit(&mut self, node: &Node, site: &Site, names: &mut UniqueNames) -> Option<Change> {
-        if node.domain != DOMAIN || node.op_type != OP_TYPE {
+        if !is_multiaxis(&node.domain, &node.op_type) {
             return None;
         }
-        let label = label(node);
+        let label = node.label();
         let (outcome, change) = match lower_node(node, &label, site, names) {
             Ok(lowered) => {
                 self.report.lowered += 1;
@@ -405,12 +406,12 @@ impl Rule for Lowering<'_> {
     }
 
     fn skip(&mut self, node: &Node, scope: &str, reason: &str) {
-        if node.domain == DOMAIN && node.op_type == OP_TYPE {
+        if is_multiaxis(&node.domain, &node.op_type) {
             let skipped = NodeOutcome::Skipped {
                 reason: reason.to_owned(),
             };
             let r = &mut *self.report;
-            record(&mut r.nodes, &mut r.skipped, label(node), scope, skipped);
+            record(&mut r.nodes, &mut r.skipped, node.label(), scope, skipped);
         }
     }
 }
@@ -523,7 +524,10 @@ pub(super) fn lower_node(
         );
     // The rewrite names its node `<gather>/GatherMultiaxis`; the lowering's names derive from
     // `<gather>` again.
-    let base = label.strip_suffix("/GatherMultiaxis").unwrap_or(label);
+    let base = label
+        .strip_suffix(OP_TYPE)
+        .and_then(|b| b.strip_suffix('/'))
+        .unwrap_or(label);
     let mut l = Lowerer {
         e: site.emitter(base, names),
         graph: site.graph,

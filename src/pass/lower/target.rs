@@ -10,7 +10,7 @@
 //! Nodes the lowering emits are built at the target. Model-local functions keep their own
 //! imports and are not checked.
 
-use super::super::walk::{label, Change, Rule, Site};
+use super::super::walk::{Change, Rule, Site};
 use crate::ir::{canonical_domain, is_onnx_domain, Node, UniqueNames};
 use crate::ops::{constraints, registry};
 
@@ -42,7 +42,7 @@ impl Rule for AtTarget {
                 op: node.op_type.clone(),
                 why: format!(
                     "node '{}' ({}) in {}: {reason}",
-                    label(node),
+                    node.label(),
                     node.op_type,
                     site.scope
                 ),

@@ -1,48 +1,23 @@
-//! The four gathers: ONNX `Gather` (opsets 1, 11, 13), `GatherElements` (11, 13), `GatherND`
-//! (11, 12, 13) and `multigather.GatherMultiaxis`.
-//!
-//! Specs: <https://onnx.ai/onnx/operators/onnx__Gather.html>,
-//! <https://onnx.ai/onnx/operators/onnx__GatherElements.html>,
-//! <https://onnx.ai/onnx/operators/onnx__GatherND.html>, and `docs/gather-multiaxis.md`.
-//!
-//! Design note: the three ONNX gathers are written here directly from their ONNX definitions, as
-//! block copies, and do **not** go through `GatherMultiaxis` or its mappings. Verifying a rewrite
-//! compares the original model (these kernels) with the rewritten one (the `GatherMultiaxis`
-//! kernel), so the two sides must not share the code under test. Negative indices count from the
-//! end in every opset (opset 1 left them undefined; every runtime wraps them).
+//! The three ONNX gathers, `Gather`, `GatherElements` and `GatherND`, written directly from
+//! their ONNX definitions as block copies; they share no code with `GatherMultiaxis` (see the
+//! design note of the parent module).
 
-use crate::error::{Error, Result};
-use crate::gather::{self, GatherSpec};
-use crate::ir::{broadcast_dim, Dim, Shape, TensorType};
-use crate::tensor::try_with_capacity;
-use crate::tensor::Tensor;
 use std::mem::MaybeUninit;
 
-use super::num::dispatch_width;
-use super::vector::{assume_written, copy};
+use super::{nonnegative_batch_dims, prepared, GatherAttributes};
+use crate::error::{Error, Result};
+use crate::ir::{Shape, TensorType};
+use crate::ops::num::dispatch_width;
+use crate::ops::util::{normalize_axis, required};
+use crate::ops::vector::{assume_written, copy};
+use crate::ops::{EvalCtx, InferCtx};
+use crate::tensor::{try_with_capacity, Tensor};
 
-use super::attrs::Axis;
-use super::util::required;
-use super::{prepare, Attributes, EvalCtx, InferCtx, OpDef};
+/// The `axis` of a `Gather` or `GatherElements` among `rank` axes, made non-negative.
+fn axis_of(attrs: &GatherAttributes, rank: usize) -> Result<usize> {
+    normalize_axis(prepared(attrs, GatherAttributes::axis)?, rank)
+}
 
-pub(super) const DEFS: &[OpDef] = &[
-    OpDef::new("Gather", 1, 2..=2, 1..=1, eval_gather)
-        .with_infer(infer_gather)
-        .with_prepare(prepare::<Axis<0>>),
-    OpDef::new("GatherElements", 11, 2..=2, 1..=1, eval_gather_elements)
-        .with_infer(infer_gather_elements)
-        .with_prepare(prepare::<Axis<0>>),
-    OpDef::new("GatherND", 11, 2..=2, 1..=1, eval_gather_nd)
-        .with_infer(infer_gather_nd)
-        .with_prepare(prepare::<BatchDims>),
-    OpDef::new(gather::OP_TYPE, 1, 2..=2, 1..=1, eval_multiaxis)
-        .with_infer(infer_multiaxis)
-        .with_prepare(prepare::<MultiaxisAttrs>)
-        .in_domain(gather::DOMAIN),
-];
-
-/// Index `k` of `indices` resolved against a dimension of size `dim`; the error names its
-/// position.
 /// The elements of an int32 or int64 indices tensor, read without a per-element type check.
 enum Indices<'t> {
     I32(&'t [i32]),
@@ -75,6 +50,8 @@ impl<'t> Indices<'t> {
     }
 }
 
+/// Index `k` of `indices` resolved against a dimension of size `dim`; the error names its
+/// position.
 fn index(indices: &Indices<'_>, k: usize, dim: usize) -> Result<usize> {
     let v = indices.get(k).ok_or_else(|| {
         Error::Eval(format!(
@@ -100,14 +77,14 @@ fn out_of_range(v: i64, k: usize, dim: usize) -> Error {
 
 /// `out[o, i..., n] = data[o, indices[i...], n]` with `o` over the dims before `axis` and `n`
 /// over the dims after it.
-fn eval_gather(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+pub(super) fn eval_gather(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (data, indices) = (required(inputs, 0)?, required(inputs, 1)?);
     let picked = Indices::of(indices)?;
     let shape = data.shape();
     if shape.is_empty() {
         return Err(ctx.error("data must have rank 1 or more"));
     }
-    let axis = ctx.attrs::<Axis<0>>()?.of_rank(shape.len())?;
+    let axis = axis_of(&*ctx.attrs()?, shape.len())?;
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
     let dim = shape[axis];
@@ -179,13 +156,13 @@ fn gather_rows<T: bytemuck::Pod + Send + Sync>(
     })?)
 }
 
-fn infer_gather(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+pub(super) fn infer_gather(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let Some(data) = ctx.input(0) else {
         return Ok(Vec::new());
     };
     let shape = match (&data.shape, ctx.input(1).and_then(|t| t.shape.as_ref())) {
         (Some(d), Some(i)) if d.rank() > 0 => {
-            let a = ctx.attrs::<Axis<0>>()?.of_rank(d.rank())?;
+            let a = axis_of(&*ctx.attrs()?, d.rank())?;
             Some(Shape::new(
                 d.dims[..a]
                     .iter()
@@ -205,7 +182,10 @@ fn infer_gather(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
 
 /// `out[i] = data[i with i[axis] replaced by indices[i]]`; the output has the indices' shape,
 /// which may be smaller than the data's on the other axes.
-fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+pub(super) fn eval_gather_elements(
+    ctx: &EvalCtx<'_>,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
     let (data, indices) = (required(inputs, 0)?, required(inputs, 1)?);
     let picked = Indices::of(indices)?;
     let (ds, is) = (data.shape(), indices.shape());
@@ -214,7 +194,7 @@ fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
             "data {ds:?} and indices {is:?} must have the same rank, at least 1"
         )));
     }
-    let axis = ctx.attrs::<Axis<0>>()?.of_rank(ds.len())?;
+    let axis = axis_of(&*ctx.attrs()?, ds.len())?;
     if let Some(j) = (0..ds.len()).find(|&j| j != axis && is[j] > ds[j]) {
         return Err(ctx.error(format!(
             "indices {is:?} are larger than data {ds:?} on axis {j}"
@@ -229,7 +209,7 @@ fn eval_gather_elements(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result
             return Ok(vec![out?]);
         }
     }
-    let data_strides = super::util::strides(ds);
+    let data_strides = crate::ops::util::strides(ds);
     let mut coord = vec![0usize; is.len()];
     // The data offset of `coord` without its `axis` term, kept as the coordinates count up.
     let mut base = 0usize;
@@ -265,7 +245,7 @@ fn elements_rows<T: bytemuck::Pod, I: Copy + Into<i64>>(
     let src = data.as_slice::<T>()?;
     let inner: usize = ds[axis + 1..].iter().product();
     let (dim, slab_in, slab_out) = (ds[axis], ds[axis] * inner, is[axis] * inner);
-    let data_strides = super::util::strides(ds);
+    let data_strides = crate::ops::util::strides(ds);
     // The data slab of output slab `o`: consecutive when the outer dims agree.
     let same_outer = is[..axis] == ds[..axis];
     let slab_base = |o: usize| -> usize {
@@ -310,33 +290,25 @@ fn elements_rows<T: bytemuck::Pod, I: Copy + Into<i64>>(
     Ok(out?)
 }
 
-fn infer_gather_elements(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+pub(super) fn infer_gather_elements(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     Ok(vec![TensorType {
         elem: ctx.input(0).and_then(|t| t.elem),
         shape: ctx.input(1).and_then(|t| t.shape.clone()),
     }])
 }
 
-/// With `b = batch_dims` and `k` the last indices dim: for each batch position and index tuple,
-/// The `batch_dims` attribute of a `GatherND` node, checked not to be negative.
-#[derive(Clone, Copy, Debug)]
-struct BatchDims(usize);
-
-impl Attributes for BatchDims {
-    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<BatchDims> {
-        let b = usize::try_from(node.attr_int("batch_dims", 0)?)
-            .map_err(|_| Error::Eval("batch_dims must not be negative".into()))?;
-        Ok(BatchDims(b))
-    }
+/// The prepared `batch_dims` of a `GatherND` node, not negative.
+fn batch_dims_of(attrs: &GatherAttributes) -> Result<usize> {
+    nonnegative_batch_dims(prepared(attrs, GatherAttributes::batch_dims)?)
 }
 
 /// `out[batch, i...] = data[batch, indices[batch, i..., :]]`, a block of the data dims after
 /// `b + k`.
-fn eval_gather_nd(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+pub(super) fn eval_gather_nd(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let (data, indices) = (required(inputs, 0)?, required(inputs, 1)?);
     let picked = Indices::of(indices)?;
     let (ds, is) = (data.shape(), indices.shape());
-    let BatchDims(b) = *ctx.attrs::<BatchDims>()?;
+    let b = batch_dims_of(&*ctx.attrs()?)?;
     let (r, q) = (ds.len(), is.len());
     if r == 0 || q == 0 {
         return Err(ctx.error("data and indices must have rank 1 or more"));
@@ -361,7 +333,7 @@ fn eval_gather_nd(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<T
     let batch: usize = ds[..b].iter().product();
     let inner: usize = ds[b + k..].iter().product();
     let per_batch: usize = ds[b..].iter().product();
-    let data_strides = super::util::strides(ds);
+    let data_strides = crate::ops::util::strides(ds);
     let tuples = indices.len() / k;
     let tuples_per_batch = tuples.checked_div(batch).unwrap_or(0);
     let mut starts = try_with_capacity(tuples)?;
@@ -376,7 +348,7 @@ fn eval_gather_nd(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<T
     Ok(vec![data.take_blocks(&out_shape, &starts, inner)?])
 }
 
-fn infer_gather_nd(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
+pub(super) fn infer_gather_nd(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     let Some(data) = ctx.input(0) else {
         return Ok(Vec::new());
     };
@@ -384,7 +356,7 @@ fn infer_gather_nd(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
         let d = data.shape.as_ref()?;
         let i = ctx.input(1)?.shape.as_ref()?;
         let k = usize::try_from(i.dims.last()?.known()?).ok()?;
-        let BatchDims(b) = *ctx.attrs::<BatchDims>().ok()?;
+        let b = batch_dims_of(&*ctx.attrs().ok()?).ok()?;
         let dims = i.dims[..i.rank() - 1]
             .iter()
             .chain(d.dims.get(b + k..)?)
@@ -398,114 +370,6 @@ fn infer_gather_nd(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
     }])
 }
 
-/// The attributes of a `GatherMultiaxis` node, parsed by the one rule every engine shares
-/// ([`gather::MultiaxisAttributes::parse`]).
-pub fn multiaxis_attributes(
-    node: &crate::ir::Node,
-) -> std::result::Result<gather::MultiaxisAttributes, gather::GatherError> {
-    use crate::ir::AttrValue;
-    let raw = |name: &str| {
-        node.attr(name).map(|value| match value {
-            AttrValue::Ints(v) => gather::RawAttr::Ints(v),
-            AttrValue::String(s) => gather::RawAttr::String(s),
-            other => gather::RawAttr::Other(other.type_name()),
-        })
-    };
-    gather::MultiaxisAttributes::parse(raw("axes"), raw("mode"))
-}
-
-/// The attributes of a `GatherMultiaxis` node, parsed once when a graph is planned.
-#[derive(Clone, Debug)]
-struct MultiaxisAttrs(gather::MultiaxisAttributes);
-
-impl Attributes for MultiaxisAttrs {
-    fn parse(node: &crate::ir::Node, _opset: i64) -> Result<MultiaxisAttrs> {
-        multiaxis_attributes(node)
-            .map(MultiaxisAttrs)
-            .map_err(|e| Error::node(&node.name, &node.op_type, e.to_string()))
-    }
-}
-
-impl MultiaxisAttrs {
-    /// The spec for inputs of rank `rank`.
-    fn spec(&self, rank: usize) -> Result<GatherSpec> {
-        Ok(self.0.spec(rank)?)
-    }
-}
-
-fn eval_multiaxis(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let (data, indices) = (required(inputs, 0)?, required(inputs, 1)?);
-    let spec = ctx.attrs::<MultiaxisAttrs>()?.spec(data.rank())?;
-    Ok(vec![gather::gather_multiaxis(data, indices, &spec)?])
-}
-
-fn infer_multiaxis(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    let Some(data) = ctx.input(0) else {
-        return Ok(Vec::new());
-    };
-    let unknown_shape = || {
-        Ok(vec![TensorType {
-            elem: data.elem,
-            shape: None,
-        }])
-    };
-    let (Some(d), Some(i)) = (&data.shape, ctx.input(1).and_then(|t| t.shape.as_ref())) else {
-        return unknown_shape();
-    };
-    let spec = ctx.attrs::<MultiaxisAttrs>()?.spec(d.rank())?;
-    if i.rank() != d.rank() {
-        return unknown_shape();
-    }
-    let dims: Vec<Dim> = gather_multiaxis_dims(&d.dims, &i.dims, &spec.axes);
-    Ok(vec![TensorType {
-        elem: data.elem,
-        shape: Some(Shape::new(dims)),
-    }])
-}
-
-/// The output dims of `GatherMultiaxis` over possibly symbolic input and indices dims of equal
-/// rank: the dims of `axes` come from the logical indices (the last indices dim divided by the
-/// coordinate size `max(len(axes), 1)`), the others broadcast.
-///
-/// # Example
-/// ```
-/// use multigather::ops::gather_multiaxis_dims;
-/// use multigather::ir::Dim;
-/// let b = Dim::Symbolic("B".into());
-/// let out = gather_multiaxis_dims(&[b.clone(), Dim::Known(5), Dim::Known(1)], &[Dim::Known(1), Dim::Known(1), Dim::Known(8)], &[1, 2]);
-/// assert_eq!(out, vec![b, Dim::Known(1), Dim::Known(4)]);
-/// ```
-pub fn gather_multiaxis_dims(input: &[Dim], indices: &[Dim], axes: &[usize]) -> Vec<Dim> {
-    let logical = logical_indices_dims(indices, axes.len());
-    input
-        .iter()
-        .zip(&logical)
-        .enumerate()
-        .map(|(j, (x, l))| {
-            if axes.contains(&j) {
-                l.clone()
-            } else {
-                broadcast_dim(x, l)
-            }
-        })
-        .collect()
-}
-
-/// The logical indices dims of `GatherMultiaxis` with `axis_count` axes: the last dim divided by
-/// the coordinate size (unknown unless it is a known size).
-pub fn logical_indices_dims(indices: &[Dim], axis_count: usize) -> Vec<Dim> {
-    let c = axis_count.max(1) as i64;
-    let mut logical = indices.to_vec();
-    if let Some(last) = logical.last_mut() {
-        *last = match &*last {
-            Dim::Known(n) => Dim::Known(*n / c),
-            d if c == 1 => d.clone(),
-            _ => Dim::Unknown,
-        };
-    }
-    logical
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,7 +379,7 @@ mod tests {
 
     fn run(node: Node, inputs: &[&Tensor]) -> Result<Tensor> {
         let inputs: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
-        Ok(super::super::eval_node(&node, 13, &inputs)?.remove(0))
+        Ok(crate::ops::eval_node(&node, 13, &inputs)?.remove(0))
     }
 
     fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
@@ -657,8 +521,8 @@ mod tests {
                 let node = Node::new("GatherElements", "g", ["d", "i"], ["y"])
                     .with_attr("axis", AttrValue::Int(axis));
                 let out = run(node, &[&data, &i]).unwrap();
-                let st = super::super::util::strides(&shape);
-                let ist = super::super::util::strides(&idx_shape);
+                let st = crate::ops::util::strides(&shape);
+                let ist = crate::ops::util::strides(&idx_shape);
                 let mut want = Vec::new();
                 for (k, &p) in idx.iter().enumerate() {
                     let p = if p < 0 { p + shape[a] as i64 } else { p } as usize;
