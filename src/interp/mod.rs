@@ -39,7 +39,7 @@
 
 mod edges;
 mod fuse;
-mod pool;
+mod threads;
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -535,10 +535,10 @@ impl<'m> Session<'m> {
             threads => threads.unwrap_or(0),
         };
         let awake = || crate::par::with_workers_awake(work);
-        if let Some(caller) = pool::Caller::get(threads) {
+        if let Some(caller) = threads::Caller::get(threads) {
             return caller.run(&self.arena, awake);
         }
-        match self.pool.get_or_init(|| pool::own(threads, &self.arena)) {
+        match self.pool.get_or_init(|| threads::own(threads, &self.arena)) {
             Some(pool) => pool.install(awake),
             None => awake(),
         }

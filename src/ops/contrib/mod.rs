@@ -21,16 +21,16 @@
 //! where onnxruntime defines it.
 
 mod activations;
-mod attention;
 mod embed_norm;
 mod fused;
+mod multi_head_attention;
 mod nhwc;
 mod qgemm;
 mod qlinear;
 mod qsoftmax;
 mod quant_lstm;
 mod quant_matmul;
-mod rotary;
+mod rotary_embedding;
 mod skip_norm;
 
 use super::attrs::{Epsilon12, TrailingNorm};
@@ -124,36 +124,48 @@ pub(super) const DEFS: &[OpDef] = &[
     )
     .with_infer(activations::infer_like_input)
     .in_domain(DOMAIN),
-    OpDef::new("Attention", 1, 2..=7, 1..=2, attention::eval_attention)
-        .with_infer(attention::infer_float_outputs)
-        .in_domain(DOMAIN),
-    OpDef::new("QAttention", 1, 5..=9, 1..=2, attention::eval_qattention)
-        .with_infer(attention::infer_float_outputs)
-        .in_domain(DOMAIN),
+    OpDef::new(
+        "Attention",
+        1,
+        2..=7,
+        1..=2,
+        multi_head_attention::eval_attention,
+    )
+    .with_infer(multi_head_attention::infer_float_outputs)
+    .in_domain(DOMAIN),
+    OpDef::new(
+        "QAttention",
+        1,
+        5..=9,
+        1..=2,
+        multi_head_attention::eval_qattention,
+    )
+    .with_infer(multi_head_attention::infer_float_outputs)
+    .in_domain(DOMAIN),
     OpDef::new(
         "MultiHeadAttention",
         1,
         1..=10,
         1..=4,
-        attention::eval_multi_head_attention,
+        multi_head_attention::eval_multi_head_attention,
     )
-    .with_infer(attention::infer_float_outputs)
+    .with_infer(multi_head_attention::infer_float_outputs)
     .in_domain(DOMAIN),
     OpDef::new(
         "GroupQueryAttention",
         1,
         7..=12,
         1..=4,
-        attention::eval_group_query_attention,
+        multi_head_attention::eval_group_query_attention,
     )
-    .with_infer(attention::infer_float_outputs)
+    .with_infer(multi_head_attention::infer_float_outputs)
     .in_domain(DOMAIN),
     OpDef::new(
         "RotaryEmbedding",
         1,
         4..=4,
         1..=1,
-        rotary::eval_rotary_embedding,
+        rotary_embedding::eval_rotary_embedding,
     )
     .with_infer(activations::infer_like_input)
     .in_domain(DOMAIN),
@@ -164,14 +176,14 @@ pub(super) const DEFS: &[OpDef] = &[
         2..=3,
         embed_norm::eval_embed_layer_norm,
     )
-    .with_infer(attention::infer_embed_outputs)
+    .with_infer(multi_head_attention::infer_embed_outputs)
     .with_prepare(prepare::<Epsilon12>)
     .in_domain(DOMAIN),
     OpDef::new("QLinearAdd", 1, 7..=8, 1..=1, qlinear::eval_qlinear_add)
-        .with_infer(attention::infer_first_input_type)
+        .with_infer(multi_head_attention::infer_first_input_type)
         .in_domain(DOMAIN),
     OpDef::new("QLinearMul", 1, 7..=8, 1..=1, qlinear::eval_qlinear_mul)
-        .with_infer(attention::infer_first_input_type)
+        .with_infer(multi_head_attention::infer_first_input_type)
         .in_domain(DOMAIN),
     OpDef::new(
         "QLinearConcat",
@@ -180,7 +192,7 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         qlinear::eval_qlinear_concat,
     )
-    .with_infer(attention::infer_first_input_type)
+    .with_infer(multi_head_attention::infer_first_input_type)
     .in_domain(DOMAIN),
     OpDef::new(
         "QLinearSoftmax",
@@ -189,7 +201,7 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         qsoftmax::eval_qlinear_softmax,
     )
-    .with_infer(attention::infer_first_input_type)
+    .with_infer(multi_head_attention::infer_first_input_type)
     .in_domain(DOMAIN),
     OpDef::new(
         "QLinearGlobalAveragePool",
@@ -198,7 +210,7 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         qlinear::eval_qlinear_global_average_pool,
     )
-    .with_infer(attention::infer_first_input_type)
+    .with_infer(multi_head_attention::infer_first_input_type)
     .in_domain(DOMAIN),
     OpDef::new(
         "MatMulIntegerToFloat",
@@ -207,7 +219,7 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         quant_matmul::eval_matmul_integer_to_float,
     )
-    .with_infer(attention::infer_float_outputs)
+    .with_infer(multi_head_attention::infer_float_outputs)
     .in_domain(DOMAIN),
     OpDef::new("QGemm", 1, 6..=9, 1..=1, qgemm::eval_qgemm)
         .with_infer(qgemm::infer_qgemm)
@@ -219,7 +231,7 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         quant_matmul::eval_dynamic_quantize_matmul,
     )
-    .with_infer(attention::infer_float_outputs)
+    .with_infer(multi_head_attention::infer_float_outputs)
     .in_domain(DOMAIN),
     OpDef::new(
         "DynamicQuantizeLSTM",
@@ -238,7 +250,7 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         quant_matmul::eval_gather_block_quantized,
     )
-    .with_infer(attention::infer_float_outputs)
+    .with_infer(multi_head_attention::infer_float_outputs)
     .in_domain(DOMAIN),
     OpDef::new(
         "MatMulNBits",
@@ -247,6 +259,6 @@ pub(super) const DEFS: &[OpDef] = &[
         1..=1,
         quant_matmul::eval_matmul_nbits,
     )
-    .with_infer(attention::infer_float_outputs)
+    .with_infer(multi_head_attention::infer_float_outputs)
     .in_domain(DOMAIN),
 ];

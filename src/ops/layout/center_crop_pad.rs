@@ -4,7 +4,7 @@
 //!
 //! Along each axis in `axes` (every axis by default) a longer input is cropped starting at
 //! `(len - size) / 2` (rounded down) and a shorter one is placed at `(size - len) / 2` in zeros.
-//! Every element type; the copy is [`super::common::gather_axes`].
+//! Every element type; the copy is [`super::runs::gather_axes`].
 
 use crate::error::Result;
 use crate::ir::{Dim, TensorType};
@@ -12,7 +12,7 @@ use crate::ops::util::{required, strides, to_i64s};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{
+use super::runs::{
     const_ints, gather_axes, in_dims, in_elem, normalize_axes, to_usize, typed, AxisRead,
 };
 

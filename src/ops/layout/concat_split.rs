@@ -15,7 +15,7 @@ use crate::tensor::Tensor;
 use super::super::attrs::Axis;
 use super::super::util::{normalize_axis, optional, required, strides, to_i64s};
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::common::{const_ints, gather_axes, in_dims, in_elem, to_usize, typed, AxisRead, Writer};
+use super::runs::{const_ints, gather_axes, in_dims, in_elem, to_usize, typed, AxisRead, Writer};
 
 /// The `axis` attribute of a `Concat` node (required from opset 4, 1 by default before).
 #[derive(Clone, Copy, Debug)]
@@ -446,7 +446,7 @@ mod tests {
 
     #[test]
     fn concat_and_split_shape_functions() {
-        use super::super::common::infer_dims_for;
+        use super::super::runs::infer_dims_for;
         let node = Node::new("Concat", "c", ["a", "b"], ["y"]).with_attr("axis", AttrValue::Int(1));
         let out = infer_dims_for(&node, 13, &[Some(&["N", "3"]), Some(&["?", "5"])], &[]);
         assert_eq!(out.unwrap(), ["N", "8"]);

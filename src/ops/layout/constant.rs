@@ -15,7 +15,7 @@ use crate::DataType;
 
 use super::super::util::{required, to_i64s};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{
+use super::runs::{
     const_ints, from_f64s, in_dims, in_elem, in_len, to_usize, two_valued, typed, unknown_dims,
     Writer,
 };
@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn constant_of_shape_shape_function() {
         let node = Node::new("ConstantOfShape", "c", ["s"], ["y"]);
-        let out = crate::ops::layout::common::infer_dims_for(&node, 9, &[Some(&["3"])], &[]);
+        let out = crate::ops::layout::runs::infer_dims_for(&node, 9, &[Some(&["3"])], &[]);
         assert_eq!(out.unwrap(), ["?", "?", "?"]);
     }
 }

@@ -13,7 +13,7 @@ use crate::tensor::Tensor;
 
 use super::super::util::required;
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::common::{dim_times, in_dims, in_elem, permute, to_usize, typed};
+use super::runs::{dim_times, in_dims, in_elem, permute, to_usize, typed};
 
 /// The attributes of a `DepthToSpace` or `SpaceToDepth` node: the block size, its square (both
 /// at most 2^63-1, the largest ONNX dim) and whether the mode is `CRD`.

@@ -20,7 +20,7 @@ use crate::DataType;
 use super::super::random::Stream;
 use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{from_f64s, in_dims, in_elem, nonzero_flags, two_valued, typed};
+use super::runs::{from_f64s, in_dims, in_elem, nonzero_flags, two_valued, typed};
 use crate::ops::num::real_values;
 
 /// The element type of the mask at `opset`, for data of type `data`.
@@ -131,7 +131,7 @@ mod tests {
     #[test]
     fn dropout_shape_function_copies_the_input() {
         let node = Node::new("Dropout", "d", ["x"], ["y", "m"]);
-        let out = crate::ops::layout::common::infer_dims_for(&node, 13, &[Some(&["N", "3"])], &[]);
+        let out = crate::ops::layout::runs::infer_dims_for(&node, 13, &[Some(&["N", "3"])], &[]);
         assert_eq!(out.unwrap(), ["N", "3"]);
     }
 }

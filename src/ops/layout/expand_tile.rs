@@ -16,7 +16,7 @@ use super::super::util::{
     broadcast_shapes, normalize_axis, required, scalar_i64, strides, to_i64s,
 };
 use super::super::{EvalCtx, InferCtx};
-use super::common::{
+use super::runs::{
     const_ints, dim_times, gather_axes, in_dims, in_elem, in_len, to_usize, typed, unknown_dims,
     AxisRead,
 };
@@ -166,7 +166,7 @@ mod tests {
 
     #[test]
     fn expand_and_tile_shape_functions() {
-        use crate::ops::layout::common::infer_dims_for;
+        use crate::ops::layout::runs::infer_dims_for;
         let node = Node::new("Expand", "e", ["x", "s"], ["y"]);
         let s = i64s(&[1, 5]);
         let out = infer_dims_for(&node, 13, &[Some(&["N", "1"]), None], &[None, Some(&s)]);

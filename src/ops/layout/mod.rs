@@ -3,8 +3,8 @@
 //! broadcasts and tiles, pads, scatters, index generators, triangles, resizes and inference-mode
 //! dropout.
 //!
-//! Design note: nearly every kernel here is one call of [`common::gather_axes`] (each output
-//! axis reads a list of input positions) or a few runs of [`common::Writer`] (copy or repeat
+//! Design note: nearly every kernel here is one call of [`runs::gather_axes`] (each output
+//! axis reads a list of input positions) or a few runs of [`runs::Writer`] (copy or repeat
 //! element runs from several tensors). Both move elements without looking at them, so every
 //! element type works — strings, complex and packed sub-byte types included — without per-type
 //! code. Only the operators that compute values (`Range`, linear and cubic `Resize`, scatter
@@ -14,7 +14,6 @@
 //! its inputs or attributes changed meaning.
 
 mod center_crop_pad;
-mod common;
 mod concat_split;
 mod constant;
 mod depth_space;
@@ -27,6 +26,7 @@ mod range;
 mod reshape;
 mod resize;
 mod reverse_sequence;
+mod runs;
 mod scatter;
 mod shape;
 mod slice;

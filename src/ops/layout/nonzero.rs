@@ -4,7 +4,7 @@
 //! Spec: <https://onnx.ai/onnx/operators/onnx__NonZero.html>.
 //!
 //! A scalar is treated as a one-element vector, as numpy does, giving shape `[1, count]`.
-//! What counts as zero is [`super::common::nonzero_flags`]: `-0.0` is zero, NaN is not.
+//! What counts as zero is [`super::runs::nonzero_flags`]: `-0.0` is zero, NaN is not.
 
 use std::mem::MaybeUninit;
 
@@ -16,7 +16,7 @@ use crate::DataType;
 use super::super::util::{required, strides};
 use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
-use super::common::{in_dims, nonzero_flags, typed};
+use super::runs::{in_dims, nonzero_flags, typed};
 
 pub(super) fn eval_nonzero(_: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;
@@ -79,7 +79,7 @@ mod tests {
     #[test]
     fn nonzero_shape_function_knows_the_rank() {
         let node = Node::new("NonZero", "n", ["x"], ["y"]);
-        let out = crate::ops::layout::common::infer_dims_for(&node, 13, &[Some(&["N", "3"])], &[]);
+        let out = crate::ops::layout::runs::infer_dims_for(&node, 13, &[Some(&["N", "3"])], &[]);
         assert_eq!(out.unwrap(), ["2", "?"]);
     }
 }

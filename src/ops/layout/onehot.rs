@@ -13,7 +13,7 @@ use crate::tensor::Tensor;
 
 use super::super::util::{normalize_axis, required};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{in_dims, in_elem, to_i64s_truncating, to_usize, two_valued, typed};
+use super::runs::{in_dims, in_elem, to_i64s_truncating, to_usize, two_valued, typed};
 
 /// The depth of a `OneHot` node from its single-value `depth` input.
 fn depth_of(t: &Tensor) -> Result<usize> {

@@ -14,7 +14,7 @@ use crate::tensor::Tensor;
 
 use super::super::util::{optional, required, strides, to_i64s};
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::common::{
+use super::runs::{
     const_ints, dim_plus, from_f64s, gather_axes, in_dims, in_elem, normalize_axes, typed,
     unknown_dims, AxisRead,
 };
@@ -281,7 +281,7 @@ mod tests {
         let p = Tensor::from_vec(DataType::Int64, &[4], vec![0i64, 1, 0, 1]).unwrap();
         let x: &[&str] = &["N", "3"];
         let out =
-            super::super::common::infer_dims_for(&node, 13, &[Some(x), None], &[None, Some(&p)]);
+            super::super::runs::infer_dims_for(&node, 13, &[Some(x), None], &[None, Some(&p)]);
         assert_eq!(out.unwrap(), ["N", "5"]);
     }
 }

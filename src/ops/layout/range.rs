@@ -18,7 +18,7 @@ use super::super::util::{required, to_i64s};
 
 use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
-use super::common::{in_elem, typed, MAX_ELEMENTS};
+use super::runs::{in_elem, typed, MAX_ELEMENTS};
 use crate::ops::num::{real_values, Float};
 
 /// The scalar inputs of a `Range` node, exact for integers.
@@ -164,7 +164,7 @@ mod tests {
         let node = Node::new("Range", "r", ["s", "l", "d"], ["y"]);
         let t = |v: i64| Tensor::scalar(DataType::Int64, v).unwrap();
         let (s, l, d) = (t(0), t(10), t(3));
-        let out = crate::ops::layout::common::infer_dims_for(
+        let out = crate::ops::layout::runs::infer_dims_for(
             &node,
             11,
             &[None, None, None],

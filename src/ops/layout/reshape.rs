@@ -17,7 +17,7 @@ use crate::tensor::Tensor;
 use super::super::attrs::{Axes, Axis};
 use super::super::util::{optional, required, to_i64s};
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::common::{
+use super::runs::{
     const_ints, dim_product, dim_quotient, in_dims, in_elem, in_len, normalize_axes, typed,
     unknown_dims,
 };
@@ -407,7 +407,7 @@ mod tests {
 
     #[test]
     fn flatten_squeeze_unsqueeze_keep_symbols() {
-        use super::super::common::infer_dims_for;
+        use super::super::runs::infer_dims_for;
         let x: &[&str] = &["N", "3", "4"];
         let node = Node::new("Flatten", "f", ["x"], ["y"]);
         assert_eq!(

@@ -42,7 +42,7 @@ use crate::tensor::{element_count, try_vec, try_with_capacity};
 
 use super::super::util::{optional, required, strides, to_i64s};
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::common::{
+use super::runs::{
     advance, checked_len, const_ints, from_f64s, gather_axes, in_dims, in_elem, normalize_axes,
     typed, unknown_dims, AxisRead, MAX_ELEMENTS,
 };
@@ -1125,7 +1125,7 @@ mod tests {
 
     #[test]
     fn resize_shape_function_scales_known_dims_and_keeps_the_rank() {
-        use super::super::common::infer_dims_for;
+        use super::super::runs::infer_dims_for;
         let n = Node::new("Resize", "r", ["x", "", "s"], ["y"]);
         let s = f32s(&[4], &[1.0, 1.0, 2.0, 0.5]);
         let x: &[&str] = &["N", "3", "H", "10"];

@@ -12,7 +12,7 @@ use crate::tensor::Tensor;
 
 use super::super::util::{required, strides, to_i64s};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{in_dims, in_elem, typed, Writer};
+use super::runs::{in_dims, in_elem, typed, Writer};
 
 pub(super) fn eval_reverse_sequence(
     ctx: &EvalCtx<'_>,

@@ -20,7 +20,7 @@ use crate::tensor::Tensor;
 use super::super::util::{normalize_axis, required, strides};
 
 use super::super::{EvalCtx, InferCtx};
-use super::common::{advance, in_dims, in_elem, typed};
+use super::runs::{advance, in_dims, in_elem, typed};
 use crate::ops::num::Float;
 
 #[derive(Clone, Copy, PartialEq)]

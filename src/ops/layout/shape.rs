@@ -16,7 +16,7 @@ use crate::DataType;
 
 use super::super::util::required;
 use super::super::{EvalCtx, InferCtx};
-use super::common::{in_dims, typed};
+use super::runs::{in_dims, typed};
 
 /// The range of axes `Shape` reports for a tensor of `rank`.
 fn axis_range(node: &crate::ir::Node, rank: usize) -> Result<std::ops::Range<usize>> {
@@ -98,7 +98,7 @@ mod tests {
 
     #[test]
     fn shape_functions_give_lengths_and_scalars() {
-        use crate::ops::layout::common::infer_dims_for;
+        use crate::ops::layout::runs::infer_dims_for;
         let node = Node::new("Shape", "s", ["x"], ["y"]).with_attr("start", AttrValue::Int(1));
         let out = infer_dims_for(&node, 15, &[Some(&["N", "3", "4"])], &[]);
         assert_eq!(out.unwrap(), ["2"]);

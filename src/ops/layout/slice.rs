@@ -15,7 +15,7 @@ use crate::tensor::Tensor;
 
 use super::super::util::{optional, required, strides, to_i64s};
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::common::{
+use super::runs::{
     const_ints, gather_axes, in_dims, in_elem, nonzero_flags, normalize_axes, typed, AxisRead,
 };
 
@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn slice_shape_function_uses_constant_bounds() {
-        use super::super::common::infer_dims_for;
+        use super::super::runs::infer_dims_for;
         let node = Node::new("Slice", "s", ["x", "s", "e", "a"], ["y"]);
         let (s, e, a) = (i64s(&[2]), i64s(&[5]), i64s(&[1]));
         let x: &[&str] = &["N", "10"];

@@ -12,7 +12,7 @@ use crate::ops::util::{normalize_axis, optional, required, to_i64s};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{in_dims, in_elem, typed};
+use super::runs::{in_dims, in_elem, typed};
 
 pub(super) fn eval_tensor_scatter(
     ctx: &EvalCtx<'_>,

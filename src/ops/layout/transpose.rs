@@ -8,7 +8,7 @@ use crate::tensor::Tensor;
 
 use super::super::util::required;
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::common::{check_permutation, in_dims, in_elem, permute, to_usize, typed};
+use super::runs::{check_permutation, in_dims, in_elem, permute, to_usize, typed};
 
 /// The `perm` attribute of a `Transpose` node (`None`: reverse the axes).
 #[derive(Clone, Debug)]
@@ -141,7 +141,7 @@ mod tests {
     fn transpose_permutes_symbolic_dims() {
         let node = Node::new("Transpose", "t", ["x"], ["y"])
             .with_attr("perm", AttrValue::Ints(vec![2, 0, 1]));
-        let out = super::super::common::infer_dims_for(&node, 13, &[Some(&["N", "3", "4"])], &[]);
+        let out = super::super::runs::infer_dims_for(&node, 13, &[Some(&["N", "3", "4"])], &[]);
         assert_eq!(out.unwrap(), ["4", "N", "3"]);
     }
 }

@@ -11,7 +11,7 @@ use crate::tensor::Tensor;
 
 use super::super::util::{optional, required, scalar_i64};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{in_dims, in_elem, typed, Writer};
+use super::runs::{in_dims, in_elem, typed, Writer};
 
 pub(super) fn eval_trilu(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     let data = required(inputs, 0)?;

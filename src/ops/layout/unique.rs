@@ -16,7 +16,7 @@ use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::{try_with_capacity, Tensor};
 use crate::DataType;
 
-use super::common::{in_elem, typed};
+use super::runs::{in_elem, typed};
 
 /// An element as a value that orders and compares as the element does.
 #[derive(Clone, Debug, PartialEq)]

@@ -12,7 +12,7 @@ use crate::tensor::Tensor;
 use crate::tensor::{try_vec, try_with_capacity};
 use crate::DataType;
 
-use super::common::{bad_type, split_at_axis};
+use super::work::{bad_type, split_at_axis};
 use crate::ops::num::{dispatch_num, Arith, Num};
 
 /// The attributes of an `ArgMax` or `ArgMin` node: `axis`, `keepdims` and `select_last_index`.

@@ -20,7 +20,7 @@ use crate::tensor::Tensor;
 use crate::DataType;
 use half::{bf16, f16};
 
-use super::common::{bad_type, same_types, zip_num};
+use super::work::{bad_type, same_types, zip_num};
 use crate::ops::num::{dispatch_num, real_values, Arith, Num};
 
 /// The two inputs of a binary operator, with their common element type.

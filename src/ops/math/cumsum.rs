@@ -8,7 +8,7 @@ use crate::ops::util::{normalize_axis, required, scalar_i64, tensor};
 use crate::ops::EvalCtx;
 use crate::tensor::Tensor;
 
-use super::common::{bad_type, split_at_axis};
+use super::work::{bad_type, split_at_axis};
 use crate::ops::num::{dispatch_num, Arith, Num};
 
 fn cumulate<T: Num>(

@@ -17,7 +17,6 @@ mod argmax;
 mod binary;
 mod cast;
 mod chain;
-mod common;
 mod cumsum;
 mod legacy;
 mod reduce;
@@ -25,6 +24,7 @@ mod softmax;
 mod topk;
 mod unary;
 mod variadic;
+mod work;
 
 pub(in crate::ops) use binary::zip_f32;
 pub(crate) use chain::{Instruction, Op as ChainOp, Operand, Program, MAX_INSTRUCTIONS, PROGRAM};
@@ -36,10 +36,10 @@ use binary::{
     eval_arith, eval_bit_shift, eval_bitwise, eval_compare, eval_logic, eval_mod, eval_pow,
     eval_prelu,
 };
-use common::{infer_broadcast, infer_broadcast_bool, infer_like_input, infer_like_input_bool};
 use reduce::infer_reduce;
 use unary::{eval_num_unary, num_unary_in_place};
 use variadic::eval_fold;
+use work::{infer_broadcast, infer_broadcast_bool, infer_like_input, infer_like_input_bool};
 
 const ANY: usize = usize::MAX;
 

@@ -24,7 +24,7 @@ use crate::tensor::try_vec;
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::bad_type;
+use super::work::bad_type;
 
 /// Which reduction a kernel runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use crate::tensor::Tensor;
 use crate::DataType;
 use half::{bf16, f16};
 
-use super::common::{bad_type, split_at_axis};
+use super::work::{bad_type, split_at_axis};
 
 /// Which function a kernel applies to each row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

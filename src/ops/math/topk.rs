@@ -16,7 +16,7 @@ use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::{bad_type, split_at_axis};
+use super::work::{bad_type, split_at_axis};
 use crate::ops::num::{dispatch_num, Arith, Num};
 
 /// Orders two values with NaN above every number.

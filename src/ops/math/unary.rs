@@ -17,7 +17,7 @@ use crate::ops::{Attributes, EvalCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::bad_type;
+use super::work::bad_type;
 
 #[cfg(test)]
 mod half_tests;

@@ -15,7 +15,7 @@ use crate::tensor::try_with_capacity;
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::common::{
+use super::work::{
     bad_type, broadcast_type, from_work, map_num, max_nan, min_nan, same_types, work_values,
 };
 use crate::ops::num::{dispatch_num, Arith, Num};

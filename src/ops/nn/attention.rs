@@ -39,7 +39,7 @@ use crate::DataType;
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use super::super::{vector, EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{input_dims, known_sizes, tensor_type};
+use super::values::{input_dims, known_sizes, tensor_type};
 use crate::ops::num::{dispatch_real, Arith, Float, Real};
 
 /// The element types attention computes in, with their row softmax.

@@ -14,7 +14,7 @@ use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{input_dims, real_f64s, store_f64s, tensor_type};
+use super::values::{input_dims, real_f64s, store_f64s, tensor_type};
 
 pub(super) fn eval_causal_conv(
     ctx: &EvalCtx<'_>,

@@ -13,7 +13,7 @@ use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{required, strides as row_strides, to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{input_dims, store_f64s, tensor_type};
+use super::values::{input_dims, store_f64s, tensor_type};
 use crate::ops::num::{dispatch_real, Float, Real};
 
 /// A per-dim attribute of `r` values (default `fill`).
@@ -72,7 +72,7 @@ pub(super) fn eval_col2im(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     }
     let (k, c) = (k as usize, ck / k as usize);
     let image: Vec<usize> = image.iter().map(|&d| d as usize).collect();
-    let plane = super::common::checked_product(&image)?;
+    let plane = super::values::checked_product(&image)?;
     let block_u: Vec<usize> = block.iter().map(|&d| d as usize).collect();
     let cols_u: Vec<usize> = cols.iter().map(|&d| d as usize).collect();
     let (kst, cst, ist) = (
@@ -83,7 +83,7 @@ pub(super) fn eval_col2im(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resu
     let dtype = x.dtype();
     let xv: Vec<f64> = dispatch_real!(dtype, R => R::load(x)?.iter().map(|v| v.to_f64()).collect(),
         _ => return Err(unsupported_type("Col2Im", dtype)));
-    let mut out = try_vec(super::common::checked_product(&[n, c, plane])?, 0.0f64)?;
+    let mut out = try_vec(super::values::checked_product(&[n, c, plane])?, 0.0f64)?;
     for b in 0..n {
         for ch in 0..c {
             let dst = &mut out[(b * c + ch) * plane..][..plane];

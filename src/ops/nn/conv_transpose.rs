@@ -22,8 +22,8 @@ use crate::tensor::Tensor;
 use super::super::util::unsupported_type;
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{checked_product, input_dims, known_sizes, output, tensor_type};
 use super::conv::{conv_operands, ranks_and_group};
+use super::values::{checked_product, input_dims, known_sizes, output, tensor_type};
 use super::window::{inside, AutoPad, Geometry, Geometry3, Window};
 use crate::ops::num::{dispatch_real, Real};
 

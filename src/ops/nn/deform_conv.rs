@@ -19,7 +19,7 @@ use crate::tensor::{try_vec, Tensor};
 use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{checked_product, input_dims, real_f64s, store_f64s, tensor_type};
+use super::values::{checked_product, input_dims, real_f64s, store_f64s, tensor_type};
 
 /// `[top, left, bottom, right]` pads, `[h, w]` strides and dilations, groups.
 struct Params {

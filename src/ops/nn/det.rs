@@ -10,7 +10,7 @@ use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{required, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{input_dims, store_f64s, tensor_type};
+use super::values::{input_dims, store_f64s, tensor_type};
 use crate::ops::num::{dispatch_real, Float, Real};
 
 /// The determinant of the `n x n` row-major matrix `a` (overwritten).

@@ -29,8 +29,8 @@ use crate::tensor::Tensor;
 
 use super::super::util::{strides, to_i64s, unsupported_type};
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::common::{checked_product, input_dims, is_int, store_ints, tensor_type};
 use super::matmul::Plan;
+use super::values::{checked_product, input_dims, is_int, store_ints, tensor_type};
 use crate::ops::num::{dispatch_real, Arith, Real};
 
 /// The first label of the ellipsis dims (letters use 0..52).

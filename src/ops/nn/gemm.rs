@@ -18,7 +18,7 @@ use super::super::util::{
 };
 use super::super::{Attributes, EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{input_dims, is_int, store_ints, tensor_type};
+use super::values::{input_dims, is_int, store_ints, tensor_type};
 use crate::ops::num::{dispatch_real, Arith, Real};
 
 /// The attributes of a Gemm node (and of `com.microsoft.QGemm`, which has no `beta`).

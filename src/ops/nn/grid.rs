@@ -21,7 +21,7 @@ use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{required, strides, to_i64s};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{input_dims, real_f64s, store_f64s, tensor_type};
+use super::values::{input_dims, real_f64s, store_f64s, tensor_type};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {

@@ -19,7 +19,7 @@ use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{optional, required};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{input_dims, real_f64s, store_f64s, tensor_type};
+use super::values::{input_dims, real_f64s, store_f64s, tensor_type};
 
 /// A positive head-count attribute.
 fn heads(node: &crate::ir::Node, name: &str) -> Result<usize> {

@@ -17,7 +17,7 @@ use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{input_dims, store_f64s, tensor_type};
+use super::values::{input_dims, store_f64s, tensor_type};
 use crate::ops::num::{dispatch_real, Float, Real};
 
 /// How element losses are combined.

@@ -21,7 +21,7 @@ use super::super::util::{
 };
 use super::super::{EvalCtx, InferCtx};
 use super::blas::{gemm, Mat};
-use super::common::{input_dims, is_int, output, store_ints, tensor_type, widened_once};
+use super::values::{input_dims, is_int, output, store_ints, tensor_type, widened_once};
 use crate::ops::num::{dispatch_real, Arith, Real};
 
 /// Batches with at least this many multiply-adds in all run in parallel.

@@ -16,7 +16,7 @@ use crate::DataType;
 
 use super::super::util::{optional, required, to_i64s};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{real_f64s, tensor_type};
+use super::values::{real_f64s, tensor_type};
 
 /// `(x_min, y_min, x_max, y_max)` of a box.
 fn corners(b: &[f64], center: bool) -> (f64, f64, f64, f64) {

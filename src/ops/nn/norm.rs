@@ -34,7 +34,7 @@ use super::super::util::{
 };
 use super::super::vector::assume_written;
 use super::super::{vector, Attributes, EvalCtx, InferCtx};
-use super::common::{input_dims, output, store_f64s, tensor_type};
+use super::values::{input_dims, output, store_f64s, tensor_type};
 use crate::ops::num::{dispatch_real, Arith, Float, Real};
 
 /// Mean and population variance of `values`, in `f64`.

@@ -36,7 +36,7 @@ use std::mem::MaybeUninit;
 
 use super::super::vector::ColumnBlocks;
 use super::super::{Attributes, EvalCtx, InferCtx};
-use super::common::{checked_product, input_dims, tensor_type};
+use super::values::{checked_product, input_dims, tensor_type};
 use super::window::{Geometry3, WindowAttrs};
 use crate::ops::num::{dispatch_num, dispatch_real, Arith, Real};
 

@@ -10,7 +10,7 @@
 //! once per group). In `NCHW` order, the product's rows are the output planes, so the kernel
 //! writes the output in place. im2col pads with the input's zero point itself, so a
 //! padded tap contributes zero after the kernel subtracts it, as the spec asks. The sums are
-//! exact integers, the same as the `f64` convolution of `conv.rs` on shifted operands
+//! exact integers, the same as the `f64` convolution of `conv/` on shifted operands
 //! ([`reference_conv`]), which stays for contracted dims beyond [`EXACT_K`] and as the tests'
 //! reference.
 //!
@@ -33,13 +33,13 @@ use std::mem::MaybeUninit;
 
 use super::super::vector::{as_slots, assume_written, copy};
 use super::super::EvalCtx;
-use super::common::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::conv::{coord, ConvShape};
 use super::igemm::{self, Bytes, Level, PackedA, PackedB, EXACT_K};
 use super::qcodes;
 use super::qdirect::{self, Segment, COLS};
 use super::qmatmul::{code_byte, requantize_offset, requantize_run, scales, single, Sums};
 use super::quant::{code, Code};
+use super::values::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::window::{inside, Geometry3};
 
 /// What an integer convolution makes of its exact sums as the kernel finishes them, output
@@ -686,7 +686,7 @@ fn rewrite(
 }
 
 /// The convolution of [`integer_conv`] with both operands widened to `f64` (the convolution
-/// of `conv.rs`): exact for any contracted dim.
+/// of `conv/`): exact for any contracted dim.
 fn reference_conv(
     shape: &ConvShape,
     x: &Tensor,

@@ -30,12 +30,12 @@ use super::super::math::zip_f32;
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use super::super::vector::assume_written;
 use super::super::{EvalCtx, InferCtx};
-use super::common::{
+use super::igemm::{self, Bytes, Level, PackedB, EXACT_K};
+use super::matmul::{infer_product, matmul_dims, Plan};
+use super::values::{
     code_range, input_dims, round_to, shifted_f64s, store_ints, tensor_type, to_f32s, zero_at,
     zero_points,
 };
-use super::igemm::{self, Bytes, Level, PackedB, EXACT_K};
-use super::matmul::{infer_product, matmul_dims, Plan};
 
 /// The exact sums of an 8-bit matrix product: `i32` from the integer kernel when the contracted
 /// dim keeps them exact there ([`EXACT_K`]), else `f64` from the reference product.

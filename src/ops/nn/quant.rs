@@ -24,7 +24,7 @@ use crate::DataType;
 
 use super::super::util::{normalize_axis, optional, required, to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{round_to, store_f64s, store_ints, tensor_type, to_f32s};
+use super::values::{round_to, store_f64s, store_ints, tensor_type, to_f32s};
 use crate::ops::minifloat::{decode_e8m0, MiniFloat};
 
 mod fast;

@@ -18,7 +18,7 @@ use crate::tensor::{try_vec, Tensor};
 
 use super::super::util::{required, to_i64s};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{input_dims, real_f64s, store_f64s, tensor_type};
+use super::values::{input_dims, real_f64s, store_f64s, tensor_type};
 
 /// The attributes of one node.
 struct Params {
@@ -137,7 +137,7 @@ pub(super) fn eval_roi_align(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> R
     let images = to_i64s(batch)?;
     let plane = h * w;
     let cells = p.out_h * p.out_w;
-    let out_len = super::common::checked_product(&[r, c, cells])?;
+    let out_len = super::values::checked_product(&[r, c, cells])?;
     let mut out = try_vec(out_len, 0.0f64)?;
     let offset = if p.half_pixel { 0.5 } else { 0.0 };
     for (roi, dst) in out.chunks_mut(c * cells).enumerate().take(r) {

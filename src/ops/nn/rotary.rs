@@ -15,7 +15,7 @@ use crate::tensor::Tensor;
 
 use super::super::util::{optional, required, to_i64s, unsupported_type};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{infer_same_as_input, output};
+use super::values::{infer_same_as_input, output};
 use crate::ops::num::{dispatch_real, Real};
 
 pub(super) fn eval_rotary(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {

@@ -13,7 +13,7 @@ use crate::tensor::Tensor;
 
 use super::super::util::{optional, required, strides as row_strides, to_i64s};
 use super::super::{EvalCtx, InferCtx};
-use super::common::{input_dims, tensor_type};
+use super::values::{input_dims, tensor_type};
 
 pub(super) fn eval_max_unpool(
     ctx: &EvalCtx<'_>,
@@ -72,7 +72,7 @@ pub(super) fn eval_max_unpool(
         return Err(ctx.error("indices and X differ in size"));
     }
     let (ust, ost) = (row_strides(&unpooled), row_strides(&out_shape));
-    let total = super::common::checked_product(&unpooled)?;
+    let total = super::values::checked_product(&unpooled)?;
     let mut y = Tensor::zeros(x.dtype(), &out_shape)?;
     for (i, &at) in idx.iter().enumerate() {
         let at = usize::try_from(at)

@@ -16,8 +16,8 @@ use crate::ir::{Node, TensorType};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use super::math::{gemm, StepWeights, View};
+use super::schedule::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use crate::ops::num::Real;
 
 /// `GRU`: its spec and `linear_before_reset`.
@@ -37,11 +37,11 @@ impl RecurrentOp for Gru {
 }
 
 pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    common::by_precision(ctx, inputs, run::<f32>, run::<f64>)
+    schedule::by_precision(ctx, inputs, run::<f32>, run::<f64>)
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer::<Gru>(ctx, 1)
+    schedule::infer::<Gru>(ctx, 1)
 }
 
 fn run<T: Real + 'static>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -132,7 +132,7 @@ fn direction<T: Real>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::testing::*;
+    use super::super::schedule::testing::*;
     use crate::ir::AttrValue;
     use crate::ops::eval_node;
 

@@ -16,8 +16,8 @@ use crate::ir::{Node, TensorType};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::{try_vec, Tensor};
 
-use super::common::{self, Dims, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use super::math::{gemm, Activation, StepWeights, View};
+use super::schedule::{self, Dims, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use crate::ops::num::Real;
 
 /// Position of `initial_c` among the inputs.
@@ -78,7 +78,7 @@ struct FloatProducts<'a, T: Clone> {
 
 impl<T: Real> Products<T> for FloatProducts<'_, T> {
     fn project(&mut self, x: &[T], rows: usize, _: usize, bias: &[T]) -> Result<Vec<T>> {
-        common::project(x, rows, self.input, self.w, bias)
+        schedule::project(x, rows, self.input, self.w, bias)
     }
 
     fn recur(&mut self, h: &[T], live: &[bool], g: &mut [T]) -> Result<()> {
@@ -94,16 +94,16 @@ impl<T: Real> Products<T> for FloatProducts<'_, T> {
 }
 
 pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    common::by_precision(ctx, inputs, run::<f32>, run::<f64>)
+    schedule::by_precision(ctx, inputs, run::<f32>, run::<f64>)
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer::<Lstm>(ctx, 2)
+    schedule::infer::<Lstm>(ctx, 2)
 }
 
 /// The output types of [`eval_with`]'s node.
 pub(in crate::ops) fn infer_transposed(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer::<TransposedLstm>(ctx, 2)
+    schedule::infer::<TransposedLstm>(ctx, 2)
 }
 
 fn run<T: Real + 'static>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -255,7 +255,7 @@ fn direction<T: Real>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::testing::*;
+    use super::super::schedule::testing::*;
     use crate::ir::AttrValue;
     use crate::ops::eval_node;
     use crate::tensor::Tensor;

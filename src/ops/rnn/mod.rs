@@ -28,12 +28,12 @@
 //!   writes `>=`).
 
 use super::{prepare, OpDef};
-use common::Recurrent;
+use schedule::Recurrent;
 
-mod common;
 mod gru;
 mod lstm;
 mod math;
+mod schedule;
 mod simple;
 
 pub(super) use lstm::{

@@ -6,8 +6,8 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::common::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use super::math::{gemm, StepWeights, View};
+use super::schedule::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use crate::ops::num::Real;
 
 /// `RNN`: its spec.
@@ -22,11 +22,11 @@ impl RecurrentOp for Simple {
 }
 
 pub(super) fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    common::by_precision(ctx, inputs, run::<f32>, run::<f64>)
+    schedule::by_precision(ctx, inputs, run::<f32>, run::<f64>)
 }
 
 pub(super) fn infer(ctx: &InferCtx<'_>) -> Result<Vec<TensorType>> {
-    common::infer::<Simple>(ctx, 1)
+    schedule::infer::<Simple>(ctx, 1)
 }
 
 fn run<T: Real + 'static>(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -61,7 +61,7 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, rt: &StepWeights<'_, T>) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::testing::*;
+    use super::super::schedule::testing::*;
     use crate::ir::AttrValue;
     use crate::ops::eval_node;
 

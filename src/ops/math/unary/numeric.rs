@@ -11,7 +11,7 @@ use crate::ops::{Attributes, EvalCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::super::common::{bad_type, map_num};
+use super::super::work::{bad_type, map_num};
 use super::{in_place_f32_with, map_f32};
 
 /// `f` on every element of a `float16` or `bfloat16` tensor whose results are values of that

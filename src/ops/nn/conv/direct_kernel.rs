@@ -1,7 +1,7 @@
 //! The `f32` kernels of direct convolutions on x86-64, with AVX2 and FMA or with AVX-512F: a
 //! block of filters by a run of output positions, every tap of every input channel summed in
 //! registers, reading the input where it lies in a padded, phase-split copy (see
-//! `conv::PhaseLayout`).
+//! `PhaseLayout` of `depthwise.rs`).
 //!
 //! A convolution by matrix product (im2col, or the shifted copies of a unit-stride one) writes
 //! and reads a copy of the input per width tap and adds each height tap's product onto the
@@ -131,7 +131,7 @@ impl Taps {
 
 /// Weights in blocks of filters of a kernel's heights, each block tap by tap (`rows` weights
 /// per tap, zero for the padding filters). Constant weights are packed once per plan (the
-/// convolution keeps them, `conv::KeptFilters`); the bias is laid out per call
+/// convolution keeps them, `KeptFilters`); the bias is laid out per call
 /// ([`Packed::bias`]), as it may not be a constant.
 pub(super) struct Packed {
     w: Scratch<f32>,
