@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::lower::{lower_node, record, Pattern};
 use super::walk::{walk, Change, Rule, Site};
-use super::{emit::Constants, emit::Replacement, NodeOutcome, NodeReport, Pass, ReportingPass};
+use super::{emit::Constants, emit::Replacement, NodeOutcome, NodeReport, Pass};
 use crate::error::Result;
 use crate::gather::{DOMAIN, OP_TYPE};
 use crate::infer::TypeEnv;
@@ -86,12 +86,39 @@ impl FunctionReport {
 }
 
 /// The pass. See the module documentation.
-pub type DefineMultiaxisFunctions = ReportingPass<FunctionReport>;
+///
+/// # Example
+/// ```
+/// use multigather::ir::{Graph, Model};
+/// use multigather::pass::{DefineMultiaxisFunctions, PassManager};
+/// let mut model = Model::new(Graph::new("g"), 13);
+/// let mut pass = DefineMultiaxisFunctions::new();
+/// assert_eq!(PassManager::new().run(&mut model, &mut [&mut pass])?, [("DefineMultiaxisFunctions", false)]);
+/// assert_eq!(pass.report().functions, 0);
+/// # Ok::<(), multigather::Error>(())
+/// ```
+#[derive(Default)]
+pub struct DefineMultiaxisFunctions {
+    report: FunctionReport,
+}
 
 impl DefineMultiaxisFunctions {
-    /// Runs the pass alone, validated ([`ReportingPass::run_alone`]), and returns its report.
+    /// The pass.
+    pub fn new() -> DefineMultiaxisFunctions {
+        DefineMultiaxisFunctions::default()
+    }
+
+    /// The report of the last run.
+    pub fn report(&self) -> &FunctionReport {
+        &self.report
+    }
+
+    /// Runs the pass alone through a [`super::PassManager`] (so the result is validated) and
+    /// returns its report.
     pub fn define(model: &mut Model) -> Result<FunctionReport> {
-        DefineMultiaxisFunctions::new().run_alone(model)
+        let mut pass = DefineMultiaxisFunctions::new();
+        super::run_alone(&mut pass, model)?;
+        Ok(pass.report)
     }
 }
 
@@ -123,7 +150,7 @@ impl Pass for DefineMultiaxisFunctions {
             called_from_functions: BTreeSet::new(),
             called_from_graphs: BTreeSet::new(),
         };
-        walk(model, &mut definer);
+        walk(model, &mut definer)?;
         let (called_from_functions, called_from_graphs) = (
             std::mem::take(&mut definer.called_from_functions),
             std::mem::take(&mut definer.called_from_graphs),
@@ -276,18 +303,21 @@ impl Definer<'_> {
         call.outputs = vec![FORMALS[2].into()];
         // A function body sees nothing of the graph but its inputs, and has no initializers.
         let empty = Graph::new("");
+        let names = std::cell::RefCell::new(UniqueNames::new(FORMALS.map(String::from)));
         let body_site = Site {
+            node: &call,
             graph: &empty,
             env: &env,
             scope: site.scope,
             opset: self.opset,
             model_opset: self.opset,
             in_function: true,
+            in_subgraph: false,
             constants: Constants::for_graph(self.opset, true, None),
             functions: site.functions,
+            names: &names,
         };
-        let mut names = UniqueNames::new(FORMALS.map(String::from));
-        let lowered = lower_node(&call, OP_TYPE, &body_site, &mut names)?;
+        let lowered = lower_node(&call, OP_TYPE, &body_site, &mut names.borrow_mut())?;
         let Replacement {
             nodes, value_info, ..
         } = lowered.replacement;
@@ -336,9 +366,10 @@ impl Definer<'_> {
 }
 
 impl Rule for Definer<'_> {
-    fn visit(&mut self, node: &Node, site: &Site, _names: &mut UniqueNames) -> Option<Change> {
+    fn visit(&mut self, site: &Site<'_>) -> Result<Option<Change>> {
+        let node = site.node;
         if !is_multiaxis(&node.domain, &node.op_type) || node.overload.is_some() {
-            return None;
+            return Ok(None);
         }
         let label = node.label();
         let lowered = self.body(node, site).and_then(|(pattern, body)| {
@@ -352,7 +383,7 @@ impl Rule for Definer<'_> {
             }
         });
         let (outcome, change) = match lowered {
-            Ok(None) => return None,
+            Ok(None) => return Ok(None),
             Ok(Some((pattern, body))) => {
                 let overload = self.overload(pattern, self.opset, body);
                 if site.in_function {
@@ -364,14 +395,7 @@ impl Rule for Definer<'_> {
                 *self.report.by_pattern.entry(pattern).or_default() += 1;
                 let mut call = node.clone();
                 call.overload = Some(overload.clone());
-                let change = Change {
-                    replacement: Replacement {
-                        nodes: vec![call],
-                        ..Replacement::default()
-                    },
-                    output_types: Vec::new(),
-                    prune_inputs: false,
-                };
+                let change = Change::replace_with(vec![call]);
                 let into = vec![format!("{DOMAIN}.{OP_TYPE}:{overload}")];
                 (NodeOutcome::Rewritten { into }, Some(change))
             }
@@ -379,7 +403,7 @@ impl Rule for Definer<'_> {
         };
         let r = &mut *self.report;
         record(&mut r.nodes, &mut r.skipped, label, site.scope, outcome);
-        change
+        Ok(change)
     }
 
     fn skip(&mut self, node: &Node, scope: &str, reason: &str) {

@@ -39,7 +39,7 @@ use serde::Serialize;
 
 use super::emit::{all_known, Emitter, Replacement};
 use super::walk::{called_function, walk, Change, Rule, Site};
-use super::{Pass, ReportingPass};
+use super::Pass;
 use crate::error::{Error, Result};
 use crate::gather::map::onnx as rules;
 use crate::gather::{GatherPlan, OutOfRange, DOMAIN};
@@ -164,20 +164,31 @@ impl RewriteReport {
 /// assert_eq!(model.op_histogram().get("Gather"), None);
 /// # Ok::<(), multigather::Error>(())
 /// ```
-pub type GatherToMultiaxis = ReportingPass<RewriteReport, RewriteConfig>;
+pub struct GatherToMultiaxis {
+    config: RewriteConfig,
+    report: RewriteReport,
+}
 
 impl GatherToMultiaxis {
     /// A pass with the given configuration.
     pub fn new(config: RewriteConfig) -> GatherToMultiaxis {
-        ReportingPass {
+        GatherToMultiaxis {
             config,
             report: RewriteReport::default(),
         }
     }
 
-    /// Runs the pass alone, validated ([`ReportingPass::run_alone`]), and returns its report.
+    /// The report of the last run.
+    pub fn report(&self) -> &RewriteReport {
+        &self.report
+    }
+
+    /// Runs the pass alone through a [`super::PassManager`] (so the result is validated) and
+    /// returns its report.
     pub fn rewrite(model: &mut Model, config: RewriteConfig) -> Result<RewriteReport> {
-        GatherToMultiaxis::new(config).run_alone(model)
+        let mut pass = GatherToMultiaxis::new(config);
+        super::run_alone(&mut pass, model)?;
+        Ok(pass.report)
     }
 }
 
@@ -192,13 +203,10 @@ impl Pass for GatherToMultiaxis {
             config: &self.config,
             report: &mut self.report,
             main_scope: model.graph.name.clone(),
-            invalid: None,
         };
-        let total = walk(model, &mut rule);
-        if let Some(e) = rule.invalid {
-            // The model is broken; what was rewritten so far is dropped with it by the caller.
-            return Err(e);
-        }
+        // On an error the model is broken; what was rewritten so far is dropped with it by the
+        // caller.
+        let total = walk(model, &mut rule)?;
         for f in &mut model.functions {
             if uses_domain(&f.body) && opset_version(&f.opset_imports, DOMAIN).is_none() {
                 f.opset_imports.push(OpsetImport {
@@ -227,13 +235,14 @@ struct Rewriter<'a> {
     report: &'a mut RewriteReport,
     /// The main graph's name: nodes elsewhere are named with their scope in errors.
     main_scope: String,
-    /// The first node the operator's schema forbids.
-    invalid: Option<Error>,
 }
 
 impl Rule for Rewriter<'_> {
-    fn visit(&mut self, node: &Node, site: &Site, names: &mut UniqueNames) -> Option<Change> {
-        let kind = GatherKind::of(node).filter(|k| k.is_onnx())?;
+    fn visit(&mut self, site: &Site<'_>) -> Result<Option<Change>> {
+        let node = site.node;
+        let Some(kind) = GatherKind::of(node).filter(|k| k.is_onnx()) else {
+            return Ok(None);
+        };
         let label = node.label();
         let outcome = if !self.config.kinds.contains(&kind) {
             Err(Skip("its op kind is not selected".to_owned()))
@@ -245,40 +254,37 @@ impl Rule for Rewriter<'_> {
         {
             Err(Skip(format!("its name matches the skip pattern '{p}'")))
         } else {
-            rewrite_node(node, kind, &label, site, names).and_then(|replacement| match replacement
-                .nodes
-                .iter()
-                .find(|n| called_function(n, site.functions).is_some())
-            {
-                Some(n) => Err(Skip(format!(
-                    "the model defines a local function named '{}', which the rewrite's \
+            rewrite_node(node, kind, &label, site, &mut site.names.borrow_mut()).and_then(
+                |replacement| match replacement
+                    .nodes
+                    .iter()
+                    .find(|n| called_function(n, site.functions).is_some())
+                {
+                    Some(n) => Err(Skip(format!(
+                        "the model defines a local function named '{}', which the rewrite's \
                          node would call instead of the operator",
-                    n.qualified_op()
-                ))),
-                None => Ok(replacement),
-            })
+                        n.qualified_op()
+                    ))),
+                    None => Ok(replacement),
+                },
+            )
         };
         let (outcome, change) = match outcome {
             Ok(replacement) => {
                 let into = replacement.nodes.iter().map(Node::qualified_op).collect();
-                let change = Change {
-                    replacement,
-                    output_types: Vec::new(),
-                    prune_inputs: false,
-                };
-                (NodeOutcome::Rewritten { into }, Some(change))
+                (
+                    NodeOutcome::Rewritten { into },
+                    Some(Change::from_replacement(replacement)),
+                )
             }
             Err(Skip(reason)) => (NodeOutcome::Skipped { reason }, None),
             Err(Invalid(reason)) => {
-                if self.invalid.is_none() {
-                    let reason = if site.scope == self.main_scope {
-                        reason
-                    } else {
-                        format!("{reason} (in {})", site.scope)
-                    };
-                    self.invalid = Some(Error::node(&label, kind.name(), reason));
-                }
-                return None;
+                let reason = if site.scope == self.main_scope {
+                    reason
+                } else {
+                    format!("{reason} (in {})", site.scope)
+                };
+                return Err(Error::node(&label, kind.name(), reason));
             }
         };
         self.report.add(NodeReport {
@@ -287,7 +293,7 @@ impl Rule for Rewriter<'_> {
             scope: site.scope.to_owned(),
             outcome,
         });
-        change
+        Ok(change)
     }
 
     fn contradiction(&mut self, scope: &str, text: &str) {

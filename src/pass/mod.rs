@@ -1,14 +1,21 @@
 //! Passes over a model and the manager that runs them.
 //!
 //! A [`Pass`] has a name and edits a [`Model`] in memory, reporting whether it changed anything.
-//! The [`PassManager`] runs passes in order, validates the model after each one (an invalid result
-//! is the pass's bug, reported with its name), and can dump the model around each pass or stop
-//! after the N-th for bisecting. Passes do no file I/O.
+//! The [`PassManager`] runs passes in order and validates the model after each one (an invalid
+//! result is the pass's bug, reported with its name). Passes do no file I/O.
+//!
+//! A pass that replaces nodes one at a time is a [`Rule`] run by a [`RulePass`]: the walk visits
+//! the main graph, the subgraphs of `If` / `Loop` / `Scan` at any depth and the model-local
+//! functions, types each graph, hands the rule a [`Site`] (the node, its graph, the types known
+//! there, where it is) and applies the [`Change`] it returns. This crate's
+//! [`GatherToMultiaxis`], [`LowerMultiaxis`] and [`DefineMultiaxisFunctions`] are such rules
+//! with a report.
 
 mod emit;
 mod function_body;
 mod gather_to_multiaxis;
 mod lower;
+mod rule;
 mod walk;
 
 /// The gather family, whose home is [`crate::ops::GatherKind`]: the rewrite's
@@ -19,6 +26,8 @@ pub use gather_to_multiaxis::{
     GatherToMultiaxis, NodeOutcome, NodeReport, RewriteConfig, RewriteReport,
 };
 pub use lower::{LowerConfig, LowerMultiaxis, LowerReport, Pattern};
+pub use rule::{Change, Rule, Site};
+pub use walk::RulePass;
 
 use crate::error::{Error, Result};
 use crate::ir::Model;
@@ -75,85 +84,26 @@ pub fn rewrite_diff(model: &Model, config: RewriteConfig) -> Result<String> {
 /// # Ok::<(), multigather::Error>(())
 /// ```
 pub trait Pass {
-    /// A short name used in errors and dumps.
+    /// A short name used in errors.
     fn name(&self) -> &'static str;
     /// Runs the pass; returns whether the model changed.
     fn run(&mut self, model: &mut Model) -> Result<bool>;
 }
 
-/// A pass of this crate: its configuration and the report of its last run.
-/// [`GatherToMultiaxis`], [`LowerMultiaxis`] and [`DefineMultiaxisFunctions`] are this struct
-/// with their own report (and, for the rewrite, its configuration); each implements [`Pass`] and
-/// runs alone, validated, through [`ReportingPass::run_alone`].
-///
-/// # Example
-/// ```
-/// use multigather::ir::{Graph, Model};
-/// use multigather::pass::LowerMultiaxis;
-/// let mut model = Model::new(Graph::new("g"), 13);
-/// let report = LowerMultiaxis::new().run_alone(&mut model)?;
-/// assert_eq!((report.lowered, report.skipped), (0, 0));
-/// # Ok::<(), multigather::Error>(())
-/// ```
-#[derive(Default)]
-pub struct ReportingPass<R, C = ()> {
-    config: C,
-    report: R,
+/// Runs `pass` alone through a [`PassManager`], so the result is validated.
+fn run_alone(pass: &mut dyn Pass, model: &mut Model) -> Result<()> {
+    PassManager::new().run(model, &mut [pass]).map(drop)
 }
-
-impl<R: Default> ReportingPass<R> {
-    /// A pass that takes no configuration.
-    pub fn new() -> ReportingPass<R> {
-        ReportingPass::default()
-    }
-}
-
-impl<R, C> ReportingPass<R, C> {
-    /// The report of the last run.
-    pub fn report(&self) -> &R {
-        &self.report
-    }
-}
-
-impl<R, C> ReportingPass<R, C>
-where
-    ReportingPass<R, C>: Pass,
-{
-    /// Runs this pass alone through a [`PassManager`] (so the result is validated) and returns
-    /// its report.
-    pub fn run_alone(mut self, model: &mut Model) -> Result<R> {
-        PassManager::new().run(model, &mut [&mut self])?;
-        Ok(self.report)
-    }
-}
-
-/// Called with the pass name, `"before"` or `"after"`, and the model.
-pub type DumpHook = Box<dyn FnMut(&str, &str, &Model)>;
 
 /// Runs passes in order and validates the model after each. The caller keeps the passes, so it
 /// can read what they report afterwards.
 #[derive(Default)]
-pub struct PassManager {
-    stop_after: Option<usize>,
-    dump: Option<DumpHook>,
-}
+pub struct PassManager {}
 
 impl PassManager {
     /// An empty pipeline.
     pub fn new() -> PassManager {
         PassManager::default()
-    }
-
-    /// Runs only the first `n` passes.
-    pub fn stop_after(&mut self, n: usize) -> &mut PassManager {
-        self.stop_after = Some(n);
-        self
-    }
-
-    /// Calls `hook` before and after each pass (e.g. to print the text form).
-    pub fn on_dump(&mut self, hook: impl FnMut(&str, &str, &Model) + 'static) -> &mut PassManager {
-        self.dump = Some(Box::new(hook));
-        self
     }
 
     /// Runs `passes` in order; returns each pass's name and whether it changed the model.
@@ -162,13 +112,9 @@ impl PassManager {
         model: &mut Model,
         passes: &mut [&mut dyn Pass],
     ) -> Result<Vec<(&'static str, bool)>> {
-        let limit = self.stop_after.unwrap_or(usize::MAX);
         let mut results = Vec::new();
-        for pass in passes.iter_mut().take(limit) {
+        for pass in passes.iter_mut() {
             let name = pass.name();
-            if let Some(hook) = &mut self.dump {
-                hook(name, "before", model);
-            }
             let wrap = |e: Error| Error::Pass {
                 pass: name,
                 cause: Box::new(e),
@@ -180,9 +126,6 @@ impl PassManager {
                     "the pass left an invalid model: {e}"
                 ))),
             })?;
-            if let Some(hook) = &mut self.dump {
-                hook(name, "after", model);
-            }
             results.push((name, changed));
         }
         Ok(results)

@@ -8,73 +8,24 @@
 //! disagree, no node of the body is touched and the [`Rule`] hears why. Model-local definitions
 //! of `multigather.GatherMultiaxis` itself are not visited.
 //!
-//! The [`Rule`] decides node by node; the walker applies its [`Change`]s: the replacement takes
-//! the node's place, its declarations and initializers join the graph, the types it establishes
-//! become known to the nodes after it, and (when asked) producers nothing reads any more are
+//! The [`Rule`] (`rule.rs`) decides node by node; the walker applies its [`Change`]s: the
+//! replacement takes the node's place, its declarations and initializers join the graph, renamed
+//! values' readers read their new names, the types it establishes become known to the nodes
+//! after it, and (when asked) producers nothing reads any more are
 //! removed with their declarations and initializers.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
-use super::emit::{Constants, Emitter, Replacement};
+use super::emit::Constants;
+use super::rule::owned;
+pub(crate) use super::rule::{called_function, Change, FunctionKey, Rule, Site};
+use crate::error::Result;
 use crate::infer::{join, Formals, TypeEnv};
 use crate::ir::{
     opset_version, AttrValue, CallGraph, Function, Graph, Model, Node, NodeId, OpsetImport,
     TensorType, UniqueNames,
 };
-
-/// A model-local function's [`crate::ir::FunctionKey`], owned: the walk keeps the keys while it
-/// edits the model's graphs.
-pub(crate) type FunctionKey = (String, String, Option<String>);
-
-/// The owned form of a key.
-fn owned((domain, name, overload): crate::ir::FunctionKey<'_>) -> FunctionKey {
-    (
-        domain.to_owned(),
-        name.to_owned(),
-        overload.map(str::to_owned),
-    )
-}
-
-/// The function a node calls, if it names one of `functions`.
-pub(crate) fn called_function(
-    node: &Node,
-    functions: &HashSet<FunctionKey>,
-) -> Option<FunctionKey> {
-    let key = owned(node.call_key());
-    functions.contains(&key).then_some(key)
-}
-
-/// Where a visited node lives.
-pub(crate) struct Site<'a> {
-    /// The graph holding the node, as it is before the node is replaced.
-    pub graph: &'a Graph,
-    /// The types known at the node.
-    pub env: &'a TypeEnv<'a>,
-    /// The graph's name for reports: the main graph's name, `graph/node.attribute` for
-    /// subgraphs, `function domain.name` for function bodies.
-    pub scope: &'a str,
-    /// The default-domain opset of the graph.
-    pub opset: i64,
-    /// The model's default-domain opset (the graph's own may differ in a function body).
-    pub model_opset: i64,
-    /// Whether the graph is a function body or one of its subgraphs.
-    pub in_function: bool,
-    /// How constants can be added to the graph.
-    pub constants: Constants,
-    /// The model-local functions: a node naming one calls it, whatever its op type says, and a
-    /// replacement must not name one by accident.
-    pub functions: &'a HashSet<FunctionKey>,
-}
-
-impl Site<'_> {
-    /// An emitter for the replacement of the node labelled `base` here: at the graph's opset,
-    /// and valid at the model's too where a function body imports another one.
-    pub(crate) fn emitter<'n>(&self, base: &str, names: &'n mut UniqueNames) -> Emitter<'n> {
-        let mut e = Emitter::new(base, names, self.opset, self.constants);
-        e.also_at = (self.model_opset != self.opset).then_some(self.model_opset);
-        e
-    }
-}
 
 /// Whether `f` is a lowering [`super::DefineMultiaxisFunctions`] defines: the operator itself
 /// (`GatherMultiaxis`, with or without an overload) or a renamed call's function
@@ -86,40 +37,17 @@ pub(crate) fn is_lowering_function(f: &Function) -> bool {
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
 }
 
-/// What a rule does to one node.
-pub(crate) struct Change {
-    pub replacement: Replacement,
-    /// Types of the replaced node's outputs, made known to the nodes after it.
-    pub output_types: Vec<(String, TensorType)>,
-    /// Remove the producers of the replaced node's inputs (and theirs, in turn) once nothing
-    /// reads them.
-    pub prune_inputs: bool,
-}
-
-/// A per-node decision.
-pub(crate) trait Rule {
-    /// Called for every node in execution order; `None` leaves the node as it is. Nodes that
-    /// call a model-local function are not operators and are not visited (except calls of
-    /// `multigather.GatherMultiaxis`, whose local definitions are its lowering).
-    fn visit(&mut self, node: &Node, site: &Site, names: &mut UniqueNames) -> Option<Change>;
-
-    /// Called for every node of a function body the walk leaves alone, and why.
-    fn skip(&mut self, node: &Node, scope: &str, reason: &str);
-
-    /// Called with each declaration of a graph that contradicts the inferred types.
-    fn contradiction(&mut self, _scope: &str, _text: &str) {}
-}
-
 /// Runs `rule` over every graph of `model`; returns the number of nodes replaced.
 ///
-/// Function bodies are typed from every call site in the model, collected before any graph is
-/// changed ([`signatures`]).
-pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
+/// Each graph is typed once for the walk. Function bodies are typed from every call site in the
+/// model: the main graph's (and its subgraphs') are recorded as the walk passes them, then
+/// [`signatures`] adds the calls made in function bodies before any body is changed.
+pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> Result<usize> {
     let functions: HashSet<FunctionKey> = model.functions.iter().map(|f| owned(f.key())).collect();
-    let signatures = signatures(model, &functions);
     let mut walker = Walker {
+        calls: Some(HashMap::new()),
         rule,
-        names: UniqueNames::for_model(model),
+        names: RefCell::new(UniqueNames::for_model(model)),
         functions,
         ir_version: model.ir_version,
         model_opset: model.opset("").unwrap_or(1),
@@ -132,8 +60,10 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
         &imports,
         TypeEnv::empty(),
         Formals::Declared,
-        false,
-    );
+        Place::main(),
+    )?;
+    let calls = walker.calls.take().unwrap_or_default();
+    let signatures = signatures(model, &walker.functions, calls);
     for f in &mut model.functions {
         if is_lowering_function(f) {
             // A model-local definition of the operator itself (its lowering) is not the model's
@@ -157,10 +87,40 @@ pub(crate) fn walk(model: &mut Model, rule: &mut dyn Rule) -> usize {
             &imports,
             TypeEnv::empty(),
             Formals::Given(&types),
-            true,
-        );
+            Place::function(),
+        )?;
     }
-    total
+    Ok(total)
+}
+
+/// Where a graph is: in a function body or not, a subgraph or not.
+#[derive(Clone, Copy)]
+struct Place {
+    in_function: bool,
+    in_subgraph: bool,
+}
+
+impl Place {
+    fn main() -> Place {
+        Place {
+            in_function: false,
+            in_subgraph: false,
+        }
+    }
+
+    fn function() -> Place {
+        Place {
+            in_function: true,
+            in_subgraph: false,
+        }
+    }
+
+    fn subgraph(self) -> Place {
+        Place {
+            in_subgraph: true,
+            ..self
+        }
+    }
 }
 
 /// The input types seen at a function's call sites.
@@ -172,30 +132,21 @@ pub(crate) enum Signature {
     Conflicting(String),
 }
 
-/// The signature of every model-local function, from every call site in the model: the main
-/// graph and its subgraphs first, then the function bodies in call order (callers before
-/// callees, each body typed by its own callers' agreement), so a call made inside a function
-/// counts whatever the order of the functions in the file. Functions that call themselves,
-/// directly or not, and every function only they call, get a conflicting signature.
-pub(crate) fn signatures(
+/// The signature of every model-local function, from every call site in the model: `calls`,
+/// those of the main graph and its subgraphs, then the function bodies' in call order (callers
+/// before callees, each body typed by its own callers' agreement), so a call made inside a
+/// function counts whatever the order of the functions in the file. Functions that call
+/// themselves, directly or not, and every function only they call, get a conflicting signature.
+fn signatures(
     model: &Model,
     functions: &HashSet<FunctionKey>,
+    mut calls: HashMap<FunctionKey, Signature>,
 ) -> HashMap<FunctionKey, Signature> {
-    let mut calls: HashMap<FunctionKey, Signature> = HashMap::new();
     let record = |node: &Node, env: &TypeEnv, calls: &mut HashMap<_, _>| {
         if let Some(key) = called_function(node, functions) {
-            let types: Vec<Option<TensorType>> =
-                node.inputs.iter().map(|i| env.get(i).cloned()).collect();
-            add_call(calls, key, types);
+            add_call(calls, key, call_types(node, env));
         }
     };
-    each_graph(
-        &model.graph,
-        &model.opset_imports,
-        TypeEnv::empty(),
-        Formals::Declared,
-        &mut |node, env| record(node, env, &mut calls),
-    );
     // Callers before callees: a function's body is read once every function calling it has
     // been, so its signature is complete by then.
     let (order, cyclic) = CallGraph::new(&model.functions).callers_first();
@@ -220,6 +171,11 @@ pub(crate) fn signatures(
         );
     }
     calls
+}
+
+/// The types of a call's arguments.
+fn call_types(node: &Node, env: &TypeEnv) -> Vec<Option<TensorType>> {
+    node.inputs.iter().map(|i| env.get(i).cloned()).collect()
 }
 
 /// Merges one call site's argument types into a function's signature.
@@ -289,7 +245,9 @@ fn each_graph(
 
 struct Walker<'r> {
     rule: &'r mut dyn Rule,
-    names: UniqueNames,
+    /// The calls of model-local functions seen so far, while the main graph is walked.
+    calls: Option<HashMap<FunctionKey, Signature>>,
+    names: RefCell<UniqueNames>,
     functions: HashSet<FunctionKey>,
     ir_version: Option<i64>,
     model_opset: i64,
@@ -304,14 +262,14 @@ impl Walker<'_> {
         imports: &[OpsetImport],
         outer: &TypeEnv,
         formals: Formals,
-        in_function: bool,
-    ) -> usize {
+        place: Place,
+    ) -> Result<usize> {
         let mut env = TypeEnv::infer_with(graph, imports, outer, formals);
         for text in env.contradictions() {
             self.rule.contradiction(scope, text);
         }
         let opset = opset_version(imports, "").unwrap_or(1);
-        let constants = Constants::for_graph(opset, in_function, self.ir_version);
+        let constants = Constants::for_graph(opset, place.in_function, self.ir_version);
         let mut count = 0;
         // Nodes pruned on the way; the initializers and declarations only they read or wrote
         // are dropped once at the end (per replacement, that scan made a pass quadratic).
@@ -321,23 +279,31 @@ impl Walker<'_> {
             if graph.get(id).is_none() {
                 continue;
             }
-            count += self.subgraphs(graph, id, scope, imports, &env, in_function);
+            count += self.subgraphs(graph, id, scope, imports, &env, place)?;
             let node = graph.node(id);
             let multiaxis = crate::ops::is_multiaxis(&node.domain, &node.op_type);
-            if !multiaxis && called_function(node, &self.functions).is_some() {
-                continue;
+            if let Some(key) = called_function(node, &self.functions) {
+                if let Some(calls) = &mut self.calls {
+                    add_call(calls, key, call_types(node, &env));
+                }
+                if !multiaxis {
+                    continue;
+                }
             }
             let site = Site {
+                node,
                 graph,
                 env: &env,
                 scope,
                 opset,
                 model_opset: self.model_opset,
-                in_function,
+                in_function: place.in_function,
+                in_subgraph: place.in_subgraph,
                 constants,
                 functions: &self.functions,
+                names: &self.names,
             };
-            let Some(change) = self.rule.visit(node, &site, &mut self.names) else {
+            let Some(change) = self.rule.visit(&site)? else {
                 continue;
             };
             let inputs = node.inputs.clone();
@@ -345,10 +311,15 @@ impl Walker<'_> {
                 replacement,
                 output_types,
                 prune_inputs,
+                renames,
             } = change;
             graph.replace_node(id, replacement.nodes);
             graph.value_info.extend(replacement.value_info);
             graph.initializers.extend(replacement.initializers);
+            for (old, new) in &renames {
+                graph.replace_uses(old, new);
+                graph.value_info.retain(|v| v.name != *old);
+            }
             for (name, ty) in output_types {
                 env.insert(&name, ty);
             }
@@ -359,7 +330,7 @@ impl Walker<'_> {
             count += 1;
         }
         prune_values(graph, &pruned);
-        count
+        Ok(count)
     }
 
     fn subgraphs(
@@ -369,11 +340,11 @@ impl Walker<'_> {
         scope: &str,
         imports: &[OpsetImport],
         env: &TypeEnv,
-        in_function: bool,
-    ) -> usize {
+        place: Place,
+    ) -> Result<usize> {
         let node = graph.node(id);
         if node.subgraphs().next().is_none() {
-            return 0;
+            return Ok(0);
         }
         let name = node.name.clone();
         let formals: HashMap<String, Vec<Option<TensorType>>> = node
@@ -400,20 +371,26 @@ impl Walker<'_> {
                         imports,
                         env,
                         Formals::Given(types),
-                        in_function,
-                    )
+                        place.subgraph(),
+                    )?
                 }
                 AttrValue::Graphs(gs) => {
                     for (i, g) in gs.iter_mut().enumerate() {
                         let scope = format!("{sub_scope}[{i}]");
-                        count +=
-                            self.graph(g, &scope, imports, env, Formals::Given(&[]), in_function);
+                        count += self.graph(
+                            g,
+                            &scope,
+                            imports,
+                            env,
+                            Formals::Given(&[]),
+                            place.subgraph(),
+                        )?;
                     }
                 }
                 _ => {}
             }
         }
-        count
+        Ok(count)
     }
 
     /// Tells the rule about every node of a graph (and its subgraphs) that stays as it is.
@@ -449,4 +426,103 @@ fn prune_values(graph: &mut Graph, removed: &[Node]) {
     graph
         .value_info
         .retain(|v| !gone.contains(&v.name) && !unread.contains(&v.name));
+}
+
+/// A pass made of a [`Rule`]: walks the main graph, the subgraphs of `If` / `Loop` / `Scan` at
+/// any depth and the model-local functions, types each graph once, and applies the rule's
+/// [`Change`]s.
+///
+/// # Example
+/// A rule replacing every `Neg` of integers by `Mul` by minus one, run on a one-node model:
+/// ```
+/// use multigather::ir::{Dim, Graph, Model, Node, StoredTensor, Type, ValueInfo};
+/// use multigather::pass::{Change, PassManager, Rule, RulePass, Site};
+/// use multigather::DataType;
+///
+/// struct NegAsMul;
+/// impl Rule for NegAsMul {
+///     fn visit(&mut self, site: &Site<'_>) -> multigather::Result<Option<Change>> {
+///         let node = site.node();
+///         let (Some(x), Some(y)) = (node.inputs.first(), node.outputs.first()) else {
+///             return Ok(None);
+///         };
+///         if node.op_type != "Neg" || site.type_of(x).and_then(|t| t.elem) != Some(DataType::Int64) {
+///             return Ok(None);
+///         }
+///         let minus_one = site.fresh_name("minus_one");
+///         let mul = Node::new("Mul", site.fresh_name(&node.name), [x.as_str(), &minus_one], [y.as_str()]);
+///         let constant = StoredTensor::from_i64s(Some(&minus_one), &[], &[-1]);
+///         Ok(Some(Change::replace_with(vec![mul]).with_initializer(constant)))
+///     }
+/// }
+///
+/// let mut g = Graph::new("main");
+/// g.inputs.push(ValueInfo::new("x", Type::tensor(DataType::Int64, vec![Dim::Known(3)])));
+/// g.outputs.push(ValueInfo::untyped("y"));
+/// g.add_node(Node::new("Neg", "neg", ["x"], ["y"]));
+/// let mut model = Model::new(g, 13);
+///
+/// let mut pass = RulePass::new("NegAsMul", NegAsMul);
+/// PassManager::new().run(&mut model, &mut [&mut pass])?;
+/// assert_eq!(pass.replaced(), 1);
+/// assert_eq!(model.op_histogram().get("Mul"), Some(&1));
+/// # Ok::<(), multigather::Error>(())
+/// ```
+pub struct RulePass<R> {
+    name: &'static str,
+    rule: R,
+    replaced: usize,
+}
+
+impl<R: Rule> RulePass<R> {
+    /// A pass named `name` (in errors and dumps) applying `rule`.
+    ///
+    /// # Example
+    /// ```
+    /// use multigather::ir::{Graph, Model};
+    /// use multigather::pass::{Change, Pass, Rule, RulePass, Site};
+    ///
+    /// struct Nothing;
+    /// impl Rule for Nothing {
+    ///     fn visit(&mut self, _: &Site<'_>) -> multigather::Result<Option<Change>> {
+    ///         Ok(None)
+    ///     }
+    /// }
+    /// let mut pass = RulePass::new("Nothing", Nothing);
+    /// assert!(!pass.run(&mut Model::new(Graph::new("g"), 13))?);
+    /// # Ok::<(), multigather::Error>(())
+    /// ```
+    pub fn new(name: &'static str, rule: R) -> RulePass<R> {
+        RulePass {
+            name,
+            rule,
+            replaced: 0,
+        }
+    }
+
+    /// The rule (and whatever it recorded).
+    pub fn rule(&self) -> &R {
+        &self.rule
+    }
+
+    /// The rule, giving the pass up.
+    pub fn into_rule(self) -> R {
+        self.rule
+    }
+
+    /// How many nodes the last run replaced.
+    pub fn replaced(&self) -> usize {
+        self.replaced
+    }
+}
+
+impl<R: Rule> super::Pass for RulePass<R> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn run(&mut self, model: &mut Model) -> Result<bool> {
+        self.replaced = walk(model, &mut self.rule)?;
+        Ok(self.replaced > 0)
+    }
 }

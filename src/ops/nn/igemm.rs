@@ -942,25 +942,42 @@ mod x86 {
         blocks: Range<usize>,
         panels: Range<usize>,
     ) {
-        unsafe {
-            drive::<6, 16, i16, u8>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
-                tile_avx2(a, lda, b, groups, acc)
-            })
+        // A product of a few rows takes a tile of as many (see `run_avx512vnni`).
+        macro_rules! rows {
+            ($r:literal) => {
+                unsafe {
+                    drive::<$r, 16, i16, u8>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
+                        tile_avx2::<$r>(a, lda, b, groups, acc)
+                    })
+                }
+            };
+        }
+        match t.m {
+            1 => rows!(1),
+            2 => rows!(2),
+            3 | 4 => rows!(4),
+            _ => rows!(6),
         }
     }
 
-    /// A `6 x 16` tile as two `6 x 8` halves (six rows of two accumulators per half, besides
-    /// the two registers of B and A's broadcast, fill the sixteen registers). Per group, a
-    /// half's 32 bytes of B (eight columns of four k) widen into two registers of four columns;
-    /// A's four `i16` of the group are broadcast; `vpmaddwd` leaves each column's sum in two
-    /// adjacent lanes, added pairwise once the tile is done.
+    /// An `R x 16` tile (`R <= 6`) as two `R x 8` halves (six rows of two accumulators per
+    /// half, besides the two registers of B and A's broadcast, fill the sixteen registers). Per
+    /// group, a half's 32 bytes of B (eight columns of four k) widen into two registers of four
+    /// columns; A's four `i16` of the group are broadcast; `vpmaddwd` leaves each column's sum in
+    /// two adjacent lanes, added pairwise once the tile is done.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn tile_avx2(a: &[i16], lda: usize, b: &[u8], groups: usize, acc: &mut [[i32; 16]; 6]) {
-        assert!(a.len() >= 5 * lda + 4 * groups && b.len() >= groups * 64);
+    fn tile_avx2<const R: usize>(
+        a: &[i16],
+        lda: usize,
+        b: &[u8],
+        groups: usize,
+        acc: &mut [[i32; 16]; R],
+    ) {
+        assert!(R >= 1 && a.len() >= (R - 1) * lda + 4 * groups && b.len() >= groups * 64);
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
         for half in 0..2 {
-            let mut c = [[_mm256_setzero_si256(); 2]; 6];
+            let mut c = [[_mm256_setzero_si256(); 2]; R];
             for q in 0..groups {
                 // SAFETY: the assertion above bounds every read.
                 unsafe {

@@ -83,7 +83,7 @@ use self::roles::{choose, grows, roles, Role};
 use super::emit::{Emitter, Replacement};
 use super::gather_to_multiaxis::uses_domain;
 use super::walk::{walk, Change, Rule, Site};
-use super::{NodeOutcome, NodeReport, Pass, ReportingPass};
+use super::{NodeOutcome, NodeReport, Pass};
 use crate::error::{Error, Result};
 use crate::gather::{GatherSpec, OutOfRange, DOMAIN, OP_TYPE};
 use crate::infer::TypeEnv;
@@ -182,7 +182,11 @@ impl LowerReport {
 /// assert_eq!(model.opset("multigather"), None);
 /// # Ok::<(), multigather::Error>(())
 /// ```
-pub type LowerMultiaxis = ReportingPass<LowerReport, LowerConfig>;
+#[derive(Default)]
+pub struct LowerMultiaxis {
+    config: LowerConfig,
+    report: LowerReport,
+}
 
 /// How [`LowerMultiaxis`] lowers.
 #[derive(Clone, Debug, Default)]
@@ -204,15 +208,21 @@ impl LowerMultiaxis {
 
     /// A pass with the given configuration.
     pub fn with_config(config: LowerConfig) -> LowerMultiaxis {
-        ReportingPass {
+        LowerMultiaxis {
             config,
             report: LowerReport::default(),
         }
     }
 
-    /// Runs the pass alone, validated ([`ReportingPass::run_alone`]), and returns its report.
+    /// The report of the last run.
+    pub fn report(&self) -> &LowerReport {
+        &self.report
+    }
+
+    /// Runs the pass alone through a [`super::PassManager`] (so the result is validated) and
+    /// returns its report.
     pub fn lower(model: &mut Model) -> Result<LowerReport> {
-        LowerMultiaxis::new().run_alone(model)
+        LowerMultiaxis::lower_with(model, LowerConfig::default())
     }
 
     /// [`LowerMultiaxis::lower`] with a configuration.
@@ -249,7 +259,9 @@ impl LowerMultiaxis {
     /// # Ok::<(), multigather::Error>(())
     /// ```
     pub fn lower_with(model: &mut Model, config: LowerConfig) -> Result<LowerReport> {
-        LowerMultiaxis::with_config(config).run_alone(model)
+        let mut pass = LowerMultiaxis::with_config(config);
+        super::run_alone(&mut pass, model)?;
+        Ok(pass.report)
     }
 }
 
@@ -269,7 +281,7 @@ impl Pass for LowerMultiaxis {
             &mut Lowering {
                 report: &mut self.report,
             },
-        );
+        )?;
         let left =
             uses_domain(&model.graph) || model.functions.iter().any(|f| uses_domain(&f.body));
         if !left {
@@ -311,7 +323,7 @@ fn retarget(model: &mut Model, to: i64) -> Result<Vec<target::Blocked>> {
         to,
         blocked: Vec::new(),
     };
-    walk(model, &mut check);
+    walk(model, &mut check)?;
     match model
         .opset_imports
         .iter_mut()
@@ -376,12 +388,14 @@ struct Lowering<'a> {
 }
 
 impl Rule for Lowering<'_> {
-    fn visit(&mut self, node: &Node, site: &Site, names: &mut UniqueNames) -> Option<Change> {
+    fn visit(&mut self, site: &Site<'_>) -> crate::Result<Option<Change>> {
+        let node = site.node;
         if !is_multiaxis(&node.domain, &node.op_type) {
-            return None;
+            return Ok(None);
         }
         let label = node.label();
-        let (outcome, change) = match lower_node(node, &label, site, names) {
+        let lowered = lower_node(node, &label, site, &mut site.names.borrow_mut());
+        let (outcome, change) = match lowered {
             Ok(lowered) => {
                 self.report.lowered += 1;
                 *self.report.by_pattern.entry(lowered.pattern).or_default() += 1;
@@ -391,18 +405,17 @@ impl Rule for Lowering<'_> {
                     .iter()
                     .map(Node::qualified_op)
                     .collect();
-                let change = Change {
-                    replacement: lowered.replacement,
-                    output_types: vec![lowered.output],
-                    prune_inputs: true,
-                };
+                let (value, ty) = lowered.output;
+                let change = Change::from_replacement(lowered.replacement)
+                    .with_output_type(value, ty)
+                    .pruning_inputs();
                 (NodeOutcome::Rewritten { into }, Some(change))
             }
             Err(reason) => (NodeOutcome::Skipped { reason }, None),
         };
         let r = &mut *self.report;
         record(&mut r.nodes, &mut r.skipped, label, site.scope, outcome);
-        change
+        Ok(change)
     }
 
     fn skip(&mut self, node: &Node, scope: &str, reason: &str) {

@@ -11,7 +11,7 @@
 //! imports and are not checked.
 
 use super::super::walk::{Change, Rule, Site};
-use crate::ir::{canonical_domain, is_onnx_domain, Node, UniqueNames};
+use crate::ir::{canonical_domain, is_onnx_domain, Node};
 use crate::ops::{constraints, registry};
 
 /// The model's nodes that would not mean the same at the target opset, each with why.
@@ -32,9 +32,10 @@ pub(super) struct Blocked {
 }
 
 impl Rule for AtTarget {
-    fn visit(&mut self, node: &Node, site: &Site, _: &mut UniqueNames) -> Option<Change> {
+    fn visit(&mut self, site: &Site<'_>) -> crate::Result<Option<Change>> {
+        let node = site.node;
         if site.in_function || !is_onnx_domain(&node.domain) {
-            return None;
+            return Ok(None);
         }
         if let Err(reason) = keeps_meaning(node, site, self.from, self.to) {
             self.blocked.push(Blocked {
@@ -48,10 +49,8 @@ impl Rule for AtTarget {
                 ),
             });
         }
-        None
+        Ok(None)
     }
-
-    fn skip(&mut self, _: &Node, _: &str, _: &str) {}
 }
 
 /// Whether `node` (default domain, typed by `site`) means at opset `to` what it means at `from`.
@@ -119,7 +118,7 @@ mod tests {
             to,
             blocked: Vec::new(),
         };
-        walk(&mut model, &mut rule);
+        walk(&mut model, &mut rule).unwrap();
         rule.blocked.into_iter().map(|b| b.why).collect()
     }
 
