@@ -450,7 +450,7 @@ fn prune_values(graph: &mut Graph, removed: &[Node]) {
 ///             return Ok(None);
 ///         }
 ///         let minus_one = site.fresh_name("minus_one");
-///         let mul = Node::new("Mul", site.fresh_name(&node.name), [x.as_str(), &minus_one], [y.as_str()]);
+///         let mul = Node::new("Mul", &site.fresh_name(&node.name), [x.as_str(), &minus_one], [y.as_str()]);
 ///         let constant = StoredTensor::from_i64s(Some(&minus_one), &[], &[-1]);
 ///         Ok(Some(Change::replace_with(vec![mul]).with_initializer(constant)))
 ///     }
