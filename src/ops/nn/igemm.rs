@@ -740,7 +740,7 @@ unsafe fn run(t: &Task<'_>, blocks: std::ops::Range<usize>, panels: std::ops::Ra
             x86::run_avx2(t, a, b, blocks, panels)
         },
         (_, Packed::Wide(a), Packed::Wide(b)) => unsafe {
-            drive::<4, 16, i16, i16>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
+            drive::<4, 16, i16, i16>(t, a, b, blocks, panels, |a, lda, b, groups, _, acc| {
                 portable_tile(a, lda, b, groups, acc)
             })
         },
@@ -749,9 +749,19 @@ unsafe fn run(t: &Task<'_>, blocks: std::ops::Range<usize>, panels: std::ops::Ra
     }
 }
 
-/// The tile loop every level shares: panels outer (a panel of B stays in cache across row
-/// tiles), row tiles inner; each tile summed by `tile`, corrected for the zero points and
-/// stored.
+/// Packed B that one strip of panels may hold: it stays in the L2 cache while every row tile
+/// of the task passes over it.
+const STRIP_BYTES: usize = 256 * 1024;
+
+/// Columns in one strip at most: each row's sums reach the sink as one run of this many
+/// columns, so the sink's per-call work (a dynamic call, the requantisation's dispatch) is
+/// shared by many tiles.
+const STRIP_COLS: usize = 256;
+
+/// The tile loop every level shares: strips of panels outer (a strip of B stays in cache
+/// across row tiles), row tiles inner; each tile summed by `tile` (told how many of its
+/// columns lie in the product) into the strip's rows, which are then corrected for the zero
+/// points and stored, one run per row.
 ///
 /// # Safety
 /// As [`run`]; `MR`, `NR` are the level's tile shape and `a`, `b` its packings.
@@ -762,41 +772,55 @@ unsafe fn drive<const MR: usize, const NR: usize, TA, TB>(
     b: &[TB],
     blocks: std::ops::Range<usize>,
     panels: std::ops::Range<usize>,
-    tile: impl Fn(&[TA], usize, &[TB], usize, &mut [[i32; NR]; MR]),
+    tile: impl Fn(&[TA], usize, &[TB], usize, usize, &mut [[i32; NR]; MR]),
 ) {
     let (lda, kg, n) = (t.a.lda, t.b.kg, t.b.n);
     let g = t.b.level.shape().2;
     let groups = kg / g;
+    let panel_bytes = (kg * NR * std::mem::size_of::<TB>()).max(1);
+    let per_strip = (STRIP_BYTES / panel_bytes).clamp(1, STRIP_COLS / NR);
     let mut acc = [[0i32; NR]; MR];
-    for p in panels {
-        let panel = &b[p * kg * NR..(p + 1) * kg * NR];
-        let col0 = p * NR;
-        let cols = NR.min(n - col0);
+    let mut strip = [[0i32; STRIP_COLS]; MR];
+    let mut p0 = panels.start;
+    while p0 < panels.end {
+        let p1 = (p0 + per_strip).min(panels.end);
+        let col0 = p0 * NR;
+        let cols = (p1 * NR).min(n) - col0;
         let zb = &t.col_zeros[col0..col0 + cols];
         let cs = &t.b.col_sums[col0..col0 + cols];
         for blk in blocks.clone() {
             let row0 = blk * MR;
-            tile(
-                &a[row0 * lda..(row0 + MR) * lda],
-                lda,
-                panel,
-                groups,
-                &mut acc,
-            );
-            for (r, acc_row) in acc.iter().enumerate().take(MR.min(t.m - row0)) {
+            let rows = &a[row0 * lda..(row0 + MR) * lda];
+            for p in p0..p1 {
+                let at = (p - p0) * NR;
+                let width = NR.min(n - p * NR);
+                tile(
+                    rows,
+                    lda,
+                    &b[p * kg * NR..(p + 1) * kg * NR],
+                    groups,
+                    width,
+                    &mut acc,
+                );
+                for (dst, src) in strip.iter_mut().zip(&acc) {
+                    dst[at..at + width].copy_from_slice(&src[..width]);
+                }
+            }
+            for (r, sums) in strip.iter_mut().enumerate().take(MR.min(t.m - row0)) {
                 let i = row0 + r;
                 let (ri, zi) = (t.a.row_terms[i], t.a.row_zeros[i]);
-                let mut sums = [0i32; NR];
-                for (((d, &v), &z), &s) in sums.iter_mut().zip(acc_row).zip(zb).zip(cs) {
-                    *d = v
+                let sums = &mut sums[..cols];
+                for ((v, &z), &s) in sums.iter_mut().zip(zb).zip(cs) {
+                    *v = v
                         .wrapping_sub(z.wrapping_mul(ri))
                         .wrapping_sub(zi.wrapping_mul(s));
                 }
                 // SAFETY: row i < m and columns col0..col0 + cols <= n lie in the product, and
                 // no other task stores them (the caller's promise).
-                unsafe { t.sink.store(i, col0, &sums[..cols]) };
+                unsafe { t.sink.store(i, col0, sums) };
             }
         }
+        p0 = p1;
     }
 }
 
@@ -845,7 +869,7 @@ mod x86 {
         macro_rules! rows {
             ($r:literal) => {
                 unsafe {
-                    drive::<$r, 32, u8, u8>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
+                    drive::<$r, 32, u8, u8>(t, a, b, blocks, panels, |a, lda, b, groups, _, acc| {
                         tile_avx512vnni::<$r>(a, lda, b, groups, acc)
                     })
                 }
@@ -904,7 +928,7 @@ mod x86 {
         panels: Range<usize>,
     ) {
         unsafe {
-            drive::<6, 16, u8, u8>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
+            drive::<6, 16, u8, u8>(t, a, b, blocks, panels, |a, lda, b, groups, _, acc| {
                 tile_avxvnni(a, lda, b, groups, acc)
             })
         }
@@ -946,9 +970,16 @@ mod x86 {
         macro_rules! rows {
             ($r:literal) => {
                 unsafe {
-                    drive::<$r, 16, i16, u8>(t, a, b, blocks, panels, |a, lda, b, groups, acc| {
-                        tile_avx2::<$r>(a, lda, b, groups, acc)
-                    })
+                    drive::<$r, 16, i16, u8>(
+                        t,
+                        a,
+                        b,
+                        blocks,
+                        panels,
+                        |a, lda, b, groups, cols, acc| {
+                            tile_avx2::<$r>(a, lda, b, groups, cols, acc)
+                        },
+                    )
                 }
             };
         }
@@ -972,11 +1003,13 @@ mod x86 {
         lda: usize,
         b: &[u8],
         groups: usize,
+        cols: usize,
         acc: &mut [[i32; 16]; R],
     ) {
         assert!(R >= 1 && a.len() >= (R - 1) * lda + 4 * groups && b.len() >= groups * 64);
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        for half in 0..2 {
+        // A panel of at most eight columns in the product (the last, narrow one) sums one half.
+        for half in 0..cols.div_ceil(8).min(2) {
             let mut c = [[_mm256_setzero_si256(); 2]; R];
             for q in 0..groups {
                 // SAFETY: the assertion above bounds every read.
@@ -1107,6 +1140,18 @@ mod tests {
             let a: Vec<u8> = (0..m * k).map(|i| (i * 97 + 13) as u8).collect();
             let b: Vec<u8> = (0..k * n).map(|i| (i * 61 + 7) as u8).collect();
             check(bytes(&a, false), (m, k), &[131], bytes(&b, true), n, &[-3]);
+        }
+    }
+
+    #[test]
+    fn products_wider_than_a_strip_are_exact_in_every_strip() {
+        // Strips bounded by their column count (short k) and by their bytes (long k), each
+        // product ending in a partial strip whose last panel is narrower than half a tile.
+        for (m, k, n) in [(7, 20, 3 * STRIP_COLS + 5), (3, 1100, 300)] {
+            let a: Vec<u8> = (0..m * k).map(|i| (i * 89 + 5) as u8).collect();
+            let b: Vec<u8> = (0..k * n).map(|i| (i * 53 + 11) as u8).collect();
+            let zb: Vec<i32> = (0..n as i32).map(|j| j % 7 - 3).collect();
+            check(bytes(&a, false), (m, k), &[17], bytes(&b, true), n, &zb);
         }
     }
 
