@@ -589,30 +589,42 @@ fn im2col_row(
     let (kx, rest) = (r % kw, r / kw);
     let (ky, rest) = (rest % kh, rest / kh);
     let (kz, c) = (rest % kd, rest / kd);
-    // Output columns `lo..hi` read inside the input row at this tap.
+    // Output columns `lo..hi` read inside the input row at this tap; `inside` keeps
+    // `ox * sw + kx * dw - pw` inside the row for `ox` in `lo..hi`, a run of one phase of the row
+    // that starts at `start` (the same for every output row).
     let (lo, hi) = inside(ow, iw, sw, kx * dw, pw);
-    for (i, seg) in row.chunks_exact_mut(ow.max(1)).take(od * oh).enumerate() {
-        let (oz, oy) = (i / oh, i % oh);
-        let (Some(iz), Some(iy)) = (coord(oz, kz, sd, dd, pd, id), coord(oy, ky, sh, dh, ph, ih))
-        else {
-            fill_slots(seg, pad);
-            continue;
-        };
-        fill_slots(&mut seg[..lo], pad);
-        fill_slots(&mut seg[hi..], pad);
-        if lo == hi {
-            continue;
-        }
-        let src = &x[((c * id + iz) * ih + iy) * iw..][..iw];
-        // `inside` keeps `ox * sw + kx * dw - pw` inside the row for `ox` in `lo..hi`: a run of
-        // one phase of the row.
-        let first = lo * sw + kx * dw - pw;
-        if phased || sw == 1 {
-            let start = phase_start(iw, sw, first % sw) + first / sw;
-            copy(&mut seg[lo..hi], &src[start..start + hi - lo]);
-        } else {
-            for (d, &v) in seg[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw)) {
-                d.write(v);
+    let first = (lo < hi).then(|| lo * sw + kx * dw - pw);
+    let contiguous = phased || sw == 1;
+    let start = match first {
+        Some(first) if contiguous => phase_start(iw, sw, first % sw) + first / sw,
+        _ => 0,
+    };
+    let mut segs = row.chunks_exact_mut(ow.max(1));
+    for oz in 0..od {
+        let iz = coord(oz, kz, sd, dd, pd, id);
+        for oy in 0..oh {
+            let Some(seg) = segs.next() else { return };
+            let (Some(iz), Some(iy), Some(first)) = (iz, coord(oy, ky, sh, dh, ph, ih), first)
+            else {
+                fill_slots(seg, pad);
+                continue;
+            };
+            fill_slots(&mut seg[..lo], pad);
+            fill_slots(&mut seg[hi..], pad);
+            let src = &x[((c * id + iz) * ih + iy) * iw..][..iw];
+            if contiguous {
+                let run = &src[start..start + hi - lo];
+                if run.len() <= 128 {
+                    // SAFETY: `run` and `seg[lo..hi]` hold `hi - lo` bytes each and do not
+                    // overlap.
+                    unsafe { short_copy(seg[lo..].as_mut_ptr().cast(), run.as_ptr(), run.len()) };
+                } else {
+                    copy(&mut seg[lo..hi], run);
+                }
+            } else {
+                for (d, &v) in seg[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw)) {
+                    d.write(v);
+                }
             }
         }
     }
@@ -661,8 +673,29 @@ fn split_phases(x: &[u8], width: usize, stride: usize, out: &mut [MaybeUninit<u8
 }
 
 fn fill_slots(slots: &mut [MaybeUninit<u8>], v: u8) {
-    for s in slots {
-        s.write(v);
+    let n = slots.len();
+    if n > 64 {
+        for s in slots {
+            s.write(v);
+        }
+        return;
+    }
+    /// Bytes `0..W` and `n - W..n`, for `W <= n <= 2 W`.
+    #[inline(always)]
+    fn ends<const W: usize>(slots: &mut [MaybeUninit<u8>], v: u8) {
+        let n = slots.len();
+        slots[..W].copy_from_slice(&[MaybeUninit::new(v); W]);
+        slots[n - W..].copy_from_slice(&[MaybeUninit::new(v); W]);
+    }
+    // Pads of a few bytes are the rule (a row's edges): fixed-size stores, no call to `memset`.
+    match n {
+        0 => {}
+        1 => slots[0] = MaybeUninit::new(v),
+        2..=3 => ends::<2>(slots, v),
+        4..=7 => ends::<4>(slots, v),
+        8..=15 => ends::<8>(slots, v),
+        16..=31 => ends::<16>(slots, v),
+        _ => ends::<32>(slots, v),
     }
 }
 
