@@ -16,7 +16,7 @@ use crate::ir::{Node, TensorType};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::math::{gemm, StepWeights, View};
+use super::math::{StepWeights, View};
 use super::schedule::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use crate::ops::num::Real;
 
@@ -78,9 +78,9 @@ fn direction<T: Real>(
     let mut scratch = p.initial(None, d);
     let h = p.initial(p.initial_h.as_deref(), d);
     let (y, h) = p.scan(d, &xw, width, h, |active, g, h| {
-        gemm(View::rows(h, batch, n), r_zr, T::ONE, g, width)?;
+        r_zr.multiply(View::rows(h, batch, n), T::ONE, g, width)?;
         if linear {
-            gemm(View::rows(h, batch, n), r_h, T::ZERO, &mut scratch, n)?;
+            r_h.multiply(View::rows(h, batch, n), T::ZERO, &mut scratch, n)?;
         }
         for ((g, h), (extra, _)) in g
             .chunks_exact_mut(width)
@@ -104,9 +104,8 @@ fn direction<T: Real>(
             }
         }
         if !linear {
-            gemm(
+            r_h.multiply(
                 View::rows(&scratch, batch, n),
-                r_h,
                 T::ONE,
                 &mut g[2 * n..],
                 width,

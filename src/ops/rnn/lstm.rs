@@ -16,7 +16,7 @@ use crate::ir::{Node, TensorType};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::{try_vec, Tensor};
 
-use super::math::{gemm, Activation, StepWeights, View};
+use super::math::{Activation, StepWeights, View};
 use super::schedule::{self, Dims, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use crate::ops::num::Real;
 
@@ -83,13 +83,9 @@ impl<T: Real> Products<T> for FloatProducts<'_, T> {
 
     fn recur(&mut self, h: &[T], live: &[bool], g: &mut [T]) -> Result<()> {
         let width = 4 * self.hidden;
-        gemm(
-            View::rows(h, live.len(), self.hidden),
-            self.rt.view(),
-            T::ONE,
-            g,
-            width,
-        )
+        self.rt
+            .view()
+            .multiply(View::rows(h, live.len(), self.hidden), T::ONE, g, width)
     }
 }
 

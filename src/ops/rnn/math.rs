@@ -147,15 +147,7 @@ fn small_gemm<T: Real>(
     scaled_rows: bool,
 ) {
     let (k, n) = (a.cols, b.cols);
-    for row in c.chunks_mut(ldc).take(a.rows) {
-        let row = &mut row[..n];
-        if beta == T::ZERO {
-            // Not `beta * c`: C may hold anything (even NaN) when beta is zero.
-            row.fill(T::ZERO);
-        } else if beta != T::ONE {
-            row.iter_mut().for_each(|v| *v = beta * *v);
-        }
-    }
+    scale_rows(c, ldc, a.rows, n, beta);
     if k == 0 {
         return;
     }
@@ -170,6 +162,19 @@ fn small_gemm<T: Real>(
         let a_row = &a.data[i * a.rs..i * a.rs + k];
         for (j, v) in row[..n].iter_mut().enumerate() {
             *v += dot(a_row, &b.data[j * b.cs..j * b.cs + k]);
+        }
+    }
+}
+
+/// `C <- beta C` for the `rows x n` block of row stride `ldc` at the start of `c`.
+fn scale_rows<T: Real>(c: &mut [T], ldc: usize, rows: usize, n: usize, beta: T) {
+    for row in c.chunks_mut(ldc).take(rows) {
+        let row = &mut row[..n];
+        if beta == T::ZERO {
+            // Not `beta * c`: C may hold anything (even NaN) when beta is zero.
+            row.fill(T::ZERO);
+        } else if beta != T::ONE {
+            row.iter_mut().for_each(|v| *v = beta * *v);
         }
     }
 }
@@ -198,8 +203,8 @@ fn add_scaled_rows<T: Real, const FUSED: bool>(
     // k: C is loaded and stored once per tile, where the row-at-a-time loop did so for every
     // four terms (the LSTM of `scripts/make_rnn.py`, Intel Xeon family 6 model 167, one
     // thread, medians of 30 runs in three alternations: 8.75 -> 8.2 ms; the GRU 6.45 ->
-    // 5.9 ms). B's rows are 4 KiB apart there, so a tile's loads cross a page per row and the
-    // loop now waits on them: packing B by panels is the next step.
+    // 5.9 ms). B's rows are 4 KiB apart there, so a tile's loads cross a page per row: the
+    // recurrent weights therefore go in panels ([`add_scaled_panels`]).
     let full = n / TILE * TILE;
     let mut i0 = 0;
     while i0 < m {
@@ -270,29 +275,12 @@ fn add_tiles<T: Real, const FUSED: bool, const R: usize>(
     }
 }
 
-/// The transpose of the row-major `rows x cols` matrix at the start of `data`.
-pub(super) fn transposed<T: Copy + Default>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
-    let mut out = vec![T::default(); rows * cols];
-    // Blocks of rows, so the reads of one block stay in cache while its columns are written.
-    const BLOCK: usize = 16;
-    for i0 in (0..rows).step_by(BLOCK) {
-        let i1 = (i0 + BLOCK).min(rows);
-        for j in 0..cols {
-            let dst = &mut out[j * rows + i0..j * rows + i1];
-            for (i, v) in (i0..i1).zip(dst) {
-                *v = data[i * cols + j];
-            }
-        }
-    }
-    out
-}
-
 /// The recurrent weights `R` (row-major, `rows` gate units of `cols` hidden inputs) as the
 /// `cols x rows` matrix `R^T` that multiplies the hidden state every step, for a batch of
 /// `batch` rows. [`gemm`] reads `R` itself through a transposed view when it takes dot products
 /// (up to [`DOT_ROWS`] rows) or hands the product to the `gemm` crate (more than [`AXPY_ROWS`]);
-/// in between it sums scaled rows of `R^T`, which must then be contiguous, so `R` is transposed
-/// (once per plan when `R` is constant: `Problem::step_weights`).
+/// in between it sums scaled rows of `R^T`, which are then laid out in panels of [`TILE`]
+/// columns (once per plan when `R` is constant: `Problem::step_weights`).
 pub(super) enum StepWeights<'a, T: Clone> {
     /// `R` itself, read through a transposed view.
     Direct {
@@ -300,17 +288,17 @@ pub(super) enum StepWeights<'a, T: Clone> {
         rows: usize,
         cols: usize,
     },
-    /// `R^T`, row-major.
-    Transposed {
-        rt: Cow<'a, [T]>,
+    /// `R^T` in panels ([`panelled`]).
+    Panels {
+        data: Cow<'a, [T]>,
         rows: usize,
         cols: usize,
     },
 }
 
 impl<'a, T: Copy + Default> StepWeights<'a, T> {
-    /// Whether products with `batch` rows read `R^T` rather than `R`.
-    pub fn transposes(batch: usize) -> bool {
+    /// Whether products with `batch` rows read `R^T` in panels rather than `R`.
+    pub fn panelled(batch: usize) -> bool {
         batch > DOT_ROWS && batch <= AXPY_ROWS
     }
 
@@ -319,17 +307,238 @@ impl<'a, T: Copy + Default> StepWeights<'a, T> {
         StepWeights::Direct { r, rows, cols }
     }
 
-    /// `R^T` given (`cols x rows`, row-major).
-    pub fn transposed(rt: Cow<'a, [T]>, rows: usize, cols: usize) -> Self {
-        StepWeights::Transposed { rt, rows, cols }
+    /// `R^T` in panels, as [`panelled`] makes them from `R` (`rows x cols`).
+    pub fn panels(data: Cow<'a, [T]>, rows: usize, cols: usize) -> Self {
+        StepWeights::Panels { data, rows, cols }
     }
 
-    /// `R^T` as a `cols x rows` view.
-    pub fn view(&self) -> View<'_, T> {
+    /// `R^T` as the right operand of a step's product.
+    pub fn view(&self) -> StepView<'_, T> {
         match self {
-            StepWeights::Direct { r, rows, cols } => View::rows(r, *rows, *cols).t(),
-            StepWeights::Transposed { rt, rows, cols } => View::rows(rt, *cols, *rows),
+            StepWeights::Direct { r, rows, cols } => {
+                StepView::Strided(View::rows(r, *rows, *cols).t())
+            }
+            StepWeights::Panels { data, rows, cols } => StepView::Panels {
+                data,
+                k: *cols,
+                n: *rows,
+                start: 0,
+                count: *rows,
+            },
         }
+    }
+}
+
+/// `R^T` for the `rows x cols` row-major `R`, in panels of [`TILE`] columns: panel `j` holds
+/// rows `j * TILE..` of `R` as `cols` runs of `TILE` values (`R^T`'s rows cut to the panel's
+/// columns; zeros past `rows`), so a tile of a step's product reads one contiguous block where
+/// `R^T`'s rows, each a few KiB long, put every row of a tile on a page of its own.
+pub(super) fn panelled<T: Copy + Default>(r: &[T], rows: usize, cols: usize) -> Result<Vec<T>> {
+    let panels = rows.div_ceil(TILE);
+    let len = panels
+        .checked_mul(TILE * cols)
+        .filter(|_| r.len() >= rows * cols)
+        .ok_or_else(|| Error::Eval(format!("R of {rows} x {cols} does not fit")))?;
+    let mut out = crate::tensor::try_vec(len, T::default())?;
+    for (j, panel) in out
+        .chunks_exact_mut(TILE * cols.max(1))
+        .enumerate()
+        .take(panels)
+    {
+        for (t, unit) in r
+            .chunks_exact(cols.max(1))
+            .skip(j * TILE)
+            .take(TILE)
+            .enumerate()
+        {
+            for (p, &v) in unit.iter().enumerate() {
+                panel[p * TILE + t] = v;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `R^T`, or some of its columns, as a step's product reads it.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum StepView<'a, T> {
+    /// A strided view (of `R` itself).
+    Strided(View<'a, T>),
+    /// Columns `start..start + count` of the `k x n` matrix laid out by [`panelled`].
+    Panels {
+        data: &'a [T],
+        k: usize,
+        n: usize,
+        start: usize,
+        count: usize,
+    },
+}
+
+impl<T: Real> StepView<'_, T> {
+    /// Columns `start..start + count` of the view.
+    pub fn columns(self, start: usize, count: usize) -> Self {
+        match self {
+            StepView::Strided(v) => StepView::Strided(v.columns(start, count)),
+            StepView::Panels {
+                data,
+                k,
+                n,
+                start: s,
+                ..
+            } => StepView::Panels {
+                data,
+                k,
+                n,
+                start: s.saturating_add(start),
+                count,
+            },
+        }
+    }
+
+    /// `C <- H R^T + beta C` (as [`gemm`]), `C` the `h.rows x count` block of row stride `ldc`
+    /// at the start of `c`.
+    pub fn multiply(self, h: View<'_, T>, beta: T, c: &mut [T], ldc: usize) -> Result<()> {
+        match self {
+            StepView::Strided(b) => gemm(h, b, beta, c, ldc),
+            StepView::Panels {
+                data,
+                k,
+                n,
+                start,
+                count,
+            } => panel_gemm(
+                h,
+                (data, k, n),
+                start..start.saturating_add(count),
+                beta,
+                c,
+                ldc,
+            ),
+        }
+    }
+}
+
+/// [`gemm`] of `a` and columns `cols` of the `k x n` matrix `b` laid out by [`panelled`].
+fn panel_gemm<T: Real>(
+    a: View<'_, T>,
+    (b, k, n): (&[T], usize, usize),
+    cols: std::ops::Range<usize>,
+    beta: T,
+    c: &mut [T],
+    ldc: usize,
+) -> Result<()> {
+    let (m, count) = (a.rows, cols.len());
+    let bad = || {
+        Error::Eval(format!(
+            "matrix product of {m}x{} and {k}x{count} out of bounds",
+            a.cols
+        ))
+    };
+    let panels_fit = n.div_ceil(TILE).checked_mul(TILE * k) == Some(b.len());
+    if a.cols != k || !panels_fit || cols.end > n || count > ldc {
+        return Err(bad());
+    }
+    fits(a.data.len(), m, k, a.rs, a.cs).ok_or_else(bad)?;
+    fits(c.len(), m, count, ldc, 1).ok_or_else(bad)?;
+    if m == 0 || count == 0 {
+        return Ok(());
+    }
+    scale_rows(c, ldc, m, count, beta);
+    if k > 0 {
+        match has_fma() {
+            true => add_scaled_panels::<T, true>(a, b, cols, c, ldc),
+            false => add_scaled_panels::<T, false>(a, b, cols, c, ldc),
+        }
+    }
+    Ok(())
+}
+
+/// [`add_scaled_rows`] with B in panels ([`panelled`]): `C[.., cols] += A B[.., cols]`, tiles of
+/// up to four rows by two vector registers of columns (a whole panel of `f32` with 512-bit
+/// registers, half of one with 256-bit ones: with sixteen accumulators the broadcast and the
+/// loads spill), each element summed in the order of `k` (the same bits as
+/// [`add_scaled_rows`]). A tile that `cols` cuts is summed whole and stored in part.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn add_scaled_panels<T: Real, const FUSED: bool>(
+    a: View<'_, T>,
+    panels: &[T],
+    cols: std::ops::Range<usize>,
+    c: &mut [T],
+    ldc: usize,
+) {
+    let vector_bytes: usize = multiversion::target::match_target! {
+        "x86_64+avx512f" => 64,
+        "x86_64+avx2" => 32,
+        _ => 16,
+    };
+    let width = (2 * vector_bytes / std::mem::size_of::<T>()).clamp(8, TILE);
+    let mut i0 = 0;
+    while i0 < a.rows {
+        let rows = (a.rows - i0).min(4);
+        let tiles =
+            |w: usize| (cols.start / w..cols.end.div_ceil(w)).map(move |t| t * w..(t + 1) * w);
+        macro_rules! run {
+            ($r:literal, $w:literal) => {
+                for tile in tiles($w) {
+                    add_panel_tile::<T, FUSED, $r, $w>(&a, panels, (&cols, tile), c, ldc, i0);
+                }
+            };
+        }
+        match (rows, width) {
+            (4, 32) => run!(4, 32),
+            (3, 32) => run!(3, 32),
+            (2, 32) => run!(2, 32),
+            (_, 32) => run!(1, 32),
+            (4, 16) => run!(4, 16),
+            (3, 16) => run!(3, 16),
+            (2, 16) => run!(2, 16),
+            (_, 16) => run!(1, 16),
+            (4, _) => run!(4, 8),
+            (3, _) => run!(3, 8),
+            (2, _) => run!(2, 8),
+            (_, _) => run!(1, 8),
+        }
+        i0 += rows;
+    }
+}
+
+/// `C[i0..i0 + R, cols] += A B[.., cols]` on the columns `tile` (`W` of them, inside one panel)
+/// of B in panels, summed in registers.
+#[inline(always)]
+fn add_panel_tile<T: Real, const FUSED: bool, const R: usize, const W: usize>(
+    a: &View<'_, T>,
+    panels: &[T],
+    (cols, tile): (&std::ops::Range<usize>, std::ops::Range<usize>),
+    c: &mut [T],
+    ldc: usize,
+    i0: usize,
+) {
+    let k = a.cols;
+    let (j, off) = (tile.start / TILE, tile.start % TILE);
+    let panel = &panels[j * TILE * k..(j + 1) * TILE * k];
+    // The tile's columns in `cols`, and where they go in C.
+    let (lo, hi) = (cols.start.max(tile.start), cols.end.min(tile.end));
+    let (from, to) = (lo - tile.start, hi - tile.start);
+    let at = lo - cols.start;
+    let mut acc = [[T::ZERO; W]; R];
+    for (r, acc) in acc.iter_mut().enumerate() {
+        acc[from..to].copy_from_slice(&c[(i0 + r) * ldc + at..][..to - from]);
+    }
+    for (p, b_row) in panel.chunks_exact(TILE).enumerate() {
+        let b_row = &b_row[off..off + W];
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let s = a.data[(i0 + r) * a.rs + p * a.cs];
+            for (v, &x) in acc.iter_mut().zip(b_row) {
+                *v = term::<T, FUSED>(*v, s, x);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        c[(i0 + r) * ldc + at..][..to - from].copy_from_slice(&acc[from..to]);
     }
 }
 
@@ -603,6 +812,58 @@ mod tests {
                 beta * c[ij] + (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum::<f64>()
             })
             .collect()
+    }
+
+    /// The transpose of the row-major `rows x cols` matrix `data`.
+    fn transposed<T: Copy>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
+        (0..rows * cols)
+            .map(|ji| data[(ji % rows) * cols + ji / rows])
+            .collect()
+    }
+
+    #[test]
+    fn panels_sum_each_element_in_the_order_of_k() {
+        // R of `n` gate units by `k` inputs; products with every count of rows a tile takes,
+        // on all of R^T's columns and on column ranges that start and end inside a panel.
+        let vals = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 7919 + seed * 104_729) % 1000) as f32 / 37.0 - 13.0)
+                .collect()
+        };
+        for (m, k, n) in [(4, 40, 64), (3, 7, 70), (5, 19, 95), (1, 33, 40), (2, 1, 8)] {
+            let r = vals(n * k, 2);
+            let data = panelled(&r, n, k).unwrap();
+            let weights = StepWeights::panels(Cow::Borrowed(&data[..]), n, k);
+            let ranges = [
+                (0, n),
+                (5, n.saturating_sub(9)),
+                (n / 2, n - n / 2),
+                (17, 1),
+            ];
+            for (start, count) in ranges.into_iter().filter(|&(s, c)| c > 0 && s + c <= n) {
+                for beta in [0.0f32, 1.0, 0.5] {
+                    let (a, c0) = (vals(m * k, 1), vals(m * count, 3));
+                    let mut c = c0.clone();
+                    let view = weights.view().columns(start, count);
+                    view.multiply(View::rows(&a, m, k), beta, &mut c, count)
+                        .unwrap();
+                    for (ij, (&got, &c0)) in c.iter().zip(&c0).enumerate() {
+                        let (i, j) = (ij / count, ij % count);
+                        let first = if beta == 0.0 { 0.0 } else { beta * c0 };
+                        let want = (0..k).fold(first, |sum, p| {
+                            let (s, x) = (a[i * k + p], r[(start + j) * k + p]);
+                            if has_fma() {
+                                s.mul_add(x, sum)
+                            } else {
+                                sum + s * x
+                            }
+                        });
+                        let at = format!("m={m} k={k} n={n} cols {start}+{count} at {i},{j}");
+                        assert_eq!(got.to_bits(), want.to_bits(), "{at}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

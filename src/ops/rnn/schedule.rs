@@ -25,7 +25,7 @@ use crate::ops::{Attributes, EvalCtx, EvalFn, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::math::{gemm, max, min, transposed, Activation, StepWeights, View};
+use super::math::{gemm, max, min, panelled, Activation, StepWeights, View};
 
 /// Position of `X` among the inputs (the same for the three operators).
 pub(super) const X: usize = 0;
@@ -564,13 +564,15 @@ impl<'a, T: Real> Problem<'a, T> {
         T: 'static,
     {
         let directions = 0..self.dims.directions;
-        if !StepWeights::<T>::transposes(self.dims.batch) {
+        if !StepWeights::<T>::panelled(self.dims.batch) {
             let direct = |d| StepWeights::direct(self.weights(d).1, rows, cols);
             return Ok(directions.map(direct).collect());
         }
         let make = || -> Result<Vec<Vec<T>>> {
-            let transpose = |d| transposed(self.weights(d).1, rows, cols);
-            Ok(directions.clone().map(transpose).collect())
+            directions
+                .clone()
+                .map(|d| panelled(self.weights(d).1, rows, cols))
+                .collect()
         };
         let weights = match ctx.remember(&[R], make)? {
             Some(kept) => kept.iter().map(|rt| Cow::Borrowed(&rt[..])).collect(),
@@ -578,7 +580,7 @@ impl<'a, T: Real> Problem<'a, T> {
         };
         Ok(weights
             .into_iter()
-            .map(|rt| StepWeights::transposed(rt, rows, cols))
+            .map(|rt| StepWeights::panels(rt, rows, cols))
             .collect())
     }
 

@@ -6,7 +6,7 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::math::{gemm, StepWeights, View};
+use super::math::{StepWeights, View};
 use super::schedule::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use crate::ops::num::Real;
 
@@ -44,7 +44,7 @@ fn direction<T: Real>(p: &Problem<'_, T>, d: usize, rt: &StepWeights<'_, T>) -> 
     let xw = p.project(w, &p.summed_biases(d))?;
     let h = p.initial(p.initial_h.as_deref(), d);
     let (y, h) = p.scan(d, &xw, n, h, |active, g, h| {
-        gemm(View::rows(h, batch, n), rt.view(), T::ONE, g, n)?;
+        rt.view().multiply(View::rows(h, batch, n), T::ONE, g, n)?;
         for ((g, h), _) in g
             .chunks_exact(n)
             .zip(h.chunks_exact_mut(n))
