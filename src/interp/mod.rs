@@ -17,7 +17,7 @@
 //! tensor (a sequence there is an error naming the input) and its outputs are stored as they
 //! come, so the tensor path costs one match per input; operators with a kernel on values
 //! ([`OpDef::values`]: the sequence operators, the optionals, `Identity`, `If`, `Loop`) see
-//! them as they are. Values live in frames. A subgraph (`If` / `Loop` / `Scan` body) runs in a frame whose parent is
+//! them as they are. A subgraph (`If` / `Loop` / `Scan` body) runs in a frame whose parent is
 //! the frame of the node that holds it, so outer-scope values are visible; a model-local function
 //! runs in a fresh frame that sees only its inputs, with the attribute references of its body
 //! bound from the call site (or the function's defaults). `multigather.GatherMultiaxis` always
