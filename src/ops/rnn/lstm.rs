@@ -16,7 +16,8 @@ use crate::ir::{Node, TensorType};
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::{try_vec, Tensor};
 
-use super::math::{Activation, StepWeights, View};
+use super::math::Activation;
+use super::product::{StepWeights, View};
 use super::schedule::{self, Dims, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use crate::ops::num::Real;
 

@@ -33,6 +33,7 @@ use schedule::Recurrent;
 mod gru;
 mod lstm;
 mod math;
+mod product;
 mod schedule;
 mod simple;
 

@@ -25,7 +25,8 @@ use crate::ops::{Attributes, EvalCtx, EvalFn, InferCtx};
 use crate::tensor::Tensor;
 use crate::DataType;
 
-use super::math::{gemm, max, min, panelled, Activation, StepWeights, View};
+use super::math::{max, min, Activation};
+use super::product::{gemm, panelled, StepWeights, View};
 
 /// Position of `X` among the inputs (the same for the three operators).
 pub(super) const X: usize = 0;

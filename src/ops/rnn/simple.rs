@@ -6,7 +6,7 @@ use crate::ir::TensorType;
 use crate::ops::{EvalCtx, InferCtx};
 use crate::tensor::Tensor;
 
-use super::math::{StepWeights, View};
+use super::product::{StepWeights, View};
 use super::schedule::{self, Problem, RecurrentOp, Spec, Track, WeightLayout};
 use crate::ops::num::Real;
 
