@@ -296,7 +296,7 @@ pub(super) enum StepWeights<'a, T: Clone> {
 
 impl<'a, T: Copy + Default> StepWeights<'a, T> {
     /// Whether products with `batch` rows read `R^T` in panels rather than `R`.
-    pub fn panelled(batch: usize) -> bool {
+    pub fn uses_panels(batch: usize) -> bool {
         batch > DOT_ROWS && batch <= AXPY_ROWS
     }
 

@@ -565,7 +565,7 @@ impl<'a, T: Real> Problem<'a, T> {
         T: 'static,
     {
         let directions = 0..self.dims.directions;
-        if !StepWeights::<T>::panelled(self.dims.batch) {
+        if !StepWeights::<T>::uses_panels(self.dims.batch) {
             let direct = |d| StepWeights::direct(self.weights(d).1, rows, cols);
             return Ok(directions.map(direct).collect());
         }
