@@ -1,9 +1,10 @@
 //! The 8-bit integer matrix product: `C = (A - za) @ (B - zb)` for `uint8` or `int8` A and B,
 //! exactly, in `i32`, with zero points per tensor, per row of A or per column of B.
 //!
-//! Every level multiplies unsigned bytes by signed ones: a signed A is shifted by 128 into
-//! `u8` (its zero point with it), an unsigned B by -128 into `i8`. The zero points never touch
-//! the matrices: with `rs[i]` the sums of A's rows and `cs[j]` those of B's columns,
+//! Every level multiplies unsigned bytes by signed ones: at most levels a signed A is shifted
+//! by 128 into `u8` (its zero point with it) and an unsigned B by -128 into `i8`; `Avx2Pairs`
+//! takes the other roles ([`Shift`]). The zero points never touch the matrices: with `rs[i]`
+//! the sums of the stored A's rows and `cs[j]` those of the stored B's columns,
 //!
 //! ```text
 //! C[i,j] = sum_k A[i,k] B[k,j] - zb[j] (rs[i] - K za[i]) - za[i] cs[j]
@@ -22,6 +23,13 @@
 //!   in `i16`), 6 x 16 tiles summed as two 6 x 8 halves. A is packed widened to `i16`; B keeps
 //!   the bytes of the VNNI levels and is widened in registers as it is read (`vpmovsxbw`), so
 //!   packing an im2col matrix costs what it costs for VNNI and moves half the memory;
+//! - `Avx2Pairs`: `vpmaddubsw` on B's unsigned bytes by A's signed ones, then `vpmaddwd` by
+//!   ones, 6 x 16 tiles: half the multiplies of `Avx2`. Exact because A is split: its stored
+//!   part has every pair of adjacent k within `|a0| + |a1| <= 128` (so `255 |a0| + 255 |a1|`
+//!   fits `i16`), and what a pair holds beyond that is a sparse residual ([`Residual`]) added
+//!   to the strip's sums before they are corrected. For a constant A whose pairs rarely
+//!   exceed the bound (trained weights: 0.07% of the pairs of a quantised ResNet-50), chosen
+//!   by [`Level::for_a`], never by `detect`;
 //! - `Portable`: the `i16` pairs of AVX2 in plain loops, 4 x 16 tiles.
 //!
 //! Every level computes the same exact integers; tests compare each with the `f64` product.
@@ -33,7 +41,7 @@
 
 use super::super::vector::{as_slots, assume_written, copy};
 use crate::error::{Error, Result};
-use crate::tensor::{try_vec, Scratch};
+use crate::tensor::{try_vec, try_with_capacity, Scratch};
 use std::mem::MaybeUninit;
 
 /// The largest contracted dim whose products are exact in `i32`: `K x 255 x 255 <= i32::MAX`.
@@ -47,6 +55,9 @@ pub(in crate::ops) enum Level {
     /// AVX2 `vpmaddwd` on `i16`: A packed widened, B widened in registers.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// AVX2 `vpmaddubsw` on unsigned B by signed A whose pairs are bounded, with a residual.
+    #[cfg(target_arch = "x86_64")]
+    Avx2Pairs,
     /// AVX-VNNI `vpdpbusd` on 256-bit registers.
     #[cfg(target_arch = "x86_64")]
     AvxVnni,
@@ -56,15 +67,60 @@ pub(in crate::ops) enum Level {
 }
 
 impl Level {
-    /// The best level this CPU runs, detected once.
+    /// The best level this CPU runs for any A, detected once.
     pub fn detect() -> Level {
         static LEVEL: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
         *LEVEL.get_or_init(|| {
             Level::supported()
-                .last()
-                .copied()
+                .into_iter()
+                .rfind(|l| !l.splits_a())
                 .unwrap_or(Level::Portable)
         })
+    }
+
+    /// The level for a product whose A (`a`, rows of `k`) is known before its B (a
+    /// convolution's filters, packed once): `Avx2Pairs` instead of `Avx2` when at most one pair of A's in
+    /// [`SPARSE_PAIRS`] exceeds the pair bound, so that the residual costs less than the
+    /// multiplies the level saves; else `self`.
+    pub fn for_a(self, a: Bytes<'_>, k: usize) -> Level {
+        #[cfg(target_arch = "x86_64")]
+        if self == Level::Avx2 {
+            let shift = Level::Avx2Pairs.a_shift(a.signed);
+            let mut pairs = 0usize;
+            let mut over = 0usize;
+            for row in a.data.chunks_exact(k.max(1)) {
+                let (runs, last) = row.as_chunks::<2>();
+                pairs += runs.len() + last.len();
+                over += runs
+                    .iter()
+                    .filter(|&&[a0, a1]| !within_pair_bound(shift.value(a0), shift.value(a1)))
+                    .count();
+            }
+            if over.saturating_mul(SPARSE_PAIRS) <= pairs {
+                return Level::Avx2Pairs;
+            }
+        }
+        let _ = (a, k);
+        self
+    }
+
+    /// Whether A is packed split into a bounded part and a [`Residual`].
+    fn splits_a(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self == Level::Avx2Pairs {
+            return true;
+        }
+        false
+    }
+
+    /// How A's bytes are stored: as `u8`, or as `i8` for the level that splits them.
+    fn a_shift(self, signed: bool) -> Shift {
+        Shift::new(signed, !self.splits_a())
+    }
+
+    /// How B's bytes are stored: as `i8`, or as `u8` for the level that splits A.
+    fn b_shift(self, signed: bool) -> Shift {
+        Shift::new(signed, self.splits_a())
     }
 
     /// Every level this CPU runs, worst first.
@@ -75,6 +131,7 @@ impl Level {
         {
             if std::arch::is_x86_feature_detected!("avx2") {
                 levels.push(Level::Avx2);
+                levels.push(Level::Avx2Pairs);
                 if std::arch::is_x86_feature_detected!("avxvnni") {
                     levels.push(Level::AvxVnni);
                 }
@@ -98,6 +155,8 @@ impl Level {
             #[cfg(target_arch = "x86_64")]
             Level::Avx2 => (6, 16, 4),
             #[cfg(target_arch = "x86_64")]
+            Level::Avx2Pairs => (6, 16, 4),
+            #[cfg(target_arch = "x86_64")]
             Level::AvxVnni => (6, 16, 4),
             #[cfg(target_arch = "x86_64")]
             Level::Avx512Vnni => (8, 32, 4),
@@ -116,6 +175,64 @@ impl Level {
     /// Whether B is packed widened to `i16` pairs.
     fn wide_b(self) -> bool {
         self == Level::Portable
+    }
+}
+
+/// A constant A may exceed the pair bound in one pair of this many and still take
+/// `Avx2Pairs`. On an AMD EPYC (Zen 3) the `vpmaddubsw` tile saves about a quarter of the
+/// `Avx2` tile's time (97 against 72 GMAC/s in L1), near `K / 128` cycles per element of C,
+/// and a residual entry costs near half a cycle per element (vector shifts and multiplies
+/// over a row of B), so the break-even lies near one pair in 40; the quantised ResNet-50 of
+/// `check_deployed.py` has at most one in 125 in any layer.
+const SPARSE_PAIRS: usize = 64;
+
+/// Whether a pair of adjacent signed bytes of A, multiplied by any two unsigned bytes and
+/// summed, stays within `i16`: `255 (|a0| + |a1|) <= 32_640`.
+fn within_pair_bound(a0: i32, a1: i32) -> bool {
+    a0.abs() + a1.abs() <= 128
+}
+
+/// How a level stores an operand's bytes: XORed with `flip` (0 or 0x80), read as `u8` or
+/// `i8`, which adds `by` (0 or ±128) to each element's value and so to the zero points.
+#[derive(Clone, Copy, Debug)]
+struct Shift {
+    flip: u8,
+    by: i32,
+    unsigned: bool,
+}
+
+impl Shift {
+    /// The shift from `signed` (`int8`, else `uint8`) bytes to `unsigned` stored ones (else
+    /// `int8`).
+    fn new(signed: bool, unsigned: bool) -> Shift {
+        match (signed, unsigned) {
+            (true, true) => Shift {
+                flip: 0x80,
+                by: 128,
+                unsigned,
+            },
+            (false, false) => Shift {
+                flip: 0x80,
+                by: -128,
+                unsigned,
+            },
+            _ => Shift {
+                flip: 0,
+                by: 0,
+                unsigned,
+            },
+        }
+    }
+
+    /// The stored value of byte `v`.
+    #[inline(always)]
+    fn value(self, v: u8) -> i32 {
+        let v = v ^ self.flip;
+        if self.unsigned {
+            i32::from(v)
+        } else {
+            i32::from(v as i8)
+        }
     }
 }
 
@@ -157,7 +274,7 @@ pub(in crate::ops) struct PackedB {
     data: Packed,
     /// The sums of the shifted columns (wrapping).
     col_sums: Vec<i32>,
-    /// What the shift adds to B's elements, and so to its zero points: 0 or -128.
+    /// What the shift adds to B's elements, and so to its zero points: 0 or ±128.
     shift: i32,
 }
 
@@ -195,15 +312,15 @@ impl PackedB {
                 copy(out, &rows[kk * n..(kk + 1) * n]);
             });
         }
-        let shift = if b.signed { 0 } else { -128 };
-        let flip = if b.signed { 0 } else { 0x80 };
+        let shift = level.b_shift(b.signed);
         let mut col_sums = try_vec(n, 0i32)?;
-        add_rows(&b.data[..k * n], flip, &mut col_sums);
-        let at = |kk: usize, j: usize| i16::from((b.data[kk * n + j] ^ flip) as i8);
+        add_rows(&b.data[..k * n], shift, &mut col_sums);
+        // Stored values are bytes, so they fit `i16`.
+        let at = |kk: usize, j: usize| shift.value(b.data[kk * n + j]) as i16;
         // SAFETY: `pack_columns` writes every element.
         let data =
             Packed::Wide(unsafe { Scratch::new_with(len, |d| pack_columns(d, k, n, nr, g, at)) }?);
-        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift))
+        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift.by))
     }
 
     /// Packs the `k x n` matrix whose transpose `bt` (`n x k`, row-major) holds, for `level`:
@@ -214,25 +331,30 @@ impl PackedB {
         }
         let (_, nr, g) = level.shape();
         let len = packed_len(k, n, level)?;
-        let (shift, flip) = if bt.signed { (0, 0) } else { (-128, 0x80u8) };
+        let shift = level.b_shift(bt.signed);
         let mut col_sums = try_vec(n, 0i32)?;
         for (s, row) in col_sums.iter_mut().zip(bt.data.chunks_exact(k.max(1))) {
             *s = row
                 .iter()
-                .fold(0i32, |s, &v| s.wrapping_add(i32::from((v ^ flip) as i8)));
+                .fold(0i32, |s, &v| s.wrapping_add(shift.value(v)));
         }
-        let at = |kk: usize, j: usize| bt.data[j * k + kk] ^ flip;
+        let at = |kk: usize, j: usize| bt.data[j * k + kk];
         // SAFETY: `pack_columns` writes every element.
         let data = if level.wide_b() {
             Packed::Wide(unsafe {
                 Scratch::new_with(len, |d| {
-                    pack_columns(d, k, n, nr, g, |kk, j| i16::from(at(kk, j) as i8))
+                    // Stored values are bytes, so they fit `i16`.
+                    pack_columns(d, k, n, nr, g, |kk, j| shift.value(at(kk, j)) as i16)
                 })
             }?)
         } else {
-            Packed::Narrow(unsafe { Scratch::new_with(len, |d| pack_columns(d, k, n, nr, g, at)) }?)
+            Packed::Narrow(unsafe {
+                Scratch::new_with(len, |d| {
+                    pack_columns(d, k, n, nr, g, |kk, j| at(kk, j) ^ shift.flip)
+                })
+            }?)
         };
-        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift))
+        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift.by))
     }
 
     /// Packs the `k x n` matrix whose row `kk` `row(kk, out)` writes into `out` (`n` bytes of
@@ -249,7 +371,8 @@ impl PackedB {
         let (_, nr, g) = level.shape();
         let len = packed_len(k, n, level)?;
         let kg = k.div_ceil(g) * g;
-        let (shift, flip) = if signed { (0, 0) } else { (-128, 0x80u8) };
+        let shift = level.b_shift(signed);
+        let flip = shift.flip;
         if level.wide_b() {
             let mut whole = try_vec(k.saturating_mul(n), 0u8)?;
             for (kk, out) in whole.chunks_exact_mut(n.max(1)).take(k).enumerate() {
@@ -293,7 +416,7 @@ impl PackedB {
                             out.fill(flip);
                         }
                     }
-                    add_rows(&rows[..have * n], flip, sums);
+                    add_rows(&rows[..have * n], shift, sums);
                     // SAFETY: group q of every panel is this part's alone.
                     unsafe { panels.interleave(rows, q, n, nr, kg, flip) };
                 }
@@ -314,21 +437,28 @@ impl PackedB {
                 *s = s.wrapping_add(v);
             }
         }
-        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift))
+        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift.by))
     }
 }
 
-/// Adds every row of `b` (rows of `sums.len()` bytes, each XORed with `flip` and read as
-/// `i8`) to `sums`, wrapping.
+/// Adds every row of `b` (rows of `sums.len()` bytes, each stored as `shift` says) to `sums`,
+/// wrapping.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
     "x86_64+avx2+fma",
     "aarch64+neon"
 ))]
-fn add_rows(b: &[u8], flip: u8, sums: &mut [i32]) {
+fn add_rows(b: &[u8], shift: Shift, sums: &mut [i32]) {
+    let flip = shift.flip;
     for row in b.chunks_exact(sums.len().max(1)) {
-        for (s, &v) in sums.iter_mut().zip(row) {
-            *s = s.wrapping_add(i32::from((v ^ flip) as i8));
+        if shift.unsigned {
+            for (s, &v) in sums.iter_mut().zip(row) {
+                *s = s.wrapping_add(i32::from(v ^ flip));
+            }
+        } else {
+            for (s, &v) in sums.iter_mut().zip(row) {
+                *s = s.wrapping_add(i32::from((v ^ flip) as i8));
+            }
         }
     }
 }
@@ -481,6 +611,57 @@ pub(in crate::ops) struct PackedA {
     row_terms: Vec<i32>,
     /// The shifted zero point of each row.
     row_zeros: Vec<i32>,
+    /// What the stored rows leave out (the level that splits A; else empty).
+    residual: Residual,
+}
+
+/// What a split A's stored rows leave out: per row, `(k, value)` for each element whose pair
+/// exceeded the bound, in compressed rows (row `i`'s entries are `entries[starts[i]..starts[i
+/// + 1]]`; no rows when A is not split).
+#[derive(Debug, Default)]
+struct Residual {
+    starts: Vec<usize>,
+    entries: Vec<(usize, i32)>,
+}
+
+impl Residual {
+    /// Row `i`'s entries.
+    fn row(&self, i: usize) -> &[(usize, i32)] {
+        match self.starts.get(i..i + 2) {
+            Some(&[start, end]) => &self.entries[start..end],
+            _ => &[],
+        }
+    }
+
+    /// Splits the first `m` of the stored rows `d` (`lda` signed bytes each, `lda` even) in
+    /// place: in each pair of adjacent k beyond the bound, the element of larger magnitude
+    /// stays, the other keeps what the bound leaves it (its sign, `128 - |larger|`), and its
+    /// rest becomes an entry (within `i8`: at most `|a1| + |a0| - 128`).
+    fn split(d: &mut [u8], m: usize, lda: usize) -> Result<Residual> {
+        let rows = || d.chunks_exact(lda.max(1)).take(m);
+        let over = |p: &[u8; 2]| !within_pair_bound(i32::from(p[0] as i8), i32::from(p[1] as i8));
+        let count = rows()
+            .map(|row| row.as_chunks::<2>().0.iter().filter(|p| over(p)).count())
+            .sum();
+        let mut starts = try_vec(m + 1, 0usize)?;
+        let mut entries = try_with_capacity(count)?;
+        for (i, row) in d.chunks_exact_mut(lda.max(1)).take(m).enumerate() {
+            for (q, pair) in row.as_chunks_mut::<2>().0.iter_mut().enumerate() {
+                if !over(pair) {
+                    continue;
+                }
+                let [a0, a1] = pair.map(|v| i32::from(v as i8));
+                let (keep, cut) = if a0.abs() >= a1.abs() { (0, 1) } else { (1, 0) };
+                let [big, small] = [[a0, a1][keep], [a0, a1][cut]];
+                let stored = small.signum() * (128 - big.abs());
+                // `128 - |big|` lies in `0..128` (the pair exceeds the bound, `|big| >= 1`).
+                pair[cut] = stored as i8 as u8;
+                entries.push((2 * q + cut, small - stored));
+            }
+            starts[i + 1] = entries.len();
+        }
+        Ok(Residual { starts, entries })
+    }
 }
 
 impl PackedA {
@@ -518,24 +699,25 @@ fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<
     if a.data.len() < m * k {
         return Err(Error::Eval("A is smaller than its shape".into()));
     }
-    let flip = if a.signed { 0x80u8 } else { 0 };
-    let shift = if a.signed { 128 } else { 0 };
+    let shift = level.a_shift(a.signed);
     let mut row_terms = try_vec(rows, 0i32)?;
     let mut row_zeros = try_vec(rows, 0i32)?;
     let kk = k as i32;
     let src = |i: usize| &a.data[i * k..(i + 1) * k];
     let mut finish = |i: usize, sum: i32| {
-        let z = za[if za.len() == 1 { 0 } else { i }].wrapping_add(shift);
+        let z = za[if za.len() == 1 { 0 } else { i }].wrapping_add(shift.by);
         row_zeros[i] = z;
         row_terms[i] = sum.wrapping_sub(kk.wrapping_mul(z));
     };
+    let mut residual = Residual::default();
     let data = if level.wide_a() {
         let mut d = Scratch::new(len, 0i16)?;
         for i in 0..m {
             let mut sum = 0i32;
             for (o, &v) in d[i * lda..].iter_mut().zip(src(i)) {
-                *o = i16::from(v ^ flip);
-                sum = sum.wrapping_add(i32::from(v ^ flip));
+                // Stored values are bytes, so they fit `i16`.
+                *o = shift.value(v) as i16;
+                sum = sum.wrapping_add(shift.value(v));
             }
             finish(i, sum);
         }
@@ -545,10 +727,13 @@ fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<
         for i in 0..m {
             let mut sum = 0i32;
             for (o, &v) in d[i * lda..].iter_mut().zip(src(i)) {
-                *o = v ^ flip;
-                sum = sum.wrapping_add(i32::from(v ^ flip));
+                *o = v ^ shift.flip;
+                sum = sum.wrapping_add(shift.value(v));
             }
             finish(i, sum);
+        }
+        if level.splits_a() {
+            residual = Residual::split(&mut d, m, lda)?;
         }
         Packed::Narrow(d)
     };
@@ -560,6 +745,7 @@ fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<
         lda,
         row_terms,
         row_zeros,
+        residual,
     })
 }
 
@@ -739,6 +925,10 @@ unsafe fn run(t: &Task<'_>, blocks: std::ops::Range<usize>, panels: std::ops::Ra
         (Level::Avx2, Packed::Wide(a), Packed::Narrow(b)) => unsafe {
             x86::run_avx2(t, a, b, blocks, panels)
         },
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx2Pairs, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
+            x86::run_avx2_pairs(t, a, b, blocks, panels)
+        },
         (_, Packed::Wide(a), Packed::Wide(b)) => unsafe {
             drive::<4, 16, i16, i16>(t, a, b, blocks, panels, |a, lda, b, groups, _, acc| {
                 portable_tile(a, lda, b, groups, acc)
@@ -760,13 +950,13 @@ const STRIP_COLS: usize = 256;
 
 /// The tile loop every level shares: strips of panels outer (a strip of B stays in cache
 /// across row tiles), row tiles inner; each tile summed by `tile` (told how many of its
-/// columns lie in the product) into the strip's rows, which are then corrected for the zero
-/// points and stored, one run per row.
+/// columns lie in the product) into the strip's rows, which then take A's residual (if split)
+/// and the zero-point correction and are stored, one run per row.
 ///
 /// # Safety
 /// As [`run`]; `MR`, `NR` are the level's tile shape and `a`, `b` its packings.
 #[inline(always)]
-unsafe fn drive<const MR: usize, const NR: usize, TA, TB>(
+unsafe fn drive<const MR: usize, const NR: usize, TA, TB: Element>(
     t: &Task<'_>,
     a: &[TA],
     b: &[TB],
@@ -810,6 +1000,10 @@ unsafe fn drive<const MR: usize, const NR: usize, TA, TB>(
                 let i = row0 + r;
                 let (ri, zi) = (t.a.row_terms[i], t.a.row_zeros[i]);
                 let sums = &mut sums[..cols];
+                let strip_b = &b[p0 * kg * NR..p1 * kg * NR];
+                for &entry in t.a.residual.row(i) {
+                    TB::add_row(strip_b, (kg, NR, g), entry, sums);
+                }
                 for ((v, &z), &s) in sums.iter_mut().zip(zb).zip(cs) {
                     *v = v
                         .wrapping_sub(z.wrapping_mul(ri))
@@ -821,6 +1015,63 @@ unsafe fn drive<const MR: usize, const NR: usize, TA, TB>(
             }
         }
         p0 = p1;
+    }
+}
+
+/// An element of packed B as a residual entry of A reads it.
+trait Element: Copy + Into<i32> {
+    /// Adds `v` times row `kk` of `panels` (each `kg` rows of `nr` columns, in groups of `g`
+    /// consecutive k) to `sums`, the panels' columns that lie in the product.
+    #[inline(always)]
+    fn add_row(
+        panels: &[Self],
+        layout: (usize, usize, usize),
+        entry: (usize, i32),
+        sums: &mut [i32],
+    ) {
+        add_row_by_element(panels, layout, entry, sums);
+    }
+}
+
+/// [`Element::add_row`] an element at a time, for any layout.
+#[inline(always)]
+fn add_row_by_element<T: Element>(
+    panels: &[T],
+    (kg, nr, g): (usize, usize, usize),
+    (kk, v): (usize, i32),
+    sums: &mut [i32],
+) {
+    let at = kk / g * nr * g + kk % g;
+    for (j, s) in sums.iter_mut().enumerate() {
+        let x: i32 = panels[j / nr * kg * nr + at + j % nr * g].into();
+        *s = s.wrapping_add(v.wrapping_mul(x));
+    }
+}
+
+impl Element for i16 {}
+
+impl Element for u8 {
+    /// A group of four bytes per column is one `u32` lane, from which a shift takes row `kk`'s
+    /// byte: the loop compiles to vector shifts and multiplies.
+    #[inline(always)]
+    fn add_row(
+        panels: &[u8],
+        layout: (usize, usize, usize),
+        entry: (usize, i32),
+        sums: &mut [i32],
+    ) {
+        let ((kg, nr, g), (kk, v)) = (layout, entry);
+        if g != 4 {
+            return add_row_by_element(panels, layout, entry, sums);
+        }
+        let (group, shift) = (kk / 4 * nr * 4, 8 * (kk % 4) as u32);
+        for (panel, out) in panels.chunks_exact(kg * nr).zip(sums.chunks_mut(nr)) {
+            let lanes = panel[group..group + 4 * nr].as_chunks::<4>().0;
+            for (s, lane) in out.iter_mut().zip(lanes) {
+                let x = (u32::from_le_bytes(*lane) >> shift) & 0xff;
+                *s = s.wrapping_add(v.wrapping_mul(x as i32));
+            }
+        }
     }
 }
 
@@ -851,6 +1102,30 @@ mod x86 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
+    /// The shared tile loop on the tile `$tile::<R>` of as many rows `R` as the arm of the
+    /// product's row count says: a product of a few rows (a recurrent step of a small batch, a
+    /// decoder's one token) takes a tile of as many rows, not a full tile with the rest zero
+    /// (the packing pads A to whole tiles, so the first rows of its one row tile are all
+    /// there is). Measured on an Intel Xeon (family 6 model 167) at 1 thread, the int8 LSTM of
+    /// `check_deployed.py` (batch 4): 4.4 -> 4.0 ms.
+    macro_rules! drive_rows {
+        ($t:ident, $a:ident, $b:ident, $blocks:ident, $panels:ident,
+         $tile:ident::<$ta:ty, $nr:literal>, [$($m:pat => $r:literal),+ $(,)?]) => {
+            match $t.m {
+                $($m => unsafe {
+                    drive::<$r, $nr, $ta, u8>(
+                        $t,
+                        $a,
+                        $b,
+                        $blocks,
+                        $panels,
+                        |a, lda, b, groups, cols, acc| $tile::<$r>(a, lda, b, groups, cols, acc),
+                    )
+                },)+
+            }
+        };
+    }
+
     /// # Safety
     /// As `super::run`, on a CPU with AVX-512F, AVX-512BW and AVX-512 VNNI.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -861,26 +1136,12 @@ mod x86 {
         blocks: Range<usize>,
         panels: Range<usize>,
     ) {
-        // A product of a few rows (a recurrent step of a small batch, a decoder's one token)
-        // takes a tile of as many rows, not eight with the rest zero: the packing pads A to
-        // eight rows, so the first rows of its one row tile are all there is. Measured on an
-        // Intel Xeon (family 6 model 167) at 1 thread, the int8 LSTM of `check_deployed.py`
-        // (batch 4): 4.4 -> 4.0 ms.
-        macro_rules! rows {
-            ($r:literal) => {
-                unsafe {
-                    drive::<$r, 32, u8, u8>(t, a, b, blocks, panels, |a, lda, b, groups, _, acc| {
-                        tile_avx512vnni::<$r>(a, lda, b, groups, acc)
-                    })
-                }
-            };
-        }
-        match t.m {
-            1 => rows!(1),
-            2 => rows!(2),
-            3 | 4 => rows!(4),
-            _ => rows!(8),
-        }
+        drive_rows!(t, a, b, blocks, panels, tile_avx512vnni::<u8, 32>, [
+            1 => 1,
+            2 => 2,
+            3 | 4 => 4,
+            _ => 8,
+        ]);
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -890,6 +1151,7 @@ mod x86 {
         lda: usize,
         b: &[u8],
         groups: usize,
+        _cols: usize,
         acc: &mut [[i32; 32]; R],
     ) {
         assert!(R >= 1 && a.len() >= (R - 1) * lda + 4 * groups && b.len() >= groups * 128);
@@ -966,29 +1228,12 @@ mod x86 {
         blocks: Range<usize>,
         panels: Range<usize>,
     ) {
-        // A product of a few rows takes a tile of as many (see `run_avx512vnni`).
-        macro_rules! rows {
-            ($r:literal) => {
-                unsafe {
-                    drive::<$r, 16, i16, u8>(
-                        t,
-                        a,
-                        b,
-                        blocks,
-                        panels,
-                        |a, lda, b, groups, cols, acc| {
-                            tile_avx2::<$r>(a, lda, b, groups, cols, acc)
-                        },
-                    )
-                }
-            };
-        }
-        match t.m {
-            1 => rows!(1),
-            2 => rows!(2),
-            3 | 4 => rows!(4),
-            _ => rows!(6),
-        }
+        drive_rows!(t, a, b, blocks, panels, tile_avx2::<i16, 16>, [
+            1 => 1,
+            2 => 2,
+            3 | 4 => 4,
+            _ => 6,
+        ]);
     }
 
     /// An `R x 16` tile (`R <= 6`) as two `R x 8` halves (six rows of two accumulators per
@@ -1030,6 +1275,86 @@ mod x86 {
                 let sums = _mm256_permute4x64_epi64::<0xD8>(_mm256_hadd_epi32(cr[0], cr[1]));
                 // SAFETY: a row holds 16 i32; the half is 8 of them.
                 unsafe { _mm256_storeu_si256(row.as_mut_ptr().add(half * 8).cast(), sums) };
+            }
+        }
+    }
+
+    /// # Safety
+    /// As `super::run`, on a CPU with AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn run_avx2_pairs(
+        t: &Task<'_>,
+        a: &[u8],
+        b: &[u8],
+        blocks: Range<usize>,
+        panels: Range<usize>,
+    ) {
+        drive_rows!(t, a, b, blocks, panels, tile_avx2_pairs::<u8, 16>, [
+            1 => 1,
+            2 => 2,
+            3 | 4 => 4,
+            _ => 6,
+        ]);
+    }
+
+    /// An `R x 16` tile (`R <= 6`), two registers of eight columns per row (one for a last
+    /// panel of at most eight columns in the product). Per group, a register of B holds eight
+    /// columns of four unsigned k; A's four signed bytes of the group are broadcast;
+    /// `vpmaddubsw` sums each column's two pairs into `i16` (exactly: A's pairs are bounded)
+    /// and `vpmaddwd` by ones the two into the column's `i32` lane.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn tile_avx2_pairs<const R: usize>(
+        a: &[u8],
+        lda: usize,
+        b: &[u8],
+        groups: usize,
+        cols: usize,
+        acc: &mut [[i32; 16]; R],
+    ) {
+        if cols <= 8 {
+            pairs_tile::<R, 1>(a, lda, b, groups, acc)
+        } else {
+            pairs_tile::<R, 2>(a, lda, b, groups, acc)
+        }
+    }
+
+    /// [`tile_avx2_pairs`] of `W` registers per row.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn pairs_tile<const R: usize, const W: usize>(
+        a: &[u8],
+        lda: usize,
+        b: &[u8],
+        groups: usize,
+        acc: &mut [[i32; 16]; R],
+    ) {
+        assert!(R >= 1 && W <= 2 && a.len() >= (R - 1) * lda + 4 * groups);
+        assert!(b.len() >= groups * 64);
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        let ones = _mm256_set1_epi16(1);
+        let mut c = [[_mm256_setzero_si256(); W]; R];
+        for q in 0..groups {
+            // SAFETY: the assertions above bound every read.
+            unsafe {
+                let mut bq = [_mm256_setzero_si256(); W];
+                for (h, bh) in bq.iter_mut().enumerate() {
+                    *bh = _mm256_loadu_si256(bp.add(q * 64 + h * 32).cast());
+                }
+                for (r, cr) in c.iter_mut().enumerate() {
+                    let x = ap.add(r * lda + 4 * q).cast::<i32>().read_unaligned();
+                    let av = _mm256_set1_epi32(x);
+                    for (ch, &bh) in cr.iter_mut().zip(&bq) {
+                        let pairs = _mm256_maddubs_epi16(bh, av);
+                        *ch = _mm256_add_epi32(*ch, _mm256_madd_epi16(pairs, ones));
+                    }
+                }
+            }
+        }
+        for (row, cr) in acc.iter_mut().zip(&c) {
+            for (h, ch) in cr.iter().enumerate() {
+                // SAFETY: a row holds 16 i32, two registers.
+                unsafe { _mm256_storeu_si256(row.as_mut_ptr().add(h * 8).cast(), *ch) };
             }
         }
     }
@@ -1152,6 +1477,60 @@ mod tests {
             let b: Vec<u8> = (0..k * n).map(|i| (i * 53 + 11) as u8).collect();
             let zb: Vec<i32> = (0..n as i32).map(|j| j % 7 - 3).collect();
             check(bytes(&a, false), (m, k), &[17], bytes(&b, true), n, &zb);
+        }
+    }
+
+    #[test]
+    fn split_rows_keep_their_values_with_every_pair_within_the_bound() {
+        // Every pair of signed bytes: row r pairs r with each of the 256 bytes.
+        let (m, lda) = (256, 512);
+        let mut d: Vec<u8> = (0..m * lda)
+            .map(|i| {
+                if i % 2 == 0 {
+                    (i / lda) as u8
+                } else {
+                    (i % lda / 2) as u8
+                }
+            })
+            .collect();
+        let want: Vec<i32> = d.iter().map(|&v| i32::from(v as i8)).collect();
+        let residual = Residual::split(&mut d, m, lda).unwrap();
+        let mut entries = 0;
+        for (i, row) in d.chunks_exact(lda).enumerate() {
+            let mut got: Vec<i32> = row.iter().map(|&v| i32::from(v as i8)).collect();
+            for pair in got.chunks_exact(2) {
+                assert!(within_pair_bound(pair[0], pair[1]), "{pair:?}");
+            }
+            for &(k, v) in residual.row(i) {
+                assert!(i8::try_from(v).is_ok(), "{v}");
+                got[k] += v;
+                entries += 1;
+            }
+            assert_eq!(got, want[i * lda..(i + 1) * lda], "row {i}");
+        }
+        // One entry per pair beyond the bound.
+        let beyond = (-128i32..128)
+            .flat_map(|a0| (-128i32..128).map(move |a1| a0.abs() + a1.abs()))
+            .filter(|&sum| sum > 128)
+            .count();
+        assert_eq!(entries, beyond);
+    }
+
+    #[test]
+    fn only_an_a_with_few_pairs_beyond_the_bound_is_split() {
+        let k = 128;
+        // One pair of 256 beyond the bound (-127, -127), then every pair.
+        let mut sparse: Vec<u8> = (0..4 * k).map(|i| (i % 60) as u8).collect();
+        sparse[..2].fill(0x81);
+        let dense = vec![0x81u8; 4 * k];
+        for level in Level::supported() {
+            let split = |a: &[u8]| level.for_a(bytes(a, true), k).splits_a();
+            #[cfg(target_arch = "x86_64")]
+            if level == Level::Avx2 {
+                assert!(split(&sparse) && !split(&dense));
+                continue;
+            }
+            assert_eq!(split(&sparse), level.splits_a(), "{level:?}");
         }
     }
 

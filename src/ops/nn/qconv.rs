@@ -453,6 +453,10 @@ fn kernel_conv(
     if xv.len() != shape.batch * shape.c_in * in_plane || wv.len() != shape.c_out * kc {
         return Err(Error::Eval("X or W does not hold its shape".into()));
     }
+    let level = match filters {
+        Some(Filters::Groups(level, _)) => *level,
+        _ => filters_level(w, kc, level)?,
+    };
     // A pointwise convolution's im2col matrix is its input planes; the others read input rows
     // split into phases when the width stride is above 1.
     let pointwise = shape.is_pointwise();
@@ -489,7 +493,7 @@ fn kernel_conv(
             };
             let made;
             let a = match filters {
-                Some(Filters::Groups(filters)) => &filters[gi],
+                Some(Filters::Groups(_, filters)) => &filters[gi],
                 _ => {
                     let (a, za) = group_filters(w, zw, (gi, mg, kc))?;
                     made = PackedA::new(a, mg, kc, za, level)?;
@@ -528,8 +532,18 @@ fn group_filters<'w>(
 enum Filters {
     /// For [`qdirect`].
     Direct(qdirect::Filters),
-    /// Each group's, for the product with its im2col matrix.
-    Groups(Vec<PackedA>),
+    /// Each group's, for the product with its im2col matrix at the level they were packed for.
+    Groups(Level, Vec<PackedA>),
+}
+
+/// The level of the products of filters `w` (rows of `kc`) with im2col matrices on a CPU
+/// whose best level is `level` (`Level::for_a`: the filters are known before the input).
+fn filters_level(w: &Tensor, kc: usize, level: Level) -> Result<Level> {
+    let filters = Bytes {
+        data: w.as_bytes()?,
+        signed: w.dtype() == DataType::Int8,
+    };
+    Ok(level.for_a(filters, kc))
 }
 
 /// The filters packed for the kernel [`kernel_conv`] runs at `level`.
@@ -542,13 +556,14 @@ fn pack_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Resu
     if w.len() != shape.c_out * kc {
         return Err(Error::Eval("W does not hold its shape".into()));
     }
+    let level = filters_level(w, kc, level)?;
     (0..shape.group)
         .map(|gi| {
             let (a, za) = group_filters(w, zw, (gi, mg, kc))?;
             PackedA::new(a, mg, kc, za, level)
         })
         .collect::<Result<_>>()
-        .map(Filters::Groups)
+        .map(|groups| Filters::Groups(level, groups))
 }
 
 /// The filters packed for [`qdirect`].
