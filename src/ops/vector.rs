@@ -683,21 +683,36 @@ fn exp_with<const FUSED: bool>(x: f32) -> f32 {
 /// `1 / (1 + e^-x)`.
 #[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
+    sigmoid_with::<false>(x)
+}
+
+/// [`sigmoid`] with the products and sums of its `exp` fused (`FUSED`) or separate: loops
+/// compiled only for FMA levels whose speed is bound by the chain of dependent operations (a
+/// recurrent cell's gates) take the fused form.
+#[inline(always)]
+pub fn sigmoid_with<const FUSED: bool>(x: f32) -> f32 {
+    1.0 / (1.0 + exp_with::<FUSED>(-x))
 }
 
 /// `tanh(x)`: an odd polynomial below 0.625, `1 - 2 / (e^2x + 1)` above.
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
+    tanh_with::<false>(x)
+}
+
+/// [`tanh`] with its products and sums fused (`FUSED`) or separate (see [`sigmoid_with`]).
+#[inline(always)]
+pub fn tanh_with<const FUSED: bool>(x: f32) -> f32 {
+    let madd = |a: f32, b: f32, c: f32| if FUSED { a.mul_add(b, c) } else { a * b + c };
     let a = x.abs();
     let z = x * x;
     let mut p = -5.704_988_7e-3;
-    p = p * z + 2.063_909e-2;
-    p = p * z - 5.373_971_6e-2;
-    p = p * z + 1.333_144_2e-1;
-    p = p * z - 3.333_328e-1;
-    let small = x + x * z * p;
-    let big = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
+    p = madd(p, z, 2.063_909e-2);
+    p = madd(p, z, -5.373_971_6e-2);
+    p = madd(p, z, 1.333_144_2e-1);
+    p = madd(p, z, -3.333_328e-1);
+    let small = madd(x * z, p, x);
+    let big = 1.0 - 2.0 / (exp_with::<FUSED>(2.0 * a) + 1.0);
     let big = if x < 0.0 { -big } else { big };
     if a < 0.625 {
         small
@@ -913,7 +928,14 @@ mod tests {
         for x in sample(1e-6, 20.0, 100_000) {
             let t = (x as f64).tanh();
             assert!(ulps(tanh(x), t) <= 4.0, "tanh({x}) = {}, want {t}", tanh(x));
+            let fused = tanh_with::<true>(x);
+            assert!(ulps(fused, t) <= 4.0, "fused tanh({x}) = {fused}, want {t}");
             let s = 1.0 / (1.0 + (-(x as f64)).exp());
+            let fused = sigmoid_with::<true>(x);
+            assert!(
+                ulps(fused, s) <= 4.0,
+                "fused sigmoid({x}) = {fused}, want {s}"
+            );
             assert!(
                 ulps(sigmoid(x), s) <= 4.0,
                 "sigmoid({x}) = {}, want {s}",

@@ -25,7 +25,9 @@ use crate::error::{Error, Result};
 use crate::tensor::{try_vec, try_with_capacity, Tensor};
 use crate::DataType;
 
-use super::super::nn::{dynamic_scale, igemm, quantize_u8, Bytes, Level, PackedB, EXACT_K};
+use super::super::nn::{
+    dynamic_scale, igemm_to, quantize_u8, Bytes, IgemmSink, Level, PackedA, PackedB, EXACT_K,
+};
 use super::super::rnn::{eval_lstm_with, Products};
 use super::super::util::required;
 use super::super::EvalCtx;
@@ -123,7 +125,8 @@ impl Weights {
 
     /// `out[r] += float((a[r] - zero) . B) * (a_scale * scale)` for the `rows` rows of codes
     /// `a` (`[rows, k]`) and of `out` (`[rows, n]`): the sums exact in 32-bit integers, then
-    /// scaled as one float multiplier per column.
+    /// scaled as one float multiplier per column, added as the kernel finishes each run of a
+    /// row (no `int32` product is stored).
     fn accumulate(
         &self,
         a: &[u8],
@@ -131,36 +134,71 @@ impl Weights {
         (a_scale, zero): (f32, u8),
         out: &mut [f32],
     ) -> Result<()> {
-        let n = self.n;
-        let mut sums = try_vec(rows * n, 0i32)?;
+        if out.len() != rows * self.n {
+            return Err(Error::Eval("the gates do not hold the product".into()));
+        }
         let codes = Bytes {
             data: a,
             signed: false,
         };
-        igemm(
-            codes,
-            rows,
-            &[i32::from(zero)],
-            &self.packed,
-            &[self.zero],
-            &mut sums,
-        )?;
-        let mult: Vec<f32> = self.scales.iter().map(|&s| a_scale * s).collect();
-        for (row, sums) in out
-            .chunks_exact_mut(n.max(1))
-            .zip(sums.chunks_exact(n.max(1)))
-        {
-            if let [m] = mult[..] {
-                for (o, &s) in row.iter_mut().zip(sums) {
-                    *o += s as f32 * m;
-                }
-            } else {
-                for ((o, &s), &m) in row.iter_mut().zip(sums).zip(&mult) {
-                    *o += s as f32 * m;
-                }
-            }
+        let level = self.packed.level();
+        let packed = PackedA::new(codes, rows, self.k, &[i32::from(zero)], level)?;
+        let sink = AddScaled {
+            ptr: out.as_mut_ptr(),
+            n: self.n,
+            scales: &self.scales,
+            a_scale,
+        };
+        igemm_to(&packed, &self.packed, &[self.zero], &sink)
+    }
+}
+
+/// The sink of [`Weights::accumulate`]: rows of `n` floats, each sum added times
+/// `a_scale * scale` (one scale, or one per column).
+struct AddScaled<'s> {
+    ptr: *mut f32,
+    n: usize,
+    scales: &'s [f32],
+    a_scale: f32,
+}
+
+// SAFETY: the kernel's tasks store disjoint (row, column) segments (`Sink::store`'s contract).
+unsafe impl Send for AddScaled<'_> {}
+unsafe impl Sync for AddScaled<'_> {}
+
+impl IgemmSink for AddScaled<'_> {
+    unsafe fn store(&self, i: usize, col0: usize, sums: &[i32]) {
+        // SAFETY: the segment lies in the output (the caller's promise) and is this call's alone.
+        let out =
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.n + col0), sums.len()) };
+        match self.scales {
+            [scale] => add_scaled(sums, self.a_scale * scale, out),
+            scales => add_scaled_each(sums, self.a_scale, &scales[col0..col0 + sums.len()], out),
         }
-        Ok(())
+    }
+}
+
+/// `out += sum as f32 * mult`, each element.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn add_scaled(sums: &[i32], mult: f32, out: &mut [f32]) {
+    for (o, &s) in out.iter_mut().zip(sums) {
+        *o += s as f32 * mult;
+    }
+}
+
+/// `out += sum as f32 * (a_scale * scale)`, with a scale per element.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn add_scaled_each(sums: &[i32], a_scale: f32, scales: &[f32], out: &mut [f32]) {
+    for ((o, &s), &scale) in out.iter_mut().zip(sums).zip(scales) {
+        *o += s as f32 * (a_scale * scale);
     }
 }
 

@@ -279,6 +279,11 @@ pub(in crate::ops) struct PackedB {
 }
 
 impl PackedB {
+    /// The level B is packed for, which the A it multiplies is packed for too.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
     /// The packing of a `k x n` B for `level` from its parts.
     fn assemble(
         level: Level,
@@ -793,8 +798,10 @@ struct Task<'a> {
 /// Writes `(A - za) @ (B - zb)` for the `m x k` matrix `a` into `out` (`m x n`, row-major).
 /// `za` holds one zero point or one per row, `zb` one or one per column.
 ///
-/// The caller keeps `k <= EXACT_K` for exact results; beyond, the sums wrap.
-pub(in crate::ops) fn gemm(
+/// The caller keeps `k <= EXACT_K` for exact results; beyond, the sums wrap. (The operators
+/// hand their sums to a [`Sink`]; the tests read them whole.)
+#[cfg(test)]
+fn gemm(
     a: Bytes<'_>,
     m: usize,
     za: &[i32],
@@ -992,8 +999,13 @@ unsafe fn drive<const MR: usize, const NR: usize, TA, TB: Element>(
                     width,
                     &mut acc,
                 );
+                // A whole panel's width is a constant: moves, not a call to `memcpy`.
                 for (dst, src) in strip.iter_mut().zip(&acc) {
-                    dst[at..at + width].copy_from_slice(&src[..width]);
+                    if width == NR {
+                        dst[at..at + NR].copy_from_slice(src);
+                    } else {
+                        dst[at..at + width].copy_from_slice(&src[..width]);
+                    }
                 }
             }
             for (r, sums) in strip.iter_mut().enumerate().take(MR.min(t.m - row0)) {

