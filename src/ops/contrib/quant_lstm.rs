@@ -115,7 +115,7 @@ impl Weights {
             signed,
         };
         Ok(Weights {
-            packed: PackedB::new(codes, k, n, Level::detect())?,
+            packed: PackedB::new(codes, k, n, Level::detect())?.split_pairs()?,
             zero: z,
             k,
             n,

@@ -58,6 +58,9 @@ pub(in crate::ops) enum Level {
     /// AVX2 `vpmaddubsw` on unsigned B by signed A whose pairs are bounded, with a residual.
     #[cfg(target_arch = "x86_64")]
     Avx2Pairs,
+    /// The same on unsigned A by signed B whose pairs are bounded, with a residual.
+    #[cfg(target_arch = "x86_64")]
+    Avx2PairsB,
     /// AVX-VNNI `vpdpbusd` on 256-bit registers.
     #[cfg(target_arch = "x86_64")]
     AvxVnni,
@@ -73,7 +76,7 @@ impl Level {
         *LEVEL.get_or_init(|| {
             Level::supported()
                 .into_iter()
-                .rfind(|l| !l.splits_a())
+                .rfind(|l| !l.splits_a() && !l.splits_b())
                 .unwrap_or(Level::Portable)
         })
     }
@@ -113,6 +116,15 @@ impl Level {
         false
     }
 
+    /// Whether B is packed split into a bounded part and a [`Residual`] (by column).
+    fn splits_b(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self == Level::Avx2PairsB {
+            return true;
+        }
+        false
+    }
+
     /// How A's bytes are stored: as `u8`, or as `i8` for the level that splits them.
     fn a_shift(self, signed: bool) -> Shift {
         Shift::new(signed, !self.splits_a())
@@ -132,6 +144,7 @@ impl Level {
             if std::arch::is_x86_feature_detected!("avx2") {
                 levels.push(Level::Avx2);
                 levels.push(Level::Avx2Pairs);
+                levels.push(Level::Avx2PairsB);
                 if std::arch::is_x86_feature_detected!("avxvnni") {
                     levels.push(Level::AvxVnni);
                 }
@@ -155,7 +168,7 @@ impl Level {
             #[cfg(target_arch = "x86_64")]
             Level::Avx2 => (6, 16, 4),
             #[cfg(target_arch = "x86_64")]
-            Level::Avx2Pairs => (6, 16, 4),
+            Level::Avx2Pairs | Level::Avx2PairsB => (6, 16, 4),
             #[cfg(target_arch = "x86_64")]
             Level::AvxVnni => (6, 16, 4),
             #[cfg(target_arch = "x86_64")]
@@ -276,32 +289,56 @@ pub(in crate::ops) struct PackedB {
     col_sums: Vec<i32>,
     /// What the shift adds to B's elements, and so to its zero points: 0 or ±128.
     shift: i32,
+    /// What the stored columns leave out, by column (the level that splits B; else empty).
+    residual: Residual,
 }
 
 impl PackedB {
+    /// B packed for `Avx2` taking `Avx2PairsB` instead, split, when at most one of its pairs
+    /// of adjacent k in [`SPARSE_PAIRS`] exceeds the pair bound (a constant B, the weights of
+    /// a product, packed once); else B as it is. The two levels store B's bytes alike.
+    pub fn split_pairs(mut self) -> Result<PackedB> {
+        #[cfg(target_arch = "x86_64")]
+        if let (Level::Avx2, Packed::Narrow(d)) = (self.level, &mut self.data) {
+            let over = d.as_chunks::<2>().0.iter().filter(|p| beyond(p)).count();
+            if over.saturating_mul(SPARSE_PAIRS) <= self.k.div_ceil(2) * self.n {
+                let nr = Level::Avx2PairsB.shape().1;
+                self.residual = Residual::split_columns(d, (self.kg, nr, self.n))?;
+                self.level = Level::Avx2PairsB;
+            }
+        }
+        Ok(self)
+    }
+
     /// The level B is packed for, which the A it multiplies is packed for too.
     pub fn level(&self) -> Level {
         self.level
     }
 
-    /// The packing of a `k x n` B for `level` from its parts.
+    /// The packing of a `k x n` B for `level` from its parts, split if the level splits B.
     fn assemble(
         level: Level,
         (k, n): (usize, usize),
-        data: Packed,
+        mut data: Packed,
         col_sums: Vec<i32>,
         shift: i32,
-    ) -> PackedB {
-        let g = level.shape().2;
-        PackedB {
+    ) -> Result<PackedB> {
+        let (_, nr, g) = level.shape();
+        let kg = k.div_ceil(g) * g;
+        let residual = match &mut data {
+            Packed::Narrow(d) if level.splits_b() => Residual::split_columns(d, (kg, nr, n))?,
+            _ => Residual::default(),
+        };
+        Ok(PackedB {
             level,
             k,
             n,
-            kg: k.div_ceil(g) * g,
+            kg,
             data,
             col_sums,
             shift,
-        }
+            residual,
+        })
     }
 
     /// Packs the `k x n` matrix `b` for `level`.
@@ -325,7 +362,7 @@ impl PackedB {
         // SAFETY: `pack_columns` writes every element.
         let data =
             Packed::Wide(unsafe { Scratch::new_with(len, |d| pack_columns(d, k, n, nr, g, at)) }?);
-        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift.by))
+        PackedB::assemble(level, (k, n), data, col_sums, shift.by)
     }
 
     /// Packs the `k x n` matrix whose transpose `bt` (`n x k`, row-major) holds, for `level`:
@@ -359,7 +396,7 @@ impl PackedB {
                 })
             }?)
         };
-        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift.by))
+        PackedB::assemble(level, (k, n), data, col_sums, shift.by)
     }
 
     /// Packs the `k x n` matrix whose row `kk` `row(kk, out)` writes into `out` (`n` bytes of
@@ -442,7 +479,7 @@ impl PackedB {
                 *s = s.wrapping_add(v);
             }
         }
-        Ok(PackedB::assemble(level, (k, n), data, col_sums, shift.by))
+        PackedB::assemble(level, (k, n), data, col_sums, shift.by)
     }
 }
 
@@ -639,34 +676,78 @@ impl Residual {
     }
 
     /// Splits the first `m` of the stored rows `d` (`lda` signed bytes each, `lda` even) in
-    /// place: in each pair of adjacent k beyond the bound, the element of larger magnitude
-    /// stays, the other keeps what the bound leaves it (its sign, `128 - |larger|`), and its
-    /// rest becomes an entry (within `i8`: at most `|a1| + |a0| - 128`).
+    /// place, each pair of adjacent k beyond the bound by [`split_pair`], whose rest becomes
+    /// an entry of its row.
     fn split(d: &mut [u8], m: usize, lda: usize) -> Result<Residual> {
-        let rows = || d.chunks_exact(lda.max(1)).take(m);
-        let over = |p: &[u8; 2]| !within_pair_bound(i32::from(p[0] as i8), i32::from(p[1] as i8));
-        let count = rows()
-            .map(|row| row.as_chunks::<2>().0.iter().filter(|p| over(p)).count())
+        let count = d
+            .chunks_exact(lda.max(1))
+            .take(m)
+            .map(|row| row.as_chunks::<2>().0.iter().filter(|p| beyond(p)).count())
             .sum();
         let mut starts = try_vec(m + 1, 0usize)?;
         let mut entries = try_with_capacity(count)?;
         for (i, row) in d.chunks_exact_mut(lda.max(1)).take(m).enumerate() {
             for (q, pair) in row.as_chunks_mut::<2>().0.iter_mut().enumerate() {
-                if !over(pair) {
-                    continue;
+                if let Some((t, v)) = split_pair(pair) {
+                    entries.push((2 * q + t, v));
                 }
-                let [a0, a1] = pair.map(|v| i32::from(v as i8));
-                let (keep, cut) = if a0.abs() >= a1.abs() { (0, 1) } else { (1, 0) };
-                let [big, small] = [[a0, a1][keep], [a0, a1][cut]];
-                let stored = small.signum() * (128 - big.abs());
-                // `128 - |big|` lies in `0..128` (the pair exceeds the bound, `|big| >= 1`).
-                pair[cut] = stored as i8 as u8;
-                entries.push((2 * q + cut, small - stored));
             }
             starts[i + 1] = entries.len();
         }
         Ok(Residual { starts, entries })
     }
+
+    /// Splits B's stored panels `d` (`kg` rows of `nr` columns each, `n` columns, groups of
+    /// four k per column) in place as [`Residual::split`] splits rows: each column's pairs of
+    /// adjacent k. The residual goes by column.
+    fn split_columns(d: &mut [u8], (kg, nr, n): (usize, usize, usize)) -> Result<Residual> {
+        let count = d.as_chunks::<2>().0.iter().filter(|p| beyond(p)).count();
+        let mut starts = try_vec(n + 1, 0usize)?;
+        let mut entries = try_with_capacity(count)?;
+        for j in 0..n {
+            let panel = &mut d[j / nr * kg * nr..(j / nr + 1) * kg * nr];
+            for (q, group) in panel.chunks_exact_mut(4 * nr).enumerate() {
+                let column = &mut group[j % nr * 4..j % nr * 4 + 4];
+                for (h, pair) in column.as_chunks_mut::<2>().0.iter_mut().enumerate() {
+                    if let Some((t, v)) = split_pair(pair) {
+                        entries.push((4 * q + 2 * h + t, v));
+                    }
+                }
+            }
+            starts[j + 1] = entries.len();
+        }
+        Ok(Residual { starts, entries })
+    }
+
+    /// Whether any of the rows (or columns) `range` has an entry.
+    fn any(&self, range: std::ops::Range<usize>) -> bool {
+        match (self.starts.get(range.start), self.starts.get(range.end)) {
+            (Some(start), Some(end)) => end > start,
+            _ => false,
+        }
+    }
+}
+
+/// Whether a pair of stored signed bytes exceeds the pair bound.
+fn beyond(&[a0, a1]: &[u8; 2]) -> bool {
+    !within_pair_bound(i32::from(a0 as i8), i32::from(a1 as i8))
+}
+
+/// Splits a pair of stored signed bytes beyond the bound in place: the element of larger
+/// magnitude stays, the other keeps what the bound leaves it (its sign, `128 - |larger|`);
+/// returns that element's place in the pair and its rest (within `i8`: at most `|a0| + |a1| -
+/// 128`). None for a pair within the bound.
+fn split_pair(pair: &mut [u8; 2]) -> Option<(usize, i32)> {
+    if !beyond(pair) {
+        return None;
+    }
+    let [a0, a1] = pair.map(|v| i32::from(v as i8));
+    let (keep, cut) = if a0.abs() >= a1.abs() { (0, 1) } else { (1, 0) };
+    let [big, small] = [[a0, a1][keep], [a0, a1][cut]];
+    // `128 - |big|` lies in `0..128` (the pair exceeds the bound, so `|big| >= 1`).
+    let stored = small.signum() * (128 - big.abs());
+    pair[cut] = stored as i8 as u8;
+    Some((cut, small - stored))
 }
 
 impl PackedA {
@@ -936,6 +1017,10 @@ unsafe fn run(t: &Task<'_>, blocks: std::ops::Range<usize>, panels: std::ops::Ra
         (Level::Avx2Pairs, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
             x86::run_avx2_pairs(t, a, b, blocks, panels)
         },
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx2PairsB, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
+            x86::run_avx2_pairs_b(t, a, b, blocks, panels)
+        },
         (_, Packed::Wide(a), Packed::Wide(b)) => unsafe {
             drive::<4, 16, i16, i16>(t, a, b, blocks, panels, |a, lda, b, groups, _, acc| {
                 portable_tile(a, lda, b, groups, acc)
@@ -957,13 +1042,13 @@ const STRIP_COLS: usize = 256;
 
 /// The tile loop every level shares: strips of panels outer (a strip of B stays in cache
 /// across row tiles), row tiles inner; each tile summed by `tile` (told how many of its
-/// columns lie in the product) into the strip's rows, which then take A's residual (if split)
-/// and the zero-point correction and are stored, one run per row.
+/// columns lie in the product) into the strip's rows, which then take A's or B's residual (if
+/// split) and the zero-point correction and are stored, one run per row.
 ///
 /// # Safety
 /// As [`run`]; `MR`, `NR` are the level's tile shape and `a`, `b` its packings.
 #[inline(always)]
-unsafe fn drive<const MR: usize, const NR: usize, TA, TB: Element>(
+unsafe fn drive<const MR: usize, const NR: usize, TA: Copy + Into<i32>, TB: Element>(
     t: &Task<'_>,
     a: &[TA],
     b: &[TB],
@@ -1008,7 +1093,19 @@ unsafe fn drive<const MR: usize, const NR: usize, TA, TB: Element>(
                     }
                 }
             }
-            for (r, sums) in strip.iter_mut().enumerate().take(MR.min(t.m - row0)) {
+            let live = MR.min(t.m - row0);
+            if t.b.residual.any(col0..col0 + cols) {
+                // Entries by column, each added to the tile's rows.
+                for j in 0..cols {
+                    for &(kk, v) in t.b.residual.row(col0 + j) {
+                        for (r, sums) in strip.iter_mut().enumerate().take(live) {
+                            let x: i32 = a[(row0 + r) * lda + kk].into();
+                            sums[j] = sums[j].wrapping_add(v.wrapping_mul(x));
+                        }
+                    }
+                }
+            }
+            for (r, sums) in strip.iter_mut().enumerate().take(live) {
                 let i = row0 + r;
                 let (ri, zi) = (t.a.row_terms[i], t.a.row_zeros[i]);
                 let sums = &mut sums[..cols];
@@ -1230,24 +1327,6 @@ mod x86 {
         store256(acc, &c);
     }
 
-    /// # Safety
-    /// As `super::run`, on a CPU with AVX2.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn run_avx2(
-        t: &Task<'_>,
-        a: &[i16],
-        b: &[u8],
-        blocks: Range<usize>,
-        panels: Range<usize>,
-    ) {
-        drive_rows!(t, a, b, blocks, panels, tile_avx2::<i16, 16>, [
-            1 => 1,
-            2 => 2,
-            3 | 4 => 4,
-            _ => 6,
-        ]);
-    }
-
     /// An `R x 16` tile (`R <= 6`) as two `R x 8` halves (six rows of two accumulators per
     /// half, besides the two registers of B and A's broadcast, fill the sixteen registers). Per
     /// group, a half's 32 bytes of B (eight columns of four k) widen into two registers of four
@@ -1291,22 +1370,23 @@ mod x86 {
         }
     }
 
-    /// # Safety
-    /// As `super::run`, on a CPU with AVX2.
+    /// [`tile_avx2_pairs`] with the roles of the operands exchanged: A's unsigned bytes by B's
+    /// signed ones, whose pairs are bounded.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn run_avx2_pairs(
-        t: &Task<'_>,
+    #[inline]
+    fn tile_avx2_pairs_b<const R: usize>(
         a: &[u8],
+        lda: usize,
         b: &[u8],
-        blocks: Range<usize>,
-        panels: Range<usize>,
+        groups: usize,
+        cols: usize,
+        acc: &mut [[i32; 16]; R],
     ) {
-        drive_rows!(t, a, b, blocks, panels, tile_avx2_pairs::<u8, 16>, [
-            1 => 1,
-            2 => 2,
-            3 | 4 => 4,
-            _ => 6,
-        ]);
+        if cols <= 8 {
+            pairs_tile::<R, 1, true>(a, lda, b, groups, acc)
+        } else {
+            pairs_tile::<R, 2, true>(a, lda, b, groups, acc)
+        }
     }
 
     /// An `R x 16` tile (`R <= 6`), two registers of eight columns per row (one for a last
@@ -1325,16 +1405,17 @@ mod x86 {
         acc: &mut [[i32; 16]; R],
     ) {
         if cols <= 8 {
-            pairs_tile::<R, 1>(a, lda, b, groups, acc)
+            pairs_tile::<R, 1, false>(a, lda, b, groups, acc)
         } else {
-            pairs_tile::<R, 2>(a, lda, b, groups, acc)
+            pairs_tile::<R, 2, false>(a, lda, b, groups, acc)
         }
     }
 
-    /// [`tile_avx2_pairs`] of `W` registers per row.
+    /// [`tile_avx2_pairs`] of `W` registers per row, B's bytes the signed operand when
+    /// `SIGNED_B`.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn pairs_tile<const R: usize, const W: usize>(
+    fn pairs_tile<const R: usize, const W: usize, const SIGNED_B: bool>(
         a: &[u8],
         lda: usize,
         b: &[u8],
@@ -1357,7 +1438,11 @@ mod x86 {
                     let x = ap.add(r * lda + 4 * q).cast::<i32>().read_unaligned();
                     let av = _mm256_set1_epi32(x);
                     for (ch, &bh) in cr.iter_mut().zip(&bq) {
-                        let pairs = _mm256_maddubs_epi16(bh, av);
+                        let pairs = if SIGNED_B {
+                            _mm256_maddubs_epi16(av, bh)
+                        } else {
+                            _mm256_maddubs_epi16(bh, av)
+                        };
                         *ch = _mm256_add_epi32(*ch, _mm256_madd_epi16(pairs, ones));
                     }
                 }
@@ -1370,6 +1455,34 @@ mod x86 {
             }
         }
     }
+
+    /// Defines the entry point of an AVX2 level: the shared tile loop on the level's tile, of
+    /// as many rows as `drive_rows!` picks.
+    macro_rules! avx2_level {
+        ($name:ident, $ta:ty, $tile:ident) => {
+            /// # Safety
+            /// As `super::run`, on a CPU with AVX2.
+            #[target_feature(enable = "avx2")]
+            pub(super) unsafe fn $name(
+                t: &Task<'_>,
+                a: &[$ta],
+                b: &[u8],
+                blocks: Range<usize>,
+                panels: Range<usize>,
+            ) {
+                drive_rows!(t, a, b, blocks, panels, $tile::<$ta, 16>, [
+                    1 => 1,
+                    2 => 2,
+                    3 | 4 => 4,
+                    _ => 6,
+                ]);
+            }
+        };
+    }
+
+    avx2_level!(run_avx2, i16, tile_avx2);
+    avx2_level!(run_avx2_pairs, u8, tile_avx2_pairs);
+    avx2_level!(run_avx2_pairs_b, u8, tile_avx2_pairs_b);
 
     #[target_feature(enable = "avx2")]
     #[inline]
@@ -1543,6 +1656,28 @@ mod tests {
                 continue;
             }
             assert_eq!(split(&sparse), level.splits_a(), "{level:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_b_with_few_pairs_beyond_the_bound_is_split() {
+        // B of k x n: one pair of 256 beyond the bound (rows 0 and 1 of column 0), or all.
+        let (k, n) = (32, 16);
+        let mut sparse: Vec<u8> = (0..k * n).map(|i| (i % 60) as u8).collect();
+        sparse[0] = 0x81;
+        sparse[n] = 0x81;
+        let dense = vec![0x81u8; k * n];
+        for level in Level::supported() {
+            let split = |b: &[u8]| {
+                let packed = PackedB::new(bytes(b, true), k, n, level).unwrap();
+                packed.split_pairs().unwrap().level().splits_b()
+            };
+            #[cfg(target_arch = "x86_64")]
+            if level == Level::Avx2 {
+                assert!(split(&sparse) && !split(&dense));
+                continue;
+            }
+            assert_eq!(split(&sparse), level.splits_b(), "{level:?}");
         }
     }
 

@@ -184,7 +184,8 @@ fn packable(plan: &Plan, b_shape: &[usize], operands: [Option<&Tensor>; 4]) -> b
 }
 
 /// `f` of B's packing for `level`, made on the first run and kept when B (input `b_input`) is
-/// a constant of the plan ([`EvalCtx::remember`]), else made for this run.
+/// a constant of the plan ([`EvalCtx::remember`]; split into pairs within the bound when that
+/// pays, [`PackedB::split_pairs`]), else made for this run.
 fn with_packing<R>(
     ctx: &EvalCtx<'_>,
     (b, b_input, transposed): (&Tensor, usize, bool),
@@ -203,7 +204,7 @@ fn with_packing<R>(
             PackedB::new(data, plan.k, plan.n, level)
         }
     };
-    match ctx.remember(&[b_input], pack)? {
+    match ctx.remember(&[b_input], || pack()?.split_pairs())? {
         Some(kept) => f(kept),
         None => f(&pack()?),
     }
@@ -362,7 +363,7 @@ pub(super) fn eval_integer_product_scaled(
             let out = Tensor::uninit(DataType::Float, &plan.out_shape)?;
             let y = with_packing(ctx, (b, 1, false), &plan, level, |packed_b| {
                 let za = folded_zeros(&za, plan.m, plan.pairs.len())?;
-                let packed_a = igemm::PackedA::new(a_rows, rows, plan.k, &za, level)?;
+                let packed_a = igemm::PackedA::new(a_rows, rows, plan.k, &za, packed_b.level())?;
                 out.try_fill(|slots: &mut [MaybeUninit<f32>]| {
                     let sink = ScaledRows {
                         ptr: slots.as_mut_ptr(),
