@@ -30,6 +30,9 @@
 //!   to the strip's sums before they are corrected. For a constant A whose pairs rarely
 //!   exceed the bound (trained weights: 0.07% of the pairs of a quantised ResNet-50), chosen
 //!   by [`Level::for_a`], never by `detect`;
+//! - `Avx2PairsB`: the same with the roles exchanged, for a constant B split by column
+//!   (`PackedB::split_pairs`: a product's weights), A's bytes the unsigned operand as at the
+//!   VNNI levels;
 //! - `Portable`: the `i16` pairs of AVX2 in plain loops, 4 x 16 tiles.
 //!
 //! Every level computes the same exact integers; tests compare each with the `f64` product.

@@ -14,16 +14,19 @@ use crate::DataType;
 use super::super::work::{bad_type, map_num};
 use super::{in_place_f32_with, map_f32};
 
-/// `f` on every element of a `float16` or `bfloat16` tensor whose results are values of that
+/// `f` on every block of a `float16` or `bfloat16` tensor whose results are values of that
 /// type already (`Abs`, `Neg`, `Sign`, `Relu`): blocks widened and narrowed by the vector
-/// conversions of [`halves`], exact both ways, with the `f32` loop between.
-fn map_half_exact<T: Widen + Float>(x: &Tensor, f: impl Fn(f32) -> f32 + Copy) -> Result<Tensor> {
+/// conversions of [`halves`], exact both ways, with the `f32` kernel between (the operator's
+/// in-place kernel: `Relu`'s `max` and `min`, not a loop of masked stores, which AMD Zen 2 and
+/// 3 microcode; measured on an AMD EPYC (Zen 3), the 49 `Relu` of the float16 ResNet-50 of
+/// `check_deployed.py` 9.3 -> 2.3 ms per run).
+fn map_half_exact<T: Widen + Float>(x: &Tensor, f: impl Fn(&mut [f32])) -> Result<Tensor> {
     let src = x.as_slice::<T>()?;
     Ok(Tensor::uninit(T::DTYPE, x.shape())?.fill(|dst| {
         let mut wide = [std::mem::MaybeUninit::<f32>::uninit(); halves::BLOCK];
         for (s, d) in src.chunks(halves::BLOCK).zip(dst.chunks_mut(halves::BLOCK)) {
             let w = T::widen_slice(s, &mut wide[..s.len()]);
-            vector::map_in_place(w, f);
+            f(w);
             T::narrow_slice(w, d);
         }
         // SAFETY: the blocks cover `dst`, and `narrow_slice` writes every element of each.
@@ -104,8 +107,10 @@ pub(in crate::ops::math) fn eval_num_unary<Op: NumUnary>(
         DataType::Float => return Ok(vec![map_f32(x, Op::apply::<f32>)?]),
         // Blocks widened by vector conversions; the results (`x`, `-x`, `0`, `±1`) are halves
         // already, so the `f32` loop's values are exact.
-        DataType::Float16 => return Ok(vec![map_half_exact::<half::f16>(x, Op::apply::<f32>)?]),
-        DataType::Bfloat16 => return Ok(vec![map_half_exact::<half::bf16>(x, Op::apply::<f32>)?]),
+        DataType::Float16 => return Ok(vec![map_half_exact::<half::f16>(x, Op::apply_in_place)?]),
+        DataType::Bfloat16 => {
+            return Ok(vec![map_half_exact::<half::bf16>(x, Op::apply_in_place)?])
+        }
         _ => {}
     }
     dispatch_num!(x.dtype(), T => Ok(vec![map_num::<T>(x, Op::apply::<<T as Num>::Work>)?]),
@@ -183,4 +188,41 @@ pub(in crate::ops::math) fn eval_is_inf(
     float_predicate(ctx, inputs, |x| {
         x.is_infinite() && if x > 0.0 { positive } else { negative }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+
+    /// `op`'s half kernel on every `float16` and `bfloat16` value gives the bits of its `f32`
+    /// definition on that value, narrowed (exactly: the results are halves).
+    fn check_every_half<Op: NumUnary>(name: &str) {
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        let want = |x: f32| Op::apply::<f32>(x);
+        let h: Vec<f16> = all.iter().map(|&b| f16::from_bits(b)).collect();
+        let x = Tensor::from_vec(DataType::Float16, &[h.len()], h.clone()).unwrap();
+        let y = map_half_exact::<f16>(&x, Op::apply_in_place).unwrap();
+        for (v, got) in h.iter().zip(y.as_slice::<f16>().unwrap()) {
+            let w = f16::from_f32(want(v.to_f32()));
+            let same = got.to_bits() == w.to_bits() || (got.is_nan() && w.is_nan());
+            assert!(same, "{name} float16 {:#x}: {got} != {w}", v.to_bits());
+        }
+        let b: Vec<bf16> = all.iter().map(|&b| bf16::from_bits(b)).collect();
+        let x = Tensor::from_vec(DataType::Bfloat16, &[b.len()], b.clone()).unwrap();
+        let y = map_half_exact::<bf16>(&x, Op::apply_in_place).unwrap();
+        for (v, got) in b.iter().zip(y.as_slice::<bf16>().unwrap()) {
+            let w = bf16::from_f32(want(v.to_f32()));
+            let same = got.to_bits() == w.to_bits() || (got.is_nan() && w.is_nan());
+            assert!(same, "{name} bfloat16 {:#x}: {got} != {w}", v.to_bits());
+        }
+    }
+
+    #[test]
+    fn half_kernels_give_the_f32_definition_for_every_value() {
+        check_every_half::<Abs>("Abs");
+        check_every_half::<Neg>("Neg");
+        check_every_half::<Sign>("Sign");
+        check_every_half::<Relu>("Relu");
+    }
 }
