@@ -24,7 +24,8 @@
 //!   the bytes of the VNNI levels and is widened in registers as it is read (`vpmovsxbw`), so
 //!   packing an im2col matrix costs what it costs for VNNI and moves half the memory;
 //! - `Avx2Pairs`: `vpmaddubsw` on B's unsigned bytes by A's signed ones, then `vpmaddwd` by
-//!   ones, 6 x 16 tiles: half the multiplies of `Avx2`. Exact because A is split: its stored
+//!   ones, 6 x 16 tiles: as many multiplies as `Avx2` but two thirds of its instructions (no
+//!   widening of B, half the additions and broadcasts). Exact because A is split: its stored
 //!   part has every pair of adjacent k within `|a0| + |a1| <= 128` (so `255 |a0| + 255 |a1|`
 //!   fits `i16`), and what a pair holds beyond that is a sparse residual ([`Residual`]) added
 //!   to the strip's sums before they are corrected. For a constant A whose pairs rarely
@@ -85,13 +86,13 @@ impl Level {
     }
 
     /// The level for a product whose A (`a`, rows of `k`) is known before its B (a
-    /// convolution's filters, packed once): `Avx2Pairs` instead of `Avx2` when at most one pair of A's in
-    /// [`SPARSE_PAIRS`] exceeds the pair bound, so that the residual costs less than the
-    /// multiplies the level saves; else `self`.
+    /// convolution's filters, packed once): `Avx2Pairs` instead of `Avx2` when at most one pair
+    /// of A's in [`SPARSE_PAIRS`] exceeds the pair bound, so that the residual costs less than
+    /// the instructions the level saves; else `self`.
     pub fn for_a(self, a: Bytes<'_>, k: usize) -> Level {
         #[cfg(target_arch = "x86_64")]
         if self == Level::Avx2 {
-            let shift = Level::Avx2Pairs.a_shift(a.signed);
+            let flip = Level::Avx2Pairs.a_shift(a.signed).flip;
             let mut pairs = 0usize;
             let mut over = 0usize;
             for row in a.data.chunks_exact(k.max(1)) {
@@ -99,7 +100,7 @@ impl Level {
                 pairs += runs.len() + last.len();
                 over += runs
                     .iter()
-                    .filter(|&&[a0, a1]| !within_pair_bound(shift.value(a0), shift.value(a1)))
+                    .filter(|&&[a0, a1]| beyond(&[a0 ^ flip, a1 ^ flip]))
                     .count();
             }
             if over.saturating_mul(SPARSE_PAIRS) <= pairs {
@@ -194,12 +195,12 @@ impl Level {
     }
 }
 
-/// A constant A may exceed the pair bound in one pair of this many and still take
-/// `Avx2Pairs`. On an AMD EPYC (Zen 3) the `vpmaddubsw` tile saves about a quarter of the
-/// `Avx2` tile's time (97 against 72 GMAC/s in L1), near `K / 128` cycles per element of C,
-/// and a residual entry costs near half a cycle per element (vector shifts and multiplies
-/// over a row of B), so the break-even lies near one pair in 40; the quantised ResNet-50 of
-/// `check_deployed.py` has at most one in 125 in any layer.
+/// A constant operand may exceed the pair bound in one pair of this many and still be split
+/// (`Avx2Pairs`, `Avx2PairsB`). On an AMD EPYC (Zen 3) the `vpmaddubsw` tile saves about a
+/// quarter of the `Avx2` tile's time (97 against 72 GMAC/s in L1), near `K / 96` cycles per
+/// element of C at 3 GHz, and a residual entry costs at most half a cycle per element it
+/// reaches (vector shifts and multiplies over a row of B), so the break-even lies near one pair
+/// in 25; the quantised ResNet-50 of `check_deployed.py` has at most one in 125 in any layer.
 const SPARSE_PAIRS: usize = 64;
 
 /// Whether a pair of adjacent signed bytes of A, multiplied by any two unsigned bytes and
@@ -660,9 +661,9 @@ pub(in crate::ops) struct PackedA {
     residual: Residual,
 }
 
-/// What a split A's stored rows leave out: per row, `(k, value)` for each element whose pair
-/// exceeded the bound, in compressed rows (row `i`'s entries are `entries[starts[i]..starts[i
-/// + 1]]`; no rows when A is not split).
+/// What a split operand's stored rows of A (or columns of B) leave out: per row, `(k, value)`
+/// for each element whose pair exceeded the bound, in compressed rows (row `i`'s entries are
+/// `entries[starts[i]..starts[i + 1]]`; no rows when the operand is not split).
 #[derive(Debug, Default)]
 struct Residual {
     starts: Vec<usize>,
@@ -670,7 +671,7 @@ struct Residual {
 }
 
 impl Residual {
-    /// Row `i`'s entries.
+    /// Row (or column) `i`'s entries.
     fn row(&self, i: usize) -> &[(usize, i32)] {
         match self.starts.get(i..i + 2) {
             Some(&[start, end]) => &self.entries[start..end],
