@@ -23,7 +23,7 @@ onnxruntime.transformers.float16 with keep_io_types):
 - `lstm_dynamic`: the LSTM through quantize_dynamic (com.microsoft DynamicQuantizeLSTM, int8
   weights).
 
-usage: python scripts/check_deployed.py DIR [--repeat N] [--threads 1,2] [--skip NAME,...]
+usage: python scripts/check_deployed.py DIR [--repeat N] [--rounds R] [--threads 1,2] [--skip NAME,...]
                                             [--only NAME,...]
        (needs onnx, onnxruntime, numpy, sympy; MULTIGATHER = the binary, default
        target/release/multigather)
@@ -174,7 +174,7 @@ def model_path(name, out):
     return path
 
 
-def check(name, path, work, threads, repeat, source=None, saturating=False):
+def check(name, path, work, threads, repeat, rounds=1, source=None, saturating=False):
     """Runs the model at `path` in onnxruntime and multigather at each thread count; returns a
     row per count: (threads, onnxruntime s, multigather s, largest difference relative to the
     output's range, oracle, None) or (threads, None, None, None, None, what failed).
@@ -202,15 +202,22 @@ def check(name, path, work, threads, repeat, source=None, saturating=False):
         options.inter_op_num_threads = 1
         sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         sess.run(None, feeds)
-        ort_s = median_seconds(lambda: sess.run(None, feeds), repeat)
         outdir = os.path.join(work, f"{name}-out{t}")
-        run = subprocess.run([BIN, "run", path, "--inputs", inputs, "--repeat", str(repeat),
-                              "--threads", str(t), "--json", "--output-dir", outdir],
-                             capture_output=True, text=True)
-        if run.returncode != 0:
-            rows.append((t, None, None, None, f"multigather run failed: {run.stderr.strip()[-300:]}"))
+        ort_rounds, mg_rounds, failed = [], [], None
+        for r in range(rounds):
+            ort_rounds.append(median_seconds(lambda: sess.run(None, feeds), repeat))
+            args = [BIN, "run", path, "--inputs", inputs, "--repeat", str(repeat),
+                    "--threads", str(t), "--json"]
+            run = subprocess.run(args + (["--output-dir", outdir] if r == 0 else []),
+                                 capture_output=True, text=True)
+            if run.returncode != 0:
+                failed = f"multigather run failed: {run.stderr.strip()[-300:]}"
+                break
+            mg_rounds.append(json.loads(run.stdout)["median_s"])
+        if failed:
+            rows.append((t, None, None, None, None, failed))
             continue
-        mg_s = json.loads(run.stdout)["median_s"]
+        ort_s, mg_s = float(np.median(ort_rounds)), float(np.median(mg_rounds))
         got = []
         for k in range(len(expected)):
             tensor = onnx.TensorProto()
@@ -254,18 +261,21 @@ def main():
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir", help="where the models, inputs and outputs are written (reused)")
     parser.add_argument("--repeat", type=int, default=10, help="runs per engine; medians (10)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternations of the two engines; medians of the rounds' medians (1)")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
     parser.add_argument("--skip", type=names, default=set(), help="rows to leave out")
     parser.add_argument("--only", type=names, default=set(TOLERANCE), help="rows to run")
     args = parser.parse_args()
-    repeat, skip, only = args.repeat, args.skip, args.only
+    repeat, rounds, skip, only = args.repeat, max(1, args.rounds), args.skip, args.only
     threads = [int(t) for t in args.threads.split(",")]
     out = args.dir
     os.makedirs(out, exist_ok=True)
     rows = [name for name in TOLERANCE if name in only and name not in skip]
     paths = {name: model_path(name, out) for name in rows}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"CPU: {cpu}; onnxruntime {ort.__version__}; medians of {repeat} runs")
+    print(f"CPU: {cpu}; onnxruntime {ort.__version__}; medians of {repeat} runs"
+          + (f", {rounds} alternated rounds" if rounds > 1 else ""))
     print(f"{'model':<18} {'threads':>7} {'onnxruntime':>12} {'multigather':>12} {'mg/ort':>7} {'max diff/range':>15} {'agree':>6}")
     failed = 0
     saturating = ort_saturates_u8s8()
@@ -273,7 +283,7 @@ def main():
     for name, path in paths.items():
         source = None if name in GENERATORS else model_path(name.rsplit("_", 1)[0], out)
         try:
-            results = check(name, path, out, threads, repeat, source, saturating)
+            results = check(name, path, out, threads, repeat, rounds, source, saturating)
         except Exception as e:  # onnx and onnxruntime raise their own error types
             results = [(t, None, None, None, None, f"{type(e).__name__}: {str(e)[:300]}") for t in threads]
         for t, ort_s, mg_s, worst, oracle, error in results:

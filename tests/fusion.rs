@@ -53,6 +53,11 @@ fn tensor(elem: DataType, shape: &[usize], v: Vec<f64>) -> Tensor {
             shape,
             v.into_iter().map(half::f16::from_f64).collect::<Vec<_>>(),
         ),
+        DataType::Bfloat16 => Tensor::from_vec(
+            elem,
+            shape,
+            v.into_iter().map(half::bf16::from_f64).collect::<Vec<_>>(),
+        ),
         _ => Tensor::from_vec(elem, shape, v.into_iter().map(|x| x as f32).collect()),
     }
     .unwrap()
@@ -1014,12 +1019,19 @@ fn a_chain_of_element_wise_steps_is_one_pass_with_the_same_bits() {
     let float = DataType::Float;
     // (input type, x, divisor, Erf seen, steps left when fused)
     type Case = (DataType, &'static [usize], &'static [usize], bool, usize);
-    let cases: [Case; 6] = [
+    let cases: [Case; 11] = [
         // One pass: x and single values; large enough for blocks and threads.
         (float, &[3, 40_000], &[], false, 1),
+        (DataType::Float16, &[3, 40_000], &[], false, 1),
+        (DataType::Bfloat16, &[7, 300], &[1, 1], false, 1),
         (float, &[7, 300], &[1, 1], false, 1),
-        // The divisor broadcasts along rows: the operators run in turn, in one step.
+        // The divisor is a row repeated along the leading dims (read cyclically, across
+        // blocks and threads' parts).
         (float, &[7, 300], &[300], false, 1),
+        (float, &[3, 40_000], &[1, 40_000], false, 1),
+        (DataType::Float16, &[2, 5, 3001], &[5, 3001], false, 1),
+        // A column broadcasts otherwise: the operators run in turn, in one step.
+        (float, &[7, 300], &[7, 1], false, 1),
         // A graph output in the middle splits the tree in two.
         (float, &[7, 300], &[], true, 2),
         // Doubles run the operators' own kernels.
@@ -1035,6 +1047,12 @@ fn a_chain_of_element_wise_steps_is_one_pass_with_the_same_bits() {
                     .unwrap()
                     .iter()
                     .map(|v| v.to_bits())
+                    .collect(),
+                DataType::Float16 | DataType::Bfloat16 => t
+                    .as_slice::<u16>()
+                    .unwrap()
+                    .iter()
+                    .map(|&v| u64::from(v))
                     .collect(),
                 _ => t
                     .as_slice::<f32>()
@@ -1055,6 +1073,59 @@ fn a_chain_of_element_wise_steps_is_one_pass_with_the_same_bits() {
             assert_eq!(fused_ops.len(), fused_steps, "{case}: {fused_ops:?}");
             assert_eq!(bits(&fused), bits(&plain), "{case}, {threads} threads");
             assert_eq!(fused[0].shape(), plain[0].shape(), "{case}");
+        }
+    }
+}
+
+/// Every `float16` and `bfloat16` value through each unary operator a chain holds (times one),
+/// and through a division by a single value less the value: fused, each pair of steps is one
+/// pass over widened blocks; the bits are those of the operators' own kernels in turn, NaNs,
+/// infinities, subnormals and the values near each rounding boundary included.
+#[test]
+fn half_chains_round_every_value_as_the_operators_do() {
+    for elem in [DataType::Float16, DataType::Bfloat16] {
+        let unary = ["Erf", "Tanh", "Sigmoid", "Exp", "Sqrt"];
+        let mut g = Graph::new("half_chains");
+        g.inputs.push(ValueInfo::new(
+            "x",
+            Type::tensor(elem, vec![Dim::Known(1 << 16)]),
+        ));
+        for (name, v) in [("one", 1.0), ("three", 3.0)] {
+            g.initializers
+                .push(tensor_to_stored(name, &tensor(elem, &[], vec![v])).unwrap());
+        }
+        for op in unary {
+            let (t, y) = (format!("{op}_t"), format!("{op}_y"));
+            g.add_node(Node::new(op, &t, ["x"], [t.as_str()]));
+            g.add_node(Node::new("Mul", &y, [t.as_str(), "one"], [y.as_str()]));
+            g.outputs
+                .push(ValueInfo::new(&y, Type::tensor(elem, vec![])));
+        }
+        g.add_node(Node::new("Div", "div", ["x", "three"], ["third"]));
+        g.add_node(Node::new("Sub", "sub", ["third", "x"], ["rest"]));
+        g.outputs
+            .push(ValueInfo::new("rest", Type::tensor(elem, vec![])));
+        let model = Model::new(g, 17);
+        let every: Vec<u16> = (0..=u16::MAX).collect();
+        let x = Tensor::from_vec(elem, &[1 << 16], every).unwrap();
+        let feeds = vec![("x".to_string(), x)];
+        let bits = |ts: &[Tensor]| -> Vec<Vec<u16>> {
+            ts.iter()
+                .map(|t| t.as_slice::<u16>().unwrap().to_vec())
+                .collect()
+        };
+        let (plain, plain_ops) = run(&model, &feeds, true);
+        assert_eq!(plain_ops.len(), 12, "{elem:?}: {plain_ops:?}");
+        for threads in [1, 2] {
+            let (fused, fused_ops) = run_on(&model, &feeds, threads, false);
+            assert_eq!(fused_ops.len(), 6, "{elem:?}: {fused_ops:?}");
+            for (k, (f, p)) in bits(&fused).iter().zip(bits(&plain)).enumerate() {
+                let at = f.iter().zip(&p).position(|(a, b)| a != b);
+                assert_eq!(
+                    at, None,
+                    "{elem:?} output {k}, {threads} threads: first at x bits {at:?}"
+                );
+            }
         }
     }
 }

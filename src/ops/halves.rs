@@ -299,6 +299,39 @@ pub(crate) fn zip_blocks<'d, T: Widen>(
     unsafe { assume_written(&mut dst[..n]) }
 }
 
+/// `f` of rows of `row` consecutive elements of `src` into `dst` (as long), computed in `f32`:
+/// groups of whole rows (a few thousand elements, at least one row) widened into a buffer of
+/// each task's own, `f` run on the group, its results rounded once into `dst`. Groups are
+/// split over the current pool's threads. Returns the rows written (all of `dst` when its
+/// length is a multiple of `row`).
+pub(crate) fn map_rows<'d, T: Widen>(
+    src: &[T],
+    dst: &'d mut [MaybeUninit<T>],
+    row: usize,
+    f: impl for<'a> Fn(&[f32], &'a mut [MaybeUninit<f32>]) -> &'a mut [f32] + Sync,
+) -> Result<&'d mut [T], crate::tensor::TensorError> {
+    use rayon::prelude::*;
+    let n = src.len().min(dst.len());
+    let n = n - n.checked_rem(row).unwrap_or(n);
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    let group = (8 * BLOCK / row).max(1) * row;
+    let scratch = || crate::tensor::try_vec(2 * group, MaybeUninit::<f32>::uninit());
+    src[..n]
+        .par_chunks(group)
+        .zip(dst[..n].par_chunks_mut(group))
+        .with_min_len(crate::par::min_len(n.div_ceil(group), &[group]))
+        .try_for_each_init(scratch, |buffer, (s, d)| {
+            let (wide, out) = buffer.as_mut().map_err(|e| e.clone())?.split_at_mut(group);
+            let w = T::widen_slice(s, &mut wide[..s.len()]);
+            T::narrow_slice(f(w, &mut out[..s.len()]), d);
+            Ok(())
+        })?;
+    // SAFETY: every group of `dst[..n]` was written by `narrow_slice`.
+    Ok(unsafe { assume_written(&mut dst[..n]) })
+}
+
 /// The values of `src` widened to `f32` in a pooled buffer of the arena (for a kernel's scratch
 /// copy: the next step reuses the memory without faulting it in again).
 pub(crate) fn widened_scratch<T: Widen>(

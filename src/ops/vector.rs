@@ -429,9 +429,7 @@ fn layer_norm_row(
     dst: &mut [MaybeUninit<f32>],
 ) {
     let n = row.len().min(dst.len()).min(scale.len()).min(bias.len());
-    let inv_n = 1.0 / n.max(1) as f32;
-    let mean = sum(&row[..n]) * inv_n;
-    let inv = 1.0 / (sum_sq_dev(&row[..n], mean) * inv_n + eps).sqrt();
+    let (mean, inv) = moments(&row[..n], eps);
     for (((d, &x), &s), &b) in dst[..n]
         .iter_mut()
         .zip(&row[..n])
@@ -440,6 +438,31 @@ fn layer_norm_row(
     {
         d.write((x - mean) * inv * s + b);
     }
+}
+
+/// The mean of `row` and `1 / sqrt(var + eps)` of its population variance `var`.
+#[inline(always)]
+fn moments(row: &[f32], eps: f32) -> (f32, f32) {
+    let inv_n = 1.0 / row.len().max(1) as f32;
+    let mean = sum(row) * inv_n;
+    (mean, 1.0 / (sum_sq_dev(row, mean) * inv_n + eps).sqrt())
+}
+
+/// `(x - mean) / sqrt(var + eps)` of one row into `dst` (as long): the normalisation of
+/// [`layer_norm_rows`] before its scale and bias, the same bits.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub fn normalize_row<'d>(row: &[f32], eps: f32, dst: &'d mut [MaybeUninit<f32>]) -> &'d mut [f32] {
+    let n = row.len().min(dst.len());
+    let (mean, inv) = moments(&row[..n], eps);
+    for (d, &x) in dst[..n].iter_mut().zip(&row[..n]) {
+        d.write((x - mean) * inv);
+    }
+    // SAFETY: the loop above wrote all `n` elements.
+    unsafe { written(&mut dst[..n]) }
 }
 
 /// Layer normalisation of each row of `scale.len()` consecutive elements of `src` into `dst`

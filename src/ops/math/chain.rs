@@ -4,18 +4,25 @@
 //! `x * 0.5 * (1 + erf(x / sqrt 2))` is five of them).
 //!
 //! The steps are a [`Program`]: each instruction reads inputs of the fused node and results of
-//! earlier instructions, and the last one's result is the output. On `float` inputs that are
-//! all of the output's shape or single values, the program runs over blocks of the output
-//! that stay in the first-level cache, each instruction with the function of its standalone
-//! kernel: the same bits, one pass over memory instead of one per operator. Anything else
-//! (other types, broadcasting between shapes) runs the operators' own kernels in turn.
+//! earlier instructions, and the last one's result is the output. When the inputs are `float`,
+//! `float16` or `bfloat16` (all of one type) and each is of the output's shape, a single value
+//! or a row the output repeats along its leading dims (a bias), the program runs over blocks
+//! of the output that stay in the first-level cache, each instruction with the function of its
+//! standalone kernel: the same bits, one pass over memory instead of one per operator. Half
+//! inputs are widened a block at a time and every instruction's results rounded to the half
+//! type as its kernel rounds them. Anything else (other types, other broadcasts) runs the
+//! operators' own kernels in turn.
 
 use std::mem::MaybeUninit;
 
+use half::{bf16, f16};
 use rayon::prelude::*;
 
+use super::unary::{erf as erf_f64, sigmoid as sigmoid_f64};
 use crate::error::{Error, Result};
 use crate::ir::{AttrValue, Node};
+use crate::ops::halves::Widen;
+use crate::ops::num::Float;
 use crate::ops::util::broadcast_shapes;
 use crate::ops::vector::{self, as_slots, assume_written};
 use crate::ops::{registry, Attributes, EvalCtx};
@@ -78,6 +85,19 @@ impl Op {
             Op::Sigmoid => "Sigmoid",
             Op::Exp => "Exp",
             Op::Sqrt => "Sqrt",
+        }
+    }
+
+    /// The function in `f64` whose value, rounded once, the standalone kernel gives on half
+    /// inputs (unary operators).
+    fn exact(self) -> fn(f64) -> f64 {
+        match self {
+            Op::Erf => erf_f64,
+            Op::Tanh => f64::tanh,
+            Op::Sigmoid => sigmoid_f64,
+            Op::Exp => f64::exp,
+            Op::Sqrt => f64::sqrt,
+            Op::Add | Op::Sub | Op::Mul | Op::Div => unreachable!("a binary operator"),
         }
     }
 
@@ -178,6 +198,15 @@ pub(crate) fn eval_chain(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Resul
     }
 }
 
+/// An input of the chain: of the output's shape, a row the output repeats along its leading
+/// dims (a bias), or one value.
+#[derive(Clone, Copy)]
+enum Input<'a, T> {
+    Whole(&'a [T]),
+    Row(&'a [T]),
+    One(f32),
+}
+
 /// An operand of a block: a run of the block's elements, or one value for all of them.
 #[derive(Clone, Copy)]
 enum Value<'a> {
@@ -185,13 +214,56 @@ enum Value<'a> {
     One(f32),
 }
 
-/// The program over blocks of the output, when every input is `float` and either of the
-/// output's shape or a single value; `None` otherwise.
+/// An element type the one-pass loop runs: `float` as it is, and the half types widened a
+/// block at a time, each instruction's results rounded as its standalone kernel rounds them.
+trait Lanes: Widen + Float {
+    /// Whether results are rounded to this type after every instruction (the half types).
+    const ROUNDS: bool;
+
+    /// A block of an input as `f32`s: itself, or widened into `wide`.
+    fn wide<'a>(src: &'a [Self], wide: &'a mut [MaybeUninit<f32>]) -> &'a [f32];
+}
+
+impl Lanes for f32 {
+    const ROUNDS: bool = false;
+
+    fn wide<'a>(src: &'a [f32], _: &'a mut [MaybeUninit<f32>]) -> &'a [f32] {
+        src
+    }
+}
+
+macro_rules! half_lanes {
+    ($($t:ty),*) => {$(
+        impl Lanes for $t {
+            const ROUNDS: bool = true;
+
+            fn wide<'a>(src: &'a [$t], wide: &'a mut [MaybeUninit<f32>]) -> &'a [f32] {
+                <$t>::widen_slice(src, wide)
+            }
+        }
+    )*};
+}
+
+half_lanes!(f16, bf16);
+
+/// The program over blocks of the output, when every input has the output's type (`float`,
+/// `float16` or `bfloat16`) and is of the output's shape, a single value or a row the output
+/// repeats; `None` otherwise.
 fn one_pass(program: &Program, inputs: &[Option<&Tensor>]) -> Result<Option<Tensor>> {
+    match inputs.first().copied().flatten().map(Tensor::dtype) {
+        Some(DataType::Float) => blocks::<f32>(program, inputs),
+        Some(DataType::Float16) => blocks::<f16>(program, inputs),
+        Some(DataType::Bfloat16) => blocks::<bf16>(program, inputs),
+        _ => Ok(None),
+    }
+}
+
+/// [`one_pass`] on inputs of type `T`.
+fn blocks<T: Lanes>(program: &Program, inputs: &[Option<&Tensor>]) -> Result<Option<Tensor>> {
     let mut shapes = Vec::with_capacity(inputs.len());
     for t in inputs {
         match t {
-            Some(t) if t.dtype() == DataType::Float => shapes.push(t.shape()),
+            Some(t) if t.dtype() == T::DTYPE => shapes.push(t.shape()),
             _ => return Ok(None),
         }
     }
@@ -201,20 +273,44 @@ fn one_pass(program: &Program, inputs: &[Option<&Tensor>]) -> Result<Option<Tens
     let len: usize = shape.iter().product();
     let mut values = Vec::with_capacity(inputs.len());
     for t in inputs.iter().flatten() {
-        let v = t.as_slice::<f32>()?;
+        let v = t.as_slice::<T>()?;
+        let dims = t.shape();
+        let dims = &dims[dims.iter().take_while(|&&d| d == 1).count()..];
         values.push(match v {
-            _ if t.shape() == shape.as_slice() => Value::Run(v),
-            [one] => Value::One(*one),
+            _ if t.shape() == shape.as_slice() => Input::Whole(v),
+            [one] => Input::One(one.to_f32()),
+            _ if shape.ends_with(dims) => Input::Row(v),
             _ => return Ok(None),
         });
     }
-    let out = Tensor::uninit(DataType::Float, &shape)?;
-    let y = out.try_fill(|dst: &mut [MaybeUninit<f32>]| -> Result<&mut [f32]> {
-        let run_part = |start: usize, part: &mut [MaybeUninit<f32>]| -> Result<()> {
-            let mut scratch = try_vec(program.instructions.len() * BLOCK, 0.0f32)?;
+    let out = Tensor::uninit(T::DTYPE, &shape)?;
+    let y = out.try_fill(|dst: &mut [MaybeUninit<T>]| -> Result<&mut [T]> {
+        let run_part = |start: usize, part: &mut [MaybeUninit<T>]| -> Result<()> {
+            let widened = values.len();
+            let slots = (program.instructions.len() + widened) * BLOCK;
+            let mut scratch = try_vec(slots, MaybeUninit::<f32>::uninit())?;
             for (b, block) in part.chunks_mut(BLOCK).enumerate() {
-                let at = start + b * BLOCK;
-                run_block(program, &values, at, block, &mut scratch);
+                let (at, n) = (start + b * BLOCK, block.len());
+                let (wide, results) = scratch.split_at_mut(widened * BLOCK);
+                let wide = wide.chunks_mut(BLOCK);
+                let args: Vec<Value<'_>> = values
+                    .iter()
+                    .zip(wide)
+                    .map(|(v, slots)| match *v {
+                        Input::Whole(v) => Value::Run(T::wide(&v[at..at + n], &mut slots[..n])),
+                        Input::Row(row) => Value::Run(cycle(row, at, &mut slots[..n])),
+                        Input::One(v) => Value::One(v),
+                    })
+                    .collect();
+                match run_block::<T>(program, &args, n, results) {
+                    Some(Value::Run(v)) => {
+                        T::narrow_slice(v, block);
+                    }
+                    Some(Value::One(v)) => {
+                        vector::fill(block, T::from_f32(v));
+                    }
+                    None => {}
+                }
             }
             Ok(())
         };
@@ -225,60 +321,70 @@ fn one_pass(program: &Program, inputs: &[Option<&Tensor>]) -> Result<Option<Tens
                 .enumerate()
                 .try_for_each(|(c, part)| run_part(c * GRAIN, part))?;
         }
-        // SAFETY: every block of the output was written by `run_block`.
+        // SAFETY: every block of the output was written from the program's last result.
         Ok(unsafe { assume_written(dst) })
     })?;
     Ok(Some(y))
 }
 
-/// The program over the elements `at..at + out.len()`, each instruction's block in `scratch`.
-fn run_block(
+/// The elements `at..at + slots.len()` of the output that repeats `row` along its leading dims,
+/// widened into `slots`.
+fn cycle<'s, T: Widen>(row: &[T], at: usize, slots: &'s mut [MaybeUninit<f32>]) -> &'s [f32] {
+    let (mut k, mut done) = (at % row.len(), 0);
+    while done < slots.len() {
+        let m = (row.len() - k).min(slots.len() - done);
+        T::widen_slice(&row[k..k + m], &mut slots[done..done + m]);
+        (k, done) = (0, done + m);
+    }
+    // SAFETY: the loop widened into every slot.
+    unsafe { assume_written(slots) }
+}
+
+/// The program over one block of `n` elements of `inputs`, each instruction's block in
+/// `scratch`; returns the last instruction's result.
+fn run_block<'s, T: Lanes>(
     program: &Program,
-    inputs: &[Value<'_>],
-    at: usize,
-    out: &mut [MaybeUninit<f32>],
-    scratch: &mut [f32],
-) {
-    let n = out.len();
-    let mut results: Vec<Value<'_>> = Vec::with_capacity(program.instructions.len());
+    inputs: &[Value<'s>],
+    n: usize,
+    scratch: &'s mut [MaybeUninit<f32>],
+) -> Option<Value<'s>> {
+    let mut results: Vec<Value<'s>> = Vec::with_capacity(program.instructions.len());
     let mut rest = scratch;
     for ins in &program.instructions {
         let (mine, later) = std::mem::take(&mut rest).split_at_mut(BLOCK);
         rest = later;
         let operand = |o: &Operand| match *o {
-            Operand::Input(k) => match inputs[k] {
-                Value::Run(v) => Value::Run(&v[at..at + n]),
-                one => one,
-            },
+            Operand::Input(k) => inputs[k],
             Operand::Result(j) => results[j],
         };
-        let args: Vec<Value<'_>> = ins.operands.iter().map(operand).collect();
-        // SAFETY: only initialised values are written through the view.
-        let dst = unsafe { as_slots(&mut mine[..n]) };
-        let value = match *args.as_slice() {
-            [x] => unary(ins.op, x, dst),
-            [x, y] => binary(ins.op, x, y, dst),
+        let dst = &mut mine[..n];
+        let value = match *ins.operands.as_slice() {
+            [x] => unary::<T>(ins.op, operand(&x), dst),
+            [x, y] => binary::<T>(ins.op, operand(&x), operand(&y), dst),
             _ => unreachable!("a parsed program has one or two operands per instruction"),
         };
         results.push(value);
     }
-    match results.last() {
-        Some(Value::Run(v)) => {
-            vector::copy(out, v);
-        }
-        Some(&Value::One(v)) => {
-            vector::fill(out, v);
-        }
-        None => {}
-    }
+    results.pop()
 }
 
-/// `op` of one operand into `dst`, or of one value.
-fn unary<'d>(op: Op, x: Value<'_>, dst: &'d mut [MaybeUninit<f32>]) -> Value<'d> {
+/// `op` of one operand into `dst`, or of one value; on halves rounded as the standalone kernel
+/// rounds (`halves::map_checked`: the vectorised `f32` function rounded once, or the `f64`
+/// function rounded once where that lies near a rounding boundary).
+fn unary<'d, T: Lanes>(op: Op, x: Value<'_>, dst: &'d mut [MaybeUninit<f32>]) -> Value<'d> {
     macro_rules! apply {
         ($f:expr) => {
             match x {
-                Value::Run(v) => Value::Run(vector::map(v, dst, $f)),
+                Value::Run(v) => {
+                    let y = vector::map(v, dst, $f);
+                    if T::ROUNDS {
+                        round_checked::<T>(v, y, op.exact());
+                    }
+                    Value::Run(y)
+                }
+                Value::One(v) if T::ROUNDS => {
+                    Value::One(T::from_f64(op.exact()(v.into())).to_f32())
+                }
                 Value::One(v) => Value::One($f(v)),
             }
         };
@@ -293,19 +399,24 @@ fn unary<'d>(op: Op, x: Value<'_>, dst: &'d mut [MaybeUninit<f32>]) -> Value<'d>
     }
 }
 
-/// `op` of two operands into `dst`, or of two values.
-fn binary<'d>(op: Op, x: Value<'_>, y: Value<'_>, dst: &'d mut [MaybeUninit<f32>]) -> Value<'d> {
+/// `op` of two operands into `dst`, or of two values; on halves each result rounded once.
+fn binary<'d, T: Lanes>(
+    op: Op,
+    x: Value<'_>,
+    y: Value<'_>,
+    dst: &'d mut [MaybeUninit<f32>],
+) -> Value<'d> {
     macro_rules! apply {
         ($f:expr) => {
             match (x, y) {
-                (Value::Run(a), Value::Run(b)) => Value::Run(vector::zip(a, b, dst, $f)),
+                (Value::Run(a), Value::Run(b)) => rounded::<T>(vector::zip(a, b, dst, $f)),
                 (Value::Run(a), Value::One(b)) => {
-                    Value::Run(vector::zip_scalar_right(a, b, dst, $f))
+                    rounded::<T>(vector::zip_scalar_right(a, b, dst, $f))
                 }
                 (Value::One(a), Value::Run(b)) => {
-                    Value::Run(vector::zip_scalar_right(b, a, dst, |b, a| $f(a, b)))
+                    rounded::<T>(vector::zip_scalar_right(b, a, dst, |b, a| $f(a, b)))
                 }
-                (Value::One(a), Value::One(b)) => Value::One($f(a, b)),
+                (Value::One(a), Value::One(b)) => Value::One(T::from_f32($f(a, b)).to_f32()),
             }
         };
     }
@@ -316,6 +427,31 @@ fn binary<'d>(op: Op, x: Value<'_>, y: Value<'_>, dst: &'d mut [MaybeUninit<f32>
         Op::Div => apply!(|a: f32, b: f32| a / b),
         _ => unreachable!("a unary operator"),
     }
+}
+
+/// `y` rounded to `T` in place (nothing for `float`).
+fn rounded<T: Lanes>(y: &mut [f32]) -> Value<'_> {
+    if T::ROUNDS {
+        let mut narrow = [MaybeUninit::<T>::uninit(); BLOCK];
+        let n = T::narrow_slice(y, &mut narrow[..y.len()]);
+        // SAFETY: only initialised values are written through the view.
+        T::widen_slice(n, unsafe { as_slots(y) });
+    }
+    Value::Run(y)
+}
+
+/// The results `y` of a function of `x` rounded to `T` in place, each one that lies near a
+/// rounding boundary of `T` replaced by `exact` of its operand rounded once.
+fn round_checked<T: Lanes>(x: &[f32], y: &mut [f32], exact: fn(f64) -> f64) {
+    let mut narrow = [MaybeUninit::<T>::uninit(); BLOCK];
+    let n = T::narrow_slice(y, &mut narrow[..y.len()]);
+    for ((c, &fast), &v) in n.iter_mut().zip(y.iter()).zip(x) {
+        if T::near_boundary(fast) {
+            *c = T::from_f64(exact(v.into()));
+        }
+    }
+    // SAFETY: only initialised values are written through the view.
+    T::widen_slice(n, unsafe { as_slots(y) });
 }
 
 /// The program run by the operators' own kernels, one after the other.

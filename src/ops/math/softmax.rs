@@ -9,6 +9,8 @@
 //! `bfloat16` tensors, which runs the vectorised `f32` kernel (halves widened, then rounded
 //! once); `Hardmax` marks the first maximum of each row.
 
+use std::mem::MaybeUninit;
+
 use crate::error::Result;
 use crate::ops::halves::{self, Widen};
 use crate::ops::num::{Float, Num};
@@ -121,16 +123,15 @@ fn eval(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>], kind: Kind) -> Result<Vec
 
 /// Softmax of the rows of `size` consecutive elements of a half tensor: the vectorised `f32`
 /// softmax of the widened rows, rounded once (as onnxruntime computes it; the `f32` result is
-/// within a few `f32` ulps of the exact one, far inside half precision).
+/// within a few `f32` ulps of the exact one, far inside half precision), a group of rows at a
+/// time in cache.
 fn half_softmax<T: Widen + bytemuck::Pod>(x: &Tensor, size: usize) -> Result<Vec<Tensor>> {
     let src = x.as_slice::<T>()?;
-    let wide = halves::widened(src)?;
-    let mut probs = try_vec(wide.len(), 0.0f32)?;
-    // SAFETY: the softmax writes only initialised values.
-    vector::softmax_rows(&wide, size, unsafe { vector::as_slots(&mut probs) });
-    let dtype = x.dtype();
-    let out = Tensor::uninit(dtype, x.shape())?.fill::<T>(|dst| T::narrow_slice(&probs, dst))?;
-    Ok(vec![out])
+    let out = Tensor::uninit(x.dtype(), x.shape())?;
+    let y = out.try_fill(|dst: &mut [MaybeUninit<T>]| {
+        halves::map_rows(src, dst, size, |w, p| vector::softmax_rows(w, size, p))
+    })?;
+    Ok(vec![y])
 }
 
 pub(super) fn eval_softmax(ctx: &EvalCtx<'_>, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {

@@ -277,7 +277,7 @@ float_kernels! {
     eval_mish => |x| x * softplus(x).tanh();
 }
 
-fn sigmoid(x: f64) -> f64 {
+pub(crate) fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 

@@ -18,12 +18,14 @@
 //! form of opsets before 9, per element of a sample. `GroupNormalization` takes `scale` and
 //! `bias` per group (opset 18) or per channel (21); which one is read from their length.
 
+use std::mem::MaybeUninit;
+
 use half::{bf16, f16};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::ir::{Dim, TensorType};
-use crate::tensor::{try_vec, Tensor};
+use crate::tensor::{try_vec, Tensor, TensorError};
 use crate::DataType;
 
 use super::super::attrs::{Axes, Axis, Epsilon5, TrailingNorm};
@@ -414,6 +416,16 @@ pub(super) fn eval_layer_norm(
         let y = out.fill(|dst| vector::layer_norm_rows(src, s, b, eps as f32, dst))?;
         return Ok(vec![y]);
     }
+    if trailing && ctx.node.outputs.len() <= 1 && stash == DataType::Float {
+        let y = match dtype {
+            DataType::Float16 => half_layer_norm::<f16>(x, scale, bias, eps as f32)?,
+            DataType::Bfloat16 => half_layer_norm::<bf16>(x, scale, bias, eps as f32)?,
+            _ => None,
+        };
+        if let Some(y) = y {
+            return Ok(vec![y]);
+        }
+    }
     let (y, means, invs) = dispatch_real!(dtype, R => {
         let s = R::load(scale)?;
         let b = bias.map(R::load).transpose()?;
@@ -435,6 +447,60 @@ pub(super) fn eval_layer_norm(
     ];
     outs.truncate(ctx.node.outputs.len().max(1));
     Ok(outs)
+}
+
+/// `LayerNormalization` of a `float16` or `bfloat16` `x` along its trailing dims with `float`
+/// statistics, as the operator's function body computes it: each row widened, normalised in
+/// `f32` (the bits of the `float` kernel's normalisation) and rounded to `T`, then multiplied by
+/// `scale` and added to `bias` as `Mul` and `Add` of `T` do, each result rounded once. `None`
+/// when `scale` or `bias` is not of `x`'s type.
+fn half_layer_norm<T: Widen + Float>(
+    x: &Tensor,
+    scale: &Tensor,
+    bias: Option<&Tensor>,
+    eps: f32,
+) -> Result<Option<Tensor>> {
+    if scale.dtype() != T::DTYPE || bias.is_some_and(|b| b.dtype() != T::DTYPE) {
+        return Ok(None);
+    }
+    let (src, s) = (x.as_slice::<T>()?, scale.as_slice::<T>()?);
+    let b = bias.map(|b| b.as_slice::<T>()).transpose()?;
+    let row_len = s.len();
+    if row_len == 0 || b.is_some_and(|b| b.len() != row_len) || src.len() % row_len != 0 {
+        return Ok(None);
+    }
+    let out = Tensor::uninit(T::DTYPE, x.shape())?;
+    let y = out.try_fill(|dst: &mut [MaybeUninit<T>]| -> Result<&mut [T]> {
+        // Per task: the widened row, its normalisation, and two rows of `T`.
+        let scratch = || {
+            let wide = try_vec(2 * row_len, MaybeUninit::<f32>::uninit())?;
+            Ok::<_, TensorError>((wide, try_vec(2 * row_len, MaybeUninit::<T>::uninit())?))
+        };
+        let rows = src.len() / row_len;
+        src.par_chunks(row_len)
+            .zip(dst.par_chunks_mut(row_len))
+            .with_min_len(crate::par::min_len(rows, &[8 * row_len]))
+            .try_for_each_init(scratch, |buffers, (xr, yr)| -> Result<()> {
+                let (wide, narrow) = buffers.as_mut().map_err(|e| e.clone())?;
+                let (w, n) = wide.split_at_mut(row_len);
+                let (normalized, scaled) = narrow.split_at_mut(row_len);
+                let n = vector::normalize_row(T::widen_slice(xr, w), eps, n);
+                let normalized = T::narrow_slice(n, normalized);
+                match b {
+                    Some(b) => {
+                        let scaled = halves::zip_blocks(normalized, s, scaled, |a, b| a * b);
+                        halves::zip_blocks(scaled, b, yr, |a, b| a + b);
+                    }
+                    None => {
+                        halves::zip_blocks(normalized, s, yr, |a, b| a * b);
+                    }
+                }
+                Ok(())
+            })?;
+        // SAFETY: every row of the output was written by `zip_blocks`.
+        Ok(unsafe { assume_written(dst) })
+    })?;
+    Ok(Some(y))
 }
 
 /// Where each element of X finds its value of a parameter `t` broadcast to X: `None` for the
@@ -685,13 +751,14 @@ mod tests {
         assert!(err.to_string().contains("expected 2"), "{err}");
     }
 
+    /// `t` cast to `to` by the `Cast` kernel.
+    fn cast(t: &Tensor, to: DataType) -> Tensor {
+        let node = Node::new("Cast", "c", ["x"], ["y"]).with_attr("to", AttrValue::Int(to as i64));
+        eval_node(&node, 21, &[Some(t)]).unwrap().remove(0)
+    }
+
     #[test]
     fn batch_norm_of_halves_rounds_the_f32_normalisation_once() {
-        let cast = |t: &Tensor, to: DataType| {
-            let node =
-                Node::new("Cast", "c", ["x"], ["y"]).with_attr("to", AttrValue::Int(to as i64));
-            eval_node(&node, 21, &[Some(t)]).unwrap().remove(0)
-        };
         // Planes longer than one block of the half loops, values across the half range.
         let shape = [2, 3, 5, 211];
         let n: usize = shape.iter().product();
@@ -725,6 +792,48 @@ mod tests {
                 want.as_bytes().unwrap(),
                 "{dtype:?}"
             );
+        }
+    }
+
+    #[test]
+    fn layer_norm_of_halves_follows_the_function_body() {
+        let binary = |op: &str, a: &Tensor, b: &Tensor| {
+            let node = Node::new(op, "op", ["a", "b"], ["y"]);
+            eval_node(&node, 14, &[Some(a), Some(b)]).unwrap().remove(0)
+        };
+        let wave = |n: usize, k: usize, scale: f32| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * k % 1009) as f32 - 504.5) * scale)
+                .collect()
+        };
+        // Rows longer than one block of the half loops, on two threads' worth of rows.
+        let (shape, row) = ([5, 7, 300], 300);
+        let n: usize = shape.iter().product();
+        for dtype in [DataType::Float16, DataType::Bfloat16] {
+            let x = cast(&f32s(&shape, wave(n, 37, 0.173)), dtype);
+            let s = cast(&f32s(&[row], wave(row, 13, 0.01)), dtype);
+            let b = cast(&f32s(&[row], wave(row, 29, 0.003)), dtype);
+            let node = Node::new("LayerNormalization", "n", ["x", "s", "b"], ["y"]);
+            // The function body: normalised in float, rounded, then `Mul` and `Add` of halves.
+            let (ones, zeros) = (f32s(&[row], vec![1.0; row]), f32s(&[row], vec![0.0; row]));
+            let wide = cast(&x, DataType::Float);
+            let normalized = eval_node(&node, 17, &[Some(&wide), Some(&ones), Some(&zeros)])
+                .unwrap()
+                .remove(0);
+            let scaled = binary("Mul", &cast(&normalized, dtype), &s);
+            for (bias, want) in [
+                (None, scaled.clone()),
+                (Some(&b), binary("Add", &scaled, &b)),
+            ] {
+                let node = match bias {
+                    Some(_) => node.clone(),
+                    None => Node::new("LayerNormalization", "n", ["x", "s"], ["y"]),
+                };
+                let got = eval_node(&node, 17, &[Some(&x), Some(&s), bias]).unwrap();
+                assert_eq!(got[0].dtype(), dtype);
+                let (got, want) = (got[0].as_bytes().unwrap(), want.as_bytes().unwrap());
+                assert_eq!(got, want, "{dtype:?}, bias {}", bias.is_some());
+            }
         }
     }
 
