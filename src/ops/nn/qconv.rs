@@ -38,7 +38,7 @@ use super::igemm::{self, Bytes, Level, PackedA, PackedB, EXACT_K};
 use super::qcodes;
 use super::qdirect::{self, Segment, COLS};
 use super::qmatmul::{code_byte, requantize_offset, requantize_run, scales, single, Sums};
-use super::quant::{code, Code};
+use super::quant::{code, scaled_codes};
 use super::values::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::window::{inside, Geometry3};
 
@@ -375,24 +375,6 @@ impl qdirect::Rows for PlaneSink<'_> {
                 }
             }
         }
-    }
-}
-
-/// `QuantizeLinear(f32(sum) * s + b, ys, zy)` for each sum: the codes of a `Conv` of
-/// dequantized codes whose output only a `QuantizeLinear` reads.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
-    "x86_64+avx2+fma+sse4.1",
-    "aarch64+neon"
-))]
-fn scaled_codes<T: Code>(
-    sums: &[i32],
-    (s, b): (f32, f32),
-    (ys, zy): (f32, f32),
-    out: &mut [MaybeUninit<T>],
-) {
-    for (o, &v) in out.iter_mut().zip(sums) {
-        o.write(code(v as f32 * s + b, ys, zy));
     }
 }
 

@@ -29,7 +29,7 @@ use crate::ops::minifloat::{decode_e8m0, MiniFloat};
 
 mod fast;
 
-pub(in crate::ops) use fast::{code, eval_quantized_add, eval_round_trip, Code};
+pub(in crate::ops) use fast::{code, eval_quantized_add, eval_round_trip, scaled_codes, Code};
 #[cfg(test)]
 mod oracle_tests;
 

@@ -72,14 +72,205 @@ pub(in crate::ops) fn code<T: Code>(x: f32, s: f32, z: f32) -> T {
 }
 
 /// Quantizes `x` by one scale and zero point into `out` (of the same length).
+fn quantize_run<T: Code>(x: &[f32], s: f32, z: f32, out: &mut [MaybeUninit<T>]) {
+    let n = x.len().min(out.len());
+    let (x, out) = (&x[..n], &mut out[..n]);
+    // SAFETY: `avx2_bytes` gives the bytes of 8-bit codes on a CPU with AVX2.
+    let done = avx2_bytes(out).map_or(0, |(bytes, signed)| unsafe {
+        x86::quantize_run(x, (s, z), signed, bytes)
+    });
+    quantize_tail(&x[done..], s, z, &mut out[done..]);
+}
+
+/// [`quantize_run`] one code at a time: what the vector loop leaves, and every run elsewhere.
 #[multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
     "x86_64+avx2+fma+sse4.1",
     "aarch64+neon"
 ))]
-fn quantize_run<T: Code>(x: &[f32], s: f32, z: f32, out: &mut [MaybeUninit<T>]) {
+fn quantize_tail<T: Code>(x: &[f32], s: f32, z: f32, out: &mut [MaybeUninit<T>]) {
     for (o, &v) in out.iter_mut().zip(x) {
         o.write(code(v, s, z));
+    }
+}
+
+/// `QuantizeLinear(f32(sum) * s + b, ys, zy)` for each sum: the codes of a `Conv` of
+/// dequantized codes whose output only a `QuantizeLinear` reads (the product and the sum
+/// rounded apart, as the graph computes them).
+pub(in crate::ops) fn scaled_codes<T: Code>(
+    sums: &[i32],
+    (s, b): (f32, f32),
+    (ys, zy): (f32, f32),
+    out: &mut [MaybeUninit<T>],
+) {
+    let n = sums.len().min(out.len());
+    let (sums, out) = (&sums[..n], &mut out[..n]);
+    // SAFETY: `avx2_bytes` gives the bytes of 8-bit codes on a CPU with AVX2.
+    let done = avx2_bytes(out).map_or(0, |(bytes, signed)| unsafe {
+        x86::scaled_codes(sums, (s, b), (ys, zy), signed, bytes)
+    });
+    scaled_codes_tail(&sums[done..], (s, b), (ys, zy), &mut out[done..]);
+}
+
+/// [`scaled_codes`] one code at a time.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma+sse4.1",
+    "aarch64+neon"
+))]
+fn scaled_codes_tail<T: Code>(
+    sums: &[i32],
+    (s, b): (f32, f32),
+    (ys, zy): (f32, f32),
+    out: &mut [MaybeUninit<T>],
+) {
+    for (o, &v) in out.iter_mut().zip(sums) {
+        o.write(code(v as f32 * s + b, ys, zy));
+    }
+}
+
+/// `out` as bytes, and whether they are `int8`, when `T` is an 8-bit code and the CPU takes the
+/// hand-written AVX2 loops of [`x86`]: AVX2 without AVX-512, where the compiled loops convert
+/// eight codes per round and shuffle each store into place; with AVX-512 the compiled loops
+/// stay (not measured against these).
+fn avx2_bytes<T: Code>(out: &mut [MaybeUninit<T>]) -> Option<(&mut [MaybeUninit<u8>], bool)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static AVX2_ONLY: OnceLock<bool> = OnceLock::new();
+        let avx2_only = *AVX2_ONLY.get_or_init(|| {
+            std::arch::is_x86_feature_detected!("avx2")
+                && !std::arch::is_x86_feature_detected!("avx512f")
+        });
+        if avx2_only && std::mem::size_of::<T>() == 1 {
+            let len = out.len();
+            // SAFETY: `T` is one byte (`u8` or `i8`, the 8-bit codes), so the slots are bytes.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), len) };
+            return Some((bytes, T::RANGE.0 < 0.0));
+        }
+    }
+    let _ = out;
+    None
+}
+
+/// The 8-bit code loops in AVX2 registers, 32 codes per round: the bits of [`code`] (the
+/// tests compare them on ties, NaNs, infinities and saturating values).
+mod x86 {
+    #[cfg(target_arch = "x86_64")]
+    use std::arch::x86_64::*;
+    use std::mem::MaybeUninit;
+
+    /// The codes of the 32 values `y` by scale `ys` and zero point `zy`, `int8` when `signed`
+    /// (else `uint8`), as 32 bytes in order: `round_half_even(y / ys) + zy` clamped, NaN to 0.
+    ///
+    /// # Safety
+    /// The CPU runs AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn codes(y: [__m256; 4], (ys, zy): (f32, f32), signed: bool) -> __m256i {
+        let (lo, hi) = if signed {
+            (-128.0, 127.0)
+        } else {
+            (0.0, 255.0)
+        };
+        let (ysv, zv) = (_mm256_set1_ps(ys), _mm256_set1_ps(zy));
+        let (lov, hiv) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+        let code = |y: __m256| {
+            let q = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_div_ps(y, ysv),
+            );
+            let q = _mm256_add_ps(q, zv);
+            let ordered = _mm256_cmp_ps::<_CMP_ORD_Q>(q, q);
+            // `max` gives `lo` for a NaN; the mask then makes it 0.
+            let q = _mm256_min_ps(_mm256_max_ps(q, lov), hiv);
+            _mm256_cvttps_epi32(_mm256_and_ps(q, ordered))
+        };
+        // The codes lie in an 8-bit range, so the packs keep them; they interleave the four
+        // vectors by 128-bit lanes, which the permutation undoes.
+        let words = (
+            _mm256_packs_epi32(code(y[0]), code(y[1])),
+            _mm256_packs_epi32(code(y[2]), code(y[3])),
+        );
+        let bytes = match signed {
+            true => _mm256_packs_epi16(words.0, words.1),
+            false => _mm256_packus_epi16(words.0, words.1),
+        };
+        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    }
+
+    /// `super::quantize_run` on 32 values per round; returns how many codes it wrote.
+    ///
+    /// # Safety
+    /// The CPU runs AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_run(
+        x: &[f32],
+        params: (f32, f32),
+        signed: bool,
+        out: &mut [MaybeUninit<u8>],
+    ) -> usize {
+        let n = x.len().min(out.len()) / 32 * 32;
+        for (o, v) in out[..n].chunks_exact_mut(32).zip(x.chunks_exact(32)) {
+            // SAFETY: each chunk holds 32 values and 32 slots.
+            unsafe {
+                let y = std::array::from_fn(|i| _mm256_loadu_ps(v.as_ptr().add(8 * i)));
+                _mm256_storeu_si256(o.as_mut_ptr().cast(), codes(y, params, signed));
+            }
+        }
+        n
+    }
+
+    /// `super::scaled_codes` on 32 sums per round; returns how many codes it wrote.
+    ///
+    /// # Safety
+    /// The CPU runs AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn scaled_codes(
+        sums: &[i32],
+        (s, b): (f32, f32),
+        params: (f32, f32),
+        signed: bool,
+        out: &mut [MaybeUninit<u8>],
+    ) -> usize {
+        let (sv, bv) = (_mm256_set1_ps(s), _mm256_set1_ps(b));
+        let n = sums.len().min(out.len()) / 32 * 32;
+        for (o, v) in out[..n].chunks_exact_mut(32).zip(sums.chunks_exact(32)) {
+            // SAFETY: each chunk holds 32 sums and 32 slots.
+            unsafe {
+                let y = std::array::from_fn(|i| {
+                    let sum = _mm256_loadu_si256(v.as_ptr().add(8 * i).cast());
+                    _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), sv), bv)
+                });
+                _mm256_storeu_si256(o.as_mut_ptr().cast(), codes(y, params, signed));
+            }
+        }
+        n
+    }
+
+    /// Elsewhere nothing is written by a vector loop.
+    #[cfg(not(target_arch = "x86_64"))]
+    pub(super) unsafe fn quantize_run(
+        _: &[f32],
+        _: (f32, f32),
+        _: bool,
+        _: &mut [MaybeUninit<u8>],
+    ) -> usize {
+        0
+    }
+
+    /// Elsewhere nothing is written by a vector loop.
+    #[cfg(not(target_arch = "x86_64"))]
+    pub(super) unsafe fn scaled_codes(
+        _: &[i32],
+        _: (f32, f32),
+        _: (f32, f32),
+        _: bool,
+        _: &mut [MaybeUninit<u8>],
+    ) -> usize {
+        0
     }
 }
 
@@ -618,4 +809,73 @@ fn reals<'d, T: Code>(
     });
     // SAFETY: the runs or rows cover `0..n`, each written by its loop.
     unsafe { assume_written(dst) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values around every kind of boundary: ties after scaling, the code range's ends and
+    /// beyond, NaN, infinities, negative zero, and a spread of ordinary values.
+    fn values() -> Vec<f32> {
+        let mut v: Vec<f32> = (-700..700).map(|k| k as f32 * 0.25).collect();
+        v.extend((-300..300).map(|k| k as f32 + 0.5));
+        v.extend([
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -0.0,
+            1e30,
+            -3e38,
+            1e-40,
+        ]);
+        v.extend((0..997u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761))));
+        v
+    }
+
+    fn check<T: Code + PartialEq + std::fmt::Debug>() {
+        let x = values();
+        for (s, z) in [
+            (1.0, 0.0),
+            (0.5, 3.0),
+            (0.37, 128.0),
+            (3.0, -5.0),
+            (1e-3, 0.0),
+        ] {
+            let mut got = vec![MaybeUninit::<T>::uninit(); x.len()];
+            quantize_run(&x, s, z, &mut got);
+            for (i, (g, &v)) in got.iter().zip(&x).enumerate() {
+                // SAFETY: `quantize_run` wrote every slot.
+                let g = unsafe { g.assume_init() };
+                assert_eq!(g, code::<T>(v, s, z), "x[{i}] = {v}, scale {s}, zero {z}");
+            }
+        }
+        let sums: Vec<i32> = (-2000..2000)
+            .map(|k| k * 37)
+            .chain([i32::MIN, i32::MAX, 0, -1, 1])
+            .collect();
+        for (s, b, ys, zy) in [
+            (0.01, 0.5, 0.5, 7.0),
+            (1.0, 0.0, 2.0, 0.0),
+            (0.25, -3.0, 0.125, 100.0),
+        ] {
+            let mut got = vec![MaybeUninit::<T>::uninit(); sums.len()];
+            scaled_codes(&sums, (s, b), (ys, zy), &mut got);
+            for (i, (g, &v)) in got.iter().zip(&sums).enumerate() {
+                // SAFETY: `scaled_codes` wrote every slot.
+                let g = unsafe { g.assume_init() };
+                assert_eq!(g, code::<T>(v as f32 * s + b, ys, zy), "sum[{i}] = {v}");
+            }
+        }
+    }
+
+    /// The 8-bit loops (32 codes per round where the CPU takes them, the rest one at a time)
+    /// give the bits of `code`, and so do the 16-bit ones.
+    #[test]
+    fn code_loops_give_the_bits_of_code() {
+        check::<u8>();
+        check::<i8>();
+        check::<u16>();
+        check::<i16>();
+    }
 }
