@@ -9,7 +9,10 @@
 //! <https://onnx.ai/onnx/operators/onnx__MeanVarianceNormalization.html>.
 //!
 //! Every variance is the population variance, and statistics accumulate in `f64` whatever the
-//! element type (at least the precision any `stash_type` asks for). `BatchNormalization` runs in
+//! element type (at least the precision any `stash_type` asks for), except where
+//! `LayerNormalization` computes in `float` as its function body does with a `float` stash: on
+//! `float` input, and on `float16` / `bfloat16` rows widened and rounded as the body's `Cast`,
+//! `Mul` and `Add` round (without the mean and inverse deviation outputs). `BatchNormalization` runs in
 //! inference mode except at opset 14+ with `training_mode` and before opset 7 with `is_test = 0`
 //! (that attribute's default), which normalize with the batch statistics; opset 14 also returns
 //! the updated running mean and variance. The training outputs of opsets before 14 (mean,
@@ -17,6 +20,10 @@
 //! no effect on the result and is ignored. Its parameters may be per channel or, for the `spatial = 0`
 //! form of opsets before 9, per element of a sample. `GroupNormalization` takes `scale` and
 //! `bias` per group (opset 18) or per channel (21); which one is read from their length.
+//!
+//! Why one file: the seven normalizations share their statistics (`stats`), parameter checks
+//! (`params`, `channel_operands`), the row normalization (`normalize_rows`) and the affine
+//! half drivers; split by operator, each file would import most of the others' helpers.
 
 use std::mem::MaybeUninit;
 
