@@ -18,6 +18,9 @@ struct Timing {
     runs: usize,
     median_s: f64,
     min_s: f64,
+    /// Every run's time, in the order of the runs (the first one plans the graph and fills
+    /// the buffer pool).
+    times_s: Vec<f64>,
     outputs: Vec<OutputSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     profile: Option<ProfileSummary>,
@@ -200,6 +203,7 @@ pub fn run(options: Run) -> Result<Outcome> {
                 .with_context(|| format!("writing {}", path.display()))?;
         }
     }
+    let in_order = times.clone();
     times.sort_by(f64::total_cmp);
     let summaries: Vec<OutputSummary> = outputs
         .iter()
@@ -237,6 +241,7 @@ pub fn run(options: Run) -> Result<Outcome> {
             runs: repeat,
             median_s: times[times.len() / 2],
             min_s: times[0],
+            times_s: in_order,
             outputs: summaries,
             profile,
         };
