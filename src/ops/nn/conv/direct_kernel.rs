@@ -12,6 +12,11 @@
 //!
 //! Every output sums its taps in the same order with fused multiply-adds from the bias, so the
 //! two kernels give the same bits.
+//!
+//! Why one file: the packing of the weights (`Packed`, blocks of `tall` or `short` filters tap
+//! by tap), the tile loop that reads them and the shapes of both levels are one layout contract;
+//! a change of block height, tile width or chunk of taps is one edit read in one place, with
+//! the tests that hold the two levels to the same bits beside it.
 
 use crate::error::{Error, Result};
 use crate::tensor::Scratch;
