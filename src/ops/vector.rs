@@ -4,9 +4,9 @@
 //!
 //! Each loop is compiled once per SIMD level (AVX-512, AVX2 + FMA, NEON, and the baseline) by
 //! `multiversion`, and the best level the CPU has is chosen at run time. The loops are plain Rust
-//! over slices, which the compiler vectorises at each level; the functions use no fused
-//! multiply-add and no table lookups, so every level computes the **same bits** as the scalar
-//! baseline: results do not depend on the CPU, and a rewritten model compared with its original
+//! over slices, which the compiler vectorises at each level; the functions use no table
+//! lookups, and fused multiply-adds only as `mul_add` (one rounding at every level, the
+//! baseline's included), so every level computes the **same bits** as the scalar baseline: results do not depend on the CPU, and a rewritten model compared with its original
 //! sees identical activations whatever path each tensor's length takes.
 //!
 //! Accuracy (measured against `f64` references in the tests below, on `f32` values sampled across
