@@ -449,21 +449,32 @@ fn a_matmul_of_dequantized_codes_runs_on_the_codes() {
 }
 
 /// `x -> QuantizeLinear -> DequantizeLinear -> Conv(W = DequantizeLinear(int8 codes per output
-/// channel), B)`: the QDQ form of a quantized convolution, 4 filters of 3 x 3 x 3, padded.
-fn qdq_conv(per_channel: bool) -> (Model, Vec<(String, Tensor)>) {
-    qdq_conv_to(per_channel, &["y"])
+/// channel), B)`: the QDQ form of a quantized convolution, 4 filters of `c_in` x 3 x 3, padded.
+/// Three input channels take the im2col kernel; eight, with codes whose pairs mostly stay
+/// within the bound of AVX2's pairs level (one code beyond), take the direct kernel where the
+/// CPU has AVX2 or AVX-512 VNNI.
+fn qdq_conv(per_channel: bool, c_in: usize) -> (Model, Vec<(String, Tensor)>) {
+    qdq_conv_to(per_channel, c_in, &["y"])
 }
+
+/// The cases of [`qdq_conv`]: per tensor or per channel, three or eight input channels.
+const QDQ_CONVS: [(bool, usize); 4] = [(false, 3), (true, 3), (false, 8), (true, 8)];
 
 /// [`qdq_conv`] whose output `y` is also quantized to `yq` (`uint8`, one scale and zero point),
 /// with `outputs` the graph's outputs.
-fn qdq_conv_to(per_channel: bool, outputs: &[&str]) -> (Model, Vec<(String, Tensor)>) {
-    let (c_in, c_out, hw) = (3usize, 4usize, 6usize);
+fn qdq_conv_to(per_channel: bool, c_in: usize, outputs: &[&str]) -> (Model, Vec<(String, Tensor)>) {
+    let (c_out, hw) = (4usize, 6usize);
     let mut g = Graph::new("qdq_conv");
     g.inputs.push(ValueInfo::new(
         "x",
         Type::tensor(
             DataType::Float,
-            vec![Dim::Known(1), Dim::Known(3), Dim::Known(6), Dim::Known(6)],
+            vec![
+                Dim::Known(1),
+                Dim::Known(c_in as i64),
+                Dim::Known(6),
+                Dim::Known(6),
+            ],
         ),
     ));
     for &name in outputs {
@@ -495,10 +506,12 @@ fn qdq_conv_to(per_channel: bool, outputs: &[&str]) -> (Model, Vec<(String, Tens
         "zx",
         Tensor::from_vec(DataType::Uint8, &[], vec![125u8]).unwrap(),
     ));
-    let codes: Vec<i8> = values(c_out * c_in * 9, 4, 250.0, 0.0)
+    let range = if c_in == 3 { 250.0 } else { 120.0 };
+    let mut codes: Vec<i8> = values(c_out * c_in * 9, 4, range, 0.0)
         .iter()
         .map(|&v| v as i8)
         .collect();
+    codes[5] = -127;
     g.initializers.push(scalar(
         "w",
         Tensor::from_vec(DataType::Int8, &[c_out, c_in, 3, 3], codes).unwrap(),
@@ -543,8 +556,8 @@ fn qdq_conv_to(per_channel: bool, outputs: &[&str]) -> (Model, Vec<(String, Tens
 
 #[test]
 fn a_convolution_of_dequantized_codes_runs_on_the_codes() {
-    for per_channel in [false, true] {
-        let (model, feeds) = qdq_conv(per_channel);
+    for (per_channel, c_in) in QDQ_CONVS {
+        let (model, feeds) = qdq_conv(per_channel, c_in);
         let (plain, plain_ops) = run(&model, &feeds, true);
         let (fused, fused_ops) = run(&model, &feeds, false);
         let dequantizes =
@@ -561,7 +574,7 @@ fn a_convolution_of_dequantized_codes_runs_on_the_codes() {
         for (a, b) in f.iter().zip(&p) {
             assert!(
                 (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-                "per channel {per_channel}: fused {a} vs unfused {b}"
+                "per channel {per_channel}, {c_in} channels: fused {a} vs unfused {b}"
             );
         }
     }
@@ -569,8 +582,8 @@ fn a_convolution_of_dequantized_codes_runs_on_the_codes() {
 
 #[test]
 fn an_activation_two_convolutions_read_as_codes_is_not_dequantized() {
-    for per_channel in [false, true] {
-        let (one, feeds) = qdq_conv(per_channel);
+    for (per_channel, c_in) in QDQ_CONVS {
+        let (one, feeds) = qdq_conv(per_channel, c_in);
         let mut two = one.clone();
         two.graph.add_node(
             Node::new("Conv", "conv2", ["xd", "wd", "b"], ["y2"])
@@ -584,16 +597,22 @@ fn an_activation_two_convolutions_read_as_codes_is_not_dequantized() {
         // Both convolutions read the codes, so the activation's dequantization leaves the plan.
         assert!(!ops.iter().any(|op| op == "DequantizeLinear"), "{ops:?}");
         assert_eq!(ops.iter().filter(|op| *op == "Conv").count(), 2, "{ops:?}");
-        assert_eq!(both[0], alone[0], "per channel {per_channel}");
-        assert_eq!(both[1], alone[0], "per channel {per_channel}");
+        assert_eq!(
+            both[0], alone[0],
+            "per channel {per_channel}, {c_in} channels"
+        );
+        assert_eq!(
+            both[1], alone[0],
+            "per channel {per_channel}, {c_in} channels"
+        );
     }
 }
 
 #[test]
 fn a_quantize_alone_reading_a_convolution_of_codes_takes_its_codes_from_the_sums() {
-    for per_channel in [false, true] {
-        let (alone, feeds) = qdq_conv_to(per_channel, &["yq"]);
-        let (seen, _) = qdq_conv_to(per_channel, &["y", "yq"]);
+    for (per_channel, c_in) in QDQ_CONVS {
+        let (alone, feeds) = qdq_conv_to(per_channel, c_in, &["yq"]);
+        let (seen, _) = qdq_conv_to(per_channel, c_in, &["y", "yq"]);
         let (fused, fused_ops) = run(&alone, &feeds, false);
         let (apart, apart_ops) = run(&seen, &feeds, false);
         let quantizes = |ops: &[String]| ops.iter().filter(|op| *op == "QuantizeLinear").count();
@@ -602,7 +621,10 @@ fn a_quantize_alone_reading_a_convolution_of_codes_takes_its_codes_from_the_sums
         assert_eq!(quantizes(&fused_ops), 1, "{fused_ops:?}");
         assert_eq!(quantizes(&apart_ops), 2, "{apart_ops:?}");
         assert_eq!(fused[0].dtype(), DataType::Uint8);
-        assert_eq!(fused[0], apart[1], "per channel {per_channel}");
+        assert_eq!(
+            fused[0], apart[1],
+            "per channel {per_channel}, {c_in} channels"
+        );
         let codes = fused[0].as_slice::<u8>().unwrap();
         assert!(codes.iter().any(|&c| c != codes[0]), "{codes:?}");
     }

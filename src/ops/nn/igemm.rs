@@ -139,6 +139,13 @@ impl Level {
         Shift::new(signed, self.splits_a())
     }
 
+    /// How B's `signed` (`int8`, else `uint8`) bytes are stored at this level: XORed with the
+    /// first (0 or 0x80), which adds the second (0 or ±128) to their values and zero point.
+    pub fn b_bytes(self, signed: bool) -> (u8, i32) {
+        let shift = self.b_shift(signed);
+        (shift.flip, shift.by)
+    }
+
     /// Every level this CPU runs, worst first.
     pub fn supported() -> Vec<Level> {
         #[allow(unused_mut)]
@@ -595,7 +602,7 @@ impl Panels {
 /// per column, into `out` (64 bytes).
 #[cfg(target_arch = "x86_64")]
 #[inline]
-fn interleave16(rows: [&[u8]; 4], flip: u8, out: &mut [MaybeUninit<u8>]) {
+pub(super) fn interleave16(rows: [&[u8]; 4], flip: u8, out: &mut [MaybeUninit<u8>]) {
     use std::arch::x86_64::*;
     assert!(rows.iter().all(|r| r.len() >= 16) && out.len() >= 64);
     // SAFETY: SSE2 is part of x86-64; the assertion bounds the loads and stores.
@@ -664,15 +671,15 @@ pub(in crate::ops) struct PackedA {
 /// What a split operand's stored rows of A (or columns of B) leave out: per row, `(k, value)`
 /// for each element whose pair exceeded the bound, in compressed rows (row `i`'s entries are
 /// `entries[starts[i]..starts[i + 1]]`; no rows when the operand is not split).
-#[derive(Debug, Default)]
-struct Residual {
+#[derive(Clone, Debug, Default)]
+pub(in crate::ops) struct Residual {
     starts: Vec<usize>,
     entries: Vec<(usize, i32)>,
 }
 
 impl Residual {
     /// Row (or column) `i`'s entries.
-    fn row(&self, i: usize) -> &[(usize, i32)] {
+    pub(in crate::ops) fn row(&self, i: usize) -> &[(usize, i32)] {
         match self.starts.get(i..i + 2) {
             Some(&[start, end]) => &self.entries[start..end],
             _ => &[],
@@ -776,6 +783,11 @@ impl PackedA {
     /// The per-row terms of the zero-point correction, `rs[i] - K za[i]` and `za[i]` (shifted).
     pub fn row_terms(&self) -> (&[i32], &[i32]) {
         (&self.row_terms, &self.row_zeros)
+    }
+
+    /// What the stored rows leave out (empty unless the level splits A).
+    pub fn residual(&self) -> &Residual {
+        &self.residual
     }
 }
 

@@ -1,6 +1,7 @@
 //! The epilogues of the direct 8-bit convolution (`qdirect.rs`) in AVX-512 registers: a tile
 //! row's 32 exact sums made into 8-bit codes without leaving the registers, and stored into
-//! the output runs of the row by masked byte stores.
+//! the output runs of the row by masked byte stores; and the same codes in AVX2 registers
+//! (`_avx2`) for the kernel's AVX2 level, stored by the caller.
 //!
 //! Each function computes the bits of its scalar counterpart, which stays the oracle (the tests
 //! compare them on sums across the `i32` range, ties and saturating values):
@@ -126,6 +127,92 @@ pub(super) mod x86 {
         _mm256_set_m128i(sixteen(16), sixteen(0))
     }
 
+    /// [`requantize_bounded`] in AVX2 registers, four `f64` lanes at a time, the codes
+    /// saturated by the narrowing packs.
+    ///
+    /// # Safety
+    /// The CPU runs AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(in crate::ops::nn) unsafe fn requantize_bounded_avx2(
+        sums: &[i32; COLS],
+        (m, b, zy): (f64, i32, i32),
+        signed: bool,
+    ) -> __m256i {
+        let (mv, bv, z) = (
+            _mm256_set1_pd(m),
+            _mm256_set1_epi32(b),
+            _mm256_set1_epi32(zy),
+        );
+        let convert = |t: __m128i| {
+            let x = _mm256_mul_pd(_mm256_cvtepi32_pd(t), mv);
+            let x = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
+            _mm256_cvtpd_epi32(x)
+        };
+        let eight = |at: usize| {
+            // SAFETY: `at + 8 <= COLS`.
+            let t = unsafe { _mm256_loadu_si256(sums.as_ptr().add(at).cast()) };
+            let t = _mm256_add_epi32(t, bv);
+            let low = convert(_mm256_castsi256_si128(t));
+            let high = convert(_mm256_extracti128_si256::<1>(t));
+            _mm256_add_epi32(_mm256_set_m128i(high, low), z)
+        };
+        narrow(eight, signed)
+    }
+
+    /// [`quantize`] in AVX2 registers (the same operations in the same order; NaN lanes are
+    /// cleared before the conversion).
+    ///
+    /// # Safety
+    /// The CPU runs AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(in crate::ops::nn) unsafe fn quantize_avx2(
+        sums: &[i32; COLS],
+        (s, b): (f32, f32),
+        (ys, zy): (f32, f32),
+        (lo, hi): (f32, f32),
+    ) -> __m256i {
+        let (sv, bv, ysv, zv) = (
+            _mm256_set1_ps(s),
+            _mm256_set1_ps(b),
+            _mm256_set1_ps(ys),
+            _mm256_set1_ps(zy),
+        );
+        let (lov, hiv) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+        let eight = |at: usize| {
+            // SAFETY: `at + 8 <= COLS`.
+            let v = unsafe { _mm256_loadu_si256(sums.as_ptr().add(at).cast()) };
+            let y = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), sv), bv);
+            let q = _mm256_div_ps(y, ysv);
+            let q = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(q);
+            let q = _mm256_add_ps(q, zv);
+            let ordered = _mm256_cmp_ps::<_CMP_ORD_Q>(q, q);
+            let q = _mm256_min_ps(_mm256_max_ps(q, lov), hiv);
+            _mm256_cvttps_epi32(_mm256_and_ps(q, ordered))
+        };
+        narrow(eight, lo < 0.0)
+    }
+
+    /// The 32 codes `eight(0)`, `eight(8)`, ... (`i32` lanes within the 8-bit range of
+    /// `signed` codes, or saturated to it) as bytes in order.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn narrow(eight: impl Fn(usize) -> __m256i, signed: bool) -> __m256i {
+        // The packs work within 128-bit lanes: the bytes come as four codes of each register
+        // per lane, which the permutation puts back in order.
+        let (w0, w1) = (
+            _mm256_packs_epi32(eight(0), eight(8)),
+            _mm256_packs_epi32(eight(16), eight(24)),
+        );
+        let bytes = if signed {
+            _mm256_packs_epi16(w0, w1)
+        } else {
+            _mm256_packus_epi16(w0, w1)
+        };
+        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    }
+
     /// Stores the bytes `from..from + len` of `codes` at `base + to` for each segment.
     ///
     /// # Safety
@@ -175,6 +262,10 @@ pub(super) mod x86 {
             out
         }
 
+        fn avx2() -> bool {
+            std::arch::is_x86_feature_detected!("avx2")
+        }
+
         fn bytes(v: __m256i) -> [u8; COLS] {
             // SAFETY: both are 32 bytes.
             unsafe { std::mem::transmute(v) }
@@ -207,9 +298,6 @@ pub(super) mod x86 {
 
         #[test]
         fn bounded_requantized_codes_are_code_byte() {
-            if !avx512() {
-                return;
-            }
             for (m, b, zy) in [
                 (0.5f64, 0i32, 0i32),
                 (0.25, 3, 128),
@@ -229,11 +317,19 @@ pub(super) mod x86 {
                         let limit = (2f64.powi(30) / m.abs()).min(2f64.powi(31)) as i64;
                         let sums = sums
                             .map(|v| (i64::from(v) % (limit - i64::from(b).abs()).max(1)) as i32);
-                        // SAFETY: the features were detected; the sums are bounded.
-                        let got = bytes(unsafe { requantize_bounded(&sums, (m, b, zy), signed) });
                         let params = (m, f64::from(b), f64::from(zy));
                         let want = sums.map(|v| code_byte(v, params, range));
-                        assert_eq!(got, want, "m {m} b {b} zy {zy} {sums:?}");
+                        let what = format!("m {m} b {b} zy {zy} {sums:?}");
+                        if avx512() {
+                            // SAFETY: the features were detected; the sums are bounded.
+                            let got = unsafe { requantize_bounded(&sums, (m, b, zy), signed) };
+                            assert_eq!(bytes(got), want, "AVX-512 {what}");
+                        }
+                        if avx2() {
+                            // SAFETY: as above.
+                            let got = unsafe { requantize_bounded_avx2(&sums, (m, b, zy), signed) };
+                            assert_eq!(bytes(got), want, "AVX2 {what}");
+                        }
                     }
                 }
             }
@@ -241,9 +337,6 @@ pub(super) mod x86 {
 
         #[test]
         fn quantized_codes_are_code() {
-            if !avx512() {
-                return;
-            }
             for (s, b, ys, zy) in [
                 (0.5f32, 0.0f32, 1.0f32, 0.0f32),
                 (0.01, 0.25, 0.02, 128.0),
@@ -253,16 +346,23 @@ pub(super) mod x86 {
                 (1e-30, 0.0, 1e30, 0.0),
             ] {
                 for sums in sums() {
-                    // SAFETY: the features were detected.
-                    let u = bytes(unsafe { quantize(&sums, (s, b), (ys, zy), (0.0, 255.0)) });
-                    let i = bytes(unsafe { quantize(&sums, (s, b), (ys, zy), (-128.0, 127.0)) });
                     let y = sums.map(|v| v as f32 * s + b);
-                    assert_eq!(u, y.map(|y| code::<u8>(y, ys, zy)), "s {s} b {b} ys {ys}");
-                    assert_eq!(
-                        i,
-                        y.map(|y| code::<i8>(y, ys, zy) as u8),
-                        "s {s} b {b} ys {ys}"
-                    );
+                    let want_u = y.map(|y| code::<u8>(y, ys, zy));
+                    let want_i = y.map(|y| code::<i8>(y, ys, zy) as u8);
+                    let what = format!("s {s} b {b} ys {ys}");
+                    type Quantize =
+                        unsafe fn(&[i32; COLS], (f32, f32), (f32, f32), (f32, f32)) -> __m256i;
+                    let levels: [(bool, Quantize, &str); 2] = [
+                        (avx512(), quantize, "AVX-512"),
+                        (avx2(), quantize_avx2, "AVX2"),
+                    ];
+                    for (_, f, level) in levels.into_iter().filter(|l| l.0) {
+                        // SAFETY: the features were detected.
+                        let u = bytes(unsafe { f(&sums, (s, b), (ys, zy), (0.0, 255.0)) });
+                        let i = bytes(unsafe { f(&sums, (s, b), (ys, zy), (-128.0, 127.0)) });
+                        assert_eq!(u, want_u, "{level} {what}");
+                        assert_eq!(i, want_i, "{level} {what}");
+                    }
                 }
             }
         }

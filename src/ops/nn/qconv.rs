@@ -37,8 +37,8 @@ use super::conv::{coord, ConvShape};
 use super::igemm::{self, Bytes, Level, PackedA, PackedB, EXACT_K};
 use super::qcodes;
 use super::qdirect::{self, Segment, COLS};
-use super::qmatmul::{code_byte, requantize_offset, requantize_run, scales, single, Sums};
-use super::quant::{code, scaled_codes};
+use super::qmatmul::{requantize_offset, requantize_run, scales, single, Sums};
+use super::quant::scaled_codes;
 use super::values::{checked_product, code_range, shifted_f64s, to_f32s, zero_at, zero_points};
 use super::window::{inside, Geometry3};
 
@@ -314,7 +314,14 @@ impl qdirect::Rows for PlaneSink<'_> {
     /// The epilogue of [`PlaneSink::store`] on all 32 sums at once (fixed-length loops the
     /// kernel's instruction set vectorises), then the runs that lie in the output copied out.
     #[inline(always)]
-    unsafe fn finish(&self, image: usize, c: usize, sums: &[i32; COLS], at: &[Segment]) {
+    unsafe fn finish(
+        &self,
+        image: usize,
+        c: usize,
+        sums: &[i32; COLS],
+        at: &[Segment],
+        level: Level,
+    ) {
         let base = (image * self.c_out + c) * self.plane;
         /// Copies each segment of `values` to its place in the output of `T`s at `ptr`.
         ///
@@ -332,47 +339,70 @@ impl qdirect::Rows for PlaneSink<'_> {
                 }
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        let (avx512, avx2) = (level == Level::Avx512Vnni, level == Level::Avx2Pairs);
+        /// The 32 codes of an AVX2 register.
+        #[cfg(target_arch = "x86_64")]
+        fn bytes(v: std::arch::x86_64::__m256i) -> [u8; COLS] {
+            // SAFETY: both are 32 bytes.
+            unsafe { std::mem::transmute(v) }
+        }
         // SAFETY (every `place` and `store`): the caller's promise, and the output's element
         // type is the one each epilogue writes (`finish`'s choice of type); `requantize` is
-        // given a finite multiplier, and the caller's CPU runs AVX-512 (the kernel's level).
+        // given a finite multiplier, and each vector arm runs where the caller's CPU (at
+        // `level`) does.
         match Channel::of(self.epilogue, c) {
             Channel::Sums => unsafe { place(self.ptr, base, sums, at) },
             #[cfg(target_arch = "x86_64")]
-            Channel::Requantize((m, b, zy), (lo, _), true) => unsafe {
+            Channel::Requantize((m, b, zy), (lo, _), true) if avx512 || avx2 => unsafe {
                 // `bounded`: the bias is an integer within `i32`, the zero point an 8-bit code.
                 let params = (m, b as i32, zy as i32);
-                let codes = qcodes::x86::requantize_bounded(sums, params, lo < 0.0);
-                qcodes::x86::store(self.ptr.wrapping_add(base), codes, at);
+                if avx512 {
+                    let codes = qcodes::x86::requantize_bounded(sums, params, lo < 0.0);
+                    qcodes::x86::store(self.ptr.wrapping_add(base), codes, at);
+                } else {
+                    let codes = qcodes::x86::requantize_bounded_avx2(sums, params, lo < 0.0);
+                    place(self.ptr, base, &bytes(codes), at);
+                }
             },
             #[cfg(target_arch = "x86_64")]
-            Channel::Requantize(params, range, _) if params.0.is_finite() => unsafe {
+            Channel::Requantize(params, range, _) if avx512 && params.0.is_finite() => unsafe {
                 let codes = qcodes::x86::requantize(sums, params, range);
                 qcodes::x86::store(self.ptr.wrapping_add(base), codes, at);
             },
             #[cfg(target_arch = "x86_64")]
-            Channel::Float(s, b, Some((ys, zy, dtype))) => unsafe {
+            Channel::Float(s, b, Some((ys, zy, dtype))) if avx512 || avx2 => unsafe {
                 let range = code_range(dtype);
                 let range = (range.0 as f32, range.1 as f32);
-                let codes = qcodes::x86::quantize(sums, (s, b), (ys, zy), range);
-                qcodes::x86::store(self.ptr.wrapping_add(base), codes, at);
+                if avx512 {
+                    let codes = qcodes::x86::quantize(sums, (s, b), (ys, zy), range);
+                    qcodes::x86::store(self.ptr.wrapping_add(base), codes, at);
+                } else {
+                    let codes = qcodes::x86::quantize_avx2(sums, (s, b), (ys, zy), range);
+                    place(self.ptr, base, &bytes(codes), at);
+                }
             },
             Channel::Requantize(params, range, _) => {
-                let codes = each(sums, |v| code_byte(v, params, range));
+                let mut codes = [0u8; COLS];
+                // SAFETY: only codes are written.
+                requantize_run(sums, params, range, unsafe { as_slots(&mut codes) });
                 unsafe { place(self.ptr, base, &codes, at) };
             }
-            Channel::Float(s, b, codes) => {
+            Channel::Float(s, b, None) => {
                 let y = each(sums, |v| v as f32 * s + b);
-                match codes {
-                    None => unsafe { place(self.ptr, base, &y, at) },
-                    Some((ys, zy, DataType::Int8)) => {
-                        let q = each(&y, |v| code::<i8>(v, ys, zy));
-                        unsafe { place(self.ptr, base, &q, at) };
-                    }
-                    Some((ys, zy, _)) => {
-                        let q = each(&y, |v| code::<u8>(v, ys, zy));
-                        unsafe { place(self.ptr, base, &q, at) };
-                    }
-                }
+                unsafe { place(self.ptr, base, &y, at) };
+            }
+            Channel::Float(s, b, Some((ys, zy, DataType::Int8))) => {
+                let mut codes = [0i8; COLS];
+                // SAFETY: only codes are written.
+                scaled_codes(sums, (s, b), (ys, zy), unsafe { as_slots(&mut codes) });
+                unsafe { place(self.ptr, base, &codes, at) };
+            }
+            Channel::Float(s, b, Some((ys, zy, _))) => {
+                let mut codes = [0u8; COLS];
+                // SAFETY: only codes are written.
+                scaled_codes(sums, (s, b), (ys, zy), unsafe { as_slots(&mut codes) });
+                unsafe { place(self.ptr, base, &codes, at) };
             }
         }
     }
@@ -411,15 +441,17 @@ fn kernel_conv(
     level: Level,
     sink: &PlaneSink<'_>,
 ) -> Result<()> {
-    if qdirect::applies(w.shape(), shape.group, level) {
-        let made;
-        let packed = match filters {
-            Some(Filters::Direct(a)) => a,
-            _ => {
-                made = direct_filters(shape, w, zw, level)?;
-                &made
-            }
-        };
+    let made;
+    let direct = match filters {
+        Some(Filters::Direct(a)) => Some(a),
+        Some(Filters::Groups(..)) => None,
+        None if qdirect::applies(w.shape(), shape.group, level) => {
+            made = direct_filters(shape, w, zw, level)?;
+            made.as_ref()
+        }
+        None => None,
+    };
+    if let Some(packed) = direct {
         let x = (x.as_bytes()?, x.dtype() == DataType::Int8, zx);
         return qdirect::run(shape, x, packed, sink);
     }
@@ -531,7 +563,9 @@ fn filters_level(w: &Tensor, kc: usize, level: Level) -> Result<Level> {
 /// The filters packed for the kernel [`kernel_conv`] runs at `level`.
 fn pack_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Result<Filters> {
     if qdirect::applies(w.shape(), shape.group, level) {
-        return direct_filters(shape, w, zw, level).map(Filters::Direct);
+        if let Some(filters) = direct_filters(shape, w, zw, level)? {
+            return Ok(Filters::Direct(filters));
+        }
     }
     let (cg, mg) = (shape.c_in / shape.group, shape.c_out / shape.group);
     let kc = cg * shape.geo.taps();
@@ -548,13 +582,14 @@ fn pack_filters(shape: &ConvShape, w: &Tensor, zw: &[i32], level: Level) -> Resu
         .map(|groups| Filters::Groups(level, groups))
 }
 
-/// The filters packed for [`qdirect`].
+/// The filters packed for [`qdirect`], unless its kernel does not take them
+/// (`qdirect::pack_filters`).
 fn direct_filters(
     shape: &ConvShape,
     w: &Tensor,
     zw: &[i32],
     level: Level,
-) -> Result<qdirect::Filters> {
+) -> Result<Option<qdirect::Filters>> {
     let filters = Bytes {
         data: w.as_bytes()?,
         signed: w.dtype() == DataType::Int8,
@@ -1047,20 +1082,32 @@ mod tests {
         .with_attr("pads", AttrValue::Ints(vec![1, 0, 1, 2]))
         .with_attr("strides", AttrValue::Ints(vec![1, 2]));
         let f = |v: Vec<f32>| Tensor::from_vec(DataType::Float, &[v.len()], v).unwrap();
-        // Three input channels run the im2col kernel, eight the direct one (where the CPU has
-        // AVX-512 VNNI); the second filter's multiplier is too large for the bounded epilogue.
+        // Three input channels run the im2col kernel, eight the direct one where the CPU has
+        // AVX-512 VNNI, or AVX2 for small filters (`small`: their pairs within the bound of
+        // `Avx2Pairs`); the second filter's multiplier is too large for the bounded epilogue.
         let cases = [(DataType::Uint8, 0x70u8), (DataType::Int8, 0xf0)]
             .into_iter()
             .flat_map(|case| {
                 [
-                    (case, 3usize, 0.015f32),
-                    (case, 8, 0.015),
-                    (case, 8, 6000.0),
+                    (case, 3usize, 0.015f32, false),
+                    (case, 8, 0.015, false),
+                    (case, 8, 6000.0, false),
+                    (case, 8, 0.015, true),
+                    (case, 8, 6000.0, true),
                 ]
             });
-        for ((dt, zy), c_in, sw1) in cases {
-            let x = bytes(dt, &[2, c_in, 6, 7], 11);
-            let w = bytes(DataType::Int8, &[4, c_in, 3, 2], 12);
+        for ((dt, zy), c_in, sw1, small) in cases {
+            let x = bytes(dt, &[2, c_in, 9, 7], 11);
+            let mut w = bytes(DataType::Int8, &[4, c_in, 3, 2], 12);
+            if small {
+                let v: Vec<u8> = w
+                    .as_bytes()
+                    .unwrap()
+                    .iter()
+                    .map(|&b| (b as i8 / 3) as u8)
+                    .collect();
+                w = Tensor::from_bytes(DataType::Int8, w.shape(), &v).unwrap();
+            }
             let zx = Tensor::from_bytes(dt, &[], &[0x81]).unwrap();
             let zw = Tensor::from_bytes(DataType::Int8, &[4], &[0, 1, 0xff, 3]).unwrap();
             let zy = Tensor::from_bytes(dt, &[], &[zy]).unwrap();
@@ -1096,8 +1143,40 @@ mod tests {
                 &shape.out_shape,
             )
             .unwrap();
-            let what = format!("{dt:?}, {c_in} channels, w_scale {sw1}");
+            let what = format!("{dt:?}, {c_in} channels, w_scale {sw1}, small {small}");
             assert_eq!(got.as_bytes().unwrap(), want.as_bytes().unwrap(), "{what}");
+        }
+    }
+
+    /// Filters whose pairs of adjacent k mostly stay within the bound of `Avx2Pairs` (one
+    /// weight in 29 beyond), which AVX2 runs on the direct kernel with the rest as a residual:
+    /// every level sums as the `f64` convolution does, strided and padded, signed and unsigned.
+    #[test]
+    fn direct_convolution_of_bounded_filters_sums_exactly() {
+        for (c_in, c_out, size, stride, sx) in [
+            (4usize, 3usize, 9usize, 1usize, false),
+            (8, 9, 13, 2, true),
+            (16, 17, 7, 1, false),
+        ] {
+            let node = Node::new("ConvInteger", "c", ["x", "w"], ["y"])
+                .with_attr("pads", AttrValue::Ints(vec![1, 0, 1, 2]))
+                .with_attr("strides", AttrValue::Ints(vec![stride as i64; 2]));
+            let dt = if sx { DataType::Int8 } else { DataType::Uint8 };
+            let x = bytes(dt, &[2, c_in, size, size + 3], 5);
+            let w = bytes(DataType::Int8, &[c_out, c_in, 3, 3], 6);
+            let v: Vec<u8> = (w.as_bytes().unwrap().iter().enumerate())
+                .map(|(i, &b)| {
+                    if i % 29 == 3 {
+                        b | 0x80
+                    } else {
+                        (b as i8 / 4) as u8
+                    }
+                })
+                .collect();
+            let w = Tensor::from_bytes(DataType::Int8, w.shape(), &v).unwrap();
+            for zw in [vec![0], (0..c_out as i32).map(|i| i - 4).collect()] {
+                check(&node, &x, 0x33, &w, &zw);
+            }
         }
     }
 

@@ -1,6 +1,6 @@
 //! The direct 8-bit convolution: the integer product of `qconv.rs` without an im2col matrix,
 //! for one- and two-dimensional convolutions of whole groups of four input channels on CPUs with
-//! AVX-512 VNNI.
+//! AVX-512 VNNI, or AVX2 with filters whose pairs of adjacent k are bounded (`Avx2Pairs`).
 //!
 //! Design note: the filters are the kernel's A, packed once with their k in tap-major order
 //! (`k = tap * C + c`). The input is laid out once per call so that the kernel's B is read
@@ -14,21 +14,36 @@
 //! convolution over 14x14 wastes 2 columns of 16). Output rows are output channels, so each row
 //! of a tile is a run of an output plane, stored in place through [`Rows`].
 //!
-//! The input is shifted into `i8` (an unsigned input is XORed with 0x80) and padded with its
-//! zero point; A is shifted into `u8` by `PackedA`. The zero points are corrected as in
-//! `igemm.rs`, `C[i,j] = S[i,j] - zb (rs[i] - K za[i]) - za[i] cs[j]`, where `cs[j]`, the sum of
-//! the input a column reads, is summed per call from the laid-out input (its four-channel sums
-//! per position, then a sum over the taps).
+//! At the VNNI level the input is shifted into `i8` (an unsigned input is XORed with 0x80) and
+//! A into `u8` by `PackedA`; at `Avx2Pairs` the input is stored as `u8` and A as `i8`, split
+//! by `PackedA` into pairs within the bound and a sparse residual (`igemm.rs`), which a tile
+//! adds to its sums from the laid-out input. Either way the input is padded with its zero
+//! point, and the zero points are corrected as in `igemm.rs`, `C[i,j] = S[i,j] - zb (rs[i] -
+//! K za[i]) - za[i] cs[j]`, where `cs[j]`, the sum of the input a column reads, is summed per
+//! call from the laid-out input (its four-channel sums per position, then a sum over the taps).
+//!
+//! A tile is eight filters by 32 grid columns at both levels: one pass of two 512-bit
+//! registers per row at the VNNI level, four passes of four rows by sixteen columns (eight
+//! 256-bit sums, no spills) at `Avx2Pairs`, whose epilogue then runs without AVX-512.
 //!
 //! im2col copies the input once per tap (nine times for a 3x3 filter) and packs the copy; this
-//! lays it out once. Measured on an Intel Xeon (family 6 model 167) at one thread, the 8-bit
-//! convolutions of ResNet-50 (`scripts/bench_qconv.py`): see `ARCHITECTURE.md`.
+//! lays it out once. At `Avx2Pairs` on an AMD EPYC (Zen 3, family 25 model 1), one thread,
+//! minima of alternated `multigather run --repeat 40` against the im2col kernel: one
+//! `QLinearConv` of 64 channels 3x3 over 56x56 1.93 -> 1.59 ms, 128 over 28x28 1.66 -> 1.55,
+//! 256 over 14x14 1.59 -> 1.49; in the quantised ResNet-50 of `scripts/check_deployed.py` its
+//! 3x3 classes took 10-30% less (`run --profile`, normalised by the 1x1 classes it leaves to
+//! im2col), the whole net 67.4 -> 64.5 ms.
+//!
+//! Why one file: the grid (its phases, taps and slack), the filters' tiles and the two levels'
+//! tile loops are one layout contract: a tile's reads are bounded by the grid's slack, its
+//! broadcasts by the tiles' packing, its zero-point and residual corrections by how the input
+//! was stored; split, each half would restate the offsets the other computes.
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::conv::ConvShape;
-use super::igemm::{Bytes, Level, PackedA};
+use super::igemm::{self, Bytes, Level, PackedA, Residual};
 use super::window::inside;
 use crate::error::{Error, Result};
 use crate::tensor::{try_vec, try_with_capacity, Scratch};
@@ -54,22 +69,39 @@ pub(super) trait Rows: Sync {
     ///
     /// # Safety
     /// Concurrent calls store disjoint segments; every segment lies in the output plane; the
-    /// CPU runs the direct kernel's level (AVX-512F, BW, VL, DQ and VNNI).
-    unsafe fn finish(&self, image: usize, channel: usize, sums: &[i32; COLS], at: &[Segment]);
+    /// CPU runs `level` (the kernel's: `Avx512Vnni`, or `Avx2Pairs` on AVX2).
+    unsafe fn finish(
+        &self,
+        image: usize,
+        channel: usize,
+        sums: &[i32; COLS],
+        at: &[Segment],
+        level: Level,
+    );
 }
 
-/// Whether the direct kernel runs convolutions with filters of shape `w` in `group` groups at
-/// `level`: one or two spatial dims, one group, input channels in whole fours.
+/// Whether the direct kernel may run convolutions with filters of shape `w` in `group` groups
+/// on a CPU whose best level is `level`: one or two spatial dims, one group, input channels in
+/// whole fours, on AVX-512 VNNI, or on AVX2 for filters of more than one tap (where
+/// [`pack_filters`] decides by the filters' pairs). A pointwise convolution's im2col matrix is
+/// its input, and at AVX2 its few k per tile would not pay for the epilogue of a tile's rows,
+/// which the im2col kernel runs once per strip of 256 columns (`ResNet-50`'s 1x1 convolutions
+/// took 10-30% longer direct).
 pub(super) fn applies(w: &[usize], group: usize, level: Level) -> bool {
+    let kernel = w.get(2..).unwrap_or_default();
     #[cfg(target_arch = "x86_64")]
-    let vnni = level == Level::Avx512Vnni;
+    let direct = match level {
+        Level::Avx512Vnni => true,
+        Level::Avx2 | Level::Avx2Pairs => kernel.iter().product::<usize>() > 1,
+        _ => false,
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let vnni = {
+    let direct = {
         let _ = level;
         false
     };
-    let kernel = w.get(2..).unwrap_or_default();
-    vnni && group == 1
+    direct
+        && group == 1
         && matches!(w.len(), 3 | 4)
         && w[1] > 0
         && w[1].is_multiple_of(4)
@@ -81,21 +113,27 @@ pub(super) fn applies(w: &[usize], group: usize, level: Level) -> bool {
 /// four k at a time, the eight filters' fours together (32 bytes): a tile reads one stream, and
 /// each of its eight broadcasts is at a fixed offset from one pointer.
 pub(super) struct Filters {
+    /// `Avx512Vnni` or `Avx2Pairs`.
+    level: Level,
     data: Scratch<u8>,
     m: usize,
     k: usize,
     row_terms: Vec<i32>,
     row_zeros: Vec<i32>,
+    /// What the stored filters leave out at `Avx2Pairs` (by filter, k in tap-major order).
+    residual: Residual,
 }
 
 /// The filters `w` (`c_out x c_in x taps` bytes) with zero points `zw` (one, or one per filter),
 /// packed as the direct kernel's A: filter `m`'s k run tap by tap, each tap's channels in turn.
+/// None when the CPU's best level is `Avx2` and too many pairs of adjacent k exceed the bound
+/// of `Avx2Pairs` (`Level::for_a`): the im2col kernel then runs the convolution.
 pub(super) fn pack_filters(
     w: Bytes<'_>,
     zw: &[i32],
     (c_out, c_in, taps): (usize, usize, usize),
     level: Level,
-) -> Result<Filters> {
+) -> Result<Option<Filters>> {
     let k = c_in * taps;
     let len = c_out
         .checked_mul(k)
@@ -117,35 +155,45 @@ pub(super) fn pack_filters(
         data: &data,
         signed: w.signed,
     };
+    #[cfg(target_arch = "x86_64")]
+    let level = match level.for_a(a, k) {
+        level @ (Level::Avx512Vnni | Level::Avx2Pairs) => level,
+        _ => return Ok(None),
+    };
     let packed = PackedA::new(a, c_out, k, zw, level)?;
     let (rows, lda) = packed
         .narrow()
         .ok_or_else(|| Error::Eval("filters packed for another kernel".into()))?;
     let (row_terms, row_zeros) = packed.row_terms();
-    // `PackedA` pads the rows to whole tiles, and `k` (channels in fours) is whole groups.
+    // `k` (channels in fours) is whole groups, so `lda == k`; the rows are padded to whole
+    // tiles of `ROWS` here (`PackedA` pads them to its own tiles), with zeros.
+    let len = c_out
+        .div_ceil(ROWS)
+        .checked_mul(ROWS * lda)
+        .ok_or_else(|| Error::Eval("W does not hold its shape".into()))?;
     let write = |out: &mut [MaybeUninit<u8>]| {
-        for (tile, out) in rows
-            .chunks_exact(ROWS * lda)
-            .zip(out.chunks_exact_mut(ROWS * lda))
-        {
+        for (t, out) in out.chunks_exact_mut(ROWS * lda.max(1)).enumerate() {
             for (g, fours) in out.chunks_exact_mut(ROWS * 4).enumerate() {
                 for (r, four) in fours.chunks_exact_mut(4).enumerate() {
-                    for (o, &v) in four.iter_mut().zip(&tile[r * lda + 4 * g..]) {
-                        o.write(v);
+                    let row = rows.get((t * ROWS + r) * lda + 4 * g..).unwrap_or_default();
+                    for (i, o) in four.iter_mut().enumerate() {
+                        o.write(if t * ROWS + r < c_out { row[i] } else { 0 });
                     }
                 }
             }
         }
     };
-    // SAFETY: the tiles cover the rows, whose length is whole tiles of `lda` bytes.
-    let tiles = unsafe { Scratch::new_with(rows.len(), write) }?;
-    Ok(Filters {
+    // SAFETY: the tiles cover all `len` bytes.
+    let tiles = unsafe { Scratch::new_with(len, write) }?;
+    Ok(Some(Filters {
+        level,
         data: tiles,
         m: c_out,
         k,
         row_terms: row_terms.to_vec(),
         row_zeros: row_zeros.to_vec(),
-    })
+        residual: packed.residual().clone(),
+    }))
 }
 
 /// The grid of one convolution: the phases its taps read and where each tap starts.
@@ -209,13 +257,13 @@ impl Grid {
 
 /// Lays out channels `4q..4q + 4` of the image `x` (`C` planes) on the grid into `out` (one
 /// group: four bytes per position of every phase), each byte XORed with `flip`, the padding
-/// and slack `pad`.
+/// and slack `pad`, for the kernel of `level`.
 fn lay_out_group(
     x: &[u8],
     shape: &ConvShape,
     grid: &Grid,
     q: usize,
-    (flip, pad): (u8, u8),
+    (flip, pad, level): (u8, u8, Level),
     out: &mut [MaybeUninit<u8>],
 ) {
     let g = &shape.geo;
@@ -243,13 +291,33 @@ fn lay_out_group(
             let src: [&[u8]; 4] =
                 std::array::from_fn(|c| &x[(4 * q + c) * in_plane + iy * iw..][..iw]);
             let inner = &mut row[lo * 4..hi * 4];
+            // `inside` keeps the `hi - lo` columns from `first` in each input row.
             #[cfg(target_arch = "x86_64")]
-            if sw == 1 {
-                // SAFETY: the direct kernel runs where AVX-512 VNNI does (`applies`), and
-                // `inside` keeps the `hi - lo` columns from `first` in each input row.
+            if sw == 1 && level == Level::Avx512Vnni {
+                // SAFETY: the filters were packed for this level, which the CPU runs.
                 unsafe { x86::interleave(src.map(|r| &r[first..first + hi - lo]), flip, inner) };
                 continue;
             }
+            #[cfg(target_arch = "x86_64")]
+            let inner = if sw == 1 {
+                let whole = (hi - lo) / 16 * 16;
+                let (done, rest) = inner.split_at_mut(whole * 4);
+                for (c0, out) in (0..whole).step_by(16).zip(done.chunks_exact_mut(64)) {
+                    let c0 = first + c0;
+                    igemm::interleave16(src.map(|r| &r[c0..c0 + 16]), flip, out);
+                }
+                let first = first + whole;
+                for (b, slots) in rest.chunks_exact_mut(4).enumerate() {
+                    for (slot, r) in slots.iter_mut().zip(&src) {
+                        slot.write(r[first + b] ^ flip);
+                    }
+                }
+                continue;
+            } else {
+                inner
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = level;
             for (b, slots) in inner.chunks_exact_mut(4).enumerate() {
                 let ix = first + b * sw;
                 for (slot, r) in slots.iter_mut().zip(&src) {
@@ -260,15 +328,18 @@ fn lay_out_group(
     }
 }
 
-/// The sum over every group of the four bytes (as `i8`) at each position of the laid-out input
-/// `b` (groups of `sums.len()` positions).
-fn position_sums(b: &[u8], sums: &mut [i32]) {
+/// The sum over every group of the four bytes (as `i8` at the VNNI level, `u8` at
+/// `Avx2Pairs`) at each position of the laid-out input `b` (groups of `sums.len()` positions).
+fn position_sums(b: &[u8], sums: &mut [i32], level: Level) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the direct kernel runs where AVX-512 VNNI does (`applies`).
-    unsafe {
-        x86::position_sums(b, sums)
+    match level {
+        // SAFETY: the filters were packed for this level, which the CPU runs.
+        Level::Avx512Vnni => return unsafe { x86::position_sums(b, sums) },
+        // SAFETY: as above; `Avx2Pairs` runs on AVX2.
+        Level::Avx2Pairs => return unsafe { x86::position_sums_unsigned(b, sums) },
+        _ => {}
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    let _ = level;
     for group in b.chunks_exact(sums.len() * 4) {
         for (s, v) in sums.iter_mut().zip(group.chunks_exact(4)) {
             let four: i32 = v.iter().map(|&b| i32::from(b as i8)).sum();
@@ -285,6 +356,9 @@ struct Task<'a, R: Rows> {
     m: usize,
     row_terms: &'a [i32],
     row_zeros: &'a [i32],
+    /// What the stored filters leave out, and the input channels that decode its k.
+    residual: &'a Residual,
+    c_in: usize,
     /// The laid-out input.
     b: &'a [u8],
     grid: &'a Grid,
@@ -309,7 +383,7 @@ pub(super) fn run<R: Rows>(
     filters: &Filters,
     rows: &R,
 ) -> Result<()> {
-    let (a, lda) = (&filters.data[..], filters.k);
+    let (a, lda, level) = (&filters.data[..], filters.k, filters.level);
     let (row_terms, row_zeros) = (&filters.row_terms[..], &filters.row_zeros[..]);
     let g = &shape.geo;
     let grid = Grid::new(shape)?;
@@ -324,7 +398,7 @@ pub(super) fn run<R: Rows>(
     if shape.c_out == 0 || grid.columns == 0 {
         return Ok(());
     }
-    let (flip, shift) = if signed { (0u8, 0) } else { (0x80u8, -128) };
+    let (flip, shift) = level.b_bytes(signed);
     let pad = (zx as u8) ^ flip;
     let group_len = grid.group_len();
     let len = group_len
@@ -339,12 +413,12 @@ pub(super) fn run<R: Rows>(
             out.par_chunks_exact_mut(group_len * 4)
                 .enumerate()
                 .with_min_len(min_len)
-                .for_each(|(q, out)| lay_out_group(x, shape, &grid, q, (flip, pad), out));
+                .for_each(|(q, out)| lay_out_group(x, shape, &grid, q, (flip, pad, level), out));
         };
         // SAFETY: `lay_out_group` writes every byte of its group.
         let b = unsafe { Scratch::new_with(len, write) }?;
         let mut sums = try_vec(group_len, 0i32)?;
-        position_sums(&b, &mut sums);
+        position_sums(&b, &mut sums, level);
         let mut col_sums = try_vec(tiles * COLS, 0i32)?;
         for &t in &grid.taps {
             for (s, &v) in col_sums.iter_mut().zip(&sums[t..]) {
@@ -357,6 +431,8 @@ pub(super) fn run<R: Rows>(
             m: shape.c_out,
             row_terms,
             row_zeros,
+            residual: &filters.residual,
+            c_in: shape.c_in,
             b: &b,
             grid: &grid,
             groups,
@@ -370,13 +446,14 @@ pub(super) fn run<R: Rows>(
         let whole = crate::par::min_len(1, &[shape.c_out, grid.columns, lda]) == usize::MAX;
         if threads <= 1 || whole {
             // SAFETY: one task stores every tile.
-            unsafe { tiles_of(&task, 0..tiles) };
+            unsafe { tiles_of(&task, 0..tiles, level) };
         } else {
             use rayon::prelude::*;
             let parts = threads.min(tiles);
             (0..parts).into_par_iter().for_each(|p| {
                 // SAFETY: each task stores the columns of its own tiles.
-                unsafe { tiles_of(&task, tiles * p / parts..tiles * (p + 1) / parts) };
+                let part = tiles * p / parts..tiles * (p + 1) / parts;
+                unsafe { tiles_of(&task, part, level) };
             });
         }
     }
@@ -406,21 +483,25 @@ fn segments(j0: usize, grid: &Grid, ow: usize, at: &mut [Segment; COLS + 1]) -> 
     n
 }
 
-/// Runs the tiles of grid columns `tiles` (32 each) for every output channel.
+/// Runs the tiles of grid columns `tiles` (32 each) for every output channel at `level`.
 ///
 /// # Safety
-/// No concurrent task stores these columns.
-unsafe fn tiles_of<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>) {
+/// No concurrent task stores these columns; the filters were packed for `level`.
+unsafe fn tiles_of<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>, level: Level) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the filters were packed for AVX-512 VNNI (`applies`), which the CPU runs.
-    unsafe {
-        x86::tiles(t, tiles)
+    match level {
+        // SAFETY: the filters were packed for this level, which the CPU runs.
+        Level::Avx512Vnni => unsafe { x86::tiles(t, tiles) },
+        // SAFETY: as above; `Avx2Pairs` runs on AVX2.
+        Level::Avx2Pairs => unsafe { x86::tiles_avx2(t, tiles) },
+        _ => {}
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (t, tiles);
+    let _ = (t, tiles, level);
 }
 
-/// Corrects a tile's sums for the zero points and hands each output channel's row to the sink.
+/// Corrects a tile's sums for the zero points and hands each output channel's row to the sink
+/// (the caller's CPU runs `level`).
 #[inline(always)]
 fn finish_tile<R: Rows>(
     t: &Task<'_, R>,
@@ -428,6 +509,7 @@ fn finish_tile<R: Rows>(
     j0: usize,
     acc: &[[i32; COLS]; ROWS],
     at: &[Segment],
+    level: Level,
 ) {
     let cs: &[i32; COLS] = t.col_sums[j0..j0 + COLS].try_into().unwrap_or(&[0; COLS]);
     for (r, acc_row) in acc.iter().enumerate().take(ROWS.min(t.m - row0)) {
@@ -440,21 +522,28 @@ fn finish_tile<R: Rows>(
         }
         // SAFETY: the segments lie in the output plane of channel `i` and these columns are
         // this task's alone (the caller's promise).
-        unsafe { t.rows.finish(t.image, i, &sums, at) };
+        unsafe { t.rows.finish(t.image, i, &sums, at, level) };
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{finish_tile, segments, Rows, Segment, Task, COLS, ROWS};
+    use super::{finish_tile, segments, Level, Rows, Segment, Task, COLS, ROWS};
     use std::arch::x86_64::*;
     use std::mem::MaybeUninit;
     use std::ops::Range;
 
-    /// # Safety
-    /// As `super::tiles_of`, on a CPU with AVX-512F, BW, VL, DQ and VNNI.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
-    pub(super) unsafe fn tiles<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>) {
+    /// The tile loop of both levels: for each tile of 32 grid columns and eight filters,
+    /// `sum(row0, j0, a, b, acc)` sums it from the filters' tile at `a` and the columns' input
+    /// at `b` (reads this function bounds: every tap of every group from `b`, the tile's
+    /// `taps * groups` runs of 32 bytes from `a`), then its rows go to the sink at `level`.
+    #[inline(always)]
+    fn tile_loop<R: Rows>(
+        t: &Task<'_, R>,
+        tiles: Range<usize>,
+        level: Level,
+        mut sum: impl FnMut(usize, usize, *const u8, *const u8, &mut [[i32; COLS]; ROWS]),
+    ) {
         let grid = t.grid;
         let group_bytes = grid.group_len() * 4;
         let taps = grid.taps.len();
@@ -471,14 +560,157 @@ mod x86 {
             );
             let b = t.b.as_ptr().wrapping_add(j0 * 4);
             for row0 in (0..t.m).step_by(ROWS) {
-                // Every read of A: eight packed rows of `taps * groups` groups.
                 // Every read of A: one tile of `taps * groups` runs of 32 bytes.
                 assert!((row0 + ROWS) * t.lda <= t.a.len() && taps * t.groups * 4 <= t.lda);
                 let a = t.a.as_ptr().wrapping_add(row0 * t.lda);
-                // SAFETY: the assertions above bound every read.
-                unsafe { sum_tile(a, b, (&grid.taps, group_bytes, t.groups), &mut acc) };
-                finish_tile(t, row0, j0, &acc, &at[..n]);
+                sum(row0, j0, a, b, &mut acc);
+                finish_tile(t, row0, j0, &acc, &at[..n], level);
             }
+        }
+    }
+
+    /// # Safety
+    /// As `super::tiles_of`, on a CPU with AVX-512F, BW, VL, DQ and VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
+    pub(super) unsafe fn tiles<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>) {
+        let reads = (&t.grid.taps[..], t.grid.group_len() * 4, t.groups);
+        tile_loop(t, tiles, Level::Avx512Vnni, |_, _, a, b, acc| {
+            // SAFETY: `tile_loop` bounds every read.
+            unsafe { sum_tile(a, b, reads, acc) }
+        });
+    }
+
+    /// [`tiles`] at `Avx2Pairs`: each tile summed in four passes of four filters by sixteen
+    /// columns ([`sum_quarter`]), then the filters' residual added from the laid-out input.
+    ///
+    /// # Safety
+    /// As `super::tiles_of`, on a CPU with AVX2, the filters packed for `Avx2Pairs`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn tiles_avx2<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>) {
+        let reads = (&t.grid.taps[..], t.grid.group_len() * 4, t.groups);
+        tile_loop(t, tiles, Level::Avx2Pairs, |row0, j0, a, b, acc| {
+            for (r0, c0) in [(0, 0), (0, 16), (4, 0), (4, 16)] {
+                // SAFETY: `tile_loop` bounds every read; the quarter's rows and columns lie in
+                // the tile.
+                unsafe {
+                    let (a, b) = (a.wrapping_add(4 * r0), b.wrapping_add(4 * c0));
+                    sum_quarter(a, b, reads, (r0, c0), acc)
+                };
+            }
+            add_residual(t, row0, j0, acc);
+        });
+    }
+
+    /// Adds to a tile's sums what its filters' stored bytes leave out: each residual entry
+    /// `(k, v)` of a filter, `v` times the input its k reads at each of the tile's columns
+    /// (the byte of channel `k % 4` of each column's four, shifted down and masked, times `v`
+    /// by `vpmaddwd`: the byte and `v`, within `i8`, are the low `i16` of their lanes).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn add_residual<R: Rows>(
+        t: &Task<'_, R>,
+        row0: usize,
+        j0: usize,
+        acc: &mut [[i32; COLS]; ROWS],
+    ) {
+        let group_bytes = t.grid.group_len() * 4;
+        let byte = _mm256_set1_epi32(0xff);
+        for (r, sums) in acc.iter_mut().enumerate().take(ROWS.min(t.m - row0)) {
+            for &(kk, v) in t.residual.row(row0 + r) {
+                let (tap, c) = (kk / t.c_in, kk % t.c_in);
+                let at = (c / 4) * group_bytes + (t.grid.taps[tap] + j0) * 4;
+                let columns = &t.b[at..at + 4 * COLS];
+                let shift = _mm_cvtsi32_si128(8 * (c % 4) as i32);
+                let by = _mm256_set1_epi32(i32::from(v as i16 as u16));
+                for (h, eight) in columns.chunks_exact(32).enumerate() {
+                    // SAFETY: `eight` holds 32 bytes and a row of `sums` 32 lanes.
+                    unsafe {
+                        let x = _mm256_loadu_si256(eight.as_ptr().cast());
+                        let x = _mm256_and_si256(_mm256_srl_epi32(x, shift), byte);
+                        let to = sums.as_mut_ptr().add(8 * h).cast::<__m256i>();
+                        let y = _mm256_add_epi32(_mm256_loadu_si256(to), _mm256_madd_epi16(x, by));
+                        _mm256_storeu_si256(to, y);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sums a quarter of a tile, four filters (the rows of a [`super::Filters`] tile from `a`)
+    /// by sixteen grid columns of the laid-out input from `b`, into `acc` from row `r0` and
+    /// column `c0`: per group of four channels, `vpmaddubsw` of the input's unsigned bytes by a
+    /// filter's broadcast signed ones (exact: its pairs are bounded), then `vpmaddwd` by ones.
+    ///
+    /// # Safety
+    /// Every read lies in the buffers (see `tiles_avx2`).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn sum_quarter(
+        a: *const u8,
+        b: *const u8,
+        (taps, group_bytes, groups): (&[usize], usize, usize),
+        (r0, c0): (usize, usize),
+        acc: &mut [[i32; COLS]; ROWS],
+    ) {
+        let ones = _mm256_set1_epi16(1);
+        let mut c = [[_mm256_setzero_si256(); 2]; 4];
+        for (t, &tap) in taps.iter().enumerate() {
+            // SAFETY (all reads): the caller's promise.
+            let mut bp = unsafe { b.add(tap * 4) };
+            let mut ap = unsafe { a.add(t * groups * 4 * ROWS) };
+            for _ in 0..groups {
+                unsafe {
+                    let b0 = _mm256_loadu_si256(bp.cast());
+                    let b1 = _mm256_loadu_si256(bp.add(32).cast());
+                    for (r, cr) in c.iter_mut().enumerate() {
+                        let x = ap.add(4 * r).cast::<i32>().read_unaligned();
+                        let av = _mm256_set1_epi32(x);
+                        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(b0, av), ones);
+                        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(b1, av), ones);
+                        cr[0] = _mm256_add_epi32(cr[0], p0);
+                        cr[1] = _mm256_add_epi32(cr[1], p1);
+                    }
+                    bp = bp.add(group_bytes);
+                    ap = ap.add(4 * ROWS);
+                }
+            }
+        }
+        for (row, cr) in acc[r0..r0 + 4].iter_mut().zip(&c) {
+            // SAFETY: a row holds 32 i32, and `c0 + 16 <= 32`.
+            unsafe {
+                _mm256_storeu_si256(row.as_mut_ptr().add(c0).cast(), cr[0]);
+                _mm256_storeu_si256(row.as_mut_ptr().add(c0 + 8).cast(), cr[1]);
+            }
+        }
+    }
+
+    /// [`super::position_sums`] of unsigned bytes (the input as `Avx2Pairs` stores it).
+    ///
+    /// # Safety
+    /// The CPU runs AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn position_sums_unsigned(b: &[u8], sums: &mut [i32]) {
+        let n = sums.len();
+        let groups = b.len() / (4 * n).max(1);
+        assert!(b.len() == groups * 4 * n);
+        let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+        let whole = n / 8 * 8;
+        for p0 in (0..whole).step_by(8) {
+            let mut acc = _mm256_setzero_si256();
+            for q in 0..groups {
+                // SAFETY: positions `p0..p0 + 8` of group `q` lie in `b` (asserted above).
+                let v = unsafe { _mm256_loadu_si256(b.as_ptr().add((q * n + p0) * 4).cast()) };
+                let pairs = _mm256_maddubs_epi16(v, ones8);
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones16));
+            }
+            // SAFETY: `p0 + 8 <= n`.
+            unsafe { _mm256_storeu_si256(sums.as_mut_ptr().add(p0).cast(), acc) };
+        }
+        for (p, s) in sums.iter_mut().enumerate().skip(whole) {
+            *s = (0..groups)
+                .flat_map(|q| &b[(q * n + p) * 4..(q * n + p) * 4 + 4])
+                .map(|&v| i32::from(v))
+                .sum();
         }
     }
 
