@@ -298,23 +298,18 @@ fn lay_out_group(
                 unsafe { x86::interleave(src.map(|r| &r[first..first + hi - lo]), flip, inner) };
                 continue;
             }
+            // Whole sixteens of columns in registers; the rest in the loop below.
             #[cfg(target_arch = "x86_64")]
-            let inner = if sw == 1 {
+            let (inner, first) = if sw == 1 {
                 let whole = (hi - lo) / 16 * 16;
                 let (done, rest) = inner.split_at_mut(whole * 4);
                 for (c0, out) in (0..whole).step_by(16).zip(done.chunks_exact_mut(64)) {
                     let c0 = first + c0;
                     igemm::interleave16(src.map(|r| &r[c0..c0 + 16]), flip, out);
                 }
-                let first = first + whole;
-                for (b, slots) in rest.chunks_exact_mut(4).enumerate() {
-                    for (slot, r) in slots.iter_mut().zip(&src) {
-                        slot.write(r[first + b] ^ flip);
-                    }
-                }
-                continue;
+                (rest, first + whole)
             } else {
-                inner
+                (inner, first)
             };
             #[cfg(not(target_arch = "x86_64"))]
             let _ = level;
@@ -451,8 +446,8 @@ pub(super) fn run<R: Rows>(
             use rayon::prelude::*;
             let parts = threads.min(tiles);
             (0..parts).into_par_iter().for_each(|p| {
-                // SAFETY: each task stores the columns of its own tiles.
                 let part = tiles * p / parts..tiles * (p + 1) / parts;
+                // SAFETY: each task stores the columns of its own tiles.
                 unsafe { tiles_of(&task, part, level) };
             });
         }
