@@ -341,6 +341,8 @@ impl qdirect::Rows for PlaneSink<'_> {
         }
         #[cfg(target_arch = "x86_64")]
         let (avx512, avx2) = (level == Level::Avx512Vnni, level == Level::Avx2Pairs);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = level;
         /// The 32 codes of an AVX2 register.
         #[cfg(target_arch = "x86_64")]
         fn bytes(v: std::arch::x86_64::__m256i) -> [u8; COLS] {
