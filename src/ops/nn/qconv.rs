@@ -311,8 +311,9 @@ fn each<T: Copy, U: Copy + Default>(values: &[T; COLS], f: impl Fn(T) -> U) -> [
 }
 
 impl qdirect::Rows for PlaneSink<'_> {
-    /// The epilogue of [`PlaneSink::store`] on all 32 sums at once (fixed-length loops the
-    /// kernel's instruction set vectorises), then the runs that lie in the output copied out.
+    /// The epilogue of [`PlaneSink::store`] on all 32 sums at once (in registers at the kernel's
+    /// `level`, else through `store`'s run loops), then the runs that lie in the output copied
+    /// out.
     #[inline(always)]
     unsafe fn finish(
         &self,

@@ -175,9 +175,14 @@ pub(super) fn pack_filters(
         for (t, out) in out.chunks_exact_mut(ROWS * lda.max(1)).enumerate() {
             for (g, fours) in out.chunks_exact_mut(ROWS * 4).enumerate() {
                 for (r, four) in fours.chunks_exact_mut(4).enumerate() {
-                    let row = rows.get((t * ROWS + r) * lda + 4 * g..).unwrap_or_default();
-                    for (i, o) in four.iter_mut().enumerate() {
-                        o.write(if t * ROWS + r < c_out { row[i] } else { 0 });
+                    let filter = t * ROWS + r;
+                    let from = if filter < c_out {
+                        &rows[filter * lda + 4 * g..][..4]
+                    } else {
+                        &[0; 4]
+                    };
+                    for (o, &v) in four.iter_mut().zip(from) {
+                        o.write(v);
                     }
                 }
             }
