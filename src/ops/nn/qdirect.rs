@@ -500,49 +500,75 @@ unsafe fn tiles_of<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>, level: Level) 
     let _ = (t, tiles, level);
 }
 
-/// Corrects a tile's sums for the zero points and hands each output channel's row to the sink
-/// (the caller's CPU runs `level`).
+/// The zero-point terms of one tile (module doc): `C[i, j] = S[i, j] - rows[i] - zeros[i]
+/// cols[j]` for the tile's rows `i` and columns `j` (rows past the last filter take zeros).
+struct Correction<'a> {
+    rows: [i32; ROWS],
+    zeros: [i32; ROWS],
+    cols: &'a [i32; COLS],
+}
+
+impl<'a, R: Rows> Task<'a, R> {
+    /// The zero-point terms of the tile of filters from `row0` and grid columns from `j0`.
+    #[inline(always)]
+    fn correction(&self, row0: usize, j0: usize) -> Correction<'a> {
+        let (mut rows, mut zeros) = ([0; ROWS], [0; ROWS]);
+        for (r, (zr, zc)) in rows.iter_mut().zip(&mut zeros).enumerate() {
+            if let (Some(&ri), Some(&zi)) =
+                (self.row_terms.get(row0 + r), self.row_zeros.get(row0 + r))
+            {
+                (*zr, *zc) = (self.zb.wrapping_mul(ri), zi);
+            }
+        }
+        let cols = self.col_sums[j0..j0 + COLS]
+            .try_into()
+            .unwrap_or(&[0; COLS]);
+        Correction { rows, zeros, cols }
+    }
+}
+
+/// Hands each output channel's row of a corrected tile to the sink (the caller's CPU runs
+/// `level`).
 #[inline(always)]
 fn finish_tile<R: Rows>(
     t: &Task<'_, R>,
     row0: usize,
-    j0: usize,
     acc: &[[i32; COLS]; ROWS],
     at: &[Segment],
     level: Level,
 ) {
-    let cs: &[i32; COLS] = t.col_sums[j0..j0 + COLS].try_into().unwrap_or(&[0; COLS]);
-    for (r, acc_row) in acc.iter().enumerate().take(ROWS.min(t.m - row0)) {
-        let i = row0 + r;
-        let (ri, zi) = (t.row_terms[i], t.row_zeros[i]);
-        let zri = t.zb.wrapping_mul(ri);
-        let mut sums = [0i32; COLS];
-        for ((d, &v), &s) in sums.iter_mut().zip(acc_row).zip(cs) {
-            *d = v.wrapping_sub(zri).wrapping_sub(zi.wrapping_mul(s));
-        }
-        // SAFETY: the segments lie in the output plane of channel `i` and these columns are
-        // this task's alone (the caller's promise).
-        unsafe { t.rows.finish(t.image, i, &sums, at, level) };
+    for (r, sums) in acc.iter().enumerate().take(ROWS.min(t.m - row0)) {
+        // SAFETY: the segments lie in the output plane of channel `row0 + r` and these
+        // columns are this task's alone (the caller's promise).
+        unsafe { t.rows.finish(t.image, row0 + r, sums, at, level) };
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{finish_tile, segments, Level, Rows, Segment, Task, COLS, ROWS};
+    use super::{finish_tile, segments, Correction, Level, Rows, Segment, Task, COLS, ROWS};
     use std::arch::x86_64::*;
     use std::mem::MaybeUninit;
     use std::ops::Range;
 
     /// The tile loop of both levels: for each tile of 32 grid columns and eight filters,
-    /// `sum(row0, j0, a, b, acc)` sums it from the filters' tile at `a` and the columns' input
-    /// at `b` (reads this function bounds: every tap of every group from `b`, the tile's
-    /// `taps * groups` runs of 32 bytes from `a`), then its rows go to the sink at `level`.
+    /// `sum(row0, j0, a, b, correction, acc)` sums it from the filters' tile at `a` and the
+    /// columns' input at `b` (reads this function bounds: every tap of every group from `b`, the
+    /// tile's `taps * groups` runs of 32 bytes from `a`) and corrects it for the zero points,
+    /// then its rows go to the sink at `level`.
     #[inline(always)]
     fn tile_loop<R: Rows>(
         t: &Task<'_, R>,
         tiles: Range<usize>,
         level: Level,
-        mut sum: impl FnMut(usize, usize, *const u8, *const u8, &mut [[i32; COLS]; ROWS]),
+        mut sum: impl FnMut(
+            usize,
+            usize,
+            *const u8,
+            *const u8,
+            &Correction<'_>,
+            &mut [[i32; COLS]; ROWS],
+        ),
     ) {
         let grid = t.grid;
         let group_bytes = grid.group_len() * 4;
@@ -563,8 +589,8 @@ mod x86 {
                 // Every read of A: one tile of `taps * groups` runs of 32 bytes.
                 assert!((row0 + ROWS) * t.lda <= t.a.len() && taps * t.groups * 4 <= t.lda);
                 let a = t.a.as_ptr().wrapping_add(row0 * t.lda);
-                sum(row0, j0, a, b, &mut acc);
-                finish_tile(t, row0, j0, &acc, &at[..n], level);
+                sum(row0, j0, a, b, &t.correction(row0, j0), &mut acc);
+                finish_tile(t, row0, &acc, &at[..n], level);
             }
         }
     }
@@ -574,10 +600,15 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
     pub(super) unsafe fn tiles<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>) {
         let reads = (&t.grid.taps[..], t.grid.group_len() * 4, t.groups);
-        tile_loop(t, tiles, Level::Avx512Vnni, |_, _, a, b, acc| {
-            // SAFETY: `tile_loop` bounds every read.
-            unsafe { sum_tile(a, b, reads, acc) }
-        });
+        tile_loop(
+            t,
+            tiles,
+            Level::Avx512Vnni,
+            |_, _, a, b, correction, acc| {
+                // SAFETY: `tile_loop` bounds every read.
+                unsafe { sum_tile(a, b, reads, correction, acc) }
+            },
+        );
     }
 
     /// [`tiles`] at `Avx2Pairs`: each tile summed in four passes of four filters by sixteen
@@ -588,17 +619,41 @@ mod x86 {
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn tiles_avx2<R: Rows>(t: &Task<'_, R>, tiles: Range<usize>) {
         let reads = (&t.grid.taps[..], t.grid.group_len() * 4, t.groups);
-        tile_loop(t, tiles, Level::Avx2Pairs, |row0, j0, a, b, acc| {
-            for (r0, c0) in [(0, 0), (0, 16), (4, 0), (4, 16)] {
-                // SAFETY: `tile_loop` bounds every read; the quarter's rows and columns lie in
-                // the tile.
+        tile_loop(
+            t,
+            tiles,
+            Level::Avx2Pairs,
+            |row0, j0, a, b, correction, acc| {
+                for (r0, c0) in [(0, 0), (0, 16), (4, 0), (4, 16)] {
+                    // SAFETY: `tile_loop` bounds every read; the quarter's rows and columns lie in
+                    // the tile.
+                    unsafe {
+                        let (a, b) = (a.wrapping_add(4 * r0), b.wrapping_add(4 * c0));
+                        sum_quarter(a, b, reads, (r0, c0), acc)
+                    };
+                }
+                add_residual(t, row0, j0, acc);
+                correct_avx2(correction, acc);
+            },
+        );
+    }
+
+    /// Subtracts a tile's zero-point terms from its sums, in AVX2 registers.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn correct_avx2(c: &Correction<'_>, acc: &mut [[i32; COLS]; ROWS]) {
+        for ((sums, &zr), &zc) in acc.iter_mut().zip(&c.rows).zip(&c.zeros) {
+            let (zr, zc) = (_mm256_set1_epi32(zr), _mm256_set1_epi32(zc));
+            for (eight, cols) in sums.chunks_exact_mut(8).zip(c.cols.chunks_exact(8)) {
+                // SAFETY: both chunks hold eight `i32`.
                 unsafe {
-                    let (a, b) = (a.wrapping_add(4 * r0), b.wrapping_add(4 * c0));
-                    sum_quarter(a, b, reads, (r0, c0), acc)
-                };
+                    let cs = _mm256_loadu_si256(cols.as_ptr().cast());
+                    let terms = _mm256_add_epi32(zr, _mm256_mullo_epi32(zc, cs));
+                    let to = eight.as_mut_ptr().cast::<__m256i>();
+                    _mm256_storeu_si256(to, _mm256_sub_epi32(_mm256_loadu_si256(to), terms));
+                }
             }
-            add_residual(t, row0, j0, acc);
-        });
+        }
     }
 
     /// Adds to a tile's sums what its filters' stored bytes leave out: each residual entry
@@ -806,7 +861,8 @@ mod x86 {
         }
     }
 
-    /// Sums one tile: eight filters (a tile of [`super::Filters`] from `a`) by 32 grid columns of the
+    /// Sums one tile and subtracts its zero-point terms (`correction`): eight filters (a tile
+    /// of [`super::Filters`] from `a`) by 32 grid columns of the
     /// laid-out input from `b`, every tap (`taps`, positions from `b`) of every group of four
     /// channels (`group_bytes` apart).
     ///
@@ -818,6 +874,7 @@ mod x86 {
         a: *const u8,
         b: *const u8,
         (taps, group_bytes, groups): (&[usize], usize, usize),
+        correction: &Correction<'_>,
         acc: &mut [[i32; COLS]; ROWS],
     ) {
         let mut c = [[_mm512_setzero_si512(); 2]; ROWS];
@@ -840,11 +897,19 @@ mod x86 {
                 }
             }
         }
-        for (row, cr) in acc.iter_mut().zip(&c) {
+        // SAFETY: the column sums are 32 `i32`, two registers.
+        let cs =
+            unsafe { [0, 16].map(|h| _mm512_loadu_si512(correction.cols.as_ptr().add(h).cast())) };
+        for (r, (row, cr)) in acc.iter_mut().zip(&c).enumerate() {
+            let zr = _mm512_set1_epi32(correction.rows[r]);
+            let zc = _mm512_set1_epi32(correction.zeros[r]);
+            let corrected = |h: usize| {
+                _mm512_sub_epi32(cr[h], _mm512_add_epi32(zr, _mm512_mullo_epi32(zc, cs[h])))
+            };
             // SAFETY: a row holds 32 i32, two registers.
             unsafe {
-                _mm512_storeu_si512(row.as_mut_ptr().cast(), cr[0]);
-                _mm512_storeu_si512(row.as_mut_ptr().add(16).cast(), cr[1]);
+                _mm512_storeu_si512(row.as_mut_ptr().cast(), corrected(0));
+                _mm512_storeu_si512(row.as_mut_ptr().add(16).cast(), corrected(1));
             }
         }
     }
