@@ -25,7 +25,7 @@
 //! re-state the plumbing the others use.
 
 use crate::error::{Error, Result};
-use crate::tensor::{try_vec, Scratch, Tensor};
+use crate::tensor::{try_vec, try_with_capacity, Scratch, Tensor};
 use crate::DataType;
 
 use super::super::util::{optional, required, to_i64s, unsupported_type};
@@ -75,6 +75,7 @@ fn per_channel<T: Copy>(v: &[T], c: usize, none: T) -> T {
 }
 
 /// What an [`Epilogue`] (or none) does to the sums of one output channel.
+#[derive(Clone, Copy)]
 enum Channel {
     /// Stores them as `int32`.
     Sums,
@@ -168,18 +169,20 @@ fn integer_conv(
 fn finish(
     shape: &ConvShape,
     epilogue: &Epilogue,
-    store: impl FnOnce(&PlaneSink<'_>) -> Result<()>,
+    store: impl FnOnce(&PlaneSink) -> Result<()>,
 ) -> Result<Tensor> {
     let dtype = match epilogue {
         Epilogue::Requantize { dtype, .. } => *dtype,
         Epilogue::Float { codes, .. } => codes.map_or(DataType::Float, |(_, _, dtype)| dtype),
     };
     let mut out = Tensor::uninit(dtype, &shape.out_shape)?;
+    let mut channels = try_with_capacity(shape.c_out)?;
+    channels.extend((0..shape.c_out).map(|c| Channel::of(Some(epilogue), c)));
     let sink = PlaneSink {
         ptr: out.bytes_mut().as_mut_ptr().cast(),
         plane: shape.geo.out_plane(),
         c_out: shape.c_out,
-        epilogue: Some(epilogue),
+        channels,
     };
     store(&sink)?;
     // SAFETY: every segment of every output plane was stored, and the epilogue writes one
@@ -201,7 +204,7 @@ fn int32_conv(
             ptr: slots.as_mut_ptr().cast(),
             plane: shape.geo.out_plane(),
             c_out: shape.c_out,
-            epilogue: None,
+            channels: Vec::new(),
         };
         kernel_conv(shape, x, zx, w, level, &sink)?;
         // SAFETY: the kernel stores every segment of every output plane.
@@ -211,18 +214,26 @@ fn int32_conv(
 
 /// The sink of a convolution's products: output plane `p` (image times channel) holds `plane`
 /// elements; each segment of sums is stored as they are or through the epilogue.
-struct PlaneSink<'e> {
+struct PlaneSink {
     ptr: *mut u8,
     plane: usize,
     c_out: usize,
-    epilogue: Option<&'e Epilogue>,
+    /// What the epilogue does to each output channel, worked out once per call (none: the
+    /// sums are stored).
+    channels: Vec<Channel>,
 }
 
 // SAFETY: the kernel's tasks store disjoint segments (`igemm::Sink::store`'s contract).
-unsafe impl Send for PlaneSink<'_> {}
-unsafe impl Sync for PlaneSink<'_> {}
+unsafe impl Send for PlaneSink {}
+unsafe impl Sync for PlaneSink {}
 
-impl PlaneSink<'_> {
+impl PlaneSink {
+    /// What the epilogue does to output channel `c`.
+    #[inline(always)]
+    fn channel(&self, c: usize) -> Channel {
+        self.channels.get(c).copied().unwrap_or(Channel::Sums)
+    }
+
     /// Stores `sums` into plane `p` from position `pos0`.
     ///
     /// # Safety
@@ -233,7 +244,7 @@ impl PlaneSink<'_> {
         // SAFETY (all three): elements `at..at + sums.len()` lie in the output, whose elements
         // have the width written here (the caller's promise and `integer_conv`'s choice of
         // type).
-        match Channel::of(self.epilogue, c) {
+        match self.channel(c) {
             Channel::Sums => {
                 let dst = unsafe { slots::<i32>(self.ptr, at, sums.len()) };
                 copy(dst, sums);
@@ -310,7 +321,7 @@ fn each<T: Copy, U: Copy + Default>(values: &[T; COLS], f: impl Fn(T) -> U) -> [
     out
 }
 
-impl qdirect::Rows for PlaneSink<'_> {
+impl qdirect::Rows for PlaneSink {
     /// The epilogue of [`PlaneSink::store`] on all 32 sums at once (in registers at the kernel's
     /// `level`, else through `store`'s run loops), then the runs that lie in the output copied
     /// out.
@@ -354,7 +365,7 @@ impl qdirect::Rows for PlaneSink<'_> {
         // type is the one each epilogue writes (`finish`'s choice of type); `requantize` is
         // given a finite multiplier, and each vector arm runs where the caller's CPU (at
         // `level`) does.
-        match Channel::of(self.epilogue, c) {
+        match self.channel(c) {
             Channel::Sums => unsafe { place(self.ptr, base, sums, at) },
             #[cfg(target_arch = "x86_64")]
             Channel::Requantize((m, b, zy), (lo, _), true) if avx512 || avx2 => unsafe {
@@ -422,12 +433,12 @@ unsafe fn slots<'a, T>(ptr: *mut u8, at: usize, len: usize) -> &'a mut [MaybeUni
 
 /// One group of one image of a convolution, as the sink of its product: row `i` of the
 /// product is output plane `plane0 + i`.
-struct GroupSink<'s, 'e> {
-    planes: &'s PlaneSink<'e>,
+struct GroupSink<'s> {
+    planes: &'s PlaneSink,
     plane0: usize,
 }
 
-impl igemm::Sink for GroupSink<'_, '_> {
+impl igemm::Sink for GroupSink<'_> {
     unsafe fn store(&self, i: usize, col0: usize, sums: &[i32]) {
         // SAFETY: the product's row `i` is plane `plane0 + i`; the rest is the caller's promise.
         unsafe { self.planes.store(self.plane0 + i, col0, sums) }
@@ -442,7 +453,7 @@ fn kernel_conv(
     zx: i32,
     (w, zw, filters): (&Tensor, &[i32], Option<&Filters>),
     level: Level,
-    sink: &PlaneSink<'_>,
+    sink: &PlaneSink,
 ) -> Result<()> {
     let made;
     let direct = match filters {
