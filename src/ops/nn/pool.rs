@@ -542,18 +542,45 @@ fn plane_maxima<T: Pod + PartialOrd + Default>(
     }
 }
 
+/// Elements per step of [`max_of`] and [`max_of_pairs`]: each step's maxima go through a
+/// fixed-size array, which the compiler turns into vector maxima for every element type (an
+/// element-indexed loop stayed scalar for bytes: a `uint8` 3x3 stride-2 pool of 64 planes of
+/// 112x112, Intel Xeon family 6 model 167, one thread: 0.59 -> 0.25 ms).
+const CHUNK: usize = 32;
+
+/// The maximum of `values[k]` over the `N` values in order, `>` deciding (as [`max_assign`]).
+#[inline(always)]
+fn max_in_order<T: Copy + PartialOrd, const N: usize>(values: [T; N]) -> T {
+    let mut m = values[0];
+    for &v in &values[1..] {
+        m = if v > m { v } else { m };
+    }
+    m
+}
+
 /// `dst[i]` = the maximum of `rows[k][i]` over the rows in order (`>` deciding, as
 /// [`max_assign`] does), in one pass.
 #[inline(always)]
 fn max_of<T: Copy + PartialOrd, const N: usize>(dst: &mut [MaybeUninit<T>], rows: [&[T]; N]) {
-    let rows = rows.map(|r| &r[..dst.len()]);
-    for (i, d) in dst.iter_mut().enumerate() {
-        let mut m = rows[0][i];
-        for r in &rows[1..] {
-            let v = r[i];
-            m = if v > m { v } else { m };
+    let n = dst.len();
+    let rows = rows.map(|r| &r[..n]);
+    if n < CHUNK {
+        for (i, d) in dst.iter_mut().enumerate() {
+            d.write(max_in_order(rows.map(|r| r[i])));
         }
-        d.write(m);
+        return;
+    }
+    // Whole chunks, the last one ending at `n` (overlapping the one before: its elements are
+    // computed twice, to the same values).
+    let starts = (0..n - CHUNK)
+        .step_by(CHUNK)
+        .chain(std::iter::once(n - CHUNK));
+    for at in starts {
+        let chunks = rows.map(|r| &r[at..at + CHUNK]);
+        let m: [T; CHUNK] = std::array::from_fn(|i| max_in_order(chunks.map(|r| r[i])));
+        for (d, v) in dst[at..at + CHUNK].iter_mut().zip(m) {
+            d.write(v);
+        }
     }
 }
 
@@ -576,14 +603,24 @@ fn max_of_pairs<T: Copy + PartialOrd, const N: usize>(
     let shortest = rows.iter().map(|r| r.len()).min().unwrap_or(0);
     let n = even.len().min(odd.len()).min(shortest / 2);
     let rows = rows.map(|r| &r[..2 * n]);
-    for (i, (e, o)) in even[..n].iter_mut().zip(&mut odd[..n]).enumerate() {
-        let (mut me, mut mo) = (rows[0][2 * i], rows[0][2 * i + 1]);
-        for r in &rows[1..] {
-            let (ve, vo) = (r[2 * i], r[2 * i + 1]);
-            me = if ve > me { ve } else { me };
-            mo = if vo > mo { vo } else { mo };
+    if n < CHUNK {
+        for i in 0..n {
+            even[i] = max_in_order(rows.map(|r| r[2 * i]));
+            odd[i] = max_in_order(rows.map(|r| r[2 * i + 1]));
         }
-        (*e, *o) = (me, mo);
+        return;
+    }
+    // As in `max_of`: the last chunk ends at `n`.
+    for c in (0..n - CHUNK)
+        .step_by(CHUNK)
+        .chain(std::iter::once(n - CHUNK))
+    {
+        let chunks = rows.map(|r| &r[2 * c..2 * c + 2 * CHUNK]);
+        let m: [T; 2 * CHUNK] = std::array::from_fn(|i| max_in_order(chunks.map(|r| r[i])));
+        let (e, o) = (&mut even[c..c + CHUNK], &mut odd[c..c + CHUNK]);
+        for ((e, o), pair) in e.iter_mut().zip(o).zip(m.chunks_exact(2)) {
+            (*e, *o) = (pair[0], pair[1]);
+        }
     }
 }
 
@@ -996,26 +1033,44 @@ mod tests {
             (vec![1, 2, 6, 7], [2, 2], [2, 2], [1, 1], [0, 0, 0, 0], 1),
             (vec![1, 2, 9, 9], [4, 3], [1, 2], [1, 1], [1, 1, 2, 1], 0),
             (vec![1, 1, 4, 5], [2, 2], [1, 1], [1, 1], [2, 2, 0, 0], 0),
+            // Rows of whole chunks and a last chunk that overlaps the one before (the
+            // ResNet's 112-wide pool, odd and even widths), for every element type below.
+            (vec![1, 2, 7, 113], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1], 0),
+            (vec![1, 2, 6, 112], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1], 0),
+            (vec![1, 1, 5, 70], [2, 3], [1, 1], [1, 1], [0, 1, 1, 1], 0),
+            (vec![1, 1, 3, 64], [1, 2], [1, 2], [1, 1], [0, 0, 0, 0], 0),
         ] {
             let n: usize = shape.iter().product();
-            let x = f32s(
-                &shape,
-                (0..n).map(|i| ((i * 37) % 23) as f32 - 11.0).collect(),
-            );
-            let attrs = [
-                ("kernel_shape", ints(&[k[0] as i64, k[1] as i64])),
-                ("strides", ints(&[s[0] as i64, s[1] as i64])),
-                ("dilations", ints(&[d[0] as i64, d[1] as i64])),
-                ("pads", ints(&pads.map(|p| p as i64))),
-                ("ceil_mode", AttrValue::Int(ceil)),
-            ];
-            let values = eval_node(&pool_node("MaxPool", &["y"], &attrs), 22, &[Some(&x)]);
-            let windows = eval_node(&pool_node("MaxPool", &["y", "i"], &attrs), 22, &[Some(&x)]);
-            assert_eq!(
-                values.unwrap()[0],
-                windows.unwrap()[0],
-                "{shape:?} {k:?} {s:?}"
-            );
+            let value = |i: usize| ((i * 37) % 23) as f32 - 11.0;
+            let float = f32s(&shape, (0..n).map(value).collect());
+            let bytes = |dtype, shift: f32| {
+                let data: Vec<u8> = (0..n)
+                    .map(|i| (value(i) * 11.0 + shift) as i32 as u8)
+                    .collect();
+                Tensor::from_bytes(dtype, &shape, &data).unwrap()
+            };
+            for x in [
+                float,
+                bytes(DataType::Uint8, 128.0),
+                bytes(DataType::Int8, 0.0),
+            ] {
+                let attrs = [
+                    ("kernel_shape", ints(&[k[0] as i64, k[1] as i64])),
+                    ("strides", ints(&[s[0] as i64, s[1] as i64])),
+                    ("dilations", ints(&[d[0] as i64, d[1] as i64])),
+                    ("pads", ints(&pads.map(|p| p as i64))),
+                    ("ceil_mode", AttrValue::Int(ceil)),
+                ];
+                let values = eval_node(&pool_node("MaxPool", &["y"], &attrs), 22, &[Some(&x)]);
+                let windows =
+                    eval_node(&pool_node("MaxPool", &["y", "i"], &attrs), 22, &[Some(&x)]);
+                assert_eq!(
+                    values.unwrap()[0],
+                    windows.unwrap()[0],
+                    "{shape:?} {k:?} {s:?} {:?}",
+                    x.dtype()
+                );
+            }
         }
     }
 
