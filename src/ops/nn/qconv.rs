@@ -88,24 +88,23 @@ enum Channel {
 }
 
 impl Channel {
-    #[inline(always)]
-    fn of(epilogue: Option<&Epilogue>, c: usize) -> Channel {
+    /// What `epilogue` does to output channel `c` (worked out once per call, by [`finish`]).
+    fn of(epilogue: &Epilogue, c: usize) -> Channel {
         match epilogue {
-            None => Channel::Sums,
-            Some(Epilogue::Requantize {
+            Epilogue::Requantize {
                 mult,
                 bias,
                 zy,
                 dtype,
                 reach,
-            }) => {
+            } => {
                 let (m, b) = (per_channel(mult, c, 0.0), per_channel(bias, c, 0.0));
                 let largest = reach + b.abs();
                 // False for a NaN or infinite multiplier.
                 let bounded = largest < 2f64.powi(31) && largest * m.abs() < 2f64.powi(30);
                 Channel::Requantize((m, b, *zy), code_range(*dtype), bounded)
             }
-            Some(Epilogue::Float { scale, bias, codes }) => Channel::Float(
+            Epilogue::Float { scale, bias, codes } => Channel::Float(
                 per_channel(scale, c, 1.0),
                 per_channel(bias, c, 0.0),
                 *codes,
@@ -177,7 +176,7 @@ fn finish(
     };
     let mut out = Tensor::uninit(dtype, &shape.out_shape)?;
     let mut channels = try_with_capacity(shape.c_out)?;
-    channels.extend((0..shape.c_out).map(|c| Channel::of(Some(epilogue), c)));
+    channels.extend((0..shape.c_out).map(|c| Channel::of(epilogue, c)));
     let sink = PlaneSink {
         ptr: out.bytes_mut().as_mut_ptr().cast(),
         plane: shape.geo.out_plane(),

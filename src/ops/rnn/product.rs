@@ -546,9 +546,7 @@ fn sum_panel<T: Real, const FUSED: bool, const R: usize, const W: usize>(
     i0: usize,
 ) -> [[T; W]; R] {
     for (p, b_row) in panel.chunks_exact(TILE).enumerate() {
-        let Some(b_row) = b_row.get(off..off + W) else {
-            break;
-        };
+        let b_row = &b_row[off..off + W];
         for (r, acc) in acc.iter_mut().enumerate() {
             let s = a.data[(i0 + r) * a.rs + p * a.cs];
             for (v, &x) in acc.iter_mut().zip(b_row) {
