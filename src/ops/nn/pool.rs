@@ -548,6 +548,13 @@ fn plane_maxima<T: Pod + PartialOrd + Default>(
 /// 112x112, Intel Xeon family 6 model 167, one thread: 0.59 -> 0.25 ms).
 const CHUNK: usize = 32;
 
+/// The starts of the chunks that cover `n >= CHUNK` elements: whole chunks, the last one ending
+/// at `n` (overlapping the one before: its elements are computed twice, to the same values).
+fn chunk_starts(n: usize) -> impl Iterator<Item = usize> {
+    let last = n - CHUNK;
+    (0..last).step_by(CHUNK).chain(std::iter::once(last))
+}
+
 /// The maximum of `values[k]` over the `N` values in order, `>` deciding (as [`max_assign`]).
 #[inline(always)]
 fn max_in_order<T: Copy + PartialOrd, const N: usize>(values: [T; N]) -> T {
@@ -570,12 +577,7 @@ fn max_of<T: Copy + PartialOrd, const N: usize>(dst: &mut [MaybeUninit<T>], rows
         }
         return;
     }
-    // Whole chunks, the last one ending at `n` (overlapping the one before: its elements are
-    // computed twice, to the same values).
-    let starts = (0..n - CHUNK)
-        .step_by(CHUNK)
-        .chain(std::iter::once(n - CHUNK));
-    for at in starts {
+    for at in chunk_starts(n) {
         let chunks = rows.map(|r| &r[at..at + CHUNK]);
         let m: [T; CHUNK] = std::array::from_fn(|i| max_in_order(chunks.map(|r| r[i])));
         for (d, v) in dst[at..at + CHUNK].iter_mut().zip(m) {
@@ -610,11 +612,7 @@ fn max_of_pairs<T: Copy + PartialOrd, const N: usize>(
         }
         return;
     }
-    // As in `max_of`: the last chunk ends at `n`.
-    for c in (0..n - CHUNK)
-        .step_by(CHUNK)
-        .chain(std::iter::once(n - CHUNK))
-    {
+    for c in chunk_starts(n) {
         let chunks = rows.map(|r| &r[2 * c..2 * c + 2 * CHUNK]);
         let m: [T; 2 * CHUNK] = std::array::from_fn(|i| max_in_order(chunks.map(|r| r[i])));
         let (e, o) = (&mut even[c..c + CHUNK], &mut odd[c..c + CHUNK]);
@@ -1049,18 +1047,18 @@ mod tests {
                     .collect();
                 Tensor::from_bytes(dtype, &shape, &data).unwrap()
             };
+            let attrs = [
+                ("kernel_shape", ints(&[k[0] as i64, k[1] as i64])),
+                ("strides", ints(&[s[0] as i64, s[1] as i64])),
+                ("dilations", ints(&[d[0] as i64, d[1] as i64])),
+                ("pads", ints(&pads.map(|p| p as i64))),
+                ("ceil_mode", AttrValue::Int(ceil)),
+            ];
             for x in [
                 float,
                 bytes(DataType::Uint8, 128.0),
                 bytes(DataType::Int8, 0.0),
             ] {
-                let attrs = [
-                    ("kernel_shape", ints(&[k[0] as i64, k[1] as i64])),
-                    ("strides", ints(&[s[0] as i64, s[1] as i64])),
-                    ("dilations", ints(&[d[0] as i64, d[1] as i64])),
-                    ("pads", ints(&pads.map(|p| p as i64))),
-                    ("ceil_mode", AttrValue::Int(ceil)),
-                ];
                 let values = eval_node(&pool_node("MaxPool", &["y"], &attrs), 22, &[Some(&x)]);
                 let windows =
                     eval_node(&pool_node("MaxPool", &["y", "i"], &attrs), 22, &[Some(&x)]);
