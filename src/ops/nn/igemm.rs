@@ -17,6 +17,8 @@
 //! consecutive k (four bytes, or two `i16` for the portable level); a microkernel sums an
 //! `MR x NR` tile in registers. The level is chosen at run time ([`Level::detect`]):
 //!
+//! - `Amx`: the operands of `Avx512Vnni`, whose kernel runs the products; the direct
+//!   convolution (`qdirect.rs`) sums on AMX tiles;
 //! - `Avx512Vnni`: `vpdpbusd` on 512-bit registers, 8 x 32 tiles;
 //! - `AvxVnni`: the VEX `vpdpbusd` on 256-bit registers, 6 x 16 tiles;
 //! - `Avx2`: `vpmaddwd` on `i16` (exact: `vpmaddubsw` would saturate 255 x -128 + 255 x -128
@@ -71,6 +73,10 @@ pub(in crate::ops) enum Level {
     /// AVX-512 VNNI `vpdpbusd` on 512-bit registers.
     #[cfg(target_arch = "x86_64")]
     Avx512Vnni,
+    /// AMX `tdpbusd` on tiles (`amx.rs`) for the direct convolution; its operands are stored
+    /// as at `Avx512Vnni`, whose kernel runs its matrix products.
+    #[cfg(target_arch = "x86_64")]
+    Amx,
 }
 
 impl Level {
@@ -167,6 +173,9 @@ impl Level {
                 && std::arch::is_x86_feature_detected!("avx512vnni")
             {
                 levels.push(Level::Avx512Vnni);
+                if super::amx::usable() {
+                    levels.push(Level::Amx);
+                }
             }
         }
         levels
@@ -183,7 +192,7 @@ impl Level {
             #[cfg(target_arch = "x86_64")]
             Level::AvxVnni => (6, 16, 4),
             #[cfg(target_arch = "x86_64")]
-            Level::Avx512Vnni => (8, 32, 4),
+            Level::Avx512Vnni | Level::Amx => (8, 32, 4),
         }
     }
 
@@ -1018,7 +1027,7 @@ pub(in crate::ops) fn gemm_packed_to(
 unsafe fn run(t: &Task<'_>, blocks: std::ops::Range<usize>, panels: std::ops::Range<usize>) {
     match (t.b.level, &t.a.data, &t.b.data) {
         #[cfg(target_arch = "x86_64")]
-        (Level::Avx512Vnni, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
+        (Level::Avx512Vnni | Level::Amx, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
             x86::run_avx512vnni(t, a, b, blocks, panels)
         },
         #[cfg(target_arch = "x86_64")]

@@ -5,6 +5,8 @@
 //! rounds once on output; matrix products and convolutions go through the `gemm` crate
 //! ([`blas`]), parallelised with rayon over batches, groups or tiles of output positions.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod attention;
 pub(crate) mod blas;
 mod causal_conv;

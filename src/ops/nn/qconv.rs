@@ -351,7 +351,8 @@ impl qdirect::Rows for PlaneSink {
             }
         }
         #[cfg(target_arch = "x86_64")]
-        let (avx512, avx2) = (level == Level::Avx512Vnni, level == Level::Avx2Pairs);
+        let avx512 = matches!(level, Level::Avx512Vnni | Level::Amx);
+        let avx2 = level == Level::Avx2Pairs;
         #[cfg(not(target_arch = "x86_64"))]
         let _ = level;
         /// The 32 codes of an AVX2 register.
@@ -1078,6 +1079,37 @@ mod tests {
                 pad, sx, sw, per_channel, seed,
             };
             proptest::prop_assume!(case.fits());
+            case.check();
+        }
+    }
+
+    /// Wide convolutions sum as the `f64` convolution does at every level: input channels of
+    /// whole and partial chunks of 64 (the AMX tiles' depth) and output channels of whole and
+    /// partial blocks of 32, pointwise and 3x3, strided.
+    #[test]
+    fn wide_direct_convolutions_sum_exactly() {
+        let shapes = [
+            (64, 32, 1, 1),
+            (68, 40, 3, 1),
+            (132, 70, 3, 2),
+            (192, 33, 1, 2),
+        ];
+        for (i, (cg, mg, kernel, stride)) in shapes.into_iter().enumerate() {
+            let case = Case {
+                batch: 1,
+                group: 1,
+                cg,
+                mg,
+                spatial: vec![7, 11],
+                kernel,
+                stride,
+                dilation: 1,
+                pad: kernel / 2,
+                sx: i % 2 == 0,
+                sw: i < 2,
+                per_channel: i % 2 == 1,
+                seed: 91 + i as u64,
+            };
             case.check();
         }
     }
