@@ -61,9 +61,9 @@ struct Config {
     reserved2: [u8; 16],
 }
 
-/// The eight tiles of a 32 x 32 block, configured on one thread: every tile 16 rows of 64
-/// bytes. Released when dropped.
-pub(super) struct Block(());
+/// The eight tiles of a 32 x 32 block, configured on one thread (so neither `Send` nor
+/// `Sync`): every tile 16 rows of 64 bytes. Released when dropped.
+pub(super) struct Block(std::marker::PhantomData<*const ()>);
 
 impl Block {
     /// Loads the block's tile configuration on this thread.
@@ -83,12 +83,12 @@ impl Block {
         // SAFETY: the configuration is valid for palette 1, and the caller's promise says the
         // CPU and the kernel allow it.
         unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
-        Block(())
+        Block(std::marker::PhantomData)
     }
 
     /// Clears the four sums.
     #[inline(always)]
-    pub fn zero(&mut self) {
+    pub fn zero(&self) {
         // SAFETY: the tiles are configured (`begin`).
         unsafe {
             asm!(
@@ -110,7 +110,7 @@ impl Block {
     /// Each of the four operands is 16 readable rows of 64 bytes at its stride.
     #[inline(always)]
     pub unsafe fn multiply(
-        &mut self,
+        &self,
         (a, a1, lda): (*const u8, *const u8, usize),
         (b, b1, ldb): (*const u8, *const u8, usize),
     ) {
@@ -138,7 +138,7 @@ impl Block {
 
     /// Stores the 32 x 32 sums into `out`, row by row.
     #[inline(always)]
-    pub fn store(&mut self, out: &mut [[i32; 32]; 32]) {
+    pub fn store(&self, out: &mut [[i32; 32]; 32]) {
         let at = out.as_mut_ptr().cast::<u8>();
         // SAFETY: the tiles are configured; `out` holds 32 rows of 128 bytes, each C tile
         // 16 rows of 64 at a stride of 128.
@@ -182,7 +182,7 @@ mod tests {
         let mut got = [[0i32; 32]; 32];
         // SAFETY: `usable`; A is 32 rows of `lda >= 64` bytes, B 16 rows of `ldb >= 128`.
         unsafe {
-            let mut block = Block::begin();
+            let block = Block::begin();
             block.zero();
             for _ in 0..2 {
                 let ap = a.as_ptr();

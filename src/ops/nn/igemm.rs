@@ -17,8 +17,8 @@
 //! consecutive k (four bytes, or two `i16` for the portable level); a microkernel sums an
 //! `MR x NR` tile in registers. The level is chosen at run time ([`Level::detect`]):
 //!
-//! - `Amx`: the operands of `Avx512Vnni`, whose kernel runs the products; the direct
-//!   convolution (`qdirect.rs`) sums on AMX tiles;
+//! - `Amx`: `tdpbusd` on AMX tiles (`amx.rs`), 32 x 32 tiles: the bytes of `Avx512Vnni`, k
+//!   padded with zeros to whole chunks of 64 (one tile row), 16 groups of a panel one B tile;
 //! - `Avx512Vnni`: `vpdpbusd` on 512-bit registers, 8 x 32 tiles;
 //! - `AvxVnni`: the VEX `vpdpbusd` on 256-bit registers, 6 x 16 tiles;
 //! - `Avx2`: `vpmaddwd` on `i16` (exact: `vpmaddubsw` would saturate 255 x -128 + 255 x -128
@@ -73,8 +73,8 @@ pub(in crate::ops) enum Level {
     /// AVX-512 VNNI `vpdpbusd` on 512-bit registers.
     #[cfg(target_arch = "x86_64")]
     Avx512Vnni,
-    /// AMX `tdpbusd` on tiles (`amx.rs`) for the direct convolution; its operands are stored
-    /// as at `Avx512Vnni`, whose kernel runs its matrix products.
+    /// AMX `tdpbusd` on tiles (`amx.rs`), where the CPU has AMX-INT8 and the kernel grants
+    /// the tiles.
     #[cfg(target_arch = "x86_64")]
     Amx,
 }
@@ -192,8 +192,21 @@ impl Level {
             #[cfg(target_arch = "x86_64")]
             Level::AvxVnni => (6, 16, 4),
             #[cfg(target_arch = "x86_64")]
-            Level::Avx512Vnni | Level::Amx => (8, 32, 4),
+            Level::Avx512Vnni => (8, 32, 4),
+            #[cfg(target_arch = "x86_64")]
+            Level::Amx => (32, 32, 4),
         }
+    }
+
+    /// `k` rounded up to what the packings hold: whole groups, and at `Amx` whole chunks of
+    /// the 64 bytes a tile row reads (the rows past `k` are zeros in A and in B).
+    fn depth(self, k: usize) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if self == Level::Amx {
+            return k.div_ceil(64) * 64;
+        }
+        let g = self.shape().2;
+        k.div_ceil(g) * g
     }
 
     /// Whether A is packed widened to `i16`.
@@ -343,8 +356,8 @@ impl PackedB {
         col_sums: Vec<i32>,
         shift: i32,
     ) -> Result<PackedB> {
-        let (_, nr, g) = level.shape();
-        let kg = k.div_ceil(g) * g;
+        let nr = level.shape().1;
+        let kg = level.depth(k);
         let residual = match &mut data {
             Packed::Narrow(d) if level.splits_b() => Residual::split_columns(d, (kg, nr, n))?,
             _ => Residual::default(),
@@ -430,9 +443,9 @@ impl PackedB {
         level: Level,
         row: impl Fn(usize, &mut [MaybeUninit<u8>]) + Sync,
     ) -> Result<PackedB> {
-        let (_, nr, g) = level.shape();
+        let nr = level.shape().1;
         let len = packed_len(k, n, level)?;
-        let kg = k.div_ceil(g) * g;
+        let kg = level.depth(k);
         let shift = level.b_shift(signed);
         let flip = shift.flip;
         if level.wide_b() {
@@ -468,7 +481,7 @@ impl PackedB {
             };
             let fill = |(p, (rows, sums)): (usize, &mut (Vec<u8>, Vec<i32>))| {
                 for q in groups * p / parts..groups * (p + 1) / parts {
-                    let have = 4.min(k - 4 * q);
+                    let have = 4.min(k.saturating_sub(4 * q));
                     for (t, out) in rows.chunks_exact_mut(n.max(1)).enumerate() {
                         if t < have {
                             // SAFETY: `row` writes only initialised bytes.
@@ -527,9 +540,9 @@ fn add_rows(b: &[u8], shift: Shift, sums: &mut [i32]) {
 
 /// The elements of a `k x n` B packed for `level`: whole panels of whole groups.
 fn packed_len(k: usize, n: usize, level: Level) -> Result<usize> {
-    let (_, nr, g) = level.shape();
+    let nr = level.shape().1;
     n.div_ceil(nr)
-        .checked_mul(k.div_ceil(g) * g)
+        .checked_mul(level.depth(k))
         .and_then(|l| l.checked_mul(nr))
         .ok_or_else(|| Error::Eval(format!("B of {k} x {n} is too large")))
 }
@@ -546,7 +559,7 @@ fn pack_columns<T: Copy + Send + Default>(
     g: usize,
     at: impl Fn(usize, usize) -> T + Sync,
 ) {
-    each_panel(d, k, n, nr, g, |q, col0, cols, group| {
+    each_panel(d, n, nr, g, |q, col0, cols, group| {
         for (c, slots) in group.chunks_exact_mut(g).enumerate() {
             for (t, slot) in slots.iter_mut().enumerate() {
                 let kk = q * g + t;
@@ -630,23 +643,23 @@ pub(super) fn interleave16(rows: [&[u8]; 4], flip: u8, out: &mut [MaybeUninit<u8
 }
 
 /// Calls `fill(q, col0, cols, group)` for every group `q` of `g` rows of every panel of `nr`
-/// columns of a `k x n` matrix packed into `d`: the group's `nr * g` elements start at column
-/// `col0`, of which `cols` exist. Panels are independent and split over the pool when there are
-/// enough elements to move.
+/// columns of a matrix of `n` columns packed into `d` (whole panels of the level's depth): the
+/// group's `nr * g` elements start at column `col0`, of which `cols` exist. Panels are
+/// independent and split over the pool when there are enough elements to move.
 fn each_panel<T: Send>(
     d: &mut [MaybeUninit<T>],
-    k: usize,
     n: usize,
     nr: usize,
     g: usize,
     fill: impl Fn(usize, usize, usize, &mut [MaybeUninit<T>]) + Sync,
 ) {
     use rayon::prelude::*;
-    let kg = k.div_ceil(g) * g;
+    // `d` holds whole panels of the level's depth.
+    let panels = n.div_ceil(nr);
+    let kg = d.len() / (panels * nr).max(1);
     if kg == 0 {
         return;
     }
-    let panels = d.len() / (kg * nr);
     let min_len = crate::par::min_len(panels, &[kg, nr]);
     d.par_chunks_exact_mut(kg * nr)
         .enumerate()
@@ -801,8 +814,8 @@ impl PackedA {
 }
 
 fn pack_a(a: Bytes<'_>, m: usize, k: usize, za: &[i32], level: Level) -> Result<PackedA> {
-    let (mr, _, g) = level.shape();
-    let lda = k.div_ceil(g) * g;
+    let mr = level.shape().0;
+    let lda = level.depth(k);
     let rows = m.div_ceil(mr) * mr;
     let len = rows
         .checked_mul(lda)
@@ -1027,8 +1040,12 @@ pub(in crate::ops) fn gemm_packed_to(
 unsafe fn run(t: &Task<'_>, blocks: std::ops::Range<usize>, panels: std::ops::Range<usize>) {
     match (t.b.level, &t.a.data, &t.b.data) {
         #[cfg(target_arch = "x86_64")]
-        (Level::Avx512Vnni | Level::Amx, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
+        (Level::Avx512Vnni, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
             x86::run_avx512vnni(t, a, b, blocks, panels)
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Level::Amx, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
+            x86::run_amx(t, a, b, blocks, panels)
         },
         #[cfg(target_arch = "x86_64")]
         (Level::AvxVnni, Packed::Narrow(a), Packed::Narrow(b)) => unsafe {
@@ -1233,6 +1250,7 @@ mod x86 {
     //! with its target features.
 
     use super::{drive, Task};
+    use crate::ops::nn::amx;
     use std::arch::x86_64::*;
     use std::ops::Range;
 
@@ -1276,6 +1294,59 @@ mod x86 {
             3 | 4 => 4,
             _ => 8,
         ]);
+    }
+
+    /// # Safety
+    /// As `super::run`, where `amx::usable` holds; A and B packed for `Amx`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
+    pub(super) unsafe fn run_amx(
+        t: &Task<'_>,
+        a: &[u8],
+        b: &[u8],
+        blocks: Range<usize>,
+        panels: Range<usize>,
+    ) {
+        // SAFETY: the caller's promise.
+        let block = unsafe { amx::Block::begin() };
+        // SAFETY: as above.
+        unsafe {
+            drive::<32, 32, u8, u8>(t, a, b, blocks, panels, |a, lda, b, groups, _, acc| {
+                tile_amx(&block, a, lda, b, groups, acc)
+            })
+        };
+    }
+
+    /// A 32 x 32 tile on AMX: 32 rows of A (`lda` bytes apart) by a panel of 32 columns, 64
+    /// k (16 groups) per step: the A tiles read 64 bytes of 16 rows, the B tiles 16 groups of
+    /// the panel's 128-byte rows, columns 0-15 and 16-31.
+    #[inline(always)]
+    fn tile_amx(
+        block: &amx::Block,
+        a: &[u8],
+        lda: usize,
+        b: &[u8],
+        groups: usize,
+        acc: &mut [[i32; 32]; 32],
+    ) {
+        assert!(
+            groups.is_multiple_of(16)
+                && lda >= 4 * groups
+                && a.len() >= 31 * lda + 4 * groups
+                && b.len() >= groups * 128
+        );
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        block.zero();
+        for c in 0..groups / 16 {
+            let (a0, b0) = (ap.wrapping_add(64 * c), bp.wrapping_add(2048 * c));
+            // SAFETY: the assertion bounds the 16 rows of each operand.
+            unsafe {
+                block.multiply(
+                    (a0, a0.wrapping_add(16 * lda), lda),
+                    (b0, b0.wrapping_add(64), 128),
+                )
+            };
+        }
+        block.store(acc);
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]

@@ -21,7 +21,8 @@
 pub(super) mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::qdirect::{Segment, COLS};
+    use super::super::qdirect::Segment;
+    pub(in crate::ops::nn) use super::super::qdirect::COLS;
 
     /// The codes `clamp(round_half_even((sum + b) * m) + zy, lo, hi)` of 32 sums, as bytes.
     ///

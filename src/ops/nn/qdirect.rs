@@ -656,7 +656,7 @@ mod x86 {
         let mut at = [Segment::default(); COLS + 1];
         let mut sums = [[0i32; COLS]; AMX_ROWS];
         // SAFETY: the caller's promise.
-        let mut block = unsafe { amx::Block::begin() };
+        let block = unsafe { amx::Block::begin() };
         for k in tiles {
             let j0 = k * COLS;
             let n = segments(j0, grid, t.ow, &mut at);

@@ -529,7 +529,11 @@ pub(super) fn requantize_run(
     let n = sums.len().min(out.len());
     let (sums, out) = (&sums[..n], &mut out[..n]);
     #[cfg(target_arch = "x86_64")]
-    let done = if is_x86_feature_detected!("avx2") {
+    let done = if params.0.is_finite() && params.1.is_finite() && x86::avx512() {
+        // SAFETY: the CPU has AVX-512F, BW, VL and DQ; the multiplier and the bias are finite,
+        // so no sum makes a NaN.
+        unsafe { x86::requantize_run_avx512(sums, params, range, out) }
+    } else if is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2.
         unsafe { x86::requantize_run_avx2(sums, params, range, out) }
     } else {
@@ -561,6 +565,41 @@ fn requantize_tail(
 mod x86 {
     use std::arch::x86_64::*;
     use std::mem::MaybeUninit;
+
+    use super::super::qcodes;
+
+    /// Whether the CPU runs AVX-512F, BW, VL and DQ.
+    pub(super) fn avx512() -> bool {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512dq")
+    }
+
+    /// [`super::code_byte`] on 32 sums at a time (`qcodes::x86::requantize`, in `f64` lanes of
+    /// eight). Returns how many codes it wrote, a multiple of 32.
+    ///
+    /// # Safety
+    /// The CPU runs AVX-512F, BW, VL and DQ; `m` and `b` are finite.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
+    pub(super) unsafe fn requantize_run_avx512(
+        sums: &[i32],
+        params: (f64, f64, f64),
+        range: (f64, f64),
+        out: &mut [MaybeUninit<u8>],
+    ) -> usize {
+        let (chunks, _) = sums.as_chunks::<{ qcodes::x86::COLS }>();
+        let mut n = 0;
+        for (o, s) in out.chunks_exact_mut(32).zip(chunks) {
+            // SAFETY: the caller's promise; each chunk holds 32 sums and 32 slots.
+            unsafe {
+                let codes = qcodes::x86::requantize(s, params, range);
+                _mm256_storeu_si256(o.as_mut_ptr().cast(), codes);
+            }
+            n += 32;
+        }
+        n
+    }
 
     /// [`super::code_byte`] on eight sums at a time in `f64` lanes (the same operations in the
     /// same order, so the same codes; the compiler's own loop takes four per round and a
