@@ -136,12 +136,18 @@ impl Block {
         };
     }
 
-    /// Stores the 32 x 32 sums into `out`, row by row.
+    /// Stores the 32 x 32 sums into columns `col..col + 32` of the 32 rows of `out`.
     #[inline(always)]
-    pub fn store(&self, out: &mut [[i32; 32]; 32]) {
-        let at = out.as_mut_ptr().cast::<u8>();
-        // SAFETY: the tiles are configured; `out` holds 32 rows of 128 bytes, each C tile
-        // 16 rows of 64 at a stride of 128.
+    pub fn store<const W: usize>(&self, out: &mut [[i32; W]; 32], col: usize) {
+        assert!(col + 32 <= W);
+        let at = out
+            .as_mut_ptr()
+            .cast::<i32>()
+            .wrapping_add(col)
+            .cast::<u8>();
+        let stride = 4 * W;
+        // SAFETY: the tiles are configured; each C tile is 16 rows of 64 bytes at a stride of
+        // one row of `out`, from column `col` or `col + 16` (asserted to lie in the rows).
         unsafe {
             asm!(
                 "tilestored [{p} + {s}*1], tmm0",
@@ -150,9 +156,9 @@ impl Block {
                 "tilestored [{p3} + {s}*1], tmm3",
                 p = in(reg) at,
                 p1 = in(reg) at.add(64),
-                p2 = in(reg) at.add(16 * 128),
-                p3 = in(reg) at.add(16 * 128 + 64),
-                s = in(reg) 128usize,
+                p2 = in(reg) at.add(16 * stride),
+                p3 = in(reg) at.add(16 * stride + 64),
+                s = in(reg) stride,
                 options(nostack, preserves_flags)
             )
         };
@@ -179,7 +185,8 @@ mod tests {
         let (lda, ldb) = (96, 160);
         let a: Vec<u8> = (0..32 * lda).map(|i| (i * 37 % 256) as u8).collect();
         let b: Vec<u8> = (0..16 * ldb).map(|i| (i * 101 % 256) as u8).collect();
-        let mut got = [[0i32; 32]; 32];
+        // Stored at a column of wider rows, as the GEMM stores into its strip.
+        let mut got = [[7i32; 80]; 32];
         // SAFETY: `usable`; A is 32 rows of `lda >= 64` bytes, B 16 rows of `ldb >= 128`.
         unsafe {
             let block = Block::begin();
@@ -191,10 +198,15 @@ mod tests {
                     (b.as_ptr(), b.as_ptr().add(64), ldb),
                 );
             }
-            block.store(&mut got);
+            block.store(&mut got, 40);
         }
         for (i, row) in got.iter().enumerate() {
-            for (j, &v) in row.iter().enumerate() {
+            let (before, after) = (&row[..40], &row[72..]);
+            assert!(
+                before.iter().chain(after).all(|&v| v == 7),
+                "row {i} outside its columns"
+            );
+            for (j, &v) in row[40..72].iter().enumerate() {
                 let want: i32 = (0..64)
                     .map(|k| {
                         i32::from(a[i * lda + k])

@@ -1064,9 +1064,8 @@ unsafe fn run(t: &Task<'_>, blocks: std::ops::Range<usize>, panels: std::ops::Ra
             x86::run_avx2_pairs_b(t, a, b, blocks, panels)
         },
         (_, Packed::Wide(a), Packed::Wide(b)) => unsafe {
-            drive::<4, 16, i16, i16>(t, a, b, blocks, panels, |a, lda, b, groups, _, acc| {
-                portable_tile(a, lda, b, groups, acc)
-            })
+            let tile = via_array(|a, lda, b, groups, _, acc| portable_tile(a, lda, b, groups, acc));
+            drive::<4, 16, i16, i16>(t, a, b, blocks, panels, tile)
         },
         // The packings of one level always agree.
         _ => {}
@@ -1082,10 +1081,14 @@ const STRIP_BYTES: usize = 256 * 1024;
 /// shared by many tiles.
 const STRIP_COLS: usize = 256;
 
+/// The sums of a strip's `MR` rows.
+type Strip<const MR: usize> = [[i32; STRIP_COLS]; MR];
+
 /// The tile loop every level shares: strips of panels outer (a strip of B stays in cache
 /// across row tiles), row tiles inner; each tile summed by `tile` (told how many of its
-/// columns lie in the product) into the strip's rows, which then take A's or B's residual (if
-/// split) and the zero-point correction and are stored, one run per row.
+/// columns lie in the product) into the strip's rows at its panel's column (`NR` columns,
+/// which the strip always has room for), which then take A's or B's residual (if split) and
+/// the zero-point correction and are stored, one run per row.
 ///
 /// # Safety
 /// As [`run`]; `MR`, `NR` are the level's tile shape and `a`, `b` its packings.
@@ -1096,14 +1099,13 @@ unsafe fn drive<const MR: usize, const NR: usize, TA: Copy + Into<i32>, TB: Elem
     b: &[TB],
     blocks: std::ops::Range<usize>,
     panels: std::ops::Range<usize>,
-    tile: impl Fn(&[TA], usize, &[TB], usize, usize, &mut [[i32; NR]; MR]),
+    tile: impl Fn(&[TA], usize, &[TB], usize, usize, &mut Strip<MR>, usize),
 ) {
     let (lda, kg, n) = (t.a.lda, t.b.kg, t.b.n);
     let g = t.b.level.shape().2;
     let groups = kg / g;
     let panel_bytes = (kg * NR * std::mem::size_of::<TB>()).max(1);
     let per_strip = (STRIP_BYTES / panel_bytes).clamp(1, STRIP_COLS / NR);
-    let mut acc = [[0i32; NR]; MR];
     let mut strip = [[0i32; STRIP_COLS]; MR];
     let mut p0 = panels.start;
     while p0 < panels.end {
@@ -1118,22 +1120,8 @@ unsafe fn drive<const MR: usize, const NR: usize, TA: Copy + Into<i32>, TB: Elem
             for p in p0..p1 {
                 let at = (p - p0) * NR;
                 let width = NR.min(n - p * NR);
-                tile(
-                    rows,
-                    lda,
-                    &b[p * kg * NR..(p + 1) * kg * NR],
-                    groups,
-                    width,
-                    &mut acc,
-                );
-                // A whole panel's width is a constant: moves, not a call to `memcpy`.
-                for (dst, src) in strip.iter_mut().zip(&acc) {
-                    if width == NR {
-                        dst[at..at + NR].copy_from_slice(src);
-                    } else {
-                        dst[at..at + width].copy_from_slice(&src[..width]);
-                    }
-                }
+                let panel = &b[p * kg * NR..(p + 1) * kg * NR];
+                tile(rows, lda, panel, groups, width, &mut strip, at);
             }
             let live = MR.min(t.m - row0);
             if t.b.residual.any(col0..col0 + cols) {
@@ -1166,6 +1154,21 @@ unsafe fn drive<const MR: usize, const NR: usize, TA: Copy + Into<i32>, TB: Elem
             }
         }
         p0 = p1;
+    }
+}
+
+/// A tile kernel that sums into an `MR x NR` array, as [`drive`] takes it: the array is then
+/// copied to the strip (a whole panel's width, a constant: moves, not a call to `memcpy`).
+#[inline(always)]
+fn via_array<const MR: usize, const NR: usize, TA, TB>(
+    tile: impl Fn(&[TA], usize, &[TB], usize, usize, &mut [[i32; NR]; MR]),
+) -> impl Fn(&[TA], usize, &[TB], usize, usize, &mut Strip<MR>, usize) {
+    move |a, lda, b, groups, width, strip, at| {
+        let mut acc = [[0i32; NR]; MR];
+        tile(a, lda, b, groups, width, &mut acc);
+        for (dst, src) in strip.iter_mut().zip(&acc) {
+            dst[at..at + NR].copy_from_slice(src);
+        }
     }
 }
 
@@ -1249,7 +1252,7 @@ mod x86 {
     //! The x86-64 levels: each a tile kernel of intrinsics and the shared tile loop compiled
     //! with its target features.
 
-    use super::{drive, Task};
+    use super::{drive, via_array, Strip, Task};
     use crate::ops::nn::amx;
     use std::arch::x86_64::*;
     use std::ops::Range;
@@ -1271,7 +1274,9 @@ mod x86 {
                         $b,
                         $blocks,
                         $panels,
-                        |a, lda, b, groups, cols, acc| $tile::<$r>(a, lda, b, groups, cols, acc),
+                        via_array(|a, lda, b, groups, cols, acc| {
+                            $tile::<$r>(a, lda, b, groups, cols, acc)
+                        }),
                     )
                 },)+
             }
@@ -1310,9 +1315,14 @@ mod x86 {
         let block = unsafe { amx::Block::begin() };
         // SAFETY: as above.
         unsafe {
-            drive::<32, 32, u8, u8>(t, a, b, blocks, panels, |a, lda, b, groups, _, acc| {
-                tile_amx(&block, a, lda, b, groups, acc)
-            })
+            drive::<32, 32, u8, u8>(
+                t,
+                a,
+                b,
+                blocks,
+                panels,
+                |a, lda, b, groups, _, strip, at| tile_amx(&block, a, lda, b, groups, (strip, at)),
+            )
         };
     }
 
@@ -1326,7 +1336,7 @@ mod x86 {
         lda: usize,
         b: &[u8],
         groups: usize,
-        acc: &mut [[i32; 32]; 32],
+        (strip, at): (&mut Strip<32>, usize),
     ) {
         assert!(
             groups.is_multiple_of(16)
@@ -1346,7 +1356,7 @@ mod x86 {
                 )
             };
         }
-        block.store(acc);
+        block.store(strip, at);
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -1395,9 +1405,8 @@ mod x86 {
         panels: Range<usize>,
     ) {
         unsafe {
-            drive::<6, 16, u8, u8>(t, a, b, blocks, panels, |a, lda, b, groups, _, acc| {
-                tile_avxvnni(a, lda, b, groups, acc)
-            })
+            let tile = via_array(|a, lda, b, groups, _, acc| tile_avxvnni(a, lda, b, groups, acc));
+            drive::<6, 16, u8, u8>(t, a, b, blocks, panels, tile)
         }
     }
 

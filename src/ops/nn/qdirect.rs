@@ -680,7 +680,7 @@ mod x86 {
                         unsafe { block.multiply(a_rows, (bp, bp.wrapping_add(64), group_bytes)) };
                     }
                 }
-                block.store(&mut sums);
+                block.store(&mut sums, 0);
                 for (q, acc) in sums.chunks_exact_mut(ROWS).enumerate() {
                     let r0 = row0 + q * ROWS;
                     if r0 >= t.m {
