@@ -29,8 +29,9 @@
 //! laid-out input gets as many padding groups. The stored sums are corrected and handed on
 //! eight filters at a time. On an Intel Xeon with AMX (family 6 model 167 as reported), one
 //! thread, minima of `multigather run --repeat 40`, against `Avx512Vnni`: one `QLinearConv` of
-//! 64 channels 3x3 over 56x56 0.50 -> 0.23 ms, 256 over 14x14 0.43 -> 0.18, 256 -> 1024 1x1
-//! over 14x14 0.30 -> 0.19, 64 -> 256 1x1 over 56x56 0.49 -> 0.47 (the epilogue's).
+//! 64 channels 3x3 over 56x56 0.50 -> 0.21 ms, 256 over 14x14 0.43 -> 0.17, 256 -> 1024 1x1
+//! over 14x14 0.30 -> 0.19, 512 -> 128 1x1 over 28x28 0.28 -> 0.15, and 64 -> 256 1x1 over
+//! 56x56 0.49 -> 0.45, whose time is its epilogue's (the requantisation of 800 000 codes).
 //!
 //! A tile is eight filters by 32 grid columns at both levels: one pass of two 512-bit
 //! registers per row at the VNNI level, four passes of four rows by sixteen columns (eight
@@ -121,7 +122,8 @@ pub(super) fn applies(w: &[usize], group: usize, level: Level) -> bool {
 /// A convolution's filters packed for the direct kernel: shifted into `u8` with the zero-point
 /// terms of their rows (as `PackedA` makes them), in tiles of eight filters whose bytes come
 /// four k at a time, the eight filters' fours together (32 bytes): a tile reads one stream, and
-/// each of its eight broadcasts is at a fixed offset from one pointer.
+/// each of its eight broadcasts is at a fixed offset from one pointer. At `Amx`, one row per
+/// filter instead (`x86::pack_amx`), which the A tiles read at a stride.
 pub(super) struct Filters {
     /// `Avx512Vnni`, `Amx` or `Avx2Pairs`.
     level: Level,
@@ -624,9 +626,10 @@ mod x86 {
         let write = |out: &mut [MaybeUninit<u8>]| {
             for (f, out) in out.chunks_exact_mut(row_len.max(1)).enumerate() {
                 for (t, out) in out.chunks_exact_mut(cp.max(1)).enumerate() {
-                    let from = match f < c_out {
-                        true => &rows[f * lda + t * c_in..][..c_in],
-                        false => &[][..],
+                    let from = if f < c_out {
+                        &rows[f * lda + t * c_in..][..c_in]
+                    } else {
+                        &[][..]
                     };
                     for (c, o) in out.iter_mut().enumerate() {
                         o.write(from.get(c).copied().unwrap_or(0));
