@@ -63,6 +63,10 @@ struct Config {
 
 /// The eight tiles of a 32 x 32 block, configured on one thread (so neither `Send` nor
 /// `Sync`): every tile 16 rows of 64 bytes. Released when dropped.
+///
+/// One block per thread at a time: `begin` zeroes the tiles and the drop releases them, so
+/// nothing run while a block lives (a kernel's sink) may start another on the same thread; the
+/// sinks store rows and never call into the thread pool, where a task could be stolen.
 pub(super) struct Block(std::marker::PhantomData<*const ()>);
 
 impl Block {

@@ -24,6 +24,14 @@ pub(super) mod x86 {
     use super::super::qdirect::Segment;
     pub(in crate::ops::nn) use super::super::qdirect::COLS;
 
+    /// Whether the CPU runs AVX-512F, BW, VL and DQ, which these functions need.
+    pub(in crate::ops::nn) fn avx512() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+    }
+
     /// The codes `clamp(round_half_even((sum + b) * m) + zy, lo, hi)` of 32 sums, as bytes.
     ///
     /// # Safety
@@ -237,13 +245,6 @@ pub(super) mod x86 {
         use super::*;
         use crate::ops::nn::qmatmul::code_byte;
         use crate::ops::nn::quant::code;
-
-        fn avx512() -> bool {
-            std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-        }
 
         /// Sums of every magnitude, with ties of the multipliers below.
         fn sums() -> Vec<[i32; COLS]> {

@@ -529,7 +529,7 @@ pub(super) fn requantize_run(
     let n = sums.len().min(out.len());
     let (sums, out) = (&sums[..n], &mut out[..n]);
     #[cfg(target_arch = "x86_64")]
-    let done = if params.0.is_finite() && params.1.is_finite() && x86::avx512() {
+    let done = if params.0.is_finite() && params.1.is_finite() && super::qcodes::x86::avx512() {
         // SAFETY: the CPU has AVX-512F, BW, VL and DQ; the multiplier and the bias are finite,
         // so no sum makes a NaN.
         unsafe { x86::requantize_run_avx512(sums, params, range, out) }
@@ -567,14 +567,6 @@ mod x86 {
     use std::mem::MaybeUninit;
 
     use super::super::qcodes;
-
-    /// Whether the CPU runs AVX-512F, BW, VL and DQ.
-    pub(super) fn avx512() -> bool {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512dq")
-    }
 
     /// [`super::code_byte`] on 32 sums at a time (`qcodes::x86::requantize`, in `f64` lanes of
     /// eight). Returns how many codes it wrote, a multiple of 32.
